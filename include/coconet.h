@@ -1,0 +1,86 @@
+/* coconet.h: the public C API of coconet.
+ *
+ * Load a .coco program (parse, bind sizes, infer and check layouts), print
+ * it, and run it on the CPU reference executor with simulated ranks. The
+ * `coconet` command is built on this API alone.
+ *
+ * Errors: functions that can fail for user reasons take an error buffer and
+ * fill it with a message naming file, line and column; they return NULL or
+ * a non-zero value. */
+#ifndef COCONET_H
+#define COCONET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COCONET_VERSION "0.1.0"
+
+typedef struct Program coco_program;
+typedef struct coco_run coco_run;
+
+/* How to load a program: sizes and scalars bound with "-D NAME=VALUE", the
+ * number of ranks, and the size of GROUP (0: as the file declares it). */
+typedef struct {
+    const char *const *defines; /* "NAME=VALUE" strings */
+    int ndefines;
+    int nranks;                 /* >= 1 */
+    long group_size;            /* 0: from the file */
+} coco_config;
+
+/* Parse, bind and check. NULL with a message in err on a user error. */
+coco_program *coco_load_file(const char *path, const coco_config *cfg, char *err, size_t errlen);
+coco_program *coco_load_string(const char *name, const char *text, const coco_config *cfg,
+                               char *err, size_t errlen);
+void coco_program_free(coco_program *p);
+
+/* Write the checked program back as .coco text, each value's inferred
+ * type, shape and layout in a comment. */
+void coco_print(coco_program *p, FILE *out);
+
+/* Program facts. */
+const char *coco_program_name(const coco_program *p);
+int coco_num_ranks(const coco_program *p);
+int coco_num_inputs(const coco_program *p);
+const char *coco_input_name(const coco_program *p, int i);
+int coco_num_outputs(const coco_program *p);
+const char *coco_output_name(const coco_program *p, int i);
+
+/* A tensor as one rank holds it. Data are doubles holding values exactly
+ * representable in the tensor's element type. */
+typedef struct {
+    const char *name;
+    const char *type;   /* "FP16", ... */
+    const char *layout; /* "Replicated", "Sliced(0)", "Local" */
+    int ndim;
+    long global_shape[8];
+    long local_shape[8];
+    long count;         /* elements this rank holds */
+    double *data;       /* writable for inputs before coco_run_execute */
+} coco_tensor;
+
+/* Running on the CPU reference executor: create (inputs are filled with
+ * seeded data), optionally overwrite inputs, execute, read values. */
+coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads);
+int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t); /* 0 ok */
+int coco_run_execute(coco_run *r, char *err, size_t errlen);                  /* 0 ok */
+void coco_run_free(coco_run *r);
+
+/* Summary of an output over all ranks: the logical tensor (gathered when
+ * Sliced, rank 0's when Replicated, all ranks concatenated when Local). */
+typedef struct {
+    double sum, norm;
+    uint64_t hash;      /* FNV-1a over the element bit patterns */
+    long count;
+    int replicas_agree; /* Replicated values identical on all ranks */
+} coco_summary;
+int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

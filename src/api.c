@@ -1,0 +1,294 @@
+/* api.c: the public API of include/coconet.h on top of the internal passes:
+ * loading (read, parse, check, verify), facts about a program, and running
+ * it on the CPU reference executor. User errors come back as messages;
+ * nothing here prints. */
+#include "coco.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+enum { MAX_SOURCE = 64 << 20, MAX_RANKS = 4096 };
+
+struct coco_run {
+    Program *prog;
+    Exec *exec;
+};
+
+static void set_err(char *err, size_t len, const char *fmt, const char *a, const char *b)
+{
+    if (len)
+        snprintf(err, len, fmt, a, b);
+}
+
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap >= MAX_SOURCE) {
+                set_err(err, errlen, "%s: error: file is larger than 64 MiB%s\n", path, "");
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            cap *= 2;
+            char *grown = realloc(buf, cap);
+            if (!grown)
+                BUG("out of memory reading %s", path);
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    buf[n] = 0;
+    if (failed) {
+        set_err(err, errlen, "%s: error: cannot read: %s\n", path, strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    if (strlen(buf) != n) {
+        set_err(err, errlen, "%s: error: the file contains a NUL byte: it is not a .coco text%s\n",
+                path, "");
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static Binding *parse_defines(Program *p, const coco_config *cfg)
+{
+    Binding *b = arena_alloc(p->arena, (size_t)(cfg->ndefines + 1) * sizeof(Binding));
+    for (int i = 0; i < cfg->ndefines; i++) {
+        const char *d = cfg->defines[i];
+        const char *eq = strchr(d, '=');
+        if (!eq || eq == d || !eq[1])
+            error_plain("-D %s: expected NAME=VALUE", d);
+        b[i].name = arena_strndup(p->arena, d, (size_t)(eq - d));
+        b[i].value = arena_strdup(p->arena, eq + 1);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(b[j].name, b[i].name))
+                error_plain("-D %s is given twice", b[i].name);
+    }
+    return b;
+}
+
+coco_program *coco_load_string(const char *name, const char *text, const coco_config *cfg,
+                               char *err, size_t errlen)
+{
+    Program *p = program_new(name, text);
+    ErrorCtx ctx;
+    error_push(&ctx, err, errlen, p->file, p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        program_free(p);
+        return NULL;
+    }
+    if (cfg->nranks < 1 || cfg->nranks > MAX_RANKS)
+        error_plain("the number of ranks must be between 1 and %d, not %d", MAX_RANKS,
+                    cfg->nranks);
+    if (cfg->group_size < 0)
+        error_plain("the group size must be positive, not %ld", cfg->group_size);
+    Binding *b = parse_defines(p, cfg);
+    parse_program(p, b, cfg->ndefines, cfg->nranks, cfg->group_size);
+    error_pop(&ctx);
+    verify_program(p);
+    return p;
+}
+
+coco_program *coco_load_file(const char *path, const coco_config *cfg, char *err, size_t errlen)
+{
+    char *text = read_file(path, err, errlen);
+    if (!text)
+        return NULL;
+    coco_program *p = coco_load_string(path, text, cfg, err, errlen);
+    free(text);
+    return p;
+}
+
+void coco_program_free(coco_program *p)
+{
+    program_free(p);
+}
+
+void coco_print(coco_program *p, FILE *out)
+{
+    print_program(p, out);
+}
+
+const char *coco_program_name(const coco_program *p)
+{
+    return p->exec_name;
+}
+
+int coco_num_ranks(const coco_program *p)
+{
+    return p->nranks;
+}
+
+int coco_num_inputs(const coco_program *p)
+{
+    return p->nexec_in;
+}
+
+const char *coco_input_name(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nexec_in ? p->node[p->exec_in[i]].name : NULL;
+}
+
+int coco_num_outputs(const coco_program *p)
+{
+    return p->nexec_out;
+}
+
+const char *coco_output_name(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nexec_out ? p->node[p->exec_out[i]].name : NULL;
+}
+
+coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads)
+{
+    coco_run *r = xcalloc(1, sizeof *r);
+    r->prog = p;
+    r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);
+    exec_fill_inputs(r->exec);
+    return r;
+}
+
+/* A named value: a Tensor, Scalar or Var of the program. */
+static int find_named(Program *p, const char *name)
+{
+    for (int i = p->nnode - 1; i >= 0; i--)
+        if (p->node[i].named && !p->node[i].dead && !strcmp(p->node[i].name, name))
+            return i;
+    return -1;
+}
+
+int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t)
+{
+    Program *p = r->prog;
+    int id = find_named(p, name);
+    if (id < 0 || rank < 0 || rank >= p->nranks)
+        return -1;
+    Node *n = node_of(p, id);
+    long count;
+    double *data = exec_data(r->exec, id, rank, &count);
+    if (!data)
+        return -1;
+    memset(t, 0, sizeof *t);
+    t->name = n->name;
+    t->type = type_name(n->type);
+    t->layout = layout_str(p->arena, n->layout);
+    t->ndim = n->ndim;
+    long off[MAXDIM];
+    local_shape(p, n, rank, t->local_shape, off);
+    for (int i = 0; i < n->ndim; i++)
+        t->global_shape[i] = n->dim[i].n;
+    t->count = count;
+    t->data = data;
+    return 0;
+}
+
+int coco_run_execute(coco_run *r, char *err, size_t errlen)
+{
+    if (errlen)
+        err[0] = 0;
+    exec_run(r->exec);
+    return 0;
+}
+
+void coco_run_free(coco_run *r)
+{
+    if (!r)
+        return;
+    exec_free(r->exec);
+    free(r);
+}
+
+static void summary_add(coco_summary *s, Type t, double x)
+{
+    uint64_t bits = type_bits(t, x);
+    for (size_t i = 0; i < type_size(t); i++) {
+        s->hash ^= (bits >> (8 * i)) & 0xff;
+        s->hash *= 1099511628211ULL;
+    }
+    s->sum += x;
+    s->norm += x * x;
+    s->count++;
+}
+
+/* Element i (row-major in the logical shape) of a Sliced value in group g. */
+static double sliced_element(coco_run *r, Node *n, int g, long i)
+{
+    Program *p = r->prog;
+    long idx[MAXDIM], rest = i;
+    for (int d = n->ndim - 1; d >= 0; d--) {
+        idx[d] = rest % n->dim[d].n;
+        rest /= n->dim[d].n;
+    }
+    int sd = n->layout.dim;
+    long gsize = group_size_of(p, n->group), lo = 0, hi = 0, k = 0;
+    for (k = 0; k < gsize; k++) {
+        slice_range(n->dim[sd].n, gsize, k, &lo, &hi);
+        if (idx[sd] >= lo && idx[sd] < hi)
+            break;
+    }
+    int rank = rank_of(p, n->group, g, (int)k);
+    long shape[MAXDIM], off[MAXDIM], li = 0, count;
+    local_shape(p, n, rank, shape, off);
+    for (int d = 0; d < n->ndim; d++)
+        li = li * shape[d] + idx[d] - off[d];
+    return exec_data(r->exec, n->id, rank, &count)[li];
+}
+
+static int replicas_agree(coco_run *r, Node *n, int rank0, int rank)
+{
+    long c0, c;
+    double *a = exec_data(r->exec, n->id, rank0, &c0);
+    double *b = exec_data(r->exec, n->id, rank, &c);
+    return c0 == c && !memcmp(a, b, (size_t)c * sizeof(double));
+}
+
+int coco_run_summary(coco_run *r, const char *name, coco_summary *s)
+{
+    Program *p = r->prog;
+    int id = find_named(p, name);
+    if (id < 0 || !exec_data(r->exec, id, 0, &(long){0}))
+        return -1;
+    Node *n = node_of(p, id);
+    memset(s, 0, sizeof *s);
+    s->hash = 14695981039346656037ULL;
+    s->replicas_agree = 1;
+    int ngroups = ngroups_of(p, n->group);
+    long gsize = group_size_of(p, n->group);
+    for (int g = 0; g < ngroups; g++) {
+        int first = rank_of(p, n->group, g, 0);
+        if (n->layout.kind == L_SLICED) {
+            for (long i = 0, c = dim_count(n); i < c; i++)
+                summary_add(s, n->type, sliced_element(r, n, g, i));
+            continue;
+        }
+        int nr = n->layout.kind == L_LOCAL ? (int)gsize : 1;
+        for (int k = 0; k < nr; k++) {
+            long c;
+            double *d = exec_data(r->exec, id, first + k, &c);
+            for (long i = 0; i < c; i++)
+                summary_add(s, n->type, d[i]);
+        }
+        for (int k = 1; n->layout.kind == L_REPLICATED && k < gsize; k++)
+            s->replicas_agree &= replicas_agree(r, n, first, first + k);
+    }
+    s->norm = sqrt(s->norm);
+    return 0;
+}

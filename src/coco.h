@@ -1,0 +1,296 @@
+/* coco.h: the one internal header of the coconet compiler and CPU runtime.
+ *
+ * Data structures first (types, layouts, the program graph), then one section
+ * of prototypes per source file, in the order data flows through them:
+ * text -> lex -> parse -> infer/verify -> (schedule) -> interp / print.
+ * Everything a program owns lives in its arena and is freed with it. */
+#ifndef COCO_H
+#define COCO_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "coconet.h"
+
+enum { MAXDIM = 8, MAXIN = 4, MAXNAME = 64 };
+
+/* ---- element types ---- */
+typedef enum { T_FP16, T_BF16, T_FP32, T_FP64, NTYPE } Type;
+
+/* ---- layouts and groups ---- */
+typedef enum { L_REPLICATED, L_SLICED, L_LOCAL } LayoutKind;
+typedef struct {
+    LayoutKind kind;
+    int dim; /* sliced dimension, for L_SLICED */
+} Layout;
+
+typedef enum { G_WORLD, G_GROUP } GroupKind;
+
+/* reduction operators of collectives and ReduceTensor */
+typedef enum { R_SUM, R_PROD, R_MAX, R_MIN } RedOp;
+
+/* ---- source positions and user errors ---- */
+typedef struct {
+    int line, col; /* 1-based; line 0 means "no position" */
+} Pos;
+
+/* ---- operations (table in ops.c) ---- */
+typedef enum {
+    /* leaves */
+    O_INPUT,  /* Tensor declaration */
+    O_SCALAR, /* Scalar declaration (input, or constant when it has a value) */
+    O_CONST,  /* numeric literal */
+    /* pointwise */
+    O_NEG, O_SQRT, O_TANH, O_RELU, O_DROPOUT, O_CAST, O_SLICE,
+    O_ADD, O_SUB, O_MUL, O_DIV, O_POW,
+    /* layers */
+    O_MATMUL, O_CONV2D,
+    /* reductions within a rank */
+    O_NORM, O_REDUCE_TENSOR,
+    /* state */
+    O_UPDATE,
+    /* communication */
+    O_ALLREDUCE, O_REDUCESCATTER, O_ALLGATHER, O_REDUCE, O_BROADCAST, O_SEND,
+    NOP
+} Op;
+
+typedef enum {
+    K_LEAF, K_UNARY, K_BINARY, K_LAYER, K_REDUCTION, K_UPDATE, K_COMM
+} OpKind;
+
+typedef struct {
+    const char *name; /* as written in programs */
+    OpKind kind;
+    int nin;          /* number of tensor inputs */
+} OpInfo;
+
+/* ---- the program graph ---- */
+
+/* One dimension of a shape: its value for the bound sizes and its text
+ * ("B", "4*H", "12") so that the printer can write it back symbolically. */
+typedef struct {
+    long n;
+    const char *text;
+} Dim;
+
+typedef struct Node {
+    int id;
+    Op op;
+    const char *name; /* Var / Tensor / Scalar name, or a generated temporary */
+    int named;        /* 1 when the user (or a schedule) named it */
+    Pos pos;
+    int nin;
+    int in[MAXIN];
+    /* inferred facts */
+    Type type;
+    int ndim; /* 0 for scalars */
+    Dim dim[MAXDIM];
+    Layout layout;
+    GroupKind group;
+    /* attributes, meaning depends on op */
+    double value;    /* O_CONST, O_SCALAR with value, O_DROPOUT probability */
+    int has_value;   /* O_SCALAR: declared with a value */
+    int has_rank;    /* O_INPUT: declared with RANK */
+    RedOp redop;     /* collectives, O_REDUCE_TENSOR */
+    int axis;        /* O_SLICE, O_REDUCESCATTER, O_NORM/O_REDUCE_TENSOR (-1: all) */
+    int root;        /* O_REDUCE, O_BROADCAST: rank within the group */
+    int shift;       /* O_SEND: destination group = group + shift (mod groups) */
+    int is_recv;     /* O_SEND written as Recv(x, GroupRank(GROUP-k, RANK)) */
+    int stride, pad; /* O_CONV2D */
+    Type to;         /* O_CAST */
+    int dropout_id;  /* O_DROPOUT: key of its random stream */
+    int input_index; /* O_INPUT / O_SCALAR: declaration order among inputs */
+    int target;      /* O_UPDATE: node id of the updated O_INPUT */
+    int updated_by;  /* O_INPUT: node id of its O_UPDATE, or -1 */
+    int dead;        /* removed by a transformation */
+} Node;
+
+typedef struct {
+    const char *name;
+    const char *default_text; /* NULL when the file gives no default */
+    long value;
+    int bound;
+    Pos pos;
+} SizeDecl;
+
+typedef struct Arena Arena;
+
+typedef struct Program {
+    Arena *arena;
+    const char *file;
+    const char *src;
+    Node *node;
+    int nnode, capnode;
+    SizeDecl *size;
+    int nsize, capsize;
+    /* GROUP: consecutive ranks; group_text is the declared size expression */
+    const char *group_text;
+    Pos group_pos;
+    long group_size; /* 0 when GROUP is not used / not declared */
+    int nranks;
+    int uses_group;
+    /* Execute */
+    const char *exec_name;
+    int *exec_in, nexec_in;
+    int *exec_out, nexec_out;
+    int ndropout;
+    int ninput;
+} Program;
+
+/* ---- util.c: arena, user errors, strings ---- */
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t n);     /* zeroed */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...);
+void *xmalloc(size_t n);                   /* aborts on exhaustion */
+void *xcalloc(size_t n, size_t size);
+
+/* A user error unwinds to the innermost error_catch() with its message in
+ * the error buffer: "file:line:col: error: msg\n  line text\n  ^". */
+typedef struct ErrorCtx {
+    jmp_buf jb;
+    char *buf;
+    size_t len;
+    const char *file;
+    const char *src;
+    struct ErrorCtx *prev;
+} ErrorCtx;
+void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const char *src);
+void error_pop(ErrorCtx *ctx);
+_Noreturn void error_at(Pos pos, const char *fmt, ...);
+_Noreturn void error_plain(const char *fmt, ...);
+_Noreturn void internal_error(const char *file, int line, const char *fmt, ...);
+#define BUG(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
+#define ASSERT(c) ((c) ? (void)0 : BUG("assertion failed: %s", #c))
+
+/* ---- types.c: element types ---- */
+const char *type_name(Type t);
+int type_parse(const char *s, Type *t);   /* 1 on success */
+Type type_promote(Type a, Type b);
+size_t type_size(Type t);
+double type_round(Type t, double x);       /* round to the nearest value of t */
+uint64_t type_bits(Type t, double x);      /* bit pattern of x (already rounded) */
+double half_to_double(uint16_t h);
+uint16_t double_to_half(double x);
+double bf16_to_double(uint16_t h);
+uint16_t double_to_bf16(double x);
+
+/* ---- ops.c: operation facts ---- */
+const OpInfo *op_info(Op op);
+int op_is_pointwise(Op op);
+int op_is_comm(Op op);
+const char *redop_name(RedOp r);           /* "+", "*", "max", "min" */
+int redop_parse(const char *s, RedOp *r);
+const char *layout_str(Arena *a, Layout l);
+const char *group_name(GroupKind g);
+
+/* ---- graph.c: building the graph ---- */
+Program *program_new(const char *file, const char *src);
+void program_free(Program *p);
+Node *node_new(Program *p, Op op, Pos pos);
+Node *node_of(Program *p, int id);
+int program_find(Program *p, const char *name); /* node id or -1 */
+SizeDecl *size_find(Program *p, const char *name);
+long dim_count(const Node *n);                    /* elements of the logical tensor */
+int node_users(Program *p, int id, int *users, int max);
+
+/* ---- lex.c ---- */
+typedef enum { TK_IDENT, TK_NUM, TK_STR, TK_PUNCT, TK_EOF } TokKind;
+typedef struct {
+    TokKind kind;
+    const char *start;
+    int len;
+    double num;
+    int is_int;
+    Pos pos;
+} Token;
+typedef struct {
+    const char *src;
+    const char *p;
+    int line;
+    const char *line_start;
+} Lexer;
+void lex_init(Lexer *lx, const char *src);
+Token lex_next(Lexer *lx);
+
+/* ---- parse.c: text -> graph (inference runs as each node is made) ---- */
+typedef struct {
+    const char *name;
+    const char *value;
+} Binding;
+void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_size);
+
+/* ---- infer.c: type, shape and layout of one node from its inputs ---- */
+void infer_node(Program *p, Node *n);      /* user error on a violated rule */
+int layout_equal(Layout a, Layout b);
+
+/* ---- shape.c: where each rank's part of a value lies ---- */
+long group_size_of(const Program *p, GroupKind g);  /* ranks in one group */
+int ngroups_of(const Program *p, GroupKind g);      /* number of groups */
+int group_index(const Program *p, GroupKind g, int rank); /* which group */
+int group_rank(const Program *p, GroupKind g, int rank);  /* index within it */
+int rank_of(const Program *p, GroupKind g, int group, int index);
+/* balanced blocks: the first n % parts blocks hold one element more */
+void slice_range(long n, long parts, long idx, long *lo, long *hi);
+/* the shape one rank holds, and where it starts in the logical tensor */
+void local_shape(const Program *p, const Node *n, int rank, long *shape, long *offset);
+long local_count(const Program *p, const Node *n, int rank);
+/* Walks one rank's local elements in local row-major order, giving each
+ * one's row-major index in the node's logical shape (added for fill.c,
+ * dropout and the collectives). */
+typedef struct {
+    int ndim;
+    long shape[MAXDIM];  /* local shape */
+    long stride[MAXDIM]; /* row-major strides of the logical shape */
+    long idx[MAXDIM];    /* local coordinates of the current element */
+    long gidx;           /* logical row-major index of the current element */
+} GlobalIter;
+void global_iter_start(GlobalIter *it, const Program *p, const Node *n, int rank);
+void global_iter_next(GlobalIter *it);
+
+/* ---- verify.c: whole-graph consistency, run after every step ---- */
+void verify_program(Program *p);           /* BUG() on an internal inconsistency */
+
+/* ---- print.c: graph -> .coco text ---- */
+void print_program(Program *p, FILE *out);
+
+/* ---- rng.c: counter-based random numbers ---- */
+uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index);
+double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index); /* [0,1), 24 bits */
+
+/* ---- interp.c: the CPU reference executor ---- */
+typedef struct {
+    Program *prog;
+    uint64_t seed;
+    int nthreads;
+    double **val;  /* val[node * nranks + rank]: that rank's data, or NULL */
+    long *count;   /* elements per (node, rank) */
+    int keep_all;  /* 1: keep every intermediate value (default 0) */
+} Exec;
+Exec *exec_new(Program *p, uint64_t seed, int nthreads);
+void exec_free(Exec *e);
+void exec_fill_inputs(Exec *e);           /* seeded data, see fill.c */
+void exec_run(Exec *e);                    /* evaluates every node in order */
+double *exec_data(Exec *e, int node, int rank, long *count);
+/* (Re)allocates the value of (node, rank) with count elements, uninitialized. */
+double *exec_alloc(Exec *e, int node, int rank, long count);
+
+/* ---- fill.c ---- */
+void fill_input(Exec *e, const Node *n);
+
+/* ---- interp_ops.c: computation on one rank ---- */
+void eval_pointwise(Exec *e, const Node *n, int rank);
+void eval_matmul(Exec *e, const Node *n, int rank);
+void eval_conv2d(Exec *e, const Node *n, int rank);
+void eval_reduction(Exec *e, const Node *n, int rank);
+double reduce_step(RedOp r, double acc, double x); /* acc (op) x; NaN propagates */
+
+/* ---- interp_comm.c: communication across simulated ranks ---- */
+void eval_comm(Exec *e, const Node *n);
+
+#endif

@@ -1,0 +1,182 @@
+/* interp.c: the CPU reference executor, driving the evaluation of a graph.
+ *
+ * Every live node is evaluated in id order (ids are a topological order) on
+ * all simulated ranks; the per-rank computations live in interp_ops.c and
+ * the collectives in interp_comm.c.  Values are doubles holding numbers
+ * representable in the node's type.  An intermediate value is freed as soon
+ * as its last live user has been evaluated, except inputs, scalars,
+ * program outputs, O_UPDATE results, and everything when e->keep_all is set. */
+#include <stdlib.h>
+
+#include "coco.h"
+
+Exec *exec_new(Program *p, uint64_t seed, int nthreads)
+{
+    Exec *e = xcalloc(1, sizeof *e);
+    size_t slots = (size_t)p->nnode * (size_t)p->nranks;
+    e->prog = p;
+    e->seed = seed;
+    e->nthreads = nthreads > 0 ? nthreads : 1;
+    e->val = xcalloc(slots ? slots : 1, sizeof *e->val);
+    e->count = xcalloc(slots ? slots : 1, sizeof *e->count);
+    return e;
+}
+
+static void free_value(Exec *e, int node)
+{
+    for (int r = 0; r < e->prog->nranks; r++) {
+        size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)r;
+        free(e->val[k]);
+        e->val[k] = NULL;
+        e->count[k] = 0;
+    }
+}
+
+void exec_free(Exec *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->prog->nnode; i++)
+        free_value(e, i);
+    free(e->val);
+    free(e->count);
+    free(e);
+}
+
+double *exec_alloc(Exec *e, int node, int rank, long count)
+{
+    ASSERT(node >= 0 && node < e->prog->nnode && rank >= 0 && rank < e->prog->nranks);
+    ASSERT(count >= 0);
+    size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)rank;
+    free(e->val[k]);
+    e->val[k] = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(double));
+    e->count[k] = count;
+    return e->val[k];
+}
+
+double *exec_data(Exec *e, int node, int rank, long *count)
+{
+    ASSERT(node >= 0 && node < e->prog->nnode && rank >= 0 && rank < e->prog->nranks);
+    size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)rank;
+    if (count)
+        *count = e->count[k];
+    return e->val[k];
+}
+
+void exec_fill_inputs(Exec *e)
+{
+    Program *p = e->prog;
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (!n->dead && (n->op == O_INPUT || n->op == O_SCALAR))
+            fill_input(e, n);
+    }
+}
+
+/* ---- evaluation ---- */
+
+static void eval_const(Exec *e, const Node *n)
+{
+    for (int r = 0; r < e->prog->nranks; r++)
+        exec_alloc(e, n->id, r, 1)[0] = type_round(n->type, n->value);
+}
+
+static void eval_update(Exec *e, const Node *n, int rank)
+{
+    long count;
+    const double *src = exec_data(e, n->in[1], rank, &count);
+    ASSERT(src != NULL);
+    double *out = exec_alloc(e, n->id, rank, count);
+    for (long i = 0; i < count; i++)
+        out[i] = type_round(n->type, src[i]);
+}
+
+static void eval_on_ranks(Exec *e, const Node *n, void (*fn)(Exec *, const Node *, int))
+{
+    for (int r = 0; r < e->prog->nranks; r++)
+        fn(e, n, r);
+}
+
+static void eval_node(Exec *e, const Node *n)
+{
+    switch (op_info(n->op)->kind) {
+    case K_LEAF:
+        if (n->op == O_CONST)
+            eval_const(e, n);
+        break; /* inputs and scalars are filled beforehand */
+    case K_UNARY:
+    case K_BINARY: eval_on_ranks(e, n, eval_pointwise); break;
+    case K_LAYER:
+        if (n->op == O_MATMUL)
+            eval_on_ranks(e, n, eval_matmul);
+        else if (n->op == O_CONV2D)
+            eval_on_ranks(e, n, eval_conv2d);
+        else
+            BUG("unknown layer op %d", (int)n->op);
+        break;
+    case K_REDUCTION: eval_on_ranks(e, n, eval_reduction); break;
+    case K_UPDATE: eval_on_ranks(e, n, eval_update); break;
+    case K_COMM: eval_comm(e, n); break;
+    default: BUG("bad op kind for %s", n->name ? n->name : "?");
+    }
+}
+
+static int is_output(const Program *p, int id)
+{
+    for (int i = 0; i < p->nexec_out; i++)
+        if (p->exec_out[i] == id)
+            return 1;
+    return 0;
+}
+
+static int may_free(const Exec *e, const Node *n)
+{
+    if (e->keep_all || n->op == O_INPUT || n->op == O_SCALAR || n->op == O_UPDATE)
+        return 0;
+    return !is_output(e->prog, n->id);
+}
+
+/* last_use[i]: the largest id of a live node reading i, or i itself. */
+static int *last_uses(const Program *p)
+{
+    int *last = xmalloc((size_t)(p->nnode > 0 ? p->nnode : 1) * sizeof *last);
+    for (int i = 0; i < p->nnode; i++)
+        last[i] = i;
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (n->dead)
+            continue;
+        for (int k = 0; k < n->nin; k++) {
+            ASSERT(n->in[k] >= 0 && n->in[k] < i);
+            last[n->in[k]] = i;
+        }
+    }
+    return last;
+}
+
+/* Free every value whose last use is node i (node i itself included). */
+static void release_after(Exec *e, const int *last, int i)
+{
+    const Program *p = e->prog;
+    const Node *n = &p->node[i];
+    for (int k = 0; k <= n->nin; k++) {
+        int id = k < n->nin ? n->in[k] : i;
+        if (last[id] == i && may_free(e, &p->node[id]))
+            free_value(e, id);
+    }
+}
+
+void exec_run(Exec *e)
+{
+    Program *p = e->prog;
+    int *last = last_uses(p);
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (n->dead)
+            continue;
+        ASSERT(n->id == i);
+        eval_node(e, n);
+        release_after(e, last, i);
+    }
+    free(last);
+}

@@ -1,0 +1,275 @@
+/* main.c: the coconet command. Parses the command line, then calls the
+ * public API (coconet.h) for each subcommand: check, print, run. Exit
+ * status: 0 success, 1 the program (or a run) failed, 2 bad command line. */
+#define _DEFAULT_SOURCE
+#include "coconet.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAXDEFINES = 256 };
+
+typedef struct {
+    const char *cmd;
+    const char *file;
+    const char *defines[MAXDEFINES];
+    int ndefines;
+    int nranks;
+    long group_size;
+    uint64_t seed;
+    int threads;
+    const char *backend;
+    const char *dump;
+} Options;
+
+static const char usage[] =
+    "usage: coconet COMMAND FILE [options]\n"
+    "\n"
+    "commands:\n"
+    "  check FILE      parse and check the program (types, shapes, layouts)\n"
+    "  print FILE      print the checked program with each value's type, shape, layout\n"
+    "  run FILE        run the program and print a summary of each output\n"
+    "\n"
+    "options:\n"
+    "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
+    "  --ranks P       number of ranks (default 4)\n"
+    "  --group-size G  ranks in each GROUP (default: the file's 'Group GROUP(n);')\n"
+    "  --backend cpu   where to run: cpu, the reference executor with simulated ranks\n"
+    "  --seed S        seed of the input data and of Dropout (default 1)\n"
+    "  --threads T     CPU threads for MatMul and Conv2D (default: all cores)\n"
+    "  --dump DIR      run: write every input and output of every rank to DIR\n"
+    "  --help, --version\n";
+
+static _Noreturn void bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "coconet: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(coconet --help lists the commands and options)\n");
+    exit(2);
+}
+
+static long parse_count(const char *flag, const char *s, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s ? s : "", &end, 10);
+    if (!s || !*s || *end || errno || v < min || v > max) {
+        fprintf(stderr, "coconet: %s expects an integer from %ld to %ld, not '%s'\n", flag, min,
+                max, s ? s : "");
+        exit(2);
+    }
+    return v;
+}
+
+static const char *option_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc)
+        bad_usage("%s needs a value", argv[*i]);
+    return argv[++*i];
+}
+
+static void parse_option(Options *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    if (!strcmp(a, "-D")) {
+        if (o->ndefines == MAXDEFINES)
+            bad_usage("too many -D options%s", "");
+        o->defines[o->ndefines++] = option_value(argc, argv, i);
+    } else if (!strncmp(a, "-D", 2)) {
+        if (o->ndefines == MAXDEFINES)
+            bad_usage("too many -D options%s", "");
+        o->defines[o->ndefines++] = a + 2;
+    } else if (!strcmp(a, "--ranks")) {
+        o->nranks = (int)parse_count(a, option_value(argc, argv, i), 1, 4096);
+    } else if (!strcmp(a, "--group-size")) {
+        o->group_size = parse_count(a, option_value(argc, argv, i), 1, 4096);
+    } else if (!strcmp(a, "--seed")) {
+        o->seed = (uint64_t)parse_count(a, option_value(argc, argv, i), 0, 1L << 62);
+    } else if (!strcmp(a, "--threads")) {
+        o->threads = (int)parse_count(a, option_value(argc, argv, i), 1, 1024);
+    } else if (!strcmp(a, "--backend")) {
+        o->backend = option_value(argc, argv, i);
+        if (strcmp(o->backend, "cpu"))
+            bad_usage("unknown backend '%s' (this build has: cpu)", o->backend);
+    } else if (!strcmp(a, "--dump")) {
+        o->dump = option_value(argc, argv, i);
+    } else {
+        bad_usage("unknown option '%s'", a);
+    }
+}
+
+static void parse_args(Options *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    o->nranks = 4;
+    o->seed = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cores > 0 ? (int)cores : 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("coconet %s\n", COCONET_VERSION);
+            exit(0);
+        }
+        if (a[0] == '-' && a[1])
+            parse_option(o, argc, argv, &i);
+        else if (!o->cmd)
+            o->cmd = a;
+        else if (!o->file)
+            o->file = a;
+        else
+            bad_usage("unexpected argument '%s'", a);
+    }
+    if (!o->cmd)
+        bad_usage("no command given%s", "");
+    if (strcmp(o->cmd, "check") && strcmp(o->cmd, "print") && strcmp(o->cmd, "run"))
+        bad_usage("unknown command '%s'", o->cmd);
+    if (!o->file)
+        bad_usage("%s needs a FILE", o->cmd);
+}
+
+static coco_program *load(const Options *o)
+{
+    coco_config cfg = {o->defines, o->ndefines, o->nranks, o->group_size};
+    char err[4096];
+    coco_program *p = coco_load_file(o->file, &cfg, err, sizeof err);
+    if (!p) {
+        fputs(err, stderr);
+        exit(1);
+    }
+    return p;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void shape_text(char *buf, size_t len, const coco_tensor *t)
+{
+    size_t u = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < t->ndim && u < len; i++)
+        u += (size_t)snprintf(buf + u, len - u, "%s%ld", i ? "," : "", t->global_shape[i]);
+    if (u < len)
+        snprintf(buf + u, len - u, "]");
+}
+
+static int print_output(coco_run *r, const char *name)
+{
+    coco_tensor t;
+    coco_summary s;
+    if (coco_run_tensor(r, name, 0, &t) || coco_run_summary(r, name, &s)) {
+        fprintf(stderr, "coconet: internal error: output %s has no value\n", name);
+        return 1;
+    }
+    char shape[128];
+    shape_text(shape, sizeof shape, &t);
+    printf("%-12s %-5s %-18s %-12s %016llx %14.6g %14.6g%s\n", name, t.type, shape, t.layout,
+           (unsigned long long)s.hash, s.sum, s.norm,
+           s.replicas_agree ? "" : "  REPLICAS DIFFER");
+    return !s.replicas_agree;
+}
+
+static int write_rank_file(const char *dir, const coco_tensor *t, int rank, FILE *manifest,
+                           const char *role)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.r%d.f64", dir, t->name, rank);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(t->data, sizeof(double), (size_t)t->count, f) != (size_t)t->count) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return 1;
+    }
+    fclose(f);
+    fprintf(manifest, "%s %s %d %s %s %d", role, t->name, rank, t->type, t->layout, t->ndim);
+    for (int i = 0; i < t->ndim; i++)
+        fprintf(manifest, " %ld", t->global_shape[i]);
+    for (int i = 0; i < t->ndim; i++)
+        fprintf(manifest, " %ld", t->local_shape[i]);
+    fputc('\n', manifest);
+    return 0;
+}
+
+/* Writes each rank's data of every input and output as raw float64. */
+static int dump(coco_program *p, coco_run *r, const char *dir)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "coconet: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.txt", dir);
+    FILE *m = fopen(path, "w");
+    if (!m) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        int n = k ? coco_num_outputs(p) : coco_num_inputs(p);
+        for (int i = 0; i < n; i++) {
+            const char *name = k ? coco_output_name(p, i) : coco_input_name(p, i);
+            for (int rank = 0; rank < coco_num_ranks(p); rank++) {
+                coco_tensor t;
+                if (!coco_run_tensor(r, name, rank, &t))
+                    bad |= write_rank_file(dir, &t, rank, m, k ? "output" : "input");
+            }
+        }
+    }
+    fclose(m);
+    return bad;
+}
+
+static int run(const Options *o, coco_program *p)
+{
+    coco_run *r = coco_run_new(p, o->seed, o->threads);
+    char err[1024];
+    double t0 = now_ms();
+    int rc = coco_run_execute(r, err, sizeof err);
+    double ms = now_ms() - t0;
+    if (rc) {
+        fputs(err, stderr);
+        coco_run_free(r);
+        return 1;
+    }
+    printf("%s: %d simulated rank%s, cpu backend, seed %llu\n", coco_program_name(p),
+           coco_num_ranks(p), coco_num_ranks(p) == 1 ? "" : "s", (unsigned long long)o->seed);
+    printf("%-12s %-5s %-18s %-12s %-16s %14s %14s\n", "output", "type", "shape", "layout",
+           "fnv-1a", "sum", "norm");
+    int bad = 0;
+    for (int i = 0; i < coco_num_outputs(p); i++)
+        bad |= print_output(r, coco_output_name(p, i));
+    printf("time %.1f ms\n", ms);
+    if (o->dump)
+        bad |= dump(p, r, o->dump);
+    coco_run_free(r);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    Options o;
+    parse_args(&o, argc, argv);
+    coco_program *p = load(&o);
+    int rc = 0;
+    if (!strcmp(o.cmd, "print"))
+        coco_print(p, stdout);
+    else if (!strcmp(o.cmd, "run"))
+        rc = run(&o, p);
+    else
+        printf("%s: ok (%d rank%s)\n", o.file, coco_num_ranks(p), coco_num_ranks(p) == 1 ? "" : "s");
+    coco_program_free(p);
+    return rc;
+}
