@@ -38,6 +38,14 @@ coco_program *coco_load_string(const char *name, const char *text, const coco_co
                                char *err, size_t errlen);
 void coco_program_free(coco_program *p);
 
+/* Schedules: those written in the file (or added from a schedule file),
+ * and applying one, which gives a new program (free it too). */
+int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errlen);
+int coco_num_schedules(const coco_program *p);
+const char *coco_schedule_name(const coco_program *p, int i);
+coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen);
+const char *coco_applied_schedule(const coco_program *p); /* NULL: none */
+
 /* Write the checked program back as .coco text, each value's inferred
  * type, shape and layout in a comment. */
 void coco_print(coco_program *p, FILE *out);
@@ -79,6 +87,18 @@ typedef struct {
     int replicas_agree; /* Replicated values identical on all ranks */
 } coco_summary;
 int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
+
+/* Compares the outputs (by position) and the new values of Updated tensors
+ * of two runs of the same program under different schedules. */
+typedef struct {
+    int compared;       /* values compared */
+    long elements;
+    long differing;     /* elements whose bits differ */
+    double max_abs;     /* largest |a - b| */
+    double max_rel;     /* largest |a - b| / max(|a|, tiny) */
+    char worst[64];     /* name of the value with the largest difference */
+} coco_comparison;
+int coco_run_compare(coco_run *ref, coco_run *other, coco_comparison *c);
 
 #ifdef __cplusplus
 }

@@ -11,11 +11,6 @@
 
 enum { MAX_SOURCE = 64 << 20, MAX_RANKS = 4096 };
 
-struct coco_run {
-    Program *prog;
-    Exec *exec;
-};
-
 static void set_err(char *err, size_t len, const char *fmt, const char *a, const char *b)
 {
     if (len)
@@ -228,30 +223,6 @@ static void summary_add(coco_summary *s, Type t, double x)
     s->count++;
 }
 
-/* Element i (row-major in the logical shape) of a Sliced value in group g. */
-static double sliced_element(coco_run *r, Node *n, int g, long i)
-{
-    Program *p = r->prog;
-    long idx[MAXDIM], rest = i;
-    for (int d = n->ndim - 1; d >= 0; d--) {
-        idx[d] = rest % n->dim[d].n;
-        rest /= n->dim[d].n;
-    }
-    int sd = n->layout.dim;
-    long gsize = group_size_of(p, n->group), lo = 0, hi = 0, k = 0;
-    for (k = 0; k < gsize; k++) {
-        slice_range(n->dim[sd].n, gsize, k, &lo, &hi);
-        if (idx[sd] >= lo && idx[sd] < hi)
-            break;
-    }
-    int rank = rank_of(p, n->group, g, (int)k);
-    long shape[MAXDIM], off[MAXDIM], li = 0, count;
-    local_shape(p, n, rank, shape, off);
-    for (int d = 0; d < n->ndim; d++)
-        li = li * shape[d] + idx[d] - off[d];
-    return exec_data(r->exec, n->id, rank, &count)[li];
-}
-
 static int replicas_agree(coco_run *r, Node *n, int rank0, int rank)
 {
     long c0, c;
@@ -276,7 +247,7 @@ int coco_run_summary(coco_run *r, const char *name, coco_summary *s)
         int first = rank_of(p, n->group, g, 0);
         if (n->layout.kind == L_SLICED) {
             for (long i = 0, c = dim_count(n); i < c; i++)
-                summary_add(s, n->type, sliced_element(r, n, g, i));
+                summary_add(s, n->type, exec_value_at(r->exec, n, first, i));
             continue;
         }
         int nr = n->layout.kind == L_LOCAL ? (int)gsize : 1;

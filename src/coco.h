@@ -30,7 +30,8 @@ typedef struct {
 typedef enum { G_WORLD, G_GROUP } GroupKind;
 
 /* reduction operators of collectives and ReduceTensor */
-typedef enum { R_SUM, R_PROD, R_MAX, R_MIN } RedOp;
+/* R_SUMSQ (sum of squares) only in PartialReduce, made by reorder from Norm */
+typedef enum { R_SUM, R_PROD, R_MAX, R_MIN, R_SUMSQ } RedOp;
 
 /* ---- source positions and user errors ---- */
 typedef struct {
@@ -50,6 +51,7 @@ typedef enum {
     O_MATMUL, O_CONV2D,
     /* reductions within a rank */
     O_NORM, O_REDUCE_TENSOR,
+    O_PARTIAL_REDUCE, /* reduces what each rank holds of a Sliced value: Local */
     /* state */
     O_UPDATE,
     /* communication */
@@ -106,7 +108,50 @@ typedef struct Node {
     int target;      /* O_UPDATE: node id of the updated O_INPUT */
     int updated_by;  /* O_INPUT: node id of its O_UPDATE, or -1 */
     int dead;        /* removed by a transformation */
+    int fusion;      /* index of its fused operation, or -1 */
+    double seq;      /* position used when re-sorting after a transformation */
 } Node;
+
+/* A fused operation made by a schedule's fuse: its members are the nodes
+ * whose `fusion` is its index. */
+typedef enum { F_COMPUTATION, F_ALLREDUCE, F_SEND } FuseKind;
+typedef struct {
+    const char *name;
+    FuseKind kind;
+    int dead;
+} Fusion;
+
+/* A reference to a node (>= 0) or a fusion f (encoded -(f+1)). */
+typedef int Ref;
+#define REF_FUSION(f) (-(f) - 1)
+#define REF_IS_FUSION(r) ((r) < 0)
+#define REF_FUSION_INDEX(r) (-(r) - 1)
+
+/* overlap(a, b, ...): a producer-consumer chain run overlapped */
+typedef struct {
+    const char *name;
+    Ref *item;
+    int nitem;
+} Overlap;
+
+/* One schedule statement: outs = verb(args); */
+typedef struct {
+    Pos pos;
+    const char *verb;
+    const char **out;
+    int nout;
+    const char **arg;
+    Pos *argpos;
+    int narg;
+    const char *policy; /* trailing policy name, or NULL */
+} SchedStmt;
+
+typedef struct {
+    const char *name;
+    Pos pos;
+    SchedStmt *stmt;
+    int nstmt;
+} Schedule;
 
 typedef struct {
     const char *name;
@@ -138,6 +183,15 @@ typedef struct Program {
     int *exec_out, nexec_out;
     int ndropout;
     int ninput;
+    /* schedules written in the file, and what applying one made */
+    Schedule *sched;
+    int nsched;
+    Fusion *fusion;
+    int nfusion;
+    Overlap *overlap;
+    int noverlap;
+    const char *applied;   /* name of the schedule applied, or NULL */
+    struct Program *base;  /* a clone's original: owns the shared sizes and text */
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */
@@ -199,6 +253,18 @@ SizeDecl *size_find(Program *p, const char *name);
 long dim_count(const Node *n);                    /* elements of the logical tensor */
 int node_users(Program *p, int id, int *users, int max);
 
+/* ---- rewrite.c: graph surgery shared by the transformations ---- */
+Program *program_clone(Program *base);          /* deep copy for scheduling */
+Node *node_copy(Program *p, int id, double seq); /* a new node like id */
+void replace_uses(Program *p, int old, int with, int after_seq_of);
+void program_resort(Program *p);               /* topological, by seq; drops dead */
+int fusion_new(Program *p, const char *name, FuseKind kind);
+int ref_members(Program *p, Ref r, int *out, int max); /* node ids of a ref */
+int ref_uses(Program *p, Ref a, Ref b);        /* does b read a value of a? */
+const char *ref_name(Program *p, Ref r);
+int is_output(const Program *p, int id);
+int state_value(const Program *p, int input);  /* node holding an input's new value */
+
 /* ---- lex.c ---- */
 typedef enum { TK_IDENT, TK_NUM, TK_STR, TK_PUNCT, TK_EOF } TokKind;
 typedef struct {
@@ -224,6 +290,7 @@ typedef struct {
     const char *value;
 } Binding;
 void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_size);
+void parse_schedules(Program *p, const char *src); /* a file of Schedule blocks */
 
 /* ---- infer.c: type, shape and layout of one node from its inputs ---- */
 void infer_node(Program *p, Node *n);      /* user error on a violated rule */
@@ -256,6 +323,29 @@ void global_iter_next(GlobalIter *it);
 /* ---- verify.c: whole-graph consistency, run after every step ---- */
 void verify_program(Program *p);           /* BUG() on an internal inconsistency */
 
+/* ---- sched.c: applying a schedule, statement by statement ---- */
+typedef struct {
+    Program *p;
+    const SchedStmt *st;
+    const char *sched;
+} Xform;
+_Noreturn void refuse(const Xform *x, const char *fmt, ...);
+Ref xform_arg(const Xform *x, int i);           /* the value or fusion argument i names */
+void xform_outs(const Xform *x, int n, const char *what); /* requires n output names */
+void xform_name(const Xform *x, int i, Ref r);  /* gives output name i to r */
+int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
+void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
+void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
+const Schedule *schedule_find(Program *p, const char *name);
+
+/* ---- xform_*.c: the transformations ---- */
+void xform_split(const Xform *x);
+void xform_reorder(const Xform *x);
+void xform_fuse(const Xform *x);
+void xform_overlap(const Xform *x);
+void xform_asslice(const Xform *x);
+void xform_dead(const Xform *x);
+
 /* ---- print.c: graph -> .coco text ---- */
 void print_program(Program *p, FILE *out);
 
@@ -277,8 +367,15 @@ void exec_free(Exec *e);
 void exec_fill_inputs(Exec *e);           /* seeded data, see fill.c */
 void exec_run(Exec *e);                    /* evaluates every node in order */
 double *exec_data(Exec *e, int node, int rank, long *count);
+double exec_value_at(Exec *e, const Node *n, int rank, long gidx);
 /* (Re)allocates the value of (node, rank) with count elements, uninitialized. */
 double *exec_alloc(Exec *e, int node, int rank, long count);
+
+/* a run of the public API: a program and its executor */
+struct coco_run {
+    Program *prog;
+    Exec *exec;
+};
 
 /* ---- fill.c ---- */
 void fill_input(Exec *e, const Node *n);

@@ -22,7 +22,8 @@ void program_free(Program *p)
     if (!p)
         return;
     free(p->node);
-    free(p->size);
+    if (!p->base)
+        free(p->size);
     arena_free(p->arena);
 }
 
@@ -45,6 +46,8 @@ Node *node_new(Program *p, Op op, Pos pos)
     n->target = -1;
     n->updated_by = -1;
     n->input_index = -1;
+    n->fusion = -1;
+    n->seq = n->id;
     n->stride = 1;
     n->name = arena_printf(p->arena, "_t%d", n->id);
     return n;

@@ -42,7 +42,8 @@ static void copy_facts(Node *dst, const Node *src)
     dst->group = src->group;
 }
 
-/* A constant or Scalar: available everywhere, it never widens a tensor's type. */
+/* A constant or Scalar: available everywhere, it never widens a tensor's type
+ * (a literal, FP64 and exact, never widens anything). */
 static int is_weak(const Node *n)
 {
     return n->op == O_CONST || n->op == O_SCALAR;
@@ -56,6 +57,10 @@ static int world_uniform(const Node *n)
 
 static Type binary_type(const Node *a, const Node *b)
 {
+    if (a->op == O_CONST && b->op != O_CONST)
+        return b->type;
+    if (b->op == O_CONST && a->op != O_CONST)
+        return a->type;
     if (a->ndim && !b->ndim)
         return a->type;
     if (b->ndim && !a->ndim)
@@ -296,7 +301,12 @@ static void infer_reduction(Program *p, Node *n)
     if (n->axis >= 0)
         check_axis(p, n, x, n->axis, what);
     int over_slice = x->layout.kind == L_SLICED && (n->axis < 0 || n->axis == x->layout.dim);
-    if (over_slice)
+    if (n->op == O_PARTIAL_REDUCE) {
+        if (!over_slice)
+            error_at(n->pos, "PartialReduce reduces each rank's part of a sliced dimension, but "
+                     "%s is not sliced there", desc(p, x));
+        n->layout.kind = L_LOCAL;
+    } else if (over_slice)
         error_at(n->pos, "%s over the sliced dimension of %s needs communication: AllGather it "
                  "first (a schedule's reorder does this rewrite itself)", what, desc(p, x));
     if (n->axis < 0) {
@@ -313,9 +323,12 @@ static void infer_reduction(Program *p, Node *n)
 static void infer_update(Program *p, Node *n)
 {
     Node *t = input(p, n, 0), *v = input(p, n, 1);
-    if (t->updated_by >= 0 && t->updated_by != n->id)
+    int other = t->updated_by;
+    if (other >= 0 && node_of(p, other)->op == O_ALLGATHER)
+        other = node_of(p, other)->in[0]; /* the gather of a sliced update */
+    if (other >= 0 && other != n->id && !node_of(p, other)->dead)
         error_at(n->pos, "'%s' is already updated at line %d", t->name,
-                 node_of(p, t->updated_by)->pos.line);
+                 node_of(p, other)->pos.line);
     Node tmp = *n;
     broadcast_shape(p, &tmp, t, v);
     if (tmp.ndim != t->ndim || memcmp(tmp.dim, t->dim, sizeof(Dim) * (size_t)t->ndim) != 0) {
@@ -327,13 +340,17 @@ static void infer_update(Program *p, Node *n)
                      desc(p, t), desc(p, v));
     }
     int uniform = v->ndim == 0 && v->layout.kind == L_REPLICATED;
-    if (!uniform && !layout_equal(t->layout, v->layout))
+    /* a sliced update: each rank computes its slice of a Replicated tensor */
+    int sliced = t->layout.kind == L_REPLICATED && v->layout.kind == L_SLICED;
+    if (!uniform && !sliced && !layout_equal(t->layout, v->layout))
         error_at(n->pos, "Update of %s with %s: the new value must have the tensor's layout",
                  desc(p, t), desc(p, v));
     if (!uniform && v->group != t->group && !world_uniform(v))
         error_at(n->pos, "Update of %s with a value of group %s", desc(p, t),
                  group_name(v->group));
     copy_facts(n, t);
+    if (sliced)
+        n->layout = v->layout;
 }
 
 static void infer_comm(Program *p, Node *n)

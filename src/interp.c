@@ -81,16 +81,6 @@ static void eval_const(Exec *e, const Node *n)
         exec_alloc(e, n->id, r, 1)[0] = type_round(n->type, n->value);
 }
 
-static void eval_update(Exec *e, const Node *n, int rank)
-{
-    long count;
-    const double *src = exec_data(e, n->in[1], rank, &count);
-    ASSERT(src != NULL);
-    double *out = exec_alloc(e, n->id, rank, count);
-    for (long i = 0; i < count; i++)
-        out[i] = type_round(n->type, src[i]);
-}
-
 static void eval_on_ranks(Exec *e, const Node *n, void (*fn)(Exec *, const Node *, int))
 {
     for (int r = 0; r < e->prog->nranks; r++)
@@ -115,23 +105,19 @@ static void eval_node(Exec *e, const Node *n)
             BUG("unknown layer op %d", (int)n->op);
         break;
     case K_REDUCTION: eval_on_ranks(e, n, eval_reduction); break;
-    case K_UPDATE: eval_on_ranks(e, n, eval_update); break;
+    case K_UPDATE: eval_on_ranks(e, n, eval_pointwise); break; /* see interp_ops.c */
     case K_COMM: eval_comm(e, n); break;
     default: BUG("bad op kind for %s", n->name ? n->name : "?");
     }
 }
 
-static int is_output(const Program *p, int id)
-{
-    for (int i = 0; i < p->nexec_out; i++)
-        if (p->exec_out[i] == id)
-            return 1;
-    return 0;
-}
-
+/* is_output() is in rewrite.c */
 static int may_free(const Exec *e, const Node *n)
 {
     if (e->keep_all || n->op == O_INPUT || n->op == O_SCALAR || n->op == O_UPDATE)
+        return 0;
+    /* the gather of a sliced Update is the tensor's new value */
+    if (n->op == O_ALLGATHER && e->prog->node[n->in[0]].op == O_UPDATE)
         return 0;
     return !is_output(e->prog, n->id);
 }
@@ -179,4 +165,32 @@ void exec_run(Exec *e)
         release_after(e, last, i);
     }
     free(last);
+}
+
+/* The value of logical element gidx of node n as seen from rank: its own
+ * copy, or for a Sliced value the copy of the rank of its group holding it. */
+double exec_value_at(Exec *e, const Node *n, int rank, long gidx)
+{
+    const Program *p = e->prog;
+    if (n->layout.kind != L_SLICED)
+        return exec_data(e, n->id, rank, NULL)[gidx];
+    long idx[MAXDIM], rest = gidx;
+    for (int d = n->ndim - 1; d >= 0; d--) {
+        idx[d] = rest % n->dim[d].n;
+        rest /= n->dim[d].n;
+    }
+    int sd = n->layout.dim;
+    long gsize = group_size_of(p, n->group), lo = 0, hi = 0, k;
+    for (k = 0; k < gsize; k++) {
+        slice_range(n->dim[sd].n, gsize, k, &lo, &hi);
+        if (idx[sd] >= lo && idx[sd] < hi)
+            break;
+    }
+    ASSERT(k < gsize);
+    int holder = rank_of(p, n->group, group_index(p, n->group, rank), (int)k);
+    long shape[MAXDIM], off[MAXDIM], li = 0;
+    local_shape(p, n, holder, shape, off);
+    for (int d = 0; d < n->ndim; d++)
+        li = li * shape[d] + idx[d] - off[d];
+    return exec_data(e, n->id, holder, NULL)[li];
 }

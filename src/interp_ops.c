@@ -5,6 +5,8 @@
  *  - Pointwise ops compute in double from their (already rounded) inputs and
  *    round once to the node's type.  Binary ops broadcast as PyTorch does
  *    (right-aligned; missing or size-1 dimensions repeat); scalars broadcast.
+ *  - Update(t, v) is evaluated as the binary op (t, v) -> v: the new value
+ *    broadcast to the tensor's shape and rounded to its type.
  *  - Dropout keeps an element iff
  *      rng_uniform(seed, 2^63 | dropout_id, gidx) >= p,  y = x / (1 - p),
  *    gidx being the element's row-major index in the LOGICAL shape, so the
@@ -53,22 +55,35 @@ static const double *input_data(Exec *e, const Node *n, int k, int rank, long *c
     return d;
 }
 
-/* Element strides of `in` (row-major, ind dims) when broadcast to the
- * output shape `out` (ond dims): 0 for missing or repeated dimensions. */
-static void broadcast_strides(const long *out, int ond, const long *in, int ind, long *stride)
+/* How operand x is read along output n on one rank, over the leading
+ * dimensions of both (all but their last `skip`): per output dimension the
+ * stride in x's local data, counted in blocks of x's trailing `skip`
+ * dimensions (0 where x is missing or has logical extent 1: broadcast), and,
+ * returned, the position of the output's first element in x.  Dimensions
+ * are matched through logical coordinates (local index + slice offset), so
+ * an operand holding more of a dimension than the output (a Replicated
+ * operand of a Sliced result) is read at the output's part. */
+static long operand_walk(const Program *p, const Node *n, const Node *x, int rank, int skip,
+                         long *stride)
 {
-    ASSERT(ind <= ond);
-    long s = 1;
+    long os[MAXDIM], oo[MAXDIM], xs[MAXDIM], xo[MAXDIM];
+    local_shape(p, n, rank, os, oo);
+    local_shape(p, x, rank, xs, xo);
+    int ond = n->ndim - skip, xnd = x->ndim - skip;
+    ASSERT(xnd <= ond);
+    long s = 1, base = 0;
     for (int i = ond - 1; i >= 0; i--) {
-        int j = i - (ond - ind);
-        if (j < 0) {
-            stride[i] = 0;
+        int j = i - (ond - xnd);
+        stride[i] = 0;
+        if (j < 0 || x->dim[j].n == 1)
             continue;
-        }
-        ASSERT(in[j] == out[i] || in[j] == 1);
-        stride[i] = in[j] == 1 ? 0 : s;
-        s *= in[j];
+        long start = oo[i] - xo[j];
+        ASSERT(start >= 0 && start + os[i] <= xs[j]);
+        stride[i] = s;
+        base += start * s;
+        s *= xs[j];
     }
+    return base;
 }
 
 double reduce_step(RedOp r, double acc, double x)
@@ -160,6 +175,7 @@ static double binary_value(Op op, double a, double b)
     case O_MUL: return a * b;
     case O_DIV: return a / b;
     case O_POW: return pow(a, b);
+    case O_UPDATE: return b; /* the new value, broadcast to the tensor */
     default: BUG("not a binary op: %d", (int)op);
     }
 }
@@ -209,24 +225,21 @@ static void eval_binary(Exec *e, const Node *n, int rank)
 {
     const Program *p = e->prog;
     const Node *na = &p->node[n->in[0]], *nb = &p->node[n->in[1]];
-    long os[MAXDIM], as[MAXDIM], bs[MAXDIM], sa[MAXDIM], sb[MAXDIM], idx[MAXDIM] = {0};
+    long os[MAXDIM], sa[MAXDIM], sb[MAXDIM], idx[MAXDIM] = {0};
     long ca, cb;
     local_shape(p, n, rank, os, NULL);
-    local_shape(p, na, rank, as, NULL);
-    local_shape(p, nb, rank, bs, NULL);
     const double *a = input_data(e, n, 0, rank, &ca);
     const double *b = input_data(e, n, 1, rank, &cb);
-    ASSERT(ca == shape_count(as, na->ndim) && cb == shape_count(bs, nb->ndim));
+    ASSERT(ca == local_count(p, na, rank) && cb == local_count(p, nb, rank));
     int nd = n->ndim;
-    broadcast_strides(os, nd, as, na->ndim, sa);
-    broadcast_strides(os, nd, bs, nb->ndim, sb);
+    long oa = operand_walk(p, n, na, rank, 0, sa);
+    long ob = operand_walk(p, n, nb, rank, 0, sb);
     long count = shape_count(os, nd);
     double *y = exec_alloc(e, n->id, rank, count);
     if (count == 0)
         return;
     long len = nd > 0 ? os[nd - 1] : 1;
     long ja = nd > 0 ? sa[nd - 1] : 0, jb = nd > 0 ? sb[nd - 1] : 0;
-    long oa = 0, ob = 0;
     for (long row = 0; row < count / len; row++) {
         double *yr = y + row * len;
         for (long j = 0; j < len; j++)
@@ -249,28 +262,32 @@ void eval_pointwise(Exec *e, const Node *n, int rank)
     switch (n->op) {
     case O_DROPOUT: eval_dropout(e, n, rank); break;
     case O_SLICE: eval_slice(e, n, rank); break;
-    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: eval_binary(e, n, rank); break;
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_UPDATE:
+        eval_binary(e, n, rank);
+        break;
     default: eval_unary(e, n, rank); break;
     }
 }
 
 /* ---- MatMul ---- */
 
-/* Register block of the float kernel: MR rows by NR columns of C. */
+/* Register block of the kernels: MR rows by NR columns of the output. */
 enum { MR = 4, NR = 8, ROW_CHUNK = 16 /* micro-rows per cache block of A */ };
 
+/* Operands are packed once per call, as float (FP16/BF16/FP32 outputs) or
+ * as double (FP64): A as Mp x K rows per matrix (zero rows pad M to a
+ * multiple of MR), B as column panels of K x NR (zero columns pad N). */
 typedef struct {
-    const float *a; /* per a-matrix: Mp x K rows (zero rows pad M to Mp) */
-    const float *b; /* per b-matrix: npanel panels of K x NR (zero padded) */
-    const double *da, *db; /* FP64: the operands as they are */
+    const float *a, *b;      /* float packing, or NULL */
+    const double *a64, *b64; /* double packing, or NULL */
     const long *amap, *bmap; /* output batch -> a / b matrix */
     long M, K, N, Mp, npanel;
     Type type;
     double *out;
 } MatmulJob;
 
-/* acc[r][j] = sum over k, in order, of a[r][k] * b[k][j]. */
-static void matmul_kernel(const float *a, long K, const float *bp, float acc[MR][NR])
+/* acc[r][j] = sum over k, in order, of a[r][k] * b[k][j], in float. */
+static void kernel_f32(const float *a, long K, const float *bp, double acc[MR][NR])
 {
     float c[MR][NR];
     memset(c, 0, sizeof c);
@@ -282,29 +299,51 @@ static void matmul_kernel(const float *a, long K, const float *bp, float acc[MR]
                 c[r][j] += av * b[j];
         }
     }
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++)
+            acc[r][j] = c[r][j];
+}
+
+/* The same in double. */
+static void kernel_f64(const double *a, long K, const double *bp, double acc[MR][NR])
+{
+    double c[MR][NR];
+    memset(c, 0, sizeof c);
+    for (long k = 0; k < K; k++) {
+        const double *b = bp + k * NR;
+        for (int r = 0; r < MR; r++) {
+            double av = a[r * K + k];
+            for (int j = 0; j < NR; j++)
+                c[r][j] += av * b[j];
+        }
+    }
     memcpy(acc, c, sizeof c);
 }
 
-static void matmul_store(const MatmulJob *j, long batch, long i0, long panel, float acc[MR][NR])
+static void matmul_store(const MatmulJob *j, long batch, long i0, long panel, double acc[MR][NR])
 {
     long j0 = panel * NR;
     for (int r = 0; r < MR && i0 + r < j->M; r++) {
         double *row = j->out + (batch * j->M + i0 + r) * j->N;
         for (int c = 0; c < NR && j0 + c < j->N; c++)
-            row[j0 + c] = type_round(j->type, (double)acc[r][c]);
+            row[j0 + c] = type_round(j->type, acc[r][c]);
     }
 }
 
-/* One block of micro-rows [u0, u1) of one batch: panel by panel, so that a
+/* One block of micro-rows [u0, u1) of one batch, panel by panel, so that a
  * B panel stays in L1 while the block of A stays in L2. */
 static void matmul_block(const MatmulJob *j, long batch, long u0, long u1)
 {
-    const float *a = j->a + j->amap[batch] * j->Mp * j->K;
-    const float *b = j->b + j->bmap[batch] * j->npanel * j->K * NR;
-    float acc[MR][NR];
+    long amat = j->amap[batch] * j->Mp * j->K, bmat = j->bmap[batch] * j->npanel * j->K * NR;
+    double acc[MR][NR];
     for (long pnl = 0; pnl < j->npanel; pnl++) {
+        long boff = bmat + pnl * j->K * NR;
         for (long u = u0; u < u1; u++) {
-            matmul_kernel(a + u * MR * j->K, j->K, b + pnl * j->K * NR, acc);
+            long aoff = amat + u * MR * j->K;
+            if (j->a)
+                kernel_f32(j->a + aoff, j->K, j->b + boff, acc);
+            else
+                kernel_f64(j->a64 + aoff, j->K, j->b64 + boff, acc);
             matmul_store(j, batch, u * MR, pnl, acc);
         }
     }
@@ -327,64 +366,58 @@ static void matmul_range(void *ctx, long lo, long hi)
     }
 }
 
-/* FP64: one output row at a time, accumulated in double in k order. */
-static void matmul_range_f64(void *ctx, long lo, long hi)
+/* Packed A (see MatmulJob) into f or d, whichever is not NULL. */
+static void pack_a(const double *a, long nmat, long M, long K, long Mp, float *f, double *d)
 {
-    const MatmulJob *j = ctx;
-    double *acc = xmalloc((size_t)(j->N > 0 ? j->N : 1) * sizeof *acc);
-    for (long row = lo; row < hi; row++) {
-        long batch = row / j->M, i = row % j->M;
-        const double *a = j->da + (j->amap[batch] * j->M + i) * j->K;
-        const double *b = j->db + j->bmap[batch] * j->K * j->N;
-        memset(acc, 0, (size_t)j->N * sizeof *acc);
-        for (long k = 0; k < j->K; k++)
-            for (long c = 0; c < j->N; c++)
-                acc[c] += a[k] * b[k * j->N + c];
-        memcpy(j->out + row * j->N, acc, (size_t)j->N * sizeof *acc);
-    }
-    free(acc);
-}
-
-static float *pack_a(const double *a, long nmat, long M, long K, long Mp)
-{
-    float *pa = xcalloc((size_t)(nmat * Mp * K > 0 ? nmat * Mp * K : 1), sizeof *pa);
     for (long m = 0; m < nmat; m++)
-        for (long i = 0; i < M * K; i++)
-            pa[m * Mp * K + i] = (float)a[m * M * K + i];
-    return pa;
+        for (long i = 0; i < M * K; i++) {
+            if (f)
+                f[m * Mp * K + i] = (float)a[m * M * K + i];
+            else
+                d[m * Mp * K + i] = a[m * M * K + i];
+        }
 }
 
-static float *pack_b(const double *b, long nmat, long K, long N, long npanel)
+/* Packed B (see MatmulJob) into f or d, whichever is not NULL. */
+static void pack_b(const double *b, long nmat, long K, long N, long npanel, float *f, double *d)
 {
-    long size = nmat * npanel * K * NR;
-    float *pb = xcalloc((size_t)(size > 0 ? size : 1), sizeof *pb);
     for (long m = 0; m < nmat; m++)
         for (long k = 0; k < K; k++)
-            for (long c = 0; c < N; c++)
-                pb[((m * npanel + c / NR) * K + k) * NR + c % NR] = (float)b[(m * K + k) * N + c];
-    return pb;
+            for (long c = 0; c < N; c++) {
+                long to = ((m * npanel + c / NR) * K + k) * NR + c % NR;
+                if (f)
+                    f[to] = (float)b[(m * K + k) * N + c];
+                else
+                    d[to] = b[(m * K + k) * N + c];
+            }
 }
 
-/* map[t] = index of the input matrix used by output batch t. */
-static long *batch_map(const long *obatch, int ond, const long *ibatch, int ind)
+/* map[t] = index of the matrix of operand x used by output batch t. */
+static long *batch_map(const Program *p, const Node *n, const Node *x, int rank, long nbatch)
 {
-    long stride[MAXDIM], idx[MAXDIM] = {0};
-    long nb = shape_count(obatch, ond);
-    long *map = xmalloc((size_t)(nb > 0 ? nb : 1) * sizeof *map);
-    broadcast_strides(obatch, ond, ibatch, ind, stride);
-    long off = 0;
-    for (long t = 0; t < nb; t++) {
+    long os[MAXDIM], stride[MAXDIM], idx[MAXDIM] = {0};
+    local_shape(p, n, rank, os, NULL);
+    long *map = xmalloc((size_t)(nbatch > 0 ? nbatch : 1) * sizeof *map);
+    long off = operand_walk(p, n, x, rank, 2, stride);
+    int ond = n->ndim - 2;
+    for (long t = 0; t < nbatch; t++) {
         map[t] = off;
         for (int d = ond - 1; d >= 0; d--) {
             idx[d]++;
             off += stride[d];
-            if (idx[d] < obatch[d])
+            if (idx[d] < os[d])
                 break;
-            off -= obatch[d] * stride[d];
+            off -= os[d] * stride[d];
             idx[d] = 0;
         }
     }
     return map;
+}
+
+/* Zeroed room for n elements of float (f64 == 0) or double. */
+static void *zeroed(long n, int f64)
+{
+    return xcalloc((size_t)(n > 0 ? n : 1), f64 ? sizeof(double) : sizeof(float));
 }
 
 void eval_matmul(Exec *e, const Node *n, int rank)
@@ -404,33 +437,34 @@ void eval_matmul(Exec *e, const Node *n, int rank)
     j.M = as[na->ndim - 2];
     j.K = as[na->ndim - 1];
     j.N = bs[nb->ndim - 1];
+    j.Mp = (j.M + MR - 1) / MR * MR;
+    j.npanel = (j.N + NR - 1) / NR;
     j.type = n->type;
     ASSERT(bs[nb->ndim - 2] == j.K && os[obd] == j.M && os[obd + 1] == j.N);
     long nbatch = shape_count(os, obd);
     long na_mat = shape_count(as, na->ndim - 2), nb_mat = shape_count(bs, nb->ndim - 2);
     ASSERT(ca == na_mat * j.M * j.K && cb == nb_mat * j.K * j.N);
-    long *amap = batch_map(os, obd, as, na->ndim - 2);
-    long *bmap = batch_map(os, obd, bs, nb->ndim - 2);
+    long *amap = batch_map(p, n, na, rank, nbatch);
+    long *bmap = batch_map(p, n, nb, rank, nbatch);
     j.amap = amap;
     j.bmap = bmap;
     j.out = exec_alloc(e, n->id, rank, nbatch * j.M * j.N);
 
-    if (n->type == T_FP64) {
-        j.da = a;
-        j.db = b;
-        parallel_ranges(e->nthreads, nbatch * j.M, matmul_range_f64, &j);
+    int f64 = n->type == T_FP64;
+    void *pa = zeroed(na_mat * j.Mp * j.K, f64), *pb = zeroed(nb_mat * j.npanel * j.K * NR, f64);
+    if (f64) {
+        j.a64 = pa;
+        j.b64 = pb;
     } else {
-        j.Mp = (j.M + MR - 1) / MR * MR;
-        j.npanel = (j.N + NR - 1) / NR;
-        float *pa = pack_a(a, na_mat, j.M, j.K, j.Mp);
-        float *pb = pack_b(b, nb_mat, j.K, j.N, j.npanel);
         j.a = pa;
         j.b = pb;
-        if (j.N > 0)
-            parallel_ranges(e->nthreads, nbatch * (j.Mp / MR), matmul_range, &j);
-        free(pa);
-        free(pb);
     }
+    pack_a(a, na_mat, j.M, j.K, j.Mp, f64 ? NULL : pa, f64 ? pa : NULL);
+    pack_b(b, nb_mat, j.K, j.N, j.npanel, f64 ? NULL : pb, f64 ? pb : NULL);
+    if (j.N > 0)
+        parallel_ranges(e->nthreads, nbatch * (j.Mp / MR), matmul_range, &j);
+    free(pa);
+    free(pb);
     free(amap);
     free(bmap);
 }
@@ -546,16 +580,17 @@ void eval_reduction(Exec *e, const Node *n, int rank)
     ASSERT(local_count(p, n, rank) == outer * inner);
     double *y = exec_alloc(e, n->id, rank, outer * inner);
     int norm = n->op == O_NORM;
+    int squares = norm || n->redop == R_SUMSQ; /* Norm and PartialReduce("sumsq") */
     for (long o = 0; o < outer; o++) {
         double *yo = y + o * inner;
         const double *xo = x + o * len * inner;
         for (long i = 0; i < inner; i++) /* start: the first element */
-            yo[i] = len == 0 ? reduce_identity(norm ? R_SUM : n->redop)
-                             : norm ? xo[i] * xo[i] : xo[i];
+            yo[i] = len == 0 ? reduce_identity(squares ? R_SUM : n->redop)
+                             : squares ? xo[i] * xo[i] : xo[i];
         for (long a = 1; a < len; a++) {
             const double *xa = xo + a * inner;
             for (long i = 0; i < inner; i++)
-                yo[i] = norm ? yo[i] + xa[i] * xa[i] : reduce_step(n->redop, yo[i], xa[i]);
+                yo[i] = squares ? yo[i] + xa[i] * xa[i] : reduce_step(n->redop, yo[i], xa[i]);
         }
         for (long i = 0; i < inner; i++)
             yo[i] = type_round(n->type, norm ? sqrt(yo[i]) : yo[i]);

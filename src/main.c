@@ -24,6 +24,8 @@ typedef struct {
     int threads;
     const char *backend;
     const char *dump;
+    const char *schedule;      /* --schedule NAME */
+    const char *sched_file;    /* --schedule-file F */
 } Options;
 
 static const char usage[] =
@@ -42,6 +44,8 @@ static const char usage[] =
     "  --seed S        seed of the input data and of Dropout (default 1)\n"
     "  --threads T     CPU threads for MatMul and Conv2D (default: all cores)\n"
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
+    "  --schedule NAME print/run: apply the schedule NAME (run: only that one)\n"
+    "  --schedule-file F  add the schedules written in F\n"
     "  --help, --version\n";
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -97,6 +101,10 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
             bad_usage("unknown backend '%s' (this build has: cpu)", o->backend);
     } else if (!strcmp(a, "--dump")) {
         o->dump = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--schedule")) {
+        o->schedule = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--schedule-file")) {
+        o->sched_file = option_value(argc, argv, i);
     } else {
         bad_usage("unknown option '%s'", a);
     }
@@ -141,8 +149,9 @@ static coco_program *load(const Options *o)
     coco_config cfg = {o->defines, o->ndefines, o->nranks, o->group_size};
     char err[4096];
     coco_program *p = coco_load_file(o->file, &cfg, err, sizeof err);
-    if (!p) {
+    if (!p || (o->sched_file && coco_add_schedules(p, o->sched_file, err, sizeof err))) {
         fputs(err, stderr);
+        coco_program_free(p);
         exit(1);
     }
     return p;
@@ -232,6 +241,56 @@ static int dump(coco_program *p, coco_run *r, const char *dir)
     return bad;
 }
 
+/* Runs schedule `name` and prints its row of the comparison table. */
+static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const char *name)
+{
+    char err[4096];
+    coco_program *s = coco_schedule(p, name, err, sizeof err);
+    if (!s) {
+        fputs(err, stderr);
+        return 1;
+    }
+    coco_run *r = coco_run_new(s, o->seed, o->threads);
+    double t0 = now_ms();
+    int rc = coco_run_execute(r, err, sizeof err);
+    double ms = now_ms() - t0;
+    coco_comparison c;
+    if (!rc)
+        rc = coco_run_compare(ref, r, &c) ? 1 : 0;
+    if (rc) {
+        fprintf(stderr, "coconet: schedule %s could not be run or compared\n", name);
+    } else {
+        const char *verdict = c.differing == 0 ? "bitwise" : "DIFFERS";
+        printf("%-24s %-8s %12.3g %12.3g %10ld/%-10ld %10.1f ms\n", name, verdict, c.max_abs,
+               c.max_rel, c.differing, c.elements, ms);
+    }
+    coco_run_free(r);
+    coco_program_free(s);
+    return rc;
+}
+
+static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
+{
+    int n = coco_num_schedules(p), bad = 0;
+    if (!n && !o->schedule)
+        return 0;
+    printf("\n%-24s %-8s %12s %12s %21s %13s\n", "schedule", "outputs", "max-abs", "max-rel",
+           "differing/elements", "time");
+    for (int i = 0; i < n; i++)
+        if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
+            bad |= run_schedule(o, p, ref, coco_schedule_name(p, i));
+    if (o->schedule && !bad) {
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= !strcmp(o->schedule, coco_schedule_name(p, i));
+        if (!found) {
+            fprintf(stderr, "%s: error: no schedule named '%s'\n", o->file, o->schedule);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
 static int run(const Options *o, coco_program *p)
 {
     coco_run *r = coco_run_new(p, o->seed, o->threads);
@@ -254,6 +313,7 @@ static int run(const Options *o, coco_program *p)
     printf("time %.1f ms\n", ms);
     if (o->dump)
         bad |= dump(p, r, o->dump);
+    bad |= run_schedules(o, p, r);
     coco_run_free(r);
     return bad;
 }
@@ -264,7 +324,17 @@ int main(int argc, char **argv)
     parse_args(&o, argc, argv);
     coco_program *p = load(&o);
     int rc = 0;
-    if (!strcmp(o.cmd, "print"))
+    if (!strcmp(o.cmd, "print") && o.schedule) {
+        char err[4096];
+        coco_program *s = coco_schedule(p, o.schedule, err, sizeof err);
+        if (!s) {
+            fputs(err, stderr);
+            rc = 1;
+        } else {
+            coco_print(s, stdout);
+            coco_program_free(s);
+        }
+    } else if (!strcmp(o.cmd, "print"))
         coco_print(p, stdout);
     else if (!strcmp(o.cmd, "run"))
         rc = run(&o, p);

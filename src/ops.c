@@ -24,6 +24,7 @@ static const OpInfo ops[NOP] = {
     [O_CONV2D] = {"Conv2D", K_LAYER, 2},
     [O_NORM] = {"Norm", K_REDUCTION, 1},
     [O_REDUCE_TENSOR] = {"ReduceTensor", K_REDUCTION, 1},
+    [O_PARTIAL_REDUCE] = {"PartialReduce", K_REDUCTION, 1},
     [O_UPDATE] = {"Update", K_UPDATE, 2},
     [O_ALLREDUCE] = {"AllReduce", K_COMM, 1},
     [O_REDUCESCATTER] = {"ReduceScatter", K_COMM, 1},
@@ -50,7 +51,7 @@ int op_is_comm(Op op)
     return op_info(op)->kind == K_COMM;
 }
 
-static const char *const redops[] = {"+", "*", "max", "min"};
+static const char *const redops[] = {"+", "*", "max", "min", "sumsq"};
 
 const char *redop_name(RedOp r)
 {
@@ -59,7 +60,7 @@ const char *redop_name(RedOp r)
 
 int redop_parse(const char *s, RedOp *r)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(s, redops[i])) {
             *r = (RedOp)i;
             return 1;

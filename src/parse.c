@@ -29,7 +29,7 @@ static const char *const reserved[] = {
     "RANK", "GroupRank", "FP16", "BF16", "FP32", "FP64", "Sliced", "Replicated", "Local",
     "AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "Send", "Recv",
     "MatMul", "Conv2D", "Dropout", "Tanh", "ReLU", "Sqrt", "Pow", "Norm", "ReduceTensor",
-    "Update", "Cast", "Slice", NULL};
+    "Update", "Cast", "Slice", "PartialReduce", NULL};
 
 /* ---- tokens ---- */
 
@@ -556,7 +556,7 @@ static int name_ref(Parser *ps)
     return id;
 }
 
-static RedOp expect_redop(Parser *ps)
+static RedOp expect_redop(Parser *ps, int sumsq_ok)
 {
     if (ps->tok.kind != TK_STR)
         expected(ps, "a reduction operator (\"+\", \"*\", \"max\" or \"min\")");
@@ -565,6 +565,8 @@ static RedOp expect_redop(Parser *ps)
     RedOp r;
     if (!redop_parse(s, &r))
         error_at(ps->tok.pos, "unknown reduction operator \"%s\": use \"+\", \"*\", \"max\" or \"min\"", s);
+    if (r == R_SUMSQ && !sumsq_ok)
+        error_at(ps->tok.pos, "\"sumsq\" is only for PartialReduce");
     advance(ps);
     return r;
 }
@@ -607,7 +609,7 @@ static int call_collective(Parser *ps, Op op, Pos pos)
 {
     Node tmp = {0};
     if (op == O_ALLREDUCE || op == O_REDUCESCATTER || op == O_REDUCE) {
-        tmp.redop = expect_redop(ps);
+        tmp.redop = expect_redop(ps, 0);
         expect_punct(ps, ',');
     }
     int x = expr(ps);
@@ -722,15 +724,15 @@ static int call_conv(Parser *ps, Pos pos)
     return id;
 }
 
-/* ReduceTensor "(" STR "," expr [ "," INT ] ")" */
-static int call_reduce_tensor(Parser *ps, Pos pos)
+/* ReduceTensor "(" STR "," expr [ "," INT ] ")"   (PartialReduce likewise) */
+static int call_reduce_tensor(Parser *ps, Op op, Pos pos)
 {
-    RedOp r = expect_redop(ps);
+    RedOp r = expect_redop(ps, op == O_PARTIAL_REDUCE);
     expect_punct(ps, ',');
     int x = expr(ps);
     int axis = opt_int(ps, -1, "a dimension");
     expect_punct(ps, ')');
-    Node *n = node_new(ps->p, O_REDUCE_TENSOR, pos);
+    Node *n = node_new(ps->p, op, pos);
     n->nin = 1;
     n->in[0] = x;
     n->redop = r;
@@ -750,7 +752,7 @@ static const struct {
     {"Dropout", O_DROPOUT},     {"Tanh", O_TANH},                   {"ReLU", O_RELU},
     {"Sqrt", O_SQRT},           {"Pow", O_POW},                     {"Norm", O_NORM},
     {"ReduceTensor", O_REDUCE_TENSOR}, {"Update", O_UPDATE},        {"Cast", O_CAST},
-    {"Slice", O_SLICE},
+    {"Slice", O_SLICE},         {"PartialReduce", O_PARTIAL_REDUCE},
 };
 
 /* call = OPNAME "(" arguments ")"  (arguments per operation, see doc/language.md) */
@@ -777,7 +779,8 @@ static int call(Parser *ps)
     case O_CONV2D:
         return call_conv(ps, pos);
     case O_REDUCE_TENSOR:
-        return call_reduce_tensor(ps, pos);
+    case O_PARTIAL_REDUCE:
+        return call_reduce_tensor(ps, op, pos);
     case O_DROPOUT: case O_CAST: case O_SLICE: case O_NORM:
         return call_with_attr(ps, op, pos);
     case O_MATMUL: case O_POW: {
@@ -812,7 +815,7 @@ static int is_call_name(Parser *ps)
 static int constant(Parser *ps, double v, Pos pos)
 {
     Node *n = node_new(ps->p, O_CONST, pos);
-    n->type = T_FP32;
+    n->type = T_FP64;
     n->layout.kind = L_REPLICATED;
     n->group = G_WORLD;
     n->value = v;
@@ -998,9 +1001,120 @@ static void execute(Parser *ps)
     ps->executed = 1;
 }
 
-/* statement = size_decl | group_decl | tensor_decl | scalar_decl | var_stmt | execute */
+static int is_policy(const char *s)
+{
+    static const char *const policies[] = {"ARSplitRSAG", "ARSliceAG", "AGReorder",
+                                           "ComputationFuse", "AllReduceFuse", "ARFuse",
+                                           "SendFuse", NULL};
+    for (int i = 0; policies[i]; i++)
+        if (!strcmp(s, policies[i]))
+            return 1;
+    return 0;
+}
+
+/* A list of NAMEs into an arena array. */
+static const char **sched_names(Parser *ps, int *count, Pos **pos, char close)
+{
+    const char **names = arena_alloc(ps->p->arena, 64 * sizeof(char *));
+    Pos *where = arena_alloc(ps->p->arena, 64 * sizeof(Pos));
+    int n = 0;
+    while (!is_punct(ps, close)) {
+        if (n == 64)
+            error_at(ps->tok.pos, "too many names (at most 64)");
+        if (ps->tok.kind != TK_IDENT)
+            expected(ps, "a name");
+        where[n] = ps->tok.pos;
+        names[n++] = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+        advance(ps);
+        if (!is_punct(ps, ','))
+            break;
+        advance(ps);
+    }
+    expect_punct(ps, close);
+    *count = n;
+    if (pos)
+        *pos = where;
+    return names;
+}
+
+/* sched_stmt = [ NAME "=" | "(" NAME { "," NAME } ")" "=" ] VERB "(" NAME { "," NAME } ")" ";" */
+static void sched_stmt(Parser *ps, SchedStmt *st)
+{
+    memset(st, 0, sizeof *st);
+    st->pos = ps->tok.pos;
+    if (is_punct(ps, '(')) {
+        advance(ps);
+        st->out = sched_names(ps, &st->nout, NULL, ')');
+        expect_punct(ps, '=');
+        st->pos = ps->tok.pos;
+    } else if (ps->tok.kind == TK_IDENT && ps->lx.p[0] != '(') {
+        Lexer save = ps->lx;
+        Token name = ps->tok;
+        advance(ps);
+        if (!is_punct(ps, '=')) {
+            ps->lx = save;
+            ps->tok = name;
+            expected(ps, "a schedule statement such as 'x = fuse(a, b, ComputationFuse);'");
+        }
+        advance(ps);
+        st->out = arena_alloc(ps->p->arena, sizeof(char *));
+        st->out[0] = arena_strndup(ps->p->arena, name.start, (size_t)name.len);
+        st->nout = 1;
+        st->pos = ps->tok.pos;
+    }
+    if (ps->tok.kind != TK_IDENT)
+        expected(ps, "a transformation (split, reorder, fuse, overlap, asSlice or dead)");
+    st->verb = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+    advance(ps);
+    expect_punct(ps, '(');
+    st->arg = sched_names(ps, &st->narg, &st->argpos, ')');
+    expect_punct(ps, ';');
+    if (st->narg && is_policy(st->arg[st->narg - 1]))
+        st->policy = st->arg[--st->narg];
+}
+
+/* schedule = "Schedule" NAME "{" { sched_stmt } "}" */
+static void schedule(Parser *ps)
+{
+    Program *p = ps->p;
+    advance(ps);
+    Pos pos = ps->tok.pos;
+    const char *name = expect_name(ps, "a schedule name");
+    for (int i = 0; i < p->nsched; i++)
+        if (!strcmp(p->sched[i].name, name))
+            error_at(pos, "schedule '%s' is already defined at line %d", name, p->sched[i].pos.line);
+    expect_punct(ps, '{');
+    Schedule *grown = arena_alloc(p->arena, (size_t)(p->nsched + 1) * sizeof(Schedule));
+    memcpy(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
+    p->sched = grown;
+    Schedule *sc = &p->sched[p->nsched++];
+    sc->name = name;
+    sc->pos = pos;
+    int cap = 0;
+    while (!is_punct(ps, '}')) {
+        if (ps->tok.kind == TK_EOF)
+            error_at(pos, "schedule '%s' has no closing '}'", name);
+        if (sc->nstmt == cap) {
+            cap = cap ? 2 * cap : 8;
+            SchedStmt *more = arena_alloc(p->arena, (size_t)cap * sizeof(SchedStmt));
+            memcpy(more, sc->stmt, (size_t)sc->nstmt * sizeof(SchedStmt));
+            sc->stmt = more;
+        }
+        sched_stmt(ps, &sc->stmt[sc->nstmt++]);
+    }
+    advance(ps);
+}
+
+/* statement = size_decl | group_decl | tensor_decl | scalar_decl | var_stmt | execute
+ *           | schedule */
 static void statement(Parser *ps)
 {
+    if (is_word(ps, "Schedule")) {
+        if (!ps->executed)
+            error_at(ps->tok.pos, "a Schedule comes after the program's Execute");
+        schedule(ps);
+        return;
+    }
     if (ps->executed && !is_word(ps, "Execute"))
         error_at(ps->tok.pos, "statements after Execute: the program ends with its Execute");
     if (is_word(ps, "Size"))
@@ -1046,4 +1160,20 @@ void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_
     if (!ps.executed)
         error_at(ps.tok.pos, "the program has no Execute statement");
     check_bindings_used(&ps);
+}
+
+/* A file of schedules only: { schedule } EOF, for a program already parsed. */
+void parse_schedules(Program *p, const char *src)
+{
+    Parser ps;
+    memset(&ps, 0, sizeof ps);
+    ps.p = p;
+    ps.executed = 1;
+    lex_init(&ps.lx, src);
+    advance(&ps);
+    while (ps.tok.kind != TK_EOF) {
+        if (!is_word(&ps, "Schedule"))
+            expected(&ps, "'Schedule'");
+        schedule(&ps);
+    }
 }

@@ -30,11 +30,13 @@ static void print_number(FILE *out, double v, Type t)
         fputs(buf, out);
 }
 
+/* Updates and communication always get a statement of their own. */
 static int is_statement(Printer *pr, const Node *n)
 {
     if (n->op == O_CONST)
         return 0;
-    return n->named || pr->uses[n->id] != 1 || op_info(n->op)->kind == K_LEAF;
+    OpKind k = op_info(n->op)->kind;
+    return n->named || pr->uses[n->id] != 1 || k == K_LEAF || k == K_UPDATE || k == K_COMM;
 }
 
 static int prec_of(const Node *n)
@@ -59,7 +61,7 @@ static void print_call(Printer *pr, const Node *n)
     const char *name = n->op == O_SEND && n->is_recv ? "Recv" : op_info(n->op)->name;
     fprintf(o, "%s(", name);
     if (n->op == O_ALLREDUCE || n->op == O_REDUCESCATTER || n->op == O_REDUCE ||
-        n->op == O_REDUCE_TENSOR)
+        n->op == O_REDUCE_TENSOR || n->op == O_PARTIAL_REDUCE)
         fprintf(o, "\"%s\", ", redop_name(n->redop));
     for (int i = 0; i < n->nin; i++) {
         if (i)
@@ -73,6 +75,7 @@ static void print_call(Printer *pr, const Node *n)
         break;
     case O_NORM:
     case O_REDUCE_TENSOR:
+    case O_PARTIAL_REDUCE:
         if (n->axis >= 0)
             fprintf(o, ", %d", n->axis);
         break;
@@ -145,7 +148,39 @@ static void print_facts(Printer *pr, const Node *n)
     fprintf(o, "  // %s [", type_name(n->type));
     for (int i = 0; i < n->ndim; i++)
         fprintf(o, "%s%s", i ? "," : "", n->dim[i].text);
-    fprintf(o, "] %s %s\n", layout_str(pr->p->arena, n->layout), group_name(n->group));
+    fprintf(o, "] %s %s", layout_str(pr->p->arena, n->layout), group_name(n->group));
+    if (n->fusion >= 0)
+        fprintf(o, ", in %s", pr->p->fusion[n->fusion].name);
+    fputc('\n', o);
+}
+
+static const char *const fuse_policy[] = {"ComputationFuse", "AllReduceFuse", "SendFuse"};
+
+/* The fused operations and overlaps a schedule made, as comments. */
+static void print_schedule_facts(Printer *pr)
+{
+    Program *p = pr->p;
+    FILE *o = pr->out;
+    if (p->applied)
+        fprintf(o, "// as scheduled by '%s':\n", p->applied);
+    for (int f = 0; f < p->nfusion; f++) {
+        if (p->fusion[f].dead)
+            continue;
+        fprintf(o, "//   %s = fuse(", p->fusion[f].name);
+        int first = 1;
+        for (int i = 0; i < p->nnode; i++)
+            if (!p->node[i].dead && p->node[i].fusion == f && is_statement(pr, &p->node[i])) {
+                fprintf(o, "%s%s", first ? "" : ", ", p->node[i].name);
+                first = 0;
+            }
+        fprintf(o, ", %s)\n", fuse_policy[p->fusion[f].kind]);
+    }
+    for (int v = 0; v < p->noverlap; v++) {
+        fprintf(o, "//   %s = overlap(", p->overlap[v].name);
+        for (int k = 0; k < p->overlap[v].nitem; k++)
+            fprintf(o, "%s%s", k ? ", " : "", ref_name(p, p->overlap[v].item[k]));
+        fputs(")\n", o);
+    }
 }
 
 static void print_dims(FILE *o, const Node *n)
@@ -228,5 +263,6 @@ void print_program(Program *p, FILE *out)
     fputs(", ", out);
     print_list(&pr, p->exec_out, p->nexec_out);
     fputs(");\n", out);
+    print_schedule_facts(&pr);
     free(pr.uses);
 }

@@ -38,9 +38,14 @@ static void verify_node(Program *p, Node *n)
             BUG("node %d (%s) uses dead node %d", n->id, n->name, n->in[i]);
     }
     if (n->op == O_UPDATE)
-        ASSERT(n->target == n->in[0] && node_of(p, n->target)->updated_by == n->id);
-    if (n->op == O_INPUT && n->updated_by >= 0)
-        ASSERT(node_of(p, n->updated_by)->target == n->id);
+        ASSERT(n->target == n->in[0]);
+    if (n->op == O_INPUT && n->updated_by >= 0) {
+        /* the new value: the Update, or the AllGather of a sliced Update */
+        Node *u = node_of(p, n->updated_by);
+        if (u->op == O_ALLGATHER)
+            u = node_of(p, u->in[0]);
+        ASSERT(u->op == O_UPDATE && u->target == n->id && !u->dead);
+    }
     verify_facts(p, n);
 }
 

@@ -1,0 +1,140 @@
+/* api_sched.c: the public API for schedules: adding schedule files,
+ * applying a schedule to get a scheduled program, and comparing the values
+ * two runs computed (the check that a schedule preserves the program). */
+#include "coco.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: error: cannot open\n", path);
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *text = xmalloc(cap);
+    size_t got;
+    while ((got = fread(text + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            cap *= 2;
+            char *grown = realloc(text, cap);
+            if (!grown)
+                BUG("out of memory");
+            text = grown;
+        }
+    }
+    fclose(f);
+    text[n] = 0;
+    const char *src = arena_strdup(p->arena, text);
+    free(text);
+    if (strlen(src) != n) {
+        snprintf(err, errlen, "%s: error: the file contains a NUL byte\n", path);
+        return -1;
+    }
+    ErrorCtx ctx;
+    error_push(&ctx, err, errlen, arena_strdup(p->arena, path), src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        return -1;
+    }
+    parse_schedules(p, src);
+    error_pop(&ctx);
+    return 0;
+}
+
+int coco_num_schedules(const coco_program *p)
+{
+    return p->nsched;
+}
+
+const char *coco_schedule_name(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nsched ? p->sched[i].name : NULL;
+}
+
+const char *coco_applied_schedule(const coco_program *p)
+{
+    return p->applied;
+}
+
+coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen)
+{
+    const Schedule *s = schedule_find(p, name);
+    if (!s) {
+        snprintf(err, errlen, "%s: error: no schedule named '%s'\n", p->file, name);
+        return NULL;
+    }
+    Program *clone = program_clone(p);
+    ErrorCtx ctx;
+    error_push(&ctx, err, errlen, p->file, p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        program_free(clone);
+        return NULL;
+    }
+    schedule_apply(clone, s);
+    error_pop(&ctx);
+    return clone;
+}
+
+static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_comparison *c)
+{
+    Node *x = node_of(a->prog, na), *y = node_of(b->prog, nb);
+    ASSERT(dim_count(x) == dim_count(y));
+    double before = c->max_abs;
+    for (int rank = 0; rank < b->prog->nranks; rank++) {
+        GlobalIter it;
+        long count;
+        double *data = exec_data(b->exec, nb, rank, &count);
+        global_iter_start(&it, b->prog, y, rank);
+        for (long i = 0; i < count; i++, global_iter_next(&it)) {
+            double u = exec_value_at(a->exec, x, rank, it.gidx), v = data[i];
+            int same = type_bits(x->type, u) == type_bits(y->type, v);
+            double diff = fabs(u - v);
+            if (!same && (isnan(u) || isnan(v)))
+                diff = INFINITY;
+            c->elements++;
+            c->differing += !same;
+            if (diff > c->max_abs)
+                c->max_abs = diff;
+            double rel = diff / fmax(fabs(u), 1e-30);
+            if (!same && rel > c->max_rel)
+                c->max_rel = rel;
+        }
+    }
+    if (c->max_abs > before || !c->worst[0])
+        snprintf(c->worst, sizeof c->worst, "%s", x->name);
+    c->compared++;
+}
+
+static int input_named(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nnode; i++)
+        if (p->node[i].op == O_INPUT && !strcmp(p->node[i].name, name))
+            return i;
+    return -1;
+}
+
+int coco_run_compare(coco_run *a, coco_run *b, coco_comparison *c)
+{
+    Program *pa = a->prog, *pb = b->prog;
+    memset(c, 0, sizeof *c);
+    if (pa->nexec_out != pb->nexec_out || pa->nranks != pb->nranks)
+        return -1;
+    for (int i = 0; i < pa->nexec_out; i++)
+        compare_value(a, pa->exec_out[i], b, pb->exec_out[i], c);
+    for (int i = 0; i < pa->nnode; i++) {
+        Node *t = &pa->node[i];
+        if (t->op != O_INPUT || t->updated_by < 0)
+            continue;
+        int tb = input_named(pb, t->name);
+        if (tb < 0 || pb->node[tb].updated_by < 0)
+            return -1;
+        compare_value(a, t->updated_by, b, pb->node[tb].updated_by, c);
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/* sched.c: applies a named schedule to a clone of the program, one
+ * statement at a time, verifying the whole graph after each. Resolves the
+ * names a statement uses (values and fused operations), gives the names it
+ * defines, and formats refusals: "schedule 'S': fuse: <rule that failed>"
+ * at the statement's position. */
+#include "coco.h"
+
+#include <string.h>
+
+_Noreturn void refuse(const Xform *x, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    error_at(x->st->pos, "schedule '%s': %s: %s", x->sched, x->st->verb, msg);
+}
+
+static int find_fusion(Program *p, const char *name)
+{
+    for (int i = p->nfusion - 1; i >= 0; i--)
+        if (!p->fusion[i].dead && !strcmp(p->fusion[i].name, name))
+            return i;
+    return -1;
+}
+
+static int find_overlap(Program *p, const char *name)
+{
+    for (int i = 0; i < p->noverlap; i++)
+        if (!strcmp(p->overlap[i].name, name))
+            return i;
+    return -1;
+}
+
+Ref xform_arg(const Xform *x, int i)
+{
+    const char *name = x->st->arg[i];
+    int f = find_fusion(x->p, name);
+    if (f >= 0)
+        return REF_FUSION(f);
+    int id = program_find(x->p, name);
+    if (id >= 0)
+        return id;
+    if (find_overlap(x->p, name) >= 0)
+        refuse(x, "'%s' names an overlap, which cannot be transformed further", name);
+    refuse(x, "unknown name '%s' (names of removed values cannot be used)", name);
+}
+
+void xform_outs(const Xform *x, int n, const char *what)
+{
+    if (x->st->nout != n)
+        refuse(x, "it defines %d name%s (%s), but %d %s given", n, n == 1 ? "" : "s", what,
+               x->st->nout, x->st->nout == 1 ? "is" : "are");
+}
+
+void xform_name(const Xform *x, int i, Ref r)
+{
+    Program *p = x->p;
+    const char *name = x->st->out[i];
+    for (int k = 0; k < i; k++)
+        if (!strcmp(x->st->out[k], name))
+            refuse(x, "'%s' is named twice", name);
+    if (program_find(p, name) >= 0 || find_fusion(p, name) >= 0 || find_overlap(p, name) >= 0 ||
+        size_find(p, name))
+        refuse(x, "'%s' is already defined", name);
+    if (REF_IS_FUSION(r)) {
+        p->fusion[REF_FUSION_INDEX(r)].name = arena_strdup(p->arena, name);
+    } else {
+        node_of(p, r)->name = arena_strdup(p->arena, name);
+        node_of(p, r)->named = 1;
+    }
+}
+
+/* Node id with the unnamed computations written inline in its statement. */
+int statement_nodes(Program *p, int id, int *out, int max)
+{
+    int count = 0, head = 0;
+    if (max > 0)
+        out[count] = id;
+    count++;
+    while (head < count && head < max) {
+        Node *n = node_of(p, out[head++]);
+        for (int k = 0; k < n->nin; k++) {
+            Node *in = node_of(p, n->in[k]);
+            if (in->named || op_info(in->op)->kind == K_LEAF)
+                continue;
+            int seen = 0;
+            for (int j = 0; j < count && j < max && !seen; j++)
+                seen = out[j] == in->id;
+            if (!seen) {
+                if (count < max)
+                    out[count] = in->id;
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
+void check_node(const Xform *x, Node *n)
+{
+    char msg[1024];
+    ErrorCtx ctx;
+    error_push(&ctx, msg, sizeof msg, "-", NULL);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        char *m = strstr(msg, "error: ");
+        m = m ? m + 7 : msg;
+        size_t len = strlen(m);
+        if (len && m[len - 1] == '\n')
+            m[len - 1] = 0;
+        refuse(x, "the result would not check: %s", m);
+    }
+    infer_node(x->p, n);
+    error_pop(&ctx);
+}
+
+static const struct {
+    const char *verb;
+    void (*apply)(const Xform *);
+} verbs[] = {
+    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse},
+    {"overlap", xform_overlap}, {"asSlice", xform_asslice}, {"dead", xform_dead},
+};
+
+static void apply_stmt(const Xform *x)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(x->st->verb, verbs[i].verb)) {
+            verbs[i].apply(x);
+            program_resort(x->p);
+            verify_program(x->p);
+            return;
+        }
+    error_at(x->st->pos, "schedule '%s': unknown transformation '%s' (use split, reorder, fuse, "
+             "overlap, asSlice or dead)", x->sched, x->st->verb);
+}
+
+const Schedule *schedule_find(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nsched; i++)
+        if (!strcmp(p->sched[i].name, name))
+            return &p->sched[i];
+    return NULL;
+}
+
+void schedule_apply(Program *p, const Schedule *s)
+{
+    p->applied = s->name;
+    for (int i = 0; i < s->nstmt; i++) {
+        Xform x = {p, &s->stmt[i], s->name};
+        apply_stmt(&x);
+    }
+}

@@ -1,0 +1,190 @@
+#!/bin/sh
+# tests/run.sh: the coconet test suite, run by `make test` after it has built
+# ./coconet and the unit tests (build/tests/*). Four groups:
+#   unit      every build/tests/* binary must exit 0;
+#   errors    every tests/errors/*.coco (and the generated cases below) must be
+#             refused by `coconet check` with status 1 and the expected message;
+#   oracle    every examples/*.coco (and tests/oracle/programs/*.coco), for
+#             P in 1 2 3 4 8 and two seeds, is run with --dump and compared
+#             with an independent numpy re-implementation (tests/oracle/check.py);
+#   roundtrip `coconet print` output prints to itself and runs the same.
+# Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
+# is a failure. Each failure prints one FAIL line; the last line of output is
+# "N passed, N failed" and the exit status is non-zero on any failure.
+#
+# Error test headers (first lines of the file):
+#   // expect: SUBSTRING    required: stderr must contain it
+#   // args: ARGS           optional: extra coconet arguments (-D N=0 --ranks 3)
+#   // line: N              optional: stderr must contain "FILE:N:"
+#   // noline               the message has no position (command-line errors)
+# Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
+
+cd "$(dirname "$0")/.." || exit 2
+COCONET=./coconet
+PYTHON=${PYTHON:-python3}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-test.XXXXXX") || exit 2
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+skip=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# coco ARGS...: runs coconet under a time limit; stdout to $TMP/out, stderr to
+# $TMP/err; sets $rc and, for a hang or a crash, $why.
+coco() {
+    timeout 60 $COCONET "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    why=
+    if [ $rc -eq 124 ]; then why="timed out after 60 s"
+    elif [ $rc -ge 128 ]; then why="crashed (status $rc)"; fi
+}
+
+# first line of stderr, for failure messages
+err1() { head -n 1 "$TMP/err" | cut -c 1-300; }
+
+# ---- unit tests ----
+for t in build/tests/*; do
+    [ -f "$t" ] && [ -x "$t" ] || continue
+    timeout 60 "$t" >"$TMP/unit.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then ok; else
+        bad "unit $t exited with status $rc:"
+        grep -i 'fail' "$TMP/unit.out" | head -n 20
+    fi
+done
+
+# ---- error tests ----
+check_error() {
+    f=$1
+    head -n 5 "$f" >"$TMP/head"
+    expect=$(sed -n '1s|^// expect: ||p' "$TMP/head")
+    args=$(sed -n 's|^// args: ||p' "$TMP/head")
+    line=$(sed -n 's|^// line: ||p' "$TMP/head")
+    noline=$(grep -c '^// noline' "$TMP/head")
+    if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
+    set -f
+    # shellcheck disable=SC2086 # args are words
+    coco check "$f" $args
+    set +f
+    if [ -n "$why" ]; then bad "$f: coconet check $why"; return; fi
+    if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1 ($(err1))"; return; fi
+    if ! grep -F -q -- "$expect" "$TMP/err"; then
+        bad "$f: expected '$expect', got: $(err1)"; return
+    fi
+    if [ -n "$line" ]; then
+        if ! head -n 1 "$TMP/err" | grep -F -q -- "$f:$line:"; then
+            bad "$f: expected the error at line $line, got: $(err1)"; return
+        fi
+    elif [ "$noline" -eq 0 ]; then
+        if ! head -n 1 "$TMP/err" | grep -q "^$f:[0-9][0-9]*:[0-9][0-9]*: error: "; then
+            bad "$f: the message has no FILE:LINE:COL: position: $(err1)"; return
+        fi
+    fi
+    ok
+}
+
+# repeat STRING COUNT: STRING written COUNT times
+repeat() { awk -v s="$1" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "%s", s }'; }
+
+gen=$TMP/errors
+mkdir -p "$gen"
+# binary garbage: bytes that are not text, after a valid first statement
+printf '// expect: unexpected byte 0xff (is this a text file?)\n// line: 4\nSize N = 4;\n\377\376\001\200\233garbage\n' >"$gen/binary_garbage.coco"
+printf '// expect: unexpected byte 0x01\n// line: 3\n\001\002\003\004\005\006\007\010\016\017\020\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037\177\n' >"$gen/binary_control.coco"
+printf '// expect: unexpected byte 0xc3\n// line: 3\nTensor caf\303\251(FP32, [4], Replicated, WORLD);\n' >"$gen/binary_utf8_name.coco"
+# a NUL byte: the whole file is refused, with no position
+printf '// expect: the file contains a NUL byte\n// noline\nSize N\000 = 4;\nTensor x(FP32, [N], Replicated, WORLD);\nExecute p({x}, {x});\n' >"$gen/binary_nul.coco"
+# nesting 10000 deep: a clean error, not a stack overflow
+deep() { # name prefix open close
+    { printf '// expect: nested too deeply\n// line: 4\nTensor x(FP32, [4], Replicated, WORLD);\n'
+      printf 'Var y = %s' "$2"; repeat "$3" 10000; printf 'x'; repeat "$4" 10000
+      printf ';\nExecute p({x}, {y});\n'; } >"$gen/$1.coco"
+}
+deep deep_parentheses '' '(' ')'
+deep deep_unary_minus '' '-' ''
+deep deep_calls '' 'Tanh(' ')'
+deep deep_mixed '1 + ' '(x * -' ')'
+{ printf '// expect: nested too deeply\n// line: 3\nTensor x(FP32, ['; repeat '(' 10000; printf '4'; repeat ')' 10000
+  printf '], Replicated, WORLD);\nExecute p({x}, {x});\n'; } >"$gen/deep_size.coco"
+# a name of 100000 characters
+{ printf '// expect: name is too long (100000 characters, at most 63)\n// line: 4\nTensor x(FP32, [4], Replicated, WORLD);\nVar '
+  repeat 'abcdefghij' 10000; printf ' = x + 1;\nExecute p({x}, {x});\n'; } >"$gen/name_huge.coco"
+
+for f in tests/errors/*.coco "$gen"/*.coco; do
+    check_error "$f"
+done
+
+# ---- oracle: examples (and extra programs) against numpy ----
+if ! $PYTHON -c 'import numpy' 2>/dev/null; then
+    $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||
+        { echo "pip install numpy failed:"; tail -n 5 "$TMP/pip.out"; }
+fi
+if $PYTHON -c 'import numpy' 2>/dev/null; then
+    for f in examples/*.coco tests/oracle/programs/*.coco; do
+        [ -f "$f" ] || continue
+        name=$(basename "$f" .coco)
+        for P in 1 2 3 4 8; do
+            coco check "$f" --ranks "$P"
+            if [ $rc -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' "$TMP/err"; then
+                skip=$((skip + 1)); continue
+            fi
+            if [ -n "$why" ] || [ $rc -ne 0 ]; then
+                bad "$f --ranks $P: check failed ${why:-with status $rc}: $(err1)"; continue
+            fi
+            for seed in 1 20240611; do
+                dir=$TMP/oracle/$name.p$P.s$seed
+                repro="./coconet run $f --ranks $P --seed $seed --dump /tmp/dump && $PYTHON tests/oracle/check.py $f /tmp/dump --seed $seed"
+                coco run "$f" --ranks "$P" --seed "$seed" --dump "$dir"
+                if [ -n "$why" ] || [ $rc -ne 0 ]; then
+                    bad "$f --ranks $P --seed $seed: run ${why:-exited with status $rc}: $(err1)"
+                    echo "  reproduce: $repro"; continue
+                fi
+                if $PYTHON tests/oracle/check.py "$f" "$dir" --seed "$seed" >"$TMP/oracle.out" 2>&1; then
+                    ok
+                else
+                    bad "$f --ranks $P --seed $seed: the oracle disagrees:"
+                    head -n 8 "$TMP/oracle.out" | sed 's/^/  /'
+                    echo "  reproduce: $repro"
+                fi
+            done
+        done
+    done
+    echo "oracle: $skip example x P combinations skipped (P not allowed by the program's sizes or groups)"
+else
+    bad "oracle: python3 with numpy is not available (pip install -r tests/requirements.txt)"
+fi
+
+# ---- printer round trip ----
+# The run summary's first line names the program and the last gives the time.
+summary() { sed -e '/^time /d' "$1"; }
+for f in examples/*.coco tests/oracle/programs/*.coco tests/roundtrip/*.coco; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f" .coco)
+    a=$TMP/$name.a.coco
+    b=$TMP/$name.b.coco
+    coco print "$f"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "roundtrip $f: print ${why:-exited with status $rc}: $(err1)"; continue; fi
+    cp "$TMP/out" "$a"
+    coco print "$a"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "roundtrip $f: the printed program does not print: $(err1)"; continue; fi
+    cp "$TMP/out" "$b"
+    if ! cmp -s "$a" "$b"; then
+        bad "roundtrip $f: printing the printed program changes it:"
+        diff "$a" "$b" | head -n 10 | sed 's/^/  /'; continue
+    fi
+    coco run "$f"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "roundtrip $f: run ${why:-exited with status $rc}: $(err1)"; continue; fi
+    summary "$TMP/out" >"$TMP/run.f"
+    coco run "$a"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "roundtrip $f: run of the printed program ${why:-exited with status $rc}: $(err1)"; continue; fi
+    summary "$TMP/out" >"$TMP/run.a"
+    if cmp -s "$TMP/run.f" "$TMP/run.a"; then ok; else
+        bad "roundtrip $f: the printed program runs differently:"
+        diff "$TMP/run.f" "$TMP/run.a" | head -n 10 | sed 's/^/  /'
+    fi
+done
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
