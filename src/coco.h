@@ -332,7 +332,9 @@ typedef struct {
 _Noreturn void refuse(const Xform *x, const char *fmt, ...);
 Ref xform_arg(const Xform *x, int i);           /* the value or fusion argument i names */
 void xform_outs(const Xform *x, int n, const char *what); /* requires n output names */
-void xform_name(const Xform *x, int i, Ref r);  /* gives output name i to r */
+/* gives output name i to r; without output names, a fresh name from dflt */
+void xform_name(const Xform *x, int i, Ref r, const char *dflt);
+const char *overlap_name_check(const Xform *x); /* the overlap's name */
 int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */

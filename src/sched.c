@@ -49,20 +49,48 @@ Ref xform_arg(const Xform *x, int i)
 
 void xform_outs(const Xform *x, int n, const char *what)
 {
+    if (x->st->nout == 0)
+        return; /* names are made from the defaults */
     if (x->st->nout != n)
         refuse(x, "it defines %d name%s (%s), but %d %s given", n, n == 1 ? "" : "s", what,
                x->st->nout, x->st->nout == 1 ? "is" : "are");
 }
 
-void xform_name(const Xform *x, int i, Ref r)
+static int name_taken(Program *p, const char *name, Ref self)
+{
+    int id = program_find(p, name), f = find_fusion(p, name);
+    return (id >= 0 && id != self) || (f >= 0 && REF_FUSION(f) != self) ||
+           find_overlap(p, name) >= 0 || size_find(p, name);
+}
+
+/* dflt, or dflt_2, dflt_3, ...: the first name not taken. */
+static const char *fresh_name(Program *p, const char *dflt, Ref self)
+{
+    const char *name = dflt;
+    for (int k = 2; name_taken(p, name, self); k++)
+        name = arena_printf(p->arena, "%s_%d", dflt, k);
+    return name;
+}
+
+void xform_name(const Xform *x, int i, Ref r, const char *dflt)
 {
     Program *p = x->p;
+    if (x->st->nout == 0) {
+        const char *name = fresh_name(p, dflt, r);
+        if (REF_IS_FUSION(r))
+            p->fusion[REF_FUSION_INDEX(r)].name = name;
+        else {
+            node_of(p, r)->name = name;
+            node_of(p, r)->named = 1;
+        }
+        return;
+    }
     const char *name = x->st->out[i];
     for (int k = 0; k < i; k++)
         if (!strcmp(x->st->out[k], name))
             refuse(x, "'%s' is named twice", name);
-    if (program_find(p, name) >= 0 || find_fusion(p, name) >= 0 || find_overlap(p, name) >= 0 ||
-        size_find(p, name))
+    if (name_taken(p, name, REF_IS_FUSION(r) ? 1 << 30 : r) ||
+        (!REF_IS_FUSION(r) && program_find(p, name) == r && 0))
         refuse(x, "'%s' is already defined", name);
     if (REF_IS_FUSION(r)) {
         p->fusion[REF_FUSION_INDEX(r)].name = arena_strdup(p->arena, name);
@@ -114,6 +142,16 @@ void check_node(const Xform *x, Node *n)
     }
     infer_node(x->p, n);
     error_pop(&ctx);
+}
+
+const char *overlap_name_check(const Xform *x)
+{
+    Program *p = x->p;
+    if (x->st->nout == 0)
+        return fresh_name(p, arena_printf(p->arena, "ol_%s", x->st->arg[0]), 1 << 30);
+    if (name_taken(p, x->st->out[0], 1 << 30))
+        refuse(x, "'%s' is already defined", x->st->out[0]);
+    return arena_strdup(p->arena, x->st->out[0]);
 }
 
 static const struct {

@@ -232,7 +232,7 @@ void xform_fuse(const Xform *x)
         n->fusion = f;
     }
     free(m.in);
-    xform_name(x, 0, REF_FUSION(f));
+    xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));
 }
 
 static int in_some_overlap(Program *p, Ref r)
@@ -264,11 +264,12 @@ void xform_overlap(const Xform *x)
             refuse(x, "'%s' does not consume '%s': only a producer-consumer chain can overlap",
                    ref_name(p, items[i]), ref_name(p, items[i - 1]));
     }
+    const char *name = overlap_name_check(x);
     Overlap *grown = arena_alloc(p->arena, (size_t)(p->noverlap + 1) * sizeof(Overlap));
     memcpy(grown, p->overlap, (size_t)p->noverlap * sizeof(Overlap));
     p->overlap = grown;
     Overlap *o = &p->overlap[p->noverlap++];
-    o->name = arena_strdup(p->arena, x->st->out[0]);
+    o->name = name;
     o->item = items;
     o->nitem = x->st->narg;
 }

@@ -293,7 +293,8 @@ static void rewire(Reorder *r, const int *olds, const int *news, int n)
         node_of(p, r->ag)->dead = 1;
 }
 
-static void name_results(Reorder *r, Ref *refs, const int *newfus, const int *gathers, int ng)
+static void name_results(Reorder *r, Ref *refs, const int *newfus, const int *olds,
+                         const int *gathers, int ng)
 {
     const Xform *x = r->x;
     Program *p = r->p;
@@ -306,14 +307,17 @@ static void name_results(Reorder *r, Ref *refs, const int *newfus, const int *ga
             continue;
         if (REF_IS_FUSION(refs[i])) {
             p->fusion[REF_FUSION_INDEX(refs[i])].dead = 1;
+            const char *old = p->fusion[REF_FUSION_INDEX(refs[i])].name;
             p->fusion[newfus[i]].name = "";
-            xform_name(x, k++, REF_FUSION(newfus[i]));
+            xform_name(x, k++, REF_FUSION(newfus[i]), arena_printf(p->arena, "sc_%s", old));
         } else {
-            xform_name(x, k++, r->map[refs[i]]);
+            xform_name(x, k++, r->map[refs[i]],
+                       arena_printf(p->arena, "sc_%s", x->st->arg[i]));
         }
     }
     for (int i = 0; i < ng; i++)
-        xform_name(x, k++, gathers[i]);
+        xform_name(x, k++, gathers[i],
+                   arena_printf(p->arena, "ag_%s", node_of(p, olds[i])->name));
 }
 
 void xform_reorder(const Xform *x)
@@ -342,7 +346,7 @@ void xform_reorder(const Xform *x)
     for (int i = 0; i < ng; i++)
         news[i] = gather(&r, gathers[i]);
     rewire(&r, gathers, news, ng);
-    name_results(&r, refs, newfus, news, ng);
+    name_results(&r, refs, newfus, gathers, news, ng);
     free(r.in_set);
     free(r.map);
     free(r.fusion);

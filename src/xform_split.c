@@ -58,6 +58,8 @@ void xform_split(const Xform *x)
     replace_uses(p, ar, gid, fid);
     if (!strcmp(policy, "ARSplitRSAG"))
         node_of(p, ar)->dead = 1;
-    xform_name(x, 0, fid);
-    xform_name(x, 1, gid);
+    const char *arname = node_of(p, ar)->name;
+    int rs = !strcmp(policy, "ARSplitRSAG");
+    xform_name(x, 0, fid, arena_printf(p->arena, "%s_%s", rs ? "rs" : "sl", arname));
+    xform_name(x, 1, gid, arena_printf(p->arena, "ag_%s", arname));
 }
