@@ -45,6 +45,11 @@ int coco_num_schedules(const coco_program *p);
 const char *coco_schedule_name(const coco_program *p, int i);
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen);
 const char *coco_applied_schedule(const coco_program *p); /* NULL: none */
+/* Adds every distinct valid schedule reachable from the program; returns
+ * how many. Their text and their names in the paper's notation: */
+int coco_enumerate_schedules(coco_program *p);
+void coco_print_schedule(const coco_program *p, int i, FILE *out);
+const char *coco_schedule_note(const coco_program *p, int i); /* NULL if written by hand */
 
 /* Write the checked program back as .coco text, each value's inferred
  * type, shape and layout in a comment. */

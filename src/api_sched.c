@@ -138,3 +138,19 @@ int coco_run_compare(coco_run *a, coco_run *b, coco_comparison *c)
     }
     return 0;
 }
+
+int coco_enumerate_schedules(coco_program *p)
+{
+    return enumerate_schedules(p);
+}
+
+const char *coco_schedule_note(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nsched ? p->sched[i].note : NULL;
+}
+
+void coco_print_schedule(const coco_program *p, int i, FILE *out)
+{
+    if (i >= 0 && i < p->nsched)
+        print_schedule(&p->sched[i], out);
+}

@@ -151,6 +151,8 @@ typedef struct {
     Pos pos;
     SchedStmt *stmt;
     int nstmt;
+    const char *note; /* enumerated: its name in the paper's notation */
+    int generated;    /* made by the enumeration, not written in the file */
 } Schedule;
 
 typedef struct {
@@ -339,6 +341,10 @@ int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
 const Schedule *schedule_find(Program *p, const char *name);
+
+/* ---- enum.c: every distinct valid schedule, added to p->sched ---- */
+int enumerate_schedules(Program *p);
+void print_schedule(const Schedule *s, FILE *out);
 
 /* ---- xform_*.c: the transformations ---- */
 void xform_split(const Xform *x);

@@ -26,6 +26,7 @@ typedef struct {
     const char *dump;
     const char *schedule;      /* --schedule NAME */
     const char *sched_file;    /* --schedule-file F */
+    int all_schedules;         /* --all-schedules */
 } Options;
 
 static const char usage[] =
@@ -34,7 +35,9 @@ static const char usage[] =
     "commands:\n"
     "  check FILE      parse and check the program (types, shapes, layouts)\n"
     "  print FILE      print the checked program with each value's type, shape, layout\n"
-    "  run FILE        run the program and print a summary of each output\n"
+    "  run FILE        run the program and print a summary of each output, then\n"
+    "                  run each schedule and compare its outputs with the program's\n"
+    "  schedules FILE  list every distinct valid schedule of the program\n"
     "\n"
     "options:\n"
     "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
@@ -46,6 +49,7 @@ static const char usage[] =
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
     "  --schedule NAME print/run: apply the schedule NAME (run: only that one)\n"
     "  --schedule-file F  add the schedules written in F\n"
+    "  --all-schedules run: also every enumerated schedule\n"
     "  --help, --version\n";
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -101,6 +105,8 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
             bad_usage("unknown backend '%s' (this build has: cpu)", o->backend);
     } else if (!strcmp(a, "--dump")) {
         o->dump = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--all-schedules")) {
+        o->all_schedules = 1;
     } else if (!strcmp(a, "--schedule")) {
         o->schedule = option_value(argc, argv, i);
     } else if (!strcmp(a, "--schedule-file")) {
@@ -138,7 +144,8 @@ static void parse_args(Options *o, int argc, char **argv)
     }
     if (!o->cmd)
         bad_usage("no command given%s", "");
-    if (strcmp(o->cmd, "check") && strcmp(o->cmd, "print") && strcmp(o->cmd, "run"))
+    if (strcmp(o->cmd, "check") && strcmp(o->cmd, "print") && strcmp(o->cmd, "run") &&
+        strcmp(o->cmd, "schedules"))
         bad_usage("unknown command '%s'", o->cmd);
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
@@ -242,7 +249,8 @@ static int dump(coco_program *p, coco_run *r, const char *dir)
 }
 
 /* Runs schedule `name` and prints its row of the comparison table. */
-static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const char *name)
+static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const char *name,
+                        const char *note)
 {
     char err[4096];
     coco_program *s = coco_schedule(p, name, err, sizeof err);
@@ -261,8 +269,8 @@ static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const 
         fprintf(stderr, "coconet: schedule %s could not be run or compared\n", name);
     } else {
         const char *verdict = c.differing == 0 ? "bitwise" : "DIFFERS";
-        printf("%-24s %-8s %12.3g %12.3g %10ld/%-10ld %10.1f ms\n", name, verdict, c.max_abs,
-               c.max_rel, c.differing, c.elements, ms);
+        printf("%-24s %-8s %12.3g %12.3g %10ld/%-10ld %10.1f ms  %s\n", name, verdict,
+               c.max_abs, c.max_rel, c.differing, c.elements, ms, note ? note : "");
     }
     coco_run_free(r);
     coco_program_free(s);
@@ -278,7 +286,7 @@ static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
            "differing/elements", "time");
     for (int i = 0; i < n; i++)
         if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
-            bad |= run_schedule(o, p, ref, coco_schedule_name(p, i));
+            bad |= run_schedule(o, p, ref, coco_schedule_name(p, i), coco_schedule_note(p, i));
     if (o->schedule && !bad) {
         int found = 0;
         for (int i = 0; i < n; i++)
@@ -318,6 +326,20 @@ static int run(const Options *o, coco_program *p)
     return bad;
 }
 
+static int list_schedules(const Options *o, coco_program *p)
+{
+    int before = coco_num_schedules(p);
+    double t0 = now_ms();
+    int n = coco_enumerate_schedules(p);
+    double ms = now_ms() - t0;
+    printf("// %d schedules of %s for %d ranks, found in %.1f ms\n", n, coco_program_name(p),
+           coco_num_ranks(p), ms);
+    for (int i = before; i < before + n; i++)
+        coco_print_schedule(p, i, stdout);
+    (void)o;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     Options o;
@@ -334,12 +356,18 @@ int main(int argc, char **argv)
             coco_print(s, stdout);
             coco_program_free(s);
         }
-    } else if (!strcmp(o.cmd, "print"))
+    } else if (!strcmp(o.cmd, "print")) {
         coco_print(p, stdout);
-    else if (!strcmp(o.cmd, "run"))
+    } else if (!strcmp(o.cmd, "schedules")) {
+        rc = list_schedules(&o, p);
+    } else if (!strcmp(o.cmd, "run")) {
+        if (o.all_schedules)
+            coco_enumerate_schedules(p);
         rc = run(&o, p);
-    else
+    }
+    else {
         printf("%s: ok (%d rank%s)\n", o.file, coco_num_ranks(p), coco_num_ranks(p) == 1 ? "" : "s");
+    }
     coco_program_free(p);
     return rc;
 }

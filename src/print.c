@@ -266,3 +266,35 @@ void print_program(Program *p, FILE *out)
     print_schedule_facts(&pr);
     free(pr.uses);
 }
+
+static void print_names(FILE *out, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        fprintf(out, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* A schedule as text that can be pasted into a .coco file. */
+void print_schedule(const Schedule *s, FILE *out)
+{
+    fprintf(out, "Schedule %s {", s->name);
+    if (s->note)
+        fprintf(out, "  // %s", s->note);
+    fputc('\n', out);
+    for (int i = 0; i < s->nstmt; i++) {
+        const SchedStmt *st = &s->stmt[i];
+        fputs("  ", out);
+        if (st->nout == 1)
+            fprintf(out, "%s = ", st->out[0]);
+        if (st->nout > 1) {
+            fputc('(', out);
+            print_names(out, st->out, st->nout);
+            fputs(") = ", out);
+        }
+        fprintf(out, "%s(", st->verb);
+        print_names(out, st->arg, st->narg);
+        if (st->policy)
+            fprintf(out, "%s%s", st->narg ? ", " : "", st->policy);
+        fputs(");\n", out);
+    }
+    fputs("}\n", out);
+}

@@ -223,13 +223,13 @@ void xform_fuse(const Xform *x)
     }
     check_convex(&m);
     int f = fusion_new(p, "", kind);
+    for (int i = 0; i < m.n; i++) /* a fused operation joins whole */
+        if (m.in[i] && node_of(p, i)->fusion >= 0)
+            p->fusion[node_of(p, i)->fusion].dead = 1;
     for (int i = 0; i < m.n; i++) {
-        if (!m.in[i])
-            continue;
         Node *n = node_of(p, i);
-        if (n->fusion >= 0)
-            p->fusion[n->fusion].dead = 1;
-        n->fusion = f;
+        if (m.in[i] || (n->fusion >= 0 && n->fusion != f && p->fusion[n->fusion].dead))
+            n->fusion = f;
     }
     free(m.in);
     xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));

@@ -102,6 +102,10 @@ static void check_set(Reorder *r)
 /* The dimension of n's output that its sliced inputs (already mapped) cut. */
 static int sliced_dim(Reorder *r, const Node *n, const int *in)
 {
+    if (op_info(n->op)->kind == K_REDUCTION) { /* the input's dimension */
+        Node *y = node_of(r->p, in[0]);
+        return y->layout.kind == L_SLICED ? y->layout.dim : -1;
+    }
     for (int k = 0; k < n->nin; k++) {
         Node *y = node_of(r->p, in[k]);
         if (y->layout.kind == L_SLICED && !(n->op == O_UPDATE && k == 0))

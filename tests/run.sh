@@ -118,7 +118,10 @@ done
 
 # ---- oracle: examples (and extra programs) against numpy ----
 if ! $PYTHON -c 'import numpy' 2>/dev/null; then
+    # (a Debian python refuses pip installs unless told to: PEP 668)
     $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||
+        PIP_BREAK_SYSTEM_PACKAGES=1 $PYTHON -m pip install --quiet -r tests/requirements.txt \
+            >"$TMP/pip.out" 2>&1 ||
         { echo "pip install numpy failed:"; tail -n 5 "$TMP/pip.out"; }
 fi
 if $PYTHON -c 'import numpy' 2>/dev/null; then
