@@ -33,7 +33,12 @@ build:
 test: coconet $(UNIT)
 	@sh tests/run.sh
 
+# The main job: every example on the CPU backend with 4 simulated ranks,
+# each of its schedules checked against the program.
+run: coconet
+	@for f in examples/*.coco; do ./coconet run $$f --ranks 4 || exit 1; echo; done
+
 clean:
 	rm -rf build coconet
 
-.PHONY: all test clean
+.PHONY: all test run clean

@@ -16,6 +16,7 @@
 #include "coconet.h"
 
 enum { MAXDIM = 8, MAXIN = 4, MAXNAME = 64 };
+#define MAX_ELEMENTS (1L << 40) /* elements of one logical tensor */
 
 /* ---- element types ---- */
 typedef enum { T_FP16, T_BF16, T_FP32, T_FP64, NTYPE } Type;

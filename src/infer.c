@@ -262,6 +262,8 @@ static Layout conv_layout(Program *p, Node *n, const Node *x, const Node *w)
 
 static Dim conv_out_dim(Program *p, Node *n, Dim in, Dim k)
 {
+    if (n->pad > 1 << 20)
+        error_at(n->pos, "Conv2D padding %d is too large", n->pad);
     long span = in.n + 2L * n->pad - k.n;
     if (span < 0)
         error_at(n->pos, "Conv2D: the kernel (%ld) is larger than the padded input (%ld)", k.n,

@@ -467,6 +467,11 @@ static void tensor_decl(Parser *ps)
     }
     expect_punct(ps, ')');
     expect_punct(ps, ';');
+    double elements = 1;
+    for (int i = 0; i < nd; i++)
+        elements *= (double)dims[i].n;
+    if (elements > (double)MAX_ELEMENTS)
+        error_at(pos, "tensor %s has %.3g elements: too large (at most 2^40)", name, elements);
     n = node_of(p, id);
     n->type = t;
     n->ndim = nd;
@@ -510,6 +515,8 @@ static void scalar_decl(Parser *ps)
             error_plain("-D %s=%s: the value of a scalar must be a number", name, b);
         has_value = 1;
     }
+    if (isinf(type_round(t, v)) && !isinf(v))
+        error_at(pos, "the value %g of scalar %s is too large for %s", v, name, type_name(t));
     Node *n = node_new(p, O_SCALAR, pos);
     n->name = name;
     n->named = 1;
@@ -935,6 +942,10 @@ static int *name_list(Parser *ps, int *count, int inputs)
         if (id < 0)
             error_at(pos, "unknown name '%s'", name);
         Op op = node_of(ps->p, id)->op;
+        int upd = node_of(ps->p, id)->updated_by;
+        if (!inputs && op == O_INPUT && upd >= 0)
+            error_at(pos, "'%s' is overwritten by the Update at line %d: use that Update's result",
+                     name, node_of(ps->p, upd)->pos.line);
         if (inputs && op != O_INPUT && op != O_SCALAR)
             error_at(pos, "'%s' is computed by the program: only Tensors and Scalars are inputs",
                      name);

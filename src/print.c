@@ -197,8 +197,8 @@ static void print_decl(Printer *pr, const Node *n)
     if (n->op == O_SCALAR) {
         fprintf(o, "Scalar %s(%s", n->name, type_name(n->type));
         if (n->has_value) {
-            fputs(", ", o);
-            print_number(o, n->value, n->type);
+            fputs(n->value < 0 ? ", -" : ", ", o); /* the grammar's ["-"] NUMBER */
+            print_number(o, n->value < 0 ? -n->value : n->value, n->type);
         }
         fputs(");\n", o);
         return;
@@ -264,6 +264,11 @@ void print_program(Program *p, FILE *out)
     print_list(&pr, p->exec_out, p->nexec_out);
     fputs(");\n", out);
     print_schedule_facts(&pr);
+    for (int i = 0; !p->applied && i < p->nsched; i++)
+        if (!p->sched[i].generated) {
+            fputc('\n', out);
+            print_schedule(&p->sched[i], out);
+        }
     free(pr.uses);
 }
 

@@ -560,7 +560,27 @@ except ImportError:
 # ---------------------------------------------------------------------------
 
 
+def selftest():
+    """The oracle's own rounding, against values worked out by hand."""
+    cases = [
+        (r16, [1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-11 + 2**-40, 65519.99, 65520, 2**-25, 3 * 2**-25, 0.1],
+         [1, 1 + 2**-9, 1 + 2**-10, 65504, np.inf, 0, 2**-23, 0.0999755859375]),
+        (rbf16, [1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-40, -(1 + 2**-8), 65520, 2.0**-133,
+                 2.0**-134, 1.5 * 2.0**-134, float.fromhex('0x1.FEp127'), float.fromhex('0x1.FFp127'), 1e300, 1e-300, 0.1],
+         [1, 1 + 2**-6, 1 + 2**-7, -1, 65536, 2.0**-133, 0, 2.0**-133, float.fromhex('0x1.FEp127'), np.inf, np.inf, 0,
+          0.10009765625]),
+        (r32, [1 + 2**-24, 1 + 3 * 2**-24, 0.1], [1, 1 + 2**-22, 0.100000001490116119384765625]),
+    ]
+    for fn, xs, want in cases:
+        got = fn(np.array(xs, np.float64))
+        if not same(got, np.array(want, np.float64)):
+            raise SystemExit("oracle self-test failed: %s(%r) = %r, expected %r" % (fn.__name__, xs, list(got), want))
+    if not np.isnan(rbf16(np.array([np.nan]))[0]):
+        raise SystemExit("oracle self-test failed: rbf16(nan)")
+
+
 def main(argv):
+    selftest()
     args = [a for a in argv[1:]]
     seed = 1
     if "--seed" in args:

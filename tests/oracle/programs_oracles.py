@@ -1,0 +1,142 @@
+"""programs_oracles.py: the oracles of tests/oracle/programs/*.coco.
+
+These programs exercise what the examples do not: every reduction operator,
+uneven ReduceScatter slices, AllGather, Reduce/Broadcast with a non-zero
+root, MatMul and Conv2D in each allowed layout and in every type, casts,
+Slice, Dropout of a Sliced value, Norm and ReduceTensor along a dimension,
+and groups with Send/Recv offsets that wrap around. Each function is written
+from its .coco text with the building blocks of check.py (C below), which
+states the language's rounding rules. Outputs must agree exactly.
+"""
+import numpy as np
+
+
+def oracles(C):
+    r16, r32, rbf, r64 = C.r16, C.r32, C.rbf16, C.r64
+
+    def per_rank_sliced(x, dim, P):
+        """{rank: part} of logical x cut along dim over WORLD."""
+        return C.sliced_parts(x, dim, list(range(P)))
+
+    # ---- collectives.coco ----
+    def collectives(c):
+        P = c.P
+        x = [c.rank_data("x", r) for r in range(P)]
+        h = [c.rank_data("h", r) for r in range(P)]
+        b = [c.rank_data("b", r) for r in range(P)]
+        s = r32(C.fold(x))
+        out = {
+            "s": c.everywhere(s),
+            "pr": c.everywhere(r32(C.fold(x, "*"))),
+            "mx": c.everywhere(r16(C.fold(h, "max"))),
+            "mn": c.everywhere(rbf(C.fold(b, "min"))),
+            # ReduceScatter: the rounded reduction, each rank keeps its block
+            "rs": per_rank_sliced(s, 0, P),
+            "rs1": per_rank_sliced(r32(C.fold([r32(v * 2) for v in x], "max")), 1, P),
+            # rs + 1 on each slice, gathered: the whole r32(s + 1)
+            "ag": c.everywhere(r32(s + 1)),
+        }
+        hs = r16(C.fold(h))
+        out["red"] = {r: (hs if r == 1 else np.zeros_like(hs)) for r in range(P)}
+        out["bc"] = c.everywhere(r16(hs * 3))   # red * 3 on root 1, broadcast
+        return out, None
+
+    # ---- layers.coco ----
+    def layers(c):
+        P = c.P
+        w, a16, w3, k = c.replicated("w"), c.replicated("a16"), c.replicated("w3"), c.replicated("k")
+        xr = c.replicated("xr")
+        out = {
+            # a sliced on M (dim 1), w replicated: each rank its rows
+            "rows": {r: C.matmul(c.rank_data("a", r), w, "FP32") for r in range(P)},
+            # FP16 x BF16 is FP32; wn sliced on N: each rank its columns
+            "cols": {r: C.matmul(a16, c.rank_data("wn", r), "FP32") for r in range(P)},
+            "batched": c.everywhere(C.matmul(a16, w3, "FP16")),
+            # FP64 partials over K slices, added in rank order
+            "full": c.everywhere(r64(C.fold([C.matmul(c.rank_data("a64", r), c.rank_data("w64", r), "FP64")
+                                             for r in range(P)]))),
+            # input sliced on the batch, weights replicated
+            "c1": {r: C.conv2d(c.rank_data("x", r), k, "FP32", 2, 1) for r in range(P)},
+            # weights sliced on output channels: output Sliced(1)
+            "c2": {r: C.conv2d(xr, c.rank_data("kk", r), "FP16", 1, 2) for r in range(P)},
+            "c3": {r: C.relu(C.conv2d(c.rank_data("x", r), k, "FP32")) for r in range(P)},
+        }
+        # plain check that the parts fit together: the whole products
+        a_full = c.gathered("a", range(P))
+        plain = {"rows": per_rank_sliced(np.matmul(a_full, w), 1, P),
+                 "cols": per_rank_sliced(np.matmul(a16, c.gathered("wn", range(P))), 2, P),
+                 "full": c.everywhere(np.matmul(c.gathered("a64", range(P)), c.gathered("w64", range(P))))}
+        mags = {"rows": per_rank_sliced(np.matmul(np.abs(a_full), np.abs(w)), 1, P),
+                "cols": per_rank_sliced(np.matmul(np.abs(a16), np.abs(c.gathered("wn", range(P)))), 2, P),
+                "full": c.everywhere(np.matmul(np.abs(c.gathered("a64", range(P))),
+                                               np.abs(c.gathered("w64", range(P)))))}
+        # FP32 results of float32 sums over K = 24 terms: |error| <= 24 * 2^-24
+        # * sum|a*b| plus the final rounding; FP64: far less. 2^-18 covers both.
+        tols = {n: {r: 2.0 ** -18 * m + 1e-300 for r, m in v.items()} for n, v in mags.items()}
+        return out, (plain, tols)
+
+    # ---- pointwise.coco ----
+    def pointwise(c):
+        P, seed = c.P, c.seed
+        y, z, q = c.replicated("y"), c.replicated("z"), c.replicated("q")
+        k, e = c.scalar("k"), c.scalar("e")
+        R, Cn = z.shape
+        zs = per_rank_sliced(z, 0, P)                     # Slice(z, 0)
+        a, b, d1, d2, n1 = {}, {}, {}, {}, {}
+        for r in range(P):
+            x = c.rank_data("x", r)
+            # x * y: FP32 with BF16 -> FP32
+            a[r] = r32(r32(C.ltanh(r32(x * y))) - r32(r32(np.sqrt(r32(r32(C.relu(x)) + 1))) / 3))
+            b[r] = r32(r16(r16(C.lpow(zs[r], 2)) * k) + x)  # FP16 Pow and * Scalar, + FP32
+            n1[r] = C.norm(x, "FP32", axis=1)
+        # Dropout of a Sliced value: the mask is drawn on the logical tensor
+        ab = np.concatenate([r32(a[r] + b[r]) for r in range(P)], axis=0)
+        d1_full = C.dropout(ab, 0.3, 0, "FP32", seed)
+        d2_full = C.dropout(r32(r32(-d1_full) * e), 0.5, 1, "FP32", seed)
+        out = {
+            "a": a, "b": b,
+            "d1": per_rank_sliced(d1_full, 0, P),
+            "d2": per_rank_sliced(d2_full, 0, P),
+            # FP16 + BF16 -> FP32
+            "c16": c.everywhere(r32(r16(q) + rbf(rbf(q) * 2))),
+            # FP32 - FP64 -> FP64
+            "c32": c.everywhere(r64(r32(r64(q * 1000)) - rbf(q))),
+            "n0": c.everywhere(C.norm(z, "FP16", axis=0)),
+            "n1": n1,
+            "t1": c.everywhere(r64(C.fold([q[:, j] for j in range(Cn)], "min")
+                                   + C.fold([z[:, j] for j in range(Cn)], "*"))),
+            # FP16 * BF16 -> FP32; FP16 - literal -> FP16; FP64 / FP16 -> FP64
+            "mix": c.everywhere(r64(r32(z * y) + r64(q / r16(z - 2)))),
+        }
+        return out, None
+
+    # ---- groups.coco ----
+    def groups(c):
+        P, G = c.P, c.src.group_size
+        grps = C.groups(P, G)
+        ng = len(grps)
+        w, cc = c.replicated("w"), c.scalar("c")
+        g = [c.rank_data("g", r) for r in range(P)]
+        rg = [c.replicated("rg", grp[0]) for grp in grps]
+        sums, gats, scs, worlds = [], [], [], []
+        for j, grp in enumerate(grps):
+            ar = r32(C.fold([g[r] for r in grp]))
+            sums.append(r32(r32(ar * w) + r32(rg[j] * cc)))
+            gats.append(np.concatenate([r16(c.rank_data("s", r) * 2) for r in grp], axis=0))
+            scs.append(r32(C.fold([r32(g[r] * cc) for r in grp])))
+            src = grps[(j - 2) % ng]                      # Send(g, GROUP+2): from group j-2
+            worlds.append(r32(C.fold([r32(g[src[i]] * w) for i in range(G)])))
+        fwd = [sums[(j - 1) % ng] for j in range(ng)]     # Send to GROUP+1
+        back = [gats[(j - 1) % ng] for j in range(ng)]    # Recv from GROUP-1
+        diff = [r32(fwd[j] - rg[j]) for j in range(ng)]
+        far = [diff[(j + 3) % ng] for j in range(ng)]     # Send to GROUP-3
+        out = {n: {} for n in ("sum", "gat", "fwd", "back", "far", "sc", "world")}
+        for j, grp in enumerate(grps):
+            parts = C.sliced_parts(scs[j], 0, grp)
+            for r in grp:
+                out["sum"][r], out["gat"][r], out["fwd"][r] = sums[j], gats[j], fwd[j]
+                out["back"][r], out["far"][r], out["world"][r] = back[j], far[j], worlds[j]
+                out["sc"][r] = parts[r]
+        return out, None
+
+    return {"collectives": collectives, "layers": layers, "pointwise": pointwise, "groups": groups}
