@@ -78,7 +78,8 @@ typedef struct {
 
 /* Running on the CPU reference executor: create (inputs are filled with
  * seeded data), optionally overwrite inputs, execute, read values. */
-coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads);
+int coco_run_fits(coco_program *p, char *err, size_t errlen); /* 0: memory suffices */
+coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads); /* NULL: too large */
 int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t); /* 0 ok */
 int coco_run_execute(coco_run *r, char *err, size_t errlen);                  /* 0 ok */
 void coco_run_free(coco_run *r);
@@ -94,16 +95,24 @@ typedef struct {
 int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
 
 /* Compares the outputs (by position) and the new values of Updated tensors
- * of two runs of the same program under different schedules. */
+ * of two runs of the same program under different schedules. With `exact`,
+ * a run of coco_program_exact(ref's program) on the same seed, an element
+ * whose bits differ is still right when its distance to the exact value is
+ * at most max(4 |ref - exact|, 4 ulp of its type at |exact|): a schedule
+ * that regroups a sum may round differently, but no worse than the program
+ * itself does. */
 typedef struct {
     int compared;       /* values compared */
     long elements;
     long differing;     /* elements whose bits differ */
+    long outside;       /* differing elements beyond the tolerance (with exact) */
     double max_abs;     /* largest |a - b| */
     double max_rel;     /* largest |a - b| / max(|a|, tiny) */
     char worst[64];     /* name of the value with the largest difference */
 } coco_comparison;
-int coco_run_compare(coco_run *ref, coco_run *other, coco_comparison *c);
+int coco_run_compare(coco_run *ref, coco_run *other, coco_run *exact, coco_comparison *c);
+/* The program with every value computed in FP64 from the same input data. */
+coco_program *coco_program_exact(coco_program *p);
 
 #ifdef __cplusplus
 }

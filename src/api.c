@@ -2,12 +2,14 @@
  * loading (read, parse, check, verify), facts about a program, and running
  * it on the CPU reference executor. User errors come back as messages;
  * nothing here prints. */
+#define _DEFAULT_SOURCE /* sysconf(_SC_PHYS_PAGES) */
 #include "coco.h"
 
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 enum { MAX_SOURCE = 64 << 20, MAX_RANKS = 4096 };
 
@@ -152,8 +154,46 @@ const char *coco_output_name(const coco_program *p, int i)
     return i >= 0 && i < p->nexec_out ? p->node[p->exec_out[i]].name : NULL;
 }
 
+static double memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 1e18;
+}
+
+/* Bytes the simulated ranks need for node n (doubles on every rank). */
+static double node_bytes(Program *p, const Node *n)
+{
+    double b = 0;
+    for (int r = 0; r < p->nranks; r++)
+        b += (double)local_count(p, n, r) * sizeof(double);
+    return b;
+}
+
+int coco_run_fits(coco_program *p, char *err, size_t errlen)
+{
+    double mem = memory_bytes(), inputs = 0;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead)
+            continue;
+        double b = node_bytes(p, n);
+        if (n->op == O_INPUT)
+            inputs += b;
+        if (b > mem || inputs > mem) {
+            snprintf(err, errlen, "%s:%d:%d: error: '%s' needs %.3g GiB on %d simulated ranks: "
+                     "too large for this machine's %.3g GiB\n", p->file, n->pos.line, n->pos.col,
+                     n->name, b / (1 << 30), p->nranks, mem / (1 << 30));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads)
 {
+    char err[16];
+    if (coco_run_fits(p, err, sizeof err))
+        return NULL;
     coco_run *r = xcalloc(1, sizeof *r);
     r->prog = p;
     r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);

@@ -36,12 +36,13 @@ int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errl
         return -1;
     }
     ErrorCtx ctx;
-    error_push(&ctx, err, errlen, arena_strdup(p->arena, path), src);
+    const char *file = arena_strdup(p->arena, path);
+    error_push(&ctx, err, errlen, file, src);
     if (setjmp(ctx.jb)) {
         error_pop(&ctx);
         return -1;
     }
-    parse_schedules(p, src);
+    parse_schedules(p, file, src);
     error_pop(&ctx);
     return 0;
 }
@@ -70,7 +71,7 @@ coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t
     }
     Program *clone = program_clone(p);
     ErrorCtx ctx;
-    error_push(&ctx, err, errlen, p->file, p->src);
+    error_push(&ctx, err, errlen, s->file ? s->file : p->file, s->src ? s->src : p->src);
     if (setjmp(ctx.jb)) {
         error_pop(&ctx);
         program_free(clone);
@@ -81,7 +82,34 @@ coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t
     return clone;
 }
 
-static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_comparison *c)
+coco_program *coco_program_exact(coco_program *p)
+{
+    return program_exact(p);
+}
+
+/* The spacing of values of type t near |v|. */
+static double ulp(Type t, double v)
+{
+    static const int bits[NTYPE] = {[T_FP16] = 11, [T_BF16] = 8, [T_FP32] = 24, [T_FP64] = 53};
+    static const int emin[NTYPE] = {[T_FP16] = -14, [T_BF16] = -126, [T_FP32] = -126,
+                                    [T_FP64] = -1022};
+    int e;
+    frexp(fabs(v), &e);
+    if (v == 0 || e - 1 < emin[t])
+        e = emin[t] + 1;
+    return ldexp(1.0, e - bits[t]);
+}
+
+static int within_tolerance(Type t, double ref, double got, double exact)
+{
+    if (isnan(exact) || isinf(exact))
+        return isnan(got) == isnan(exact) && (isnan(got) || got == exact);
+    double allowed = fmax(4 * fabs(ref - exact), 4 * ulp(t, exact));
+    return fabs(got - exact) <= allowed;
+}
+
+static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_run *x64,
+                          coco_comparison *c)
 {
     Node *x = node_of(a->prog, na), *y = node_of(b->prog, nb);
     ASSERT(dim_count(x) == dim_count(y));
@@ -99,6 +127,12 @@ static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_compari
                 diff = INFINITY;
             c->elements++;
             c->differing += !same;
+            if (!same && x64 &&
+                !within_tolerance(y->type, u, v, exec_value_at(x64->exec, node_of(x64->prog, na),
+                                                              rank, it.gidx)))
+                c->outside++;
+            if (!same && !x64)
+                c->outside++;
             if (diff > c->max_abs)
                 c->max_abs = diff;
             double rel = diff / fmax(fabs(u), 1e-30);
@@ -119,14 +153,14 @@ static int input_named(Program *p, const char *name)
     return -1;
 }
 
-int coco_run_compare(coco_run *a, coco_run *b, coco_comparison *c)
+int coco_run_compare(coco_run *a, coco_run *b, coco_run *x64, coco_comparison *c)
 {
     Program *pa = a->prog, *pb = b->prog;
     memset(c, 0, sizeof *c);
     if (pa->nexec_out != pb->nexec_out || pa->nranks != pb->nranks)
         return -1;
     for (int i = 0; i < pa->nexec_out; i++)
-        compare_value(a, pa->exec_out[i], b, pb->exec_out[i], c);
+        compare_value(a, pa->exec_out[i], b, pb->exec_out[i], x64, c);
     for (int i = 0; i < pa->nnode; i++) {
         Node *t = &pa->node[i];
         if (t->op != O_INPUT || t->updated_by < 0)
@@ -134,7 +168,7 @@ int coco_run_compare(coco_run *a, coco_run *b, coco_comparison *c)
         int tb = input_named(pb, t->name);
         if (tb < 0 || pb->node[tb].updated_by < 0)
             return -1;
-        compare_value(a, t->updated_by, b, pb->node[tb].updated_by, c);
+        compare_value(a, t->updated_by, b, pb->node[tb].updated_by, x64, c);
     }
     return 0;
 }

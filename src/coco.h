@@ -104,6 +104,7 @@ typedef struct Node {
     int is_recv;     /* O_SEND written as Recv(x, GroupRank(GROUP-k, RANK)) */
     int stride, pad; /* O_CONV2D */
     Type to;         /* O_CAST */
+    Type fill_type;  /* inputs: type their data is rounded to (NTYPE: `type`) */
     int dropout_id;  /* O_DROPOUT: key of its random stream */
     int input_index; /* O_INPUT / O_SCALAR: declaration order among inputs */
     int target;      /* O_UPDATE: node id of the updated O_INPUT */
@@ -153,6 +154,7 @@ typedef struct {
     SchedStmt *stmt;
     int nstmt;
     const char *note; /* enumerated: its name in the paper's notation */
+    const char *file, *src; /* where it is written (errors point there) */
     int generated;    /* made by the enumeration, not written in the file */
 } Schedule;
 
@@ -258,6 +260,7 @@ int node_users(Program *p, int id, int *users, int max);
 
 /* ---- rewrite.c: graph surgery shared by the transformations ---- */
 Program *program_clone(Program *base);          /* deep copy for scheduling */
+Program *program_exact(Program *base);          /* a clone computing everything in FP64 */
 Node *node_copy(Program *p, int id, double seq); /* a new node like id */
 void replace_uses(Program *p, int old, int with, int after_seq_of);
 void program_resort(Program *p);               /* topological, by seq; drops dead */
@@ -293,7 +296,8 @@ typedef struct {
     const char *value;
 } Binding;
 void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_size);
-void parse_schedules(Program *p, const char *src); /* a file of Schedule blocks */
+void parse_schedules(Program *p, const char *file, const char *src); /* Schedule blocks */
+int is_reserved(const char *s);                    /* a keyword of the language */
 
 /* ---- infer.c: type, shape and layout of one node from its inputs ---- */
 void infer_node(Program *p, Node *n);      /* user error on a violated rule */

@@ -61,7 +61,12 @@ static Program *try_seq(Program *base, Seq s)
         program_free(q);
         return NULL;
     }
-    Schedule sc = {"candidate", {0, 0}, s.stmt, s.n, NULL, 1};
+    Schedule sc;
+    memset(&sc, 0, sizeof sc);
+    sc.name = "candidate";
+    sc.stmt = s.stmt;
+    sc.nstmt = s.n;
+    sc.generated = 1;
     schedule_apply(q, &sc);
     error_pop(&ctx);
     return q;

@@ -18,6 +18,12 @@
  * G_GROUP value holds its own logical tensor, and Local values differ per rank. */
 #include "coco.h"
 
+/* The type the data is drawn in: the declared one, even in an FP64 program. */
+static Type data_type(const Node *n)
+{
+    return n->fill_type == NTYPE ? n->type : n->fill_type;
+}
+
 static uint64_t input_stream(const Program *p, const Node *n, int rank)
 {
     uint64_t local = n->layout.kind == L_LOCAL ? (uint64_t)rank + 1 : 0;
@@ -32,7 +38,7 @@ static void fill_scalar(Exec *e, const Node *n, int rank)
                    ? n->value
                    : 1.0 - rng_uniform(e->seed, input_stream(e->prog, n, rank), 0);
     double *out = exec_alloc(e, n->id, rank, 1);
-    out[0] = type_round(n->type, v);
+    out[0] = type_round(data_type(n), v);
 }
 
 static void fill_tensor(Exec *e, const Node *n, int rank)
@@ -45,7 +51,7 @@ static void fill_tensor(Exec *e, const Node *n, int rank)
     GlobalIter it;
     global_iter_start(&it, p, n, rank);
     for (long i = 0; i < count; i++, global_iter_next(&it))
-        out[i] = type_round(n->type, lo + width * rng_uniform(e->seed, stream, (uint64_t)it.gidx));
+        out[i] = type_round(data_type(n), lo + width * rng_uniform(e->seed, stream, (uint64_t)it.gidx));
 }
 
 void fill_input(Exec *e, const Node *n)

@@ -47,6 +47,7 @@ Node *node_new(Program *p, Op op, Pos pos)
     n->updated_by = -1;
     n->input_index = -1;
     n->fusion = -1;
+    n->fill_type = NTYPE;
     n->seq = n->id;
     n->stride = 1;
     n->name = arena_printf(p->arena, "_t%d", n->id);

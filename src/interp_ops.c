@@ -525,6 +525,28 @@ static void conv_range(void *ctx, long lo, long hi)
     free(acc);
 }
 
+/* FP64 Conv2D: the same order (c, r, s) accumulated in double. */
+static void conv_fp64(const ConvJob *j, const double *x, const double *w)
+{
+    for (long img = 0; img < j->N; img++)
+        for (long k = 0; k < j->K; k++)
+            for (long oh = 0; oh < j->OH; oh++)
+                for (long ow = 0; ow < j->OW; ow++) {
+                    double acc = 0;
+                    for (long c = 0; c < j->C; c++)
+                        for (long r = 0; r < j->R; r++)
+                            for (long s = 0; s < j->S; s++) {
+                                long ih = oh * j->stride - j->pad + r;
+                                long iw = ow * j->stride - j->pad + s;
+                                if (ih < 0 || ih >= j->H || iw < 0 || iw >= j->W)
+                                    continue;
+                                acc += x[((img * j->C + c) * j->H + ih) * j->W + iw] *
+                                       w[((k * j->C + c) * j->R + r) * j->S + s];
+                            }
+                    j->out[((img * j->K + k) * j->OH + oh) * j->OW + ow] = acc;
+                }
+}
+
 static float *to_float(const double *v, long count)
 {
     float *f = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *f);
@@ -552,6 +574,10 @@ void eval_conv2d(Exec *e, const Node *n, int rank)
     ASSERT(os[0] == j.N && os[1] == j.K && os[2] == j.OH && os[3] == j.OW);
     ASSERT(cx == shape_count(xs, 4) && cw == shape_count(ws, 4));
     j.out = exec_alloc(e, n->id, rank, shape_count(os, 4));
+    if (n->type == T_FP64) {
+        conv_fp64(&j, x, w);
+        return;
+    }
     float *fx = to_float(x, cx), *fw = to_float(w, cw);
     j.x = fx;
     j.w = fw;

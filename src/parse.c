@@ -22,6 +22,7 @@ typedef struct {
     long cli_group_size;
     int depth;
     int executed;
+    const char *file; /* of a schedule file; NULL: the program's */
 } Parser;
 
 static const char *const reserved[] = {
@@ -78,7 +79,15 @@ static void expect_word(Parser *ps, const char *w)
     advance(ps);
 }
 
-static int is_reserved(const char *s)
+/* Is the token after the current one a '(' (blanks and comments between)? */
+static int next_is_lparen(Parser *ps)
+{
+    Lexer ahead = ps->lx;
+    Token t = lex_next(&ahead);
+    return t.kind == TK_PUNCT && t.start[0] == '(';
+}
+
+int is_reserved(const char *s)
 {
     for (int i = 0; reserved[i]; i++)
         if (!strcmp(s, reserved[i]))
@@ -612,7 +621,7 @@ static int opt_int(Parser *ps, int dflt, const char *what)
     return expect_int(ps, what);
 }
 
-static int call_collective(Parser *ps, Op op, Pos pos)
+static int call_collective(Parser *ps, Op op, Pos pos, int is_recv)
 {
     Node tmp = {0};
     if (op == O_ALLREDUCE || op == O_REDUCESCATTER || op == O_REDUCE) {
@@ -637,7 +646,8 @@ static int call_collective(Parser *ps, Op op, Pos pos)
     n->redop = tmp.redop;
     n->axis = tmp.axis;
     n->root = tmp.root;
-    n->shift = tmp.shift;
+    n->shift = is_recv ? -tmp.shift : tmp.shift;
+    n->is_recv = is_recv;
     int id = n->id;
     infer_node(ps->p, n);
     return id;
@@ -779,7 +789,7 @@ static int call(Parser *ps)
     switch (op) {
     case O_ALLREDUCE: case O_REDUCESCATTER: case O_ALLGATHER: case O_REDUCE:
     case O_BROADCAST: case O_SEND:
-        id = call_collective(ps, op, pos);
+        id = call_collective(ps, op, pos, is_recv);
         break;
     case O_UPDATE:
         return call_update(ps, pos);
@@ -802,11 +812,6 @@ static int call(Parser *ps)
         expect_punct(ps, ')');
         return make_node(ps, op, pos, a, 0);
     }
-    }
-    if (is_recv) {
-        Node *n = node_of(ps->p, id);
-        n->is_recv = 1;
-        n->shift = -n->shift;
     }
     return id;
 }
@@ -841,7 +846,7 @@ static int primary(Parser *ps)
     if (ps->tok.kind == TK_IDENT) {
         if (is_call_name(ps))
             return call(ps);
-        if (ps->lx.p[0] == '(') {
+        if (next_is_lparen(ps)) {
             char name[MAXNAME];
             snprintf(name, sizeof name, "%.*s", ps->tok.len, ps->tok.start);
             error_at(pos, "unknown operation '%s'", name);
@@ -1058,7 +1063,7 @@ static void sched_stmt(Parser *ps, SchedStmt *st)
         st->out = sched_names(ps, &st->nout, NULL, ')');
         expect_punct(ps, '=');
         st->pos = ps->tok.pos;
-    } else if (ps->tok.kind == TK_IDENT && ps->lx.p[0] != '(') {
+    } else if (ps->tok.kind == TK_IDENT && !next_is_lparen(ps)) {
         Lexer save = ps->lx;
         Token name = ps->tok;
         advance(ps);
@@ -1101,6 +1106,8 @@ static void schedule(Parser *ps)
     Schedule *sc = &p->sched[p->nsched++];
     sc->name = name;
     sc->pos = pos;
+    sc->file = ps->file ? ps->file : p->file;
+    sc->src = ps->lx.src;
     int cap = 0;
     while (!is_punct(ps, '}')) {
         if (ps->tok.kind == TK_EOF)
@@ -1174,11 +1181,12 @@ void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_
 }
 
 /* A file of schedules only: { schedule } EOF, for a program already parsed. */
-void parse_schedules(Program *p, const char *src)
+void parse_schedules(Program *p, const char *file, const char *src)
 {
     Parser ps;
     memset(&ps, 0, sizeof ps);
     ps.p = p;
+    ps.file = file;
     ps.executed = 1;
     lex_init(&ps.lx, src);
     advance(&ps);

@@ -34,7 +34,7 @@ static void print_number(FILE *out, double v, Type t)
 static int is_statement(Printer *pr, const Node *n)
 {
     if (n->op == O_CONST)
-        return 0;
+        return n->named;
     OpKind k = op_info(n->op)->kind;
     return n->named || pr->uses[n->id] != 1 || k == K_LEAF || k == K_UPDATE || k == K_COMM;
 }
@@ -122,7 +122,7 @@ static void print_operator(Printer *pr, const Node *n)
 static void print_expr(Printer *pr, int id, int prec)
 {
     Node *n = node_of(pr->p, id);
-    if (n->op == O_CONST) {
+    if (n->op == O_CONST && !n->named) {
         print_number(pr->out, n->value, T_FP64);
         return;
     }
@@ -245,6 +245,13 @@ void print_program(Program *p, FILE *out)
         Node *n = &p->node[i];
         if (n->dead || !is_statement(&pr, n))
             continue;
+        if (n->op == O_CONST) {
+            fprintf(out, "Var %s = ", n->name);
+            print_number(out, n->value, T_FP64);
+            fputc(';', out);
+            print_facts(&pr, n);
+            continue;
+        }
         if (op_info(n->op)->kind == K_LEAF) {
             print_decl(&pr, n);
             continue;

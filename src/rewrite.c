@@ -32,6 +32,22 @@ Program *program_clone(Program *base)
     return p;
 }
 
+/* The same program with every value FP64 (inputs keep their declared data):
+ * the exact evaluation that rounding differences are measured against. */
+Program *program_exact(Program *base)
+{
+    Program *p = program_clone(base);
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->fill_type == NTYPE)
+            n->fill_type = n->type;
+        n->type = T_FP64;
+        n->to = T_FP64;
+    }
+    verify_program(p);
+    return p;
+}
+
 Node *node_copy(Program *p, int id, double seq)
 {
     Node *n = node_new(p, O_CONST, (Pos){0, 0});

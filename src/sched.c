@@ -86,6 +86,8 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
         return;
     }
     const char *name = x->st->out[i];
+    if (is_reserved(name))
+        refuse(x, "'%s' is a keyword and cannot name a result", name);
     for (int k = 0; k < i; k++)
         if (!strcmp(x->st->out[k], name))
             refuse(x, "'%s' is named twice", name);
@@ -149,6 +151,8 @@ const char *overlap_name_check(const Xform *x)
     Program *p = x->p;
     if (x->st->nout == 0)
         return fresh_name(p, arena_printf(p->arena, "ol_%s", x->st->arg[0]), 1 << 30);
+    if (is_reserved(x->st->out[0]))
+        refuse(x, "'%s' is a keyword and cannot name a result", x->st->out[0]);
     if (name_taken(p, x->st->out[0], 1 << 30))
         refuse(x, "'%s' is already defined", x->st->out[0]);
     return arena_strdup(p->arena, x->st->out[0]);

@@ -17,6 +17,7 @@
 #   // args: ARGS           optional: extra coconet arguments (-D N=0 --ranks 3)
 #   // line: N              optional: stderr must contain "FILE:N:"
 #   // noline               the message has no position (command-line errors)
+#   // command: run         optional: run `coconet run` instead of `coconet check`
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
 
 cd "$(dirname "$0")/.." || exit 2
@@ -70,12 +71,13 @@ check_error() {
     args=$(sed -n 's|^// args: ||p' "$TMP/head")
     line=$(sed -n 's|^// line: ||p' "$TMP/head")
     noline=$(grep -c '^// noline' "$TMP/head")
+    cmd=$(sed -n 's|^// command: ||p' "$TMP/head")
     if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
     set -f
     # shellcheck disable=SC2086 # args are words
-    coco check "$f" $args
+    coco "${cmd:-check}" "$f" $args
     set +f
-    if [ -n "$why" ]; then bad "$f: coconet check $why"; return; fi
+    if [ -n "$why" ]; then bad "$f: coconet ${cmd:-check} $why: $(err1)"; return; fi
     if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1 ($(err1))"; return; fi
     if ! grep -F -q -- "$expect" "$TMP/err"; then
         bad "$f: expected '$expect', got: $(err1)"; return

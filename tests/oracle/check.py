@@ -19,9 +19,11 @@ Two checks, each written from the language's definition, not from the C code:
     every rank from the dumped inputs on the LOGICAL tensors. Each operation's
     result is rounded to its type as the language defines:
       - pointwise ops: computed in float64 from rounded inputs, rounded once;
-        the type of a binary op is that of the operand with dimensions when
-        the other has none, else that of the non-constant/non-Scalar operand,
-        else the promotion (FP16+BF16 -> FP32, else the wider);
+        the type of a binary op (doc/language.md section 5): with a literal,
+        the other operand's type (a literal is an exact FP64 number); else
+        the type of the operand with dimensions when the other has none; else
+        (both 0-d) the type of the one that is not a Scalar; else the
+        promotion (FP16+BF16 -> FP32, else the wider);
       - MatMul / Conv2D: float32 products and float32 accumulation in
         increasing k (Conv2D: in the order c, r, s), FP64 in float64; a
         MatMul/Conv2D whose operands are both sliced on the contraction
@@ -394,12 +396,13 @@ def sliced_parts(x, dim, ranks):
 # Each returns ({output name: {rank: expected local data}}, plain) where plain
 # is None or ({name: {rank: data}}, {name: {rank: tolerance}}).
 
-ONE = r32(1.0)  # a literal is an FP32 constant
+ONE = 1.0  # a literal: an exact double that never sets the type
 
 
 def adam_moments(c, g, m, v, beta1, beta2, t):
     avg = r16(fold(g))                                     # AllReduce("+", g): FP16
-    # m*beta1: FP32; (1-beta1): FP32 scalar; (1-beta1)*avg: the tensor's type, FP16
+    # m*beta1: FP32; 1-beta1: FP32 (the Scalar's type, rule 1);
+    # (1-beta1)*avg: the type of the operand with dimensions, FP16 (rule 2)
     m_ = r32(r32(m * beta1) + r16(r32(ONE - beta1) * avg))
     v_ = r32(r32(v * beta2) + r16(r16(r32(ONE - beta2) * avg) * avg))
     m1 = r32(m_ / r32(ONE - r32(lpow(beta1, t))))
@@ -447,7 +450,7 @@ def oracle_reduce_broadcast(c):
     P = c.P
     x = [c.rank_data("x", r) for r in range(P)]
     total = r32(fold(x))                       # Reduce to rank 0 (zeros elsewhere)
-    mean = r32(total * r32(0.25))              # computed on rank 0, then Broadcast
+    mean = r32(total * 0.25)                   # computed on rank 0, then Broadcast
     biggest = r32(fold(x, "max"))
     out = r32(r32(ltanh(mean)) - biggest)
     return {"out": c.everywhere(out), "biggest": c.everywhere(biggest)}, None

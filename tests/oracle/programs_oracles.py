@@ -82,9 +82,10 @@ def oracles(C):
         k, e = c.scalar("k"), c.scalar("e")
         R, Cn = z.shape
         zs = per_rank_sliced(z, 0, P)                     # Slice(z, 0)
-        a, b, d1, d2, n1 = {}, {}, {}, {}, {}
+        a, b, d1, d2, n1, lit = {}, {}, {}, {}, {}, {}
         for r in range(P):
             x = c.rank_data("x", r)
+            lit[r] = r32(r32(x * 0.1) + 0.001)            # literals: exact doubles
             # x * y: FP32 with BF16 -> FP32
             a[r] = r32(r32(C.ltanh(r32(x * y))) - r32(r32(np.sqrt(r32(r32(C.relu(x)) + 1))) / 3))
             b[r] = r32(r16(r16(C.lpow(zs[r], 2)) * k) + x)  # FP16 Pow and * Scalar, + FP32
@@ -107,6 +108,13 @@ def oracles(C):
                                    + C.fold([z[:, j] for j in range(Cn)], "*"))),
             # FP16 * BF16 -> FP32; FP16 - literal -> FP16; FP64 / FP16 -> FP64
             "mix": c.everywhere(r64(r32(z * y) + r64(q / r16(z - 2)))),
+            "lit": lit,
+            # 0-d: a literal takes the other operand's type (rule 1)
+            "r1": c.everywhere(r32(r32(1 - e) + 0.1)),
+            # Norm (not a Scalar) with a Scalar: the Norm's type (rule 3)
+            "r3": c.everywhere(r64(C.norm(q, "FP64") * k)),
+            # two Scalars: promotion FP16, FP32 -> FP32 (rule 4)
+            "r4": c.everywhere(r32(r32(r32(k * e) + 0.2) + 0.1)),
         }
         return out, None
 
