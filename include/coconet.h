@@ -98,9 +98,10 @@ int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
  * of two runs of the same program under different schedules. With `exact`,
  * a run of coco_program_exact(ref's program) on the same seed, an element
  * whose bits differ is still right when its distance to the exact value is
- * at most max(4 |ref - exact|, 4 ulp of its type at |exact|): a schedule
- * that regroups a sum may round differently, but no worse than the program
- * itself does. */
+ * at most the largest of: 4 |ref - exact| (the program's own error there),
+ * 2 x the program's worst error over the whole value, and 4 + 2P ulps of its
+ * type at the value's scale (its largest exact magnitude), P the ranks. A schedule that regroups a sum may round differently, but no
+ * worse than the program itself does. */
 typedef struct {
     int compared;       /* values compared */
     long elements;

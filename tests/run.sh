@@ -7,7 +7,11 @@
 #   oracle    every examples/*.coco (and tests/oracle/programs/*.coco), for
 #             P in 1 2 3 4 8 and two seeds, is run with --dump and compared
 #             with an independent numpy re-implementation (tests/oracle/check.py);
-#   roundtrip `coconet print` output prints to itself and runs the same.
+#   roundtrip `coconet print` output prints to itself and runs the same;
+#   schedules every program x every enumerated schedule x P in 1 2 3 4 8 runs
+#             and matches the program (bit for bit, or within rounding);
+#   fuzz      200 random programs (tests/fuzz/gen.py) x all their schedules,
+#             and the kept regressions (tests/fuzz/regressions/).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -206,5 +210,69 @@ for f in examples/*.coco tests/oracle/programs/*.coco tests/roundtrip/*.coco; do
 done
 
 group_end
+
+# ---- schedules: every program x every enumerated schedule x P ----
+# `coconet run --all-schedules` runs the program and each schedule and exits 1
+# when a schedule's outputs or Updated state differ from the program's beyond
+# rounding (judged against an FP64 evaluation: see coco_run_compare).
+# run_schedules FILE ARGS...: one check; adds the schedules run to $nsched.
+nsched=0
+run_schedules() {
+    f=$1; shift
+    coco run "$f" --all-schedules "$@"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then
+        bad "schedules $f $*: ${why:-exit status $rc}: $(grep -m 1 -e WRONG -e error "$TMP/out" "$TMP/err" | cut -c 1-200)"
+        echo "  reproduce: ./coconet run $f --all-schedules $*"
+        return
+    fi
+    nsched=$((nsched + $(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding) ' "$TMP/out")))
+    ok
+}
+group schedules
+sskip=0
+for f in examples/*.coco tests/oracle/programs/*.coco; do
+    [ -f "$f" ] || continue
+    for P in 1 2 3 4 8; do
+        coco check "$f" --ranks "$P"
+        if [ $rc -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
+            sskip=$((sskip + 1)); continue
+        fi
+        run_schedules "$f" --ranks "$P"
+    done
+done
+group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
+
+# ---- fuzz: random well-formed programs x all their schedules ----
+# tests/fuzz/gen.py SEED writes a program whose first line gives its ranks and
+# data seed; failures found once are kept in tests/fuzz/regressions/.
+group fuzz
+nsched=0
+mkdir -p "$TMP/fuzz"
+for seed in $(seq 1 ${FUZZ_PROGRAMS:-200}); do
+    f=$TMP/fuzz/seed$seed.coco
+    $PYTHON tests/fuzz/gen.py "$seed" >"$f" || { bad "fuzz: gen.py $seed failed"; continue; }
+    args=$(sed -n 's|^// args: ||p' "$f")
+    set -f
+    # shellcheck disable=SC2086 # args are words
+    coco run "$f" --all-schedules $args
+    set +f
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then
+        bad "fuzz seed $seed: ${why:-exit status $rc}: $(grep -m 1 -e WRONG -e error "$TMP/out" "$TMP/err" | cut -c 1-200)"
+        echo "  reproduce: $PYTHON tests/fuzz/gen.py $seed > /tmp/fuzz.coco && ./coconet run /tmp/fuzz.coco --all-schedules $args"
+        continue
+    fi
+    nsched=$((nsched + $(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding) ' "$TMP/out")))
+    ok
+done
+for f in tests/fuzz/regressions/*.coco; do
+    [ -f "$f" ] || continue
+    args=$(sed -n 's|^// args: ||p' "$f")
+    set -f
+    # shellcheck disable=SC2086 # args are words
+    run_schedules "$f" $args
+    set +f
+done
+group_end "$nsched schedule runs checked"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

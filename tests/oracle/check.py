@@ -313,14 +313,16 @@ def matmul(a, b, typ):
 
 
 def conv2d(x, w, typ, stride=1, pad=0):
-    """x [N,C,H,W], w [K,C,R,S]; float32, order c, r, s; zero padding."""
-    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    """x [N,C,H,W], w [K,C,R,S]; float32 (FP64: float64), order c, r, s;
+    zero padding (adding 0*w for a padded position is the same as skipping it)."""
+    dt = np.float64 if typ == "FP64" else np.float32
+    x, w = np.asarray(x, dt), np.asarray(w, dt)
     n, c, h, wd = x.shape
     k, _, rr, ss = w.shape
     oh, ow = (h + 2 * pad - rr) // stride + 1, (wd + 2 * pad - ss) // stride + 1
-    xp = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), np.float32)
+    xp = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), dt)
     xp[:, :, pad:pad + h, pad:pad + wd] = x
-    acc = np.zeros((n, k, oh, ow), np.float32)
+    acc = np.zeros((n, k, oh, ow), dt)
     for ci in range(c):
         for r in range(rr):
             for s in range(ss):

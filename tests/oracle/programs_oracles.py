@@ -60,6 +60,8 @@ def oracles(C):
             # weights sliced on output channels: output Sliced(1)
             "c2": {r: C.conv2d(xr, c.rank_data("kk", r), "FP16", 1, 2) for r in range(P)},
             "c3": {r: C.relu(C.conv2d(c.rank_data("x", r), k, "FP32")) for r in range(P)},
+            # FP64 with FP32 is FP64: accumulated in double
+            "c4": {r: C.conv2d(c.replicated("x64"), c.rank_data("k32", r), "FP64", 2, 1) for r in range(P)},
         }
         # plain check that the parts fit together: the whole products
         a_full = c.gathered("a", range(P))

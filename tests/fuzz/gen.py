@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""tests/fuzz/gen.py: a seeded generator of random well-formed coconet programs.
+
+    gen.py SEED            prints a program and, on its first line, the
+                           coconet arguments to run it with (// args: ...)
+
+Each program is one of four shapes seen in distributed training, with random
+sizes, element types, pointwise chains, scalars and constants:
+  data-parallel  Local gradients, AllReduce, Updates of Replicated state
+                 (optionally with a Norm, as LAMB does);
+  model-parallel a MatMul of operands sliced on the contraction dimension,
+                 AllReduce, then bias / residual / activation chains;
+  pipeline       GROUP-local values reduced in each group, computed on and
+                 sent to the next group;
+  replicated     chains over Replicated and Local values with collectives.
+Programs are correct by construction (the generator follows the layout rules),
+so a refusal by `coconet check` is a bug on one side or the other.
+"""
+import random
+import sys
+
+TYPES = ["FP16", "BF16", "FP32", "FP64"]
+LCM = 24  # divisible by every rank count tested: 1, 2, 3, 4, 8
+
+
+class Gen:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+        self.lines = []
+        self.names = 0
+
+    def name(self, prefix):
+        self.names += 1
+        return "%s%d" % (prefix, self.names)
+
+    def pick(self, xs):
+        return self.r.choice(xs)
+
+    def const(self):
+        return self.pick(["0.5", "2", "0.25", "1.5", "3", "0.1"])
+
+    def pointwise(self, x, others, depth):
+        """A random expression of x with same-shaped or broadcast operands."""
+        if depth == 0:
+            return x
+        y = self.pointwise(x, others, depth - 1)
+        o = self.pick(others) if others else self.const()
+        form = self.r.randrange(9)
+        if form == 0:
+            return "(%s + %s)" % (y, o)
+        if form == 1:
+            return "(%s - %s * %s)" % (y, self.const(), o)
+        if form == 2:
+            return "(%s * %s)" % (y, o)
+        if form == 3:
+            return "(%s / (1 + %s * %s))" % (y, o, o)
+        if form == 4:
+            return "Tanh(%s)" % y
+        if form == 5:
+            return "ReLU(%s)" % y
+        if form == 6:
+            return "Dropout(%s, %s)" % (y, self.pick(["0.1", "0.25", "0.5"]))
+        if form == 7:
+            return "Sqrt(1 + %s * %s)" % (y, y)
+        return "-%s" % y
+
+    def var(self, expr):
+        v = self.name("v")
+        self.lines.append("Var %s = %s;" % (v, expr))
+        return v
+
+    def data_parallel(self):
+        n = LCM * self.r.randint(1, 6)
+        self.lines.append("Size N = %d;" % n)
+        gt = self.pick(TYPES)
+        st = self.pick(["FP32", "FP64", gt])
+        self.lines.append("Tensor g(%s, [N], Local, WORLD, RANK);" % gt)
+        nstate = self.r.randint(1, 3)
+        state = ["s%d" % i for i in range(nstate)]
+        for s in state:
+            self.lines.append("Tensor %s(%s, [N], Replicated, WORLD);" % (s, st))
+        self.lines.append("Scalar lr(%s);" % st)
+        self.lines.append("Scalar beta(%s, %s);" % (st, self.pick(["0.9", "0.5", "0.99"])))
+        red = self.pick(['"+"', '"+"', '"max"', '"min"'])
+        avg = self.var("AllReduce(%s, g)" % red)
+        outs = []
+        prev = avg
+        for i, s in enumerate(state):
+            expr = "%s * beta + (1 - beta) * %s" % (s, self.pointwise(prev, [avg], self.r.randint(0, 2)))
+            if i == len(state) - 1 and self.r.random() < 0.4:
+                ratio = self.var("Norm(%s) / (1 + Norm(%s))" % (outs[0] if outs else s, prev))
+                expr = "%s - lr * %s * %s" % (s, ratio, prev)
+            u = self.name("u")
+            self.lines.append("Var %s = Update(%s, %s);" % (u, s, expr))
+            prev = u
+            outs.append(u)
+        extra = self.var(self.pointwise(prev, [avg], 1))
+        outs.append(extra)
+        self.execute(["g"] + state + ["lr"], outs)
+
+    def model_parallel(self):
+        b = LCM * self.r.randint(1, 2)
+        s = self.r.randint(1, 3)
+        k = LCM * self.r.randint(1, 2)
+        h = self.r.randint(2, 9)
+        t = self.pick(TYPES)
+        self.lines.append("Size B = %d, S = %d, K = %d, H = %d;" % (b, s, k, h))
+        self.lines.append("Tensor w(%s, [K,H], Sliced(0), WORLD, RANK);" % t)
+        self.lines.append("Tensor x(%s, [B,S,K], Sliced(2), WORLD, RANK);" % t)
+        self.lines.append("Tensor bias(%s, [H], Replicated, WORLD);" % self.pick(TYPES))
+        self.lines.append("Tensor res(%s, [B,S,H], Replicated, WORLD);" % t)
+        mm = self.var("MatMul(x, w)")
+        red = self.var('AllReduce("+", %s)' % mm)
+        c1 = self.var(self.pointwise("(%s + bias)" % red, ["bias", "res"], self.r.randint(1, 3)))
+        c2 = self.var(self.pointwise(c1, ["res", "bias"], self.r.randint(1, 2)))
+        outs = [c2] + ([c1] if self.r.random() < 0.3 else [])
+        self.execute(["w", "x", "bias", "res"], outs)
+
+    def pipeline(self):
+        b = LCM * self.r.randint(1, 2)
+        h = self.r.randint(2, 8)
+        t = self.pick(TYPES)
+        self.lines.append("Size B = %d, H = %d;" % (b, h))
+        self.lines.append("Group GROUP(2);")
+        self.lines.append("Tensor x(%s, [B,H], Local, GROUP, RANK);" % t)
+        self.lines.append("Tensor bias(%s, [H], Replicated, GROUP);" % t)
+        self.lines.append("Tensor res(%s, [B,H], Replicated, GROUP);" % t)
+        red = self.var('AllReduce("+", x)')
+        c = self.var(self.pointwise("(%s + bias)" % red, ["res", "bias"], self.r.randint(1, 3)))
+        k = self.pick(["+1", "+1", "-1", "+2"])
+        verb = self.pick(["Send", "Recv"])
+        sent = self.var("%s(%s, GroupRank(GROUP%s, RANK))" % (verb, c, k))
+        self.execute(["x", "bias", "res"], [sent])
+
+    def replicated(self):
+        n = LCM * self.r.randint(1, 4)
+        m = self.r.randint(1, 4)
+        t = self.pick(TYPES)
+        self.lines.append("Size N = %d, M = %d;" % (n, m))
+        self.lines.append("Tensor a(%s, [N,M], Local, WORLD, RANK);" % t)
+        self.lines.append("Tensor r(%s, [N,M], Replicated, WORLD);" % self.pick(TYPES))
+        self.lines.append("Tensor c(%s, [M], Replicated, WORLD);" % t)
+        self.lines.append("Scalar k(%s);" % self.pick(TYPES))
+        first = self.pick(['AllReduce("+", a)', 'Broadcast(a, 0)', 'AllReduce("max", a)',
+                           'Broadcast(Reduce("+", a, 0), 0)'])
+        v = self.var(first)
+        c1 = self.var(self.pointwise("(%s * k)" % v, ["r", "c"], self.r.randint(1, 3)))
+        c2 = self.var(self.pointwise(c1, ["c", "r"], self.r.randint(1, 2)))
+        outs = [c2]
+        if self.r.random() < 0.5:
+            outs.append(self.var("ReduceTensor(\"+\", %s, 1)" % c1))
+        self.execute(["a", "r", "c", "k"], outs)
+
+    def execute(self, ins, outs):
+        self.lines.append("Execute fuzz({%s}, {%s});" % (", ".join(ins), ", ".join(outs)))
+
+    def program(self):
+        kind = self.r.randrange(4)
+        [self.data_parallel, self.model_parallel, self.pipeline, self.replicated][kind]()
+        ranks = self.pick([2, 4, 8]) if kind == 2 else self.pick([1, 2, 3, 4, 8])
+        return "// args: --ranks %d --seed %d\n%s\n" % (ranks, self.r.randint(1, 1000),
+                                                      "\n".join(self.lines))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: gen.py SEED")
+    sys.stdout.write(Gen(int(sys.argv[1])).program())
+
+
+if __name__ == "__main__":
+    main()
