@@ -95,8 +95,15 @@ static char *signature(Program *q)
         len += (size_t)k;
         s[len++] = ';';
     }
-    char tail[64];
+    char tail[512];
     int k = snprintf(tail, sizeof tail, "ol%d", q->noverlap);
+    for (int o = 0; o < q->noverlap && k < 400; o++)
+        for (int i = 0; i < q->overlap[o].nitem; i++) {
+            Ref r = q->overlap[o].item[i];
+            int first;
+            ref_members(q, r, &first, 1); /* a fusion by its first member */
+            k += snprintf(tail + k, sizeof tail - (size_t)k, ",%d", first);
+        }
     s = realloc(s, len + (size_t)k + 1);
     memcpy(s + len, tail, (size_t)k + 1);
     return s;
@@ -494,11 +501,32 @@ static const char *paper_name(Arena *a, Program *q)
     return arena_strdup(a, nm.len ? nm.buf : "C");
 }
 
+/* The paper's tables write computations before a P2P as P2P-C (its text as
+ * C-P2P); where a name has C-P2P, the other spelling is given too. */
+static const char *with_paper_alias(Arena *a, const char *note)
+{
+    if (!strstr(note, "C-P2P"))
+        return note;
+    char alias[512];
+    size_t n = 0;
+    for (const char *c = note; *c && n + 6 < sizeof alias;) {
+        if (!strncmp(c, "C-P2P", 5)) {
+            memcpy(alias + n, "P2P-C", 5);
+            n += 5;
+            c += 5;
+        } else {
+            alias[n++] = *c++;
+        }
+    }
+    alias[n] = 0;
+    return arena_printf(a, "%s (paper: %s)", note, alias);
+}
+
 static const char *ident_of(Arena *a, const char *note, Program *p)
 {
     char buf[512];
     size_t n = 0;
-    for (const char *c = note; *c && n + 2 < sizeof buf; c++) {
+    for (const char *c = note; *c && *c != ' ' && n + 2 < sizeof buf; c++) {
         int alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
         if (alnum)
             buf[n++] = *c;
@@ -542,7 +570,7 @@ int enumerate_schedules(Program *p)
     int before = p->nsched;
     for (int i = 0; i < e.nqueue; i++) {
         Program *q = try_seq(p, e.queue[i]);
-        add_schedule(p, e.queue[i], paper_name(p->arena, q));
+        add_schedule(p, e.queue[i], with_paper_alias(p->arena, paper_name(p->arena, q)));
         program_free(q);
     }
     for (int i = 0; i < e.nseen; i++)
