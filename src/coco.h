@@ -267,6 +267,7 @@ void program_resort(Program *p);               /* topological, by seq; drops dea
 int fusion_new(Program *p, const char *name, FuseKind kind);
 int ref_members(Program *p, Ref r, int *out, int max); /* node ids of a ref */
 int ref_uses(Program *p, Ref a, Ref b);        /* does b read a value of a? */
+int statement_head(Program *p, int id);        /* named node writing id inline */
 const char *ref_name(Program *p, Ref r);
 int is_output(const Program *p, int id);
 int state_value(const Program *p, int input);  /* node holding an input's new value */

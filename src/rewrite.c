@@ -185,10 +185,23 @@ int ref_members(Program *p, Ref r, int *out, int max)
     return c;
 }
 
+/* The named node whose statement writes node id inline (id itself if named). */
+int statement_head(Program *p, int id)
+{
+    int users[2];
+    while (!node_of(p, id)->named && op_info(node_of(p, id)->op)->kind != K_LEAF &&
+           node_users(p, id, users, 2) == 1)
+        id = users[0];
+    return id;
+}
+
+/* A node reference stands for its whole statement (its inline parts too). */
 static int in_ref(Program *p, Ref r, int id)
 {
     Node *n = node_of(p, id);
-    return REF_IS_FUSION(r) ? n->fusion == REF_FUSION_INDEX(r) : id == r;
+    if (REF_IS_FUSION(r))
+        return n->fusion == REF_FUSION_INDEX(r);
+    return id == r || (!n->named && n->fusion < 0 && statement_head(p, id) == r);
 }
 
 /* Does some member of b read a value made by a member of a? */

@@ -175,7 +175,8 @@ static void check_allreduce_fuse(Members *m)
         if (n->op == O_ALLGATHER || n->layout.kind == L_SLICED)
             continue;
         refuse(m->x, "'%s' is %s: inside a FusedAllReduce computations run on the slices of "
-               "'%s' (reorder the AllGather first)", n->name, layout_str(m->p->arena, n->layout),
+               "'%s' (reorder the AllGather first)",
+               node_of(m->p, statement_head(m->p, i))->name, layout_str(m->p->arena, n->layout),
                node_of(m->p, rs)->name);
     }
     check_computations(m, 1);

@@ -76,7 +76,20 @@ static int sliceable(Program *p, const Node *n)
 {
     OpKind k = op_info(n->op)->kind;
     return k == K_UNARY || k == K_BINARY || k == K_UPDATE || k == K_REDUCTION ||
-           n->op == O_SEND;
+           n->op == O_SEND || n->op == O_MATMUL;
+}
+
+/* A MatMul reading the gathered value runs on slices when the slices cut
+ * the rows of its first operand or the columns of its second. */
+static int matmul_sliceable(Reorder *r, const Node *n)
+{
+    Node *src = node_of(r->p, node_of(r->p, r->ag)->in[0]);
+    int d = src->layout.dim;
+    if (n->in[0] == r->ag && n->in[1] != r->ag)
+        return d < src->ndim - 1;
+    if (n->in[1] == r->ag && n->in[0] != r->ag)
+        return d == src->ndim - 1;
+    return 0;
 }
 
 static void check_set(Reorder *r)
@@ -87,9 +100,9 @@ static void check_set(Reorder *r)
         if (!r->in_set[i])
             continue;
         Node *n = node_of(p, i);
-        if (n->op == O_MATMUL)
-            refuse(r->x, "MatMul '%s' cannot run on slices of '%s': its contraction needs whole "
-                   "rows", n->name, node_of(p, r->ag)->name);
+        if (n->op == O_MATMUL && !matmul_sliceable(r, n))
+            refuse(r->x, "MatMul '%s' cannot run on slices of '%s': it would contract the "
+                   "sliced dimension", n->name, node_of(p, r->ag)->name);
         if (!sliceable(p, n))
             refuse(r->x, "%s '%s' cannot run on slices", op_info(n->op)->name, n->name);
         for (int k = 0; k < n->nin; k++)

@@ -29,7 +29,8 @@ void xform_asslice(const Xform *x)
     if (!t || t->op != O_INPUT)
         refuse(x, "'%s' is not a Tensor of the program", ref_name(p, r));
     if (t->layout.kind != L_REPLICATED)
-        refuse(x, "'%s' is already %s", t->name, layout_str(p->arena, t->layout));
+        refuse(x, "'%s' is %s: only a Replicated tensor can be stored sliced", t->name,
+               layout_str(p->arena, t->layout));
     Node *u = sliced_update_of(x, t);
     int d = u->layout.dim, uid = u->id, tid = t->id;
     for (int i = tid + 1; i < p->nnode; i++) {
