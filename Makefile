@@ -1,21 +1,52 @@
 # Makefile: builds libcoconet.a, the coconet command and the tests.
-# Warnings are errors; gcc or clang (CC=clang). CUDA parts are added only
-# when nvcc is found (later issues); the CPU tool never needs it.
+# Warnings are errors; gcc or clang (CC=clang). The CPU tool never needs
+# CUDA: the CUDA runtime build/libcoconet_cuda.so (rt/) is added only when
+# nvcc is found, and the MPI bootstrap (src/cuda_mpi.c) only when mpicc is.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wno-unused-parameter -ffp-contract=off -pthread \
            -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
-LDLIBS  += -lm -pthread
+LDLIBS  += -lm -pthread -ldl
 
 SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c)))
 OBJ     := $(SRC:src/%.c=build/%.o)
 UNIT    := $(patsubst tests/unit/%.c,build/tests/%,$(wildcard tests/unit/*.c))
 
-all: coconet
+# ---- CUDA: the toolkit, and the NCCL the runtime and generated code use ----
+# NCCL: NCCL_HOME, else the first of CUDA_HOME, /usr/local, /usr with
+# include/nccl.h (the order nvcc searches); its library next to it. The choice
+# is written to build/cuda.conf, which the launcher reads to build generated
+# code against the same NCCL (see README, "GPU").
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+CUDA_LIB  ?= $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+NCCL_LIB  ?= $(firstword $(foreach d,lib64 lib lib/x86_64-linux-gnu,$(if $(wildcard $(NCCL_HOME)/$(d)/libnccl.so*),$(NCCL_HOME)/$(d))))
+NCCL_LINK ?= $(if $(wildcard $(NCCL_LIB)/libnccl.so),-lnccl,-l:libnccl.so.2)
+# /usr/include must not be named: it would break #include_next in system headers
+NCCL_ISYS := $(addprefix -isystem ,$(filter-out /usr/include /usr/local/include $(CUDA_HOME)/include,$(NCCL_HOME)/include))
+ifneq ($(NCCL_LIB),)
+CUDA_RT   := build/libcoconet_cuda.so build/cuda.conf
+else
+$(info nvcc found but no NCCL (include/nccl.h and its library): the CUDA runtime is not built; set NCCL_HOME)
+endif
+endif
+
+# ---- MPI: `mpirun -np P coconet run ...` when mpicc is found ----
+MPICC     ?= $(shell command -v mpicc 2>/dev/null)
+LINK      := $(CC)
+ifneq ($(MPICC),)
+LINK      := $(MPICC)
+build/cuda_mpi.o: CC := $(MPICC)
+build/cuda_mpi.o: CFLAGS += -DCOCO_HAVE_MPI
+endif
+
+all: coconet $(CUDA_RT)
 
 coconet: build/main.o build/libcoconet.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(LINK) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 build/libcoconet.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^
@@ -23,22 +54,56 @@ build/libcoconet.a: $(OBJ)
 build/%.o: src/%.c src/coco.h include/coconet.h | build
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+build/cuda_mpi.o: build/mpi.conf
+build/cuda_rank.o build/cuda_launch.o build/cuda_mpi.o: rt/cuda_child.h
+
+# Rebuilt only when the MPI compiler changes.
+build/mpi.conf: FORCE | build
+	@echo 'MPICC=$(MPICC)' >$@.tmp && (cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@)
+
 build/tests/%: tests/unit/%.c build/libcoconet.a src/coco.h include/coconet.h | build
 	@mkdir -p build/tests
-	$(CC) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
+	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
+
+# The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
+build/rt/cuda_child.o: rt/cuda_child.c rt/cuda_child.h include/coconet_cuda.h | build
+	@mkdir -p build/rt
+	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
+
+build/libcoconet_cuda.so: build/rt/cuda_child.o
+	$(CC) -shared -o $@ $< -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -L$(CUDA_LIB) \
+	    -Wl,-rpath,$(CUDA_LIB) $(NCCL_LINK) -lcublasLt -lcudart -ldl
+
+build/cuda.conf: FORCE | build
+	@printf 'NVCC=%s\nCUDA_LIB=%s\nNCCL_INCLUDE=%s\nNCCL_LIB=%s\nNCCL_LINK=%s\n' \
+	    '$(NVCC)' '$(CUDA_LIB)' '$(NCCL_HOME)/include' '$(NCCL_LIB)' '$(NCCL_LINK)' >$@.tmp
+	@cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@
+
+# A stand-in runtime without CUDA, for the launcher's tests on machines
+# without a GPU (tests/unit/test_cuda_launch.c).
+build/fake/libfake_rt.so: tests/gpu/fake_rt.c rt/cuda_child.h include/coconet_cuda.h | build
+	@mkdir -p build/fake
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 build:
 	mkdir -p build
 
-test: coconet $(UNIT)
+test: coconet $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so
 	@sh tests/run.sh
 
 # The main job: every example on the CPU backend with 4 simulated ranks,
 # each of its schedules checked against the program.
 run: coconet
-	@for f in examples/*.coco; do ./coconet run $$f --ranks 4 || exit 1; echo; done
+	@for f in examples/*.coco; do ./coconet run $$f --ranks 4 --backend cpu || exit 1; echo; done
+
+# On a machine with GPUs: every example x every schedule x P in 2 and 4, at
+# the examples' sizes and the paper's, checked against the CPU reference;
+# the table goes to $(OUT).
+OUT ?= build/gpu-results.md
+test-gpu: coconet $(CUDA_RT)
+	@sh tests/gpu/run.sh $(OUT)
 
 clean:
 	rm -rf build coconet
 
-.PHONY: all test run clean
+.PHONY: all test test-gpu run clean FORCE

@@ -51,6 +51,15 @@ int coco_enumerate_schedules(coco_program *p);
 void coco_print_schedule(const coco_program *p, int i, FILE *out);
 const char *coco_schedule_note(const coco_program *p, int i); /* NULL if written by hand */
 
+/* CUDA source (include/coconet_cuda.h ABI) for the program and the named
+ * schedules, one entry point each; 0 on success. */
+int coco_gen_cuda(coco_program *p, const char *const *schedules, int n, FILE *out, char *err,
+                  size_t errlen);
+
+/* The directory holding coconet's include/ and rt/kernels/ (COCONET_HOME,
+ * else the executable's directory), or NULL. */
+const char *coco_home(void);
+
 /* Write the checked program back as .coco text, each value's inferred
  * type, shape and layout in a comment. */
 void coco_print(coco_program *p, FILE *out);
@@ -114,6 +123,37 @@ typedef struct {
 int coco_run_compare(coco_run *ref, coco_run *other, coco_run *exact, coco_comparison *c);
 /* The program with every value computed in FP64 from the same input data. */
 coco_program *coco_program_exact(coco_program *p);
+
+/* Running on GPUs (the CUDA backend), one process per rank and GPU.
+ * coco_run_cuda generates the CUDA code of the program and the chosen
+ * schedules, builds it with nvcc (cached), computes the CPU reference, then
+ * forks one process per rank (or, after coco_cuda_mpi_init, runs as this MPI
+ * rank), runs and times every variant on its GPU, checks outputs and new
+ * values of Updated tensors against the CPU reference, and prints a table to
+ * out. Returns 0 when every variant passed on every rank, 1 otherwise (a
+ * message in err when nothing could be run). */
+typedef struct {
+    uint64_t seed;
+    int threads;            /* CPU threads of the reference executor */
+    int iters;              /* timed runs after 3 warm-up runs (0: no timing) */
+    double timeout_s;       /* longest wait for a GPU, a rank or nvcc (0: 300 s) */
+    const char *schedule;   /* NULL: the program and each of its schedules;
+                               else the program and this schedule */
+    const char *cuda_source;/* NULL: generate the code; else build this .cu file */
+    int reference_program;  /* 1: check every schedule against the program's CPU
+                               run instead of its own (less CPU time and memory) */
+} coco_cuda_options;
+int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
+                  size_t errlen);
+/* 1 when the CUDA runtime is built and nranks GPUs are visible (checked
+ * without touching CUDA: the driver's /proc files); 0 when it is not built
+ * or too few GPUs are shown; -1 when built but the GPUs cannot be counted
+ * so. The reason in why when not 1. */
+int coco_cuda_usable(int nranks, char *why, size_t len);
+/* Under an MPI launcher (mpirun) in a build with MPI: initialises MPI and
+ * returns 1 with the job's size in *nranks (coco_run_cuda then runs this
+ * process's rank, and finalises MPI); 0 when not under MPI. */
+int coco_cuda_mpi_init(int *nranks);
 
 #ifdef __cplusplus
 }

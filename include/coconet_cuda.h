@@ -48,6 +48,7 @@ typedef struct {
     const double *scalar; /* the value of each input that is a Scalar (else unused) */
     void *const *output;  /* device buffer of each output */
     const long *size;     /* the program's sizes, in the order coconet lists them */
+    unsigned long long seed; /* the run's seed: Dropout's masks depend on it */
 } coco_cuda_args;
 
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);

@@ -87,65 +87,15 @@ coco_program *coco_program_exact(coco_program *p)
     return program_exact(p);
 }
 
-/* The spacing of values of type t near |v|. */
-static double ulp(Type t, double v)
-{
-    static const int bits[NTYPE] = {[T_FP16] = 11, [T_BF16] = 8, [T_FP32] = 24, [T_FP64] = 53};
-    static const int emin[NTYPE] = {[T_FP16] = -14, [T_BF16] = -126, [T_FP32] = -126,
-                                    [T_FP64] = -1022};
-    int e;
-    frexp(fabs(v), &e);
-    if (v == 0 || e - 1 < emin[t])
-        e = emin[t] + 1;
-    return ldexp(1.0, e - bits[t]);
-}
-
-/* The program's own largest distance from the exact values of node id, and
- * the largest magnitude among those exact values (the value's scale). */
-static double program_error(coco_run *a, int id, coco_run *x64, double *scale)
-{
-    Node *x = node_of(a->prog, id), *e = node_of(x64->prog, id);
-    double worst = 0;
-    *scale = 0;
-    for (int rank = 0; rank < a->prog->nranks; rank++) {
-        GlobalIter it;
-        long count;
-        double *data = exec_data(a->exec, id, rank, &count);
-        global_iter_start(&it, a->prog, x, rank);
-        for (long i = 0; i < count; i++, global_iter_next(&it)) {
-            double exact = exec_value_at(x64->exec, e, rank, it.gidx);
-            double d = fabs(data[i] - exact);
-            if (d > worst && !isnan(d))
-                worst = d;
-            if (fabs(exact) > *scale && isfinite(exact))
-                *scale = fabs(exact);
-        }
-    }
-    return worst;
-}
-
-/* got is right when it is no further from the exact value than the
- * program's own element (4x), the program's worst element (2x), or 4 + 2P
- * ulps of the value's scale: a sum regrouped into P partial sums adds up to
- * P + 2 roundings relative to its largest terms (the "exact" evaluation of
- * an FP64 program is itself FP64, so this term is what bounds it). */
-static int within_tolerance(Type t, double ref, double got, double exact, double worst,
-                            double scale, int nranks)
-{
-    if (isnan(exact) || isinf(exact))
-        return isnan(got) == isnan(exact) && (isnan(got) || got == exact);
-    double allowed = fmax(fmax(4 * fabs(ref - exact), 2 * worst),
-                          (4 + 2 * nranks) * ulp(t, scale));
-    return fabs(got - exact) <= allowed;
-}
-
 static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_run *x64,
                           coco_comparison *c)
 {
     Node *x = node_of(a->prog, na), *y = node_of(b->prog, nb);
     ASSERT(dim_count(x) == dim_count(y));
     double before = c->max_abs;
-    double scale = 0, worst = x64 ? program_error(a, na, x64, &scale) : 0;
+    Tolerance tol = {0, 0, 0, a->prog->nranks};
+    if (x64)
+        tol.worst = value_error(a->exec, na, x64->exec, na, &tol.scale);
     for (int rank = 0; rank < b->prog->nranks; rank++) {
         GlobalIter it;
         long count;
@@ -162,7 +112,7 @@ static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_run *x6
             if (!same && (!x64 || !within_tolerance(y->type, u, v,
                                                      exec_value_at(x64->exec, node_of(x64->prog, na),
                                                                    rank, it.gidx),
-                                                     worst, scale, a->prog->nranks)))
+                                                     &tol)))
                 c->outside++;
             if (diff > c->max_abs)
                 c->max_abs = diff;

@@ -26,7 +26,13 @@ typedef struct {
     const char *dump;
     const char *schedule;      /* --schedule NAME */
     const char *sched_file;    /* --schedule-file F */
+    const char *outdir;        /* gen: -o DIR */
     int all_schedules;         /* --all-schedules */
+    int ranks_given;           /* --ranks was written */
+    int iters;                 /* cuda: timed runs */
+    int timeout;               /* cuda: seconds any wait may take */
+    const char *cuda_source;   /* cuda: --cuda-source F */
+    int reference_program;     /* cuda: --reference program */
 } Options;
 
 static const char usage[] =
@@ -38,18 +44,27 @@ static const char usage[] =
     "  run FILE        run the program and print a summary of each output, then\n"
     "                  run each schedule and compare its outputs with the program's\n"
     "  schedules FILE  list every distinct valid schedule of the program\n"
+    "  gen FILE -o DIR write CUDA source for the program and its schedules\n"
     "\n"
     "options:\n"
     "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
     "  --ranks P       number of ranks (default 4)\n"
     "  --group-size G  ranks in each GROUP (default: the file's 'Group GROUP(n);')\n"
-    "  --backend cpu   where to run: cpu, the reference executor with simulated ranks\n"
+    "  --backend B     where to run: cpu (the reference executor, simulated ranks),\n"
+    "                  cuda (one process per GPU), or auto (default: cuda when the\n"
+    "                  CUDA runtime is built and P GPUs are visible; COCONET_BACKEND)\n"
     "  --seed S        seed of the input data and of Dropout (default 1)\n"
     "  --threads T     CPU threads for MatMul and Conv2D (default: all cores)\n"
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
     "  --schedule NAME print/run: apply the schedule NAME (run: only that one)\n"
     "  --schedule-file F  add the schedules written in F\n"
-    "  --all-schedules run: also every enumerated schedule\n"
+    "  --all-schedules run, gen: also every enumerated schedule\n"
+    "  -o DIR          gen: the directory to write to\n"
+    "  --iters N       cuda: timed runs of each variant, after 3 warm-up runs (default 20)\n"
+    "  --timeout S     cuda: the longest any wait may take, in seconds (default 300)\n"
+    "  --reference R   cuda: check each schedule against its own CPU run (each, the\n"
+    "                  default) or against the program's (program: faster)\n"
+    "  --cuda-source F cuda: build and run this CUDA file instead of generated code\n"
     "  --help, --version\n";
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -80,6 +95,12 @@ static const char *option_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
+static void check_backend(const char *b)
+{
+    if (strcmp(b, "auto") && strcmp(b, "cpu") && strcmp(b, "cuda"))
+        bad_usage("unknown backend '%s' (auto, cpu or cuda)", b);
+}
+
 static void parse_option(Options *o, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
@@ -93,6 +114,7 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->defines[o->ndefines++] = a + 2;
     } else if (!strcmp(a, "--ranks")) {
         o->nranks = (int)parse_count(a, option_value(argc, argv, i), 1, 4096);
+        o->ranks_given = 1;
     } else if (!strcmp(a, "--group-size")) {
         o->group_size = parse_count(a, option_value(argc, argv, i), 1, 4096);
     } else if (!strcmp(a, "--seed")) {
@@ -101,10 +123,22 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->threads = (int)parse_count(a, option_value(argc, argv, i), 1, 1024);
     } else if (!strcmp(a, "--backend")) {
         o->backend = option_value(argc, argv, i);
-        if (strcmp(o->backend, "cpu"))
-            bad_usage("unknown backend '%s' (this build has: cpu)", o->backend);
+        check_backend(o->backend);
     } else if (!strcmp(a, "--dump")) {
         o->dump = option_value(argc, argv, i);
+    } else if (!strcmp(a, "-o")) {
+        o->outdir = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--iters")) {
+        o->iters = (int)parse_count(a, option_value(argc, argv, i), 0, 100000);
+    } else if (!strcmp(a, "--timeout")) {
+        o->timeout = (int)parse_count(a, option_value(argc, argv, i), 1, 86400);
+    } else if (!strcmp(a, "--cuda-source")) {
+        o->cuda_source = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--reference")) {
+        const char *r = option_value(argc, argv, i);
+        if (strcmp(r, "each") && strcmp(r, "program"))
+            bad_usage("--reference expects 'each' or 'program', not '%s'", r);
+        o->reference_program = !strcmp(r, "program");
     } else if (!strcmp(a, "--all-schedules")) {
         o->all_schedules = 1;
     } else if (!strcmp(a, "--schedule")) {
@@ -121,6 +155,11 @@ static void parse_args(Options *o, int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->nranks = 4;
     o->seed = 1;
+    o->iters = 20;
+    o->timeout = 300;
+    o->backend = getenv("COCONET_BACKEND") && *getenv("COCONET_BACKEND")
+                     ? getenv("COCONET_BACKEND") : "auto";
+    check_backend(o->backend);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = cores > 0 ? (int)cores : 1;
     for (int i = 1; i < argc; i++) {
@@ -145,7 +184,7 @@ static void parse_args(Options *o, int argc, char **argv)
     if (!o->cmd)
         bad_usage("no command given%s", "");
     if (strcmp(o->cmd, "check") && strcmp(o->cmd, "print") && strcmp(o->cmd, "run") &&
-        strcmp(o->cmd, "schedules"))
+        strcmp(o->cmd, "schedules") && strcmp(o->cmd, "gen"))
         bad_usage("unknown command '%s'", o->cmd);
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
@@ -374,6 +413,86 @@ static int check_schedules(coco_program *p)
     return bad;
 }
 
+/* Copies coconet's file `rel` (under its home) into dir. */
+static int copy_home_file(const char *rel, const char *dir)
+{
+    const char *home = coco_home();
+    char from[4096], to[4096];
+    if (!home) {
+        fprintf(stderr, "coconet: cannot find %s: set COCONET_HOME to coconet's directory\n", rel);
+        return 1;
+    }
+    snprintf(from, sizeof from, "%s/%s", home, rel);
+    const char *base = strrchr(rel, '/');
+    snprintf(to, sizeof to, "%s/%s", dir, base ? base + 1 : rel);
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    int c, bad = !in || !out;
+    while (!bad && (c = fgetc(in)) != EOF)
+        fputc(c, out);
+    if (in)
+        fclose(in);
+    if (out && fclose(out))
+        bad = 1;
+    if (bad)
+        fprintf(stderr, "coconet: cannot copy %s to %s: %s\n", from, to, strerror(errno));
+    return bad;
+}
+
+static void write_header(FILE *h, coco_program *p, const char *const *names, int n)
+{
+    fprintf(h, "/* Entry points of the CUDA code coconet generated for program '%s'. */\n"
+               "#include \"coconet_cuda.h\"\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
+               "extern int coco_nccl_version;\nextern const char *const coco_schedule_names[];\n",
+            coco_program_name(p));
+    for (int i = -1; i < n; i++) {
+        const char *s = i < 0 ? "program" : names[i];
+        fprintf(h, "int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args);\n"
+                   "size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size);\n", s, s);
+    }
+    fprintf(h, "#ifdef __cplusplus\n}\n#endif\n");
+}
+
+/* gen: DIR/<program>.cu and .h, with the headers they include. */
+static int gen(const Options *o, coco_program *p)
+{
+    if (!o->outdir)
+        bad_usage("gen needs -o DIR%s", "");
+    if (mkdir(o->outdir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "coconet: cannot create %s: %s\n", o->outdir, strerror(errno));
+        return 1;
+    }
+    if (o->all_schedules)
+        coco_enumerate_schedules(p);
+    int n = 0;
+    const char **names = calloc((size_t)coco_num_schedules(p) + 1, sizeof *names);
+    for (int i = 0; i < coco_num_schedules(p); i++)
+        if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
+            names[n++] = coco_schedule_name(p, i);
+    char path[4096], err[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", o->outdir, coco_program_name(p));
+    FILE *cu = fopen(path, "w");
+    int rc = !cu || coco_gen_cuda(p, names, n, cu, err, sizeof err);
+    if (cu && fclose(cu))
+        rc = 1;
+    if (rc) {
+        fputs(cu ? err : "coconet: cannot write the .cu file\n", stderr);
+    } else {
+        snprintf(path, sizeof path, "%s/%s.h", o->outdir, coco_program_name(p));
+        FILE *h = fopen(path, "w");
+        if (h) {
+            write_header(h, p, names, n);
+            fclose(h);
+        }
+        rc = !h || copy_home_file("include/coconet_cuda.h", o->outdir) ||
+             copy_home_file("rt/kernels/coco_device.cuh", o->outdir);
+        if (!rc)
+            printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
+                   n ? "s" : "");
+    }
+    free(names);
+    return rc;
+}
+
 static int list_schedules(const Options *o, coco_program *p)
 {
     int before = coco_num_schedules(p);
@@ -388,10 +507,53 @@ static int list_schedules(const Options *o, coco_program *p)
     return 0;
 }
 
+/* Does this run go to the CUDA backend? Under mpirun (in a build with MPI)
+ * it does, with the MPI job's size as the ranks; with auto, when the CUDA
+ * runtime is built, P GPUs are visible and no --dump is asked. */
+static int use_cuda(Options *o)
+{
+    if (strcmp(o->cmd, "run") || !strcmp(o->backend, "cpu"))
+        return 0;
+    int n;
+    if (coco_cuda_mpi_init(&n)) {
+        if (o->ranks_given && n != o->nranks) {
+            fprintf(stderr, "coconet: --ranks %d, but the MPI job has %d processes\n", o->nranks,
+                    n);
+            exit(2);
+        }
+        o->nranks = n;
+    } else {
+        char why[1024];
+        int usable = coco_cuda_usable(o->nranks, why, sizeof why);
+        if (!strcmp(o->backend, "auto"))
+            return usable == 1 && !o->dump;
+        if (!usable) {
+            fprintf(stderr, "coconet: --backend cuda: %s\n", why);
+            exit(1);
+        }
+    }
+    if (o->dump)
+        bad_usage("--dump runs on the cpu backend only (--backend cpu)%s", "");
+    return 1;
+}
+
+static int run_cuda(const Options *o, coco_program *p)
+{
+    coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
+                            o->cuda_source, o->reference_program};
+    char err[16384];
+    int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
+    fflush(stdout);
+    if (err[0])
+        fputs(err, stderr);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     Options o;
     parse_args(&o, argc, argv);
+    int cuda = use_cuda(&o);
     coco_program *p = load(&o);
     int rc = 0;
     if (!strcmp(o.cmd, "print") && o.schedule) {
@@ -408,10 +570,12 @@ int main(int argc, char **argv)
         coco_print(p, stdout);
     } else if (!strcmp(o.cmd, "schedules")) {
         rc = list_schedules(&o, p);
+    } else if (!strcmp(o.cmd, "gen")) {
+        rc = gen(&o, p);
     } else if (!strcmp(o.cmd, "run")) {
         if (o.all_schedules)
             coco_enumerate_schedules(p);
-        rc = run(&o, p);
+        rc = cuda ? run_cuda(&o, p) : run(&o, p);
     }
     else {
         rc = check_schedules(p);

@@ -11,7 +11,9 @@
 #   schedules every program x every enumerated schedule x P in 1 2 3 4 8 runs
 #             and matches the program (bit for bit, or within rounding);
 #   fuzz      200 random programs (tests/fuzz/gen.py) x all their schedules,
-#             and the kept regressions (tests/fuzz/regressions/).
+#             and the kept regressions (tests/fuzz/regressions/);
+#   cuda-gen  where nvcc is installed, the CUDA source of every example and
+#             all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -26,6 +28,10 @@
 
 cd "$(dirname "$0")/.." || exit 2
 COCONET=./coconet
+# These tests are of the CPU backend, also on a machine with GPUs (where the
+# default, auto, would pick cuda); the GPU tests are `make test-gpu`.
+COCONET_BACKEND=cpu
+export COCONET_BACKEND
 PYTHON=${PYTHON:-python3}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-test.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -273,6 +279,28 @@ for f in tests/fuzz/regressions/*.coco; do
     set +f
 done
 group_end "$nsched schedule runs checked"
+
+# ---- CUDA code generation: every example x all schedules compiles ----
+# Only where nvcc is installed; object code only (no GPU is needed).
+group cuda-gen
+mkdir -p "$TMP/gen"
+if command -v nvcc >/dev/null 2>&1; then
+    for f in examples/*.coco; do
+        name=$(basename "$f" .coco)
+        dir=$TMP/gen/$name
+        coco gen "$f" -o "$dir" --all-schedules
+        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+        if (cd "$dir" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings -c ./*.cu \
+                -o generated.o) >"$TMP/nvcc.out" 2>&1; then
+            ok
+        else
+            bad "nvcc $f (all schedules):"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'
+        fi
+    done
+    group_end
+else
+    group_end "skipped: no nvcc"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -340,3 +340,75 @@ static int coco_matmul(coco_cuda_ctx *ctx, int line, int t, const void *A, const
                   M, N, K, batch, (int)s);
     return 0;
 }
+
+// ---- workspace: bump allocation, 256-byte aligned ----
+static inline void *coco_ws(size_t *used, const coco_cuda_ctx *ctx, size_t bytes)
+{
+    size_t at = (*used + 255) & ~(size_t)255;
+    *used = at + bytes;
+    return ctx->workspace ? (void *)((char *)ctx->workspace + at) : NULL;
+}
+
+__device__ __forceinline__ double coco_relu(double x)
+{
+    return x > 0 ? x : 0.0;
+}
+
+// ---- whole-tensor reductions in two deterministic passes ----
+enum { COCO_RED_BLOCKS = 1024 };
+
+__device__ __forceinline__ double coco_red_identity(int op)
+{
+    return op == COCO_PROD ? 1.0 : op == COCO_MAX ? -INFINITY : op == COCO_MIN ? INFINITY : 0.0;
+}
+
+// Block b reduces a contiguous chunk into parts[b] (a fixed tree: deterministic).
+__global__ void coco_reduce_parts_kernel(const void *in, int tin, long len, int op, double *parts)
+{
+    __shared__ double tree[256];
+    long chunk = (len + gridDim.x - 1) / gridDim.x;
+    long lo = blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
+    double acc = coco_red_identity(op);
+    for (long i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        acc = coco_red_step(op, acc, coco_ld(in, i, tin));
+    tree[threadIdx.x] = acc;
+    __syncthreads();
+    int combine = op == COCO_SUMSQ ? COCO_SUM : op;
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            tree[threadIdx.x] = coco_red_step(combine, tree[threadIdx.x], tree[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        parts[blockIdx.x] = tree[0];
+}
+
+__global__ void coco_reduce_final_kernel(const double *parts, int nparts, int op, void *out,
+                                         int tout, int root)
+{
+    int combine = op == COCO_SUMSQ ? COCO_SUM : op;
+    double acc = coco_red_identity(combine);
+    for (int i = 0; i < nparts; i++)
+        acc = coco_red_step(combine, acc, parts[i]);
+    coco_st(out, 0, tout, coco_round(root ? sqrt(acc) : acc, tout));
+}
+
+// Reduces `len` elements for each of outer x inner outputs; root: square
+// root of the result (Norm). scratch: COCO_RED_BLOCKS doubles of workspace.
+static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, void *out, int tout,
+                       long outer, long len, long inner, int op, int root, void *scratch)
+{
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    if (outer * inner == 1 && len > 65536) {
+        coco_reduce_parts_kernel<<<COCO_RED_BLOCKS, 256, 0, st>>>(in, tin, len, op,
+                                                                  (double *)scratch);
+        COCO_LAUNCHED(ctx, "reduction", line);
+        coco_reduce_final_kernel<<<1, 1, 0, st>>>((const double *)scratch, COCO_RED_BLOCKS, op,
+                                                 out, tout, root);
+    } else {
+        coco_reduce_kernel<<<coco_grid(outer * inner), 256, 0, st>>>(in, tin, out, tout, outer,
+                                                                    len, inner, op, root);
+    }
+    COCO_LAUNCHED(ctx, "reduction", line);
+    return 0;
+}

@@ -1,0 +1,513 @@
+/* cuda_child.c: the GPU side of one rank (build/libcoconet_cuda.so).
+ *
+ * Loaded with dlopen by a rank's process after the fork (or under MPI), never
+ * by a process that forks afterwards. It picks the GPU, joins the NCCL
+ * communicators (WORLD; GROUP by ncclCommSplit with color rank / group size),
+ * makes the streams and the cuBLASLt handle with a 32 MiB workspace, loads
+ * the generated shared object (refusing one built against another NCCL
+ * version than the library loaded here), and runs program variants through
+ * the ABI of include/coconet_cuda.h: inputs copied in, one checked run whose
+ * outputs and new values are copied back, then timed runs (CUDA events;
+ * inputs restored from pristine device copies outside the timed region;
+ * ranks lined up by a one-element AllReduce before each run).
+ *
+ * Every CUDA, NCCL and cuBLASLt call goes through a check that names the
+ * rank, the call, the file and the line. Every wait on the GPU polls the
+ * stream and NCCL's asynchronous error state against a deadline: a failed or
+ * stuck peer gives an error here, never a hang; the caller then closes with
+ * abort = 1 (ncclCommAbort). Interface: rt/cuda_child.h. */
+#define _GNU_SOURCE /* dladdr */
+#include "cuda_child.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coconet_cuda.h"
+
+enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
+
+struct CocoRt {
+    int rank, nranks, group_size, device;
+    double timeout_s;
+    ncclComm_t world, group;
+    cudaStream_t stream, side;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    float *barrier;      /* one float on the device, for lining ranks up */
+    void *so;            /* the generated shared object */
+    int nccl_built, nccl_loaded;
+    char gpu[320];
+    char *err;           /* where the current call's message goes */
+    size_t errlen;
+};
+
+/* ---- errors ---- */
+
+static int rt_fail(CocoRt *rt, const char *call, const char *file, int line, const char *why)
+{
+    snprintf(rt->err, rt->errlen, "rank %d: %s failed at %s:%d: %s", rt->rank, call, file, line,
+             why);
+    return -1;
+}
+
+static int rt_error(CocoRt *rt, const char *fmt, ...)
+{
+    int n = snprintf(rt->err, rt->errlen, "rank %d: ", rt->rank);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < rt->errlen)
+        vsnprintf(rt->err + n, rt->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *nccl_why(ncclResult_t r, char *buf, size_t len)
+{
+    const char *last = ncclGetLastError(NULL);
+    snprintf(buf, len, "%s%s%s", ncclGetErrorString(r), last && *last ? ": " : "",
+             last ? last : "");
+    return buf;
+}
+
+#define CUDA_OK(rt, call)                                                                      \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            return rt_fail(rt, #call, __FILE__, __LINE__, cudaGetErrorString(e_));             \
+    } while (0)
+#define NCCL_OK(rt, call)                                                                      \
+    do {                                                                                       \
+        ncclResult_t e_ = (call);                                                              \
+        char why_[512];                                                                        \
+        if (e_ != ncclSuccess)                                                                 \
+            return rt_fail(rt, #call, __FILE__, __LINE__, nccl_why(e_, why_, sizeof why_));    \
+    } while (0)
+#define LT_OK(rt, call)                                                                        \
+    do {                                                                                       \
+        cublasStatus_t e_ = (call);                                                            \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            return rt_fail(rt, #call, __FILE__, __LINE__, cublasLtGetStatusString(e_));        \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void pause_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- bounded waits ---- */
+
+static int comm_error(CocoRt *rt, ncclComm_t comm, const char *name)
+{
+    ncclResult_t async = ncclSuccess;
+    if (!comm)
+        return 0;
+    NCCL_OK(rt, ncclCommGetAsyncError(comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+        char why[512];
+        return rt_error(rt, "NCCL reports an error on %s: %s", name,
+                        nccl_why(async, why, sizeof why));
+    }
+    return 0;
+}
+
+/* Waits until `event` (or, when NULL, `stream`) has completed, polling the
+ * communicators' error state; fails after the time limit. */
+static int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what)
+{
+    double deadline = now_s() + rt->timeout_s;
+    long us = 10;
+    for (;;) {
+        cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
+        if (q == cudaSuccess)
+            return 0;
+        if (q != cudaErrorNotReady)
+            return rt_error(rt, "%s: %s", what, cudaGetErrorString(q));
+        if (comm_error(rt, rt->world, "WORLD") || comm_error(rt, rt->group, "GROUP"))
+            return -1;
+        if (now_s() > deadline)
+            return rt_error(rt, "%s: no completion after %.0f s (a peer failed or hangs; "
+                            "--timeout sets the limit)", what, rt->timeout_s);
+        pause_us(us);
+        us = us < 1000 ? us * 2 : 1000;
+    }
+}
+
+static int wait_streams(CocoRt *rt, const char *what)
+{
+    if (wait_gpu(rt, rt->stream, NULL, what))
+        return -1;
+    return wait_gpu(rt, rt->side, NULL, what);
+}
+
+/* ---- opening: device, communicators, handles, the generated code ---- */
+
+static int open_device(CocoRt *rt, const CocoRtConfig *cfg)
+{
+    int n = 0;
+    CUDA_OK(rt, cudaGetDeviceCount(&n));
+    if (n < 1)
+        return rt_error(rt, "no CUDA device is visible");
+    rt->device = cfg->local_rank % n;
+    CUDA_OK(rt, cudaSetDevice(rt->device));
+    struct cudaDeviceProp prop;
+    CUDA_OK(rt, cudaGetDeviceProperties(&prop, rt->device));
+    snprintf(rt->gpu, sizeof rt->gpu, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    return 0;
+}
+
+static const char *nccl_library_path(char *buf, size_t len)
+{
+    Dl_info info;
+    if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname)
+        snprintf(buf, len, "%s", info.dli_fname);
+    else
+        snprintf(buf, len, "libnccl.so.2");
+    return buf;
+}
+
+static int load_generated(CocoRt *rt, const char *path)
+{
+    rt->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!rt->so)
+        return rt_error(rt, "cannot load the generated code: %s", dlerror());
+    const int *built = (const int *)dlsym(rt->so, "coco_nccl_version");
+    if (!built)
+        return rt_error(rt, "%s exports no coco_nccl_version: not generated by coconet", path);
+    rt->nccl_built = *built;
+    NCCL_OK(rt, ncclGetVersion(&rt->nccl_loaded));
+    if (rt->nccl_built != rt->nccl_loaded) {
+        char lib[1024];
+        return rt_error(rt, "NCCL version mismatch: the generated code was built with NCCL "
+                        "%d.%d.%d headers but this process loaded NCCL %d.%d.%d (%s); the NCCL "
+                        "device API has no ABI promise across versions: build with the headers "
+                        "of the library that runs (NCCL_HOME, see the README), or make that "
+                        "library the one loaded (LD_LIBRARY_PATH)",
+                        rt->nccl_built / 10000, rt->nccl_built / 100 % 100, rt->nccl_built % 100,
+                        rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100,
+                        rt->nccl_loaded % 100, nccl_library_path(lib, sizeof lib));
+    }
+    return 0;
+}
+
+static int open_comms(CocoRt *rt, const CocoRtConfig *cfg)
+{
+    ncclUniqueId id;
+    memcpy(&id, cfg->nccl_id, sizeof id);
+    NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
+    if (cfg->group_size > 0) {
+        if (cfg->nranks % cfg->group_size)
+            return rt_error(rt, "GROUP size %d does not divide the %d ranks", cfg->group_size,
+                            cfg->nranks);
+        NCCL_OK(rt, ncclCommSplit(rt->world, cfg->rank / cfg->group_size, cfg->rank,
+                                  &rt->group, NULL));
+    }
+    return 0;
+}
+
+static int open_handles(CocoRt *rt)
+{
+    CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking));
+    CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking));
+    LT_OK(rt, cublasLtCreate(&rt->lt));
+    CUDA_OK(rt, cudaMalloc(&rt->lt_workspace, LT_WORKSPACE));
+    CUDA_OK(rt, cudaMalloc((void **)&rt->barrier, sizeof(float)));
+    CUDA_OK(rt, cudaMemset(rt->barrier, 0, sizeof(float)));
+    return 0;
+}
+
+static void rt_close(CocoRt *rt, int abort)
+{
+    if (!rt)
+        return;
+    if (rt->group)
+        abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
+    if (rt->world)
+        abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
+    if (!abort) { /* after a failure the device may be unusable: leave it to exit */
+        if (rt->lt)
+            cublasLtDestroy(rt->lt);
+        cudaFree(rt->lt_workspace);
+        cudaFree(rt->barrier);
+        if (rt->stream)
+            cudaStreamDestroy(rt->stream);
+        if (rt->side)
+            cudaStreamDestroy(rt->side);
+    }
+    if (rt->so)
+        dlclose(rt->so);
+    free(rt);
+}
+
+static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
+{
+    CocoRt *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        snprintf(err, errlen, "rank %d: out of memory", cfg->rank);
+        return NULL;
+    }
+    rt->rank = cfg->rank;
+    rt->nranks = cfg->nranks;
+    rt->group_size = cfg->group_size > 0 ? cfg->group_size : cfg->nranks;
+    rt->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    rt->err = err;
+    rt->errlen = errlen;
+    /* the version check comes before NCCL init, so a mismatch fails fast */
+    if (open_device(rt, cfg) || load_generated(rt, cfg->so_path) || open_comms(rt, cfg) ||
+        open_handles(rt)) {
+        rt_close(rt, 1);
+        return NULL;
+    }
+    return rt;
+}
+
+static int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen)
+{
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) {
+        char why[512];
+        snprintf(err, errlen, "rank 0: ncclGetUniqueId failed: %s", nccl_why(r, why, sizeof why));
+        return -1;
+    }
+    memcpy(id, &u, COCO_RT_ID_BYTES);
+    return 0;
+}
+
+static void rt_describe(CocoRt *rt, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s, NCCL %d.%d.%d", rt->gpu, rt->nccl_loaded / 10000,
+             rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100);
+}
+
+/* ---- one variant ---- */
+
+/* Device buffers of one variant; all freed by free_buffers. */
+typedef struct {
+    int nin, nout;
+    void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
+    void *workspace;
+    cudaEvent_t start, stop;
+} Buffers;
+
+static int device_alloc(CocoRt *rt, void **p, size_t bytes)
+{
+    CUDA_OK(rt, cudaMalloc(p, bytes ? bytes : 256)); /* never NULL, even when empty */
+    return 0;
+}
+
+static void free_buffers(Buffers *b)
+{
+    for (int i = 0; i < b->nin; i++) {
+        cudaFree(b->in[i]);
+        cudaFree(b->pristine[i]);
+    }
+    for (int i = 0; i < b->nout; i++)
+        cudaFree(b->out[i]);
+    cudaFree(b->workspace);
+    if (b->start)
+        cudaEventDestroy(b->start);
+    if (b->stop)
+        cudaEventDestroy(b->stop);
+}
+
+/* Inputs: a pristine copy from the host, and the working copy the program
+ * reads (and writes, for an Updated tensor). Outputs start as all-ones bytes
+ * (NaN in every float type), so an output never written shows. */
+static int make_buffers(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+{
+    for (int i = 0; i < v->ninputs; i++, b->nin++) {
+        if (!v->input[i])
+            continue; /* a Scalar */
+        if (device_alloc(rt, &b->pristine[i], v->input_bytes[i]) ||
+            device_alloc(rt, &b->in[i], v->input_bytes[i]))
+            return -1;
+        CUDA_OK(rt, cudaMemcpy(b->pristine[i], v->input[i], v->input_bytes[i],
+                               cudaMemcpyHostToDevice));
+    }
+    for (int i = 0; i < v->noutputs; i++, b->nout++) {
+        if (device_alloc(rt, &b->out[i], v->output_bytes[i]))
+            return -1;
+        CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));
+    }
+    CUDA_OK(rt, cudaEventCreate(&b->start));
+    CUDA_OK(rt, cudaEventCreate(&b->stop));
+    return 0;
+}
+
+static int restore_inputs(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+{
+    for (int i = 0; i < v->ninputs; i++)
+        if (b->in[i])
+            CUDA_OK(rt, cudaMemcpyAsync(b->in[i], b->pristine[i], v->input_bytes[i],
+                                        cudaMemcpyDeviceToDevice, rt->stream));
+    return 0;
+}
+
+typedef struct {
+    coco_cuda_run_fn run;
+    coco_cuda_workspace_fn workspace;
+    coco_cuda_ctx ctx;
+    coco_cuda_args args;
+    char msg[2048];
+} Entry;
+
+static int find_entry(CocoRt *rt, const char *name, Entry *e)
+{
+    char sym[256];
+    snprintf(sym, sizeof sym, "coco_run__%s", name);
+    e->run = (coco_cuda_run_fn)(size_t)dlsym(rt->so, sym);
+    snprintf(sym, sizeof sym, "coco_workspace__%s", name);
+    e->workspace = (coco_cuda_workspace_fn)(size_t)dlsym(rt->so, sym);
+    if (!e->run || !e->workspace)
+        return rt_error(rt, "the generated code has no entry point %s for '%s'",
+                        e->run ? sym : "coco_run__NAME", name);
+    return 0;
+}
+
+static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
+{
+    coco_cuda_ctx *c = &e->ctx;
+    c->rank = rt->rank;
+    c->nranks = rt->nranks;
+    c->group_size = rt->group_size;
+    c->world = rt->world;
+    c->group = rt->group;
+    c->stream = rt->stream;
+    c->side_stream = rt->side;
+    c->lt = rt->lt;
+    c->lt_workspace = rt->lt_workspace;
+    c->lt_workspace_bytes = LT_WORKSPACE;
+    c->err = e->msg;
+    c->errlen = sizeof e->msg;
+    c->workspace_bytes = e->workspace(c, v->size);
+    if (c->workspace_bytes && device_alloc(rt, &b->workspace, c->workspace_bytes))
+        return -1;
+    c->workspace = b->workspace;
+    e->args.input = b->in;
+    e->args.scalar = v->scalar;
+    e->args.output = b->out;
+    e->args.size = v->size;
+    e->args.seed = v->seed;
+    return 0;
+}
+
+static int call_entry(CocoRt *rt, const CocoRtVariant *v, Entry *e)
+{
+    e->msg[0] = 0;
+    if (e->run(&e->ctx, &e->args))
+        return rt_error(rt, "%s: %s", v->name, e->msg[0] ? e->msg : "failed (no message)");
+    return 0;
+}
+
+static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+{
+    for (int i = 0; i < v->noutputs; i++)
+        CUDA_OK(rt, cudaMemcpyAsync(v->output[i], b->out[i], v->output_bytes[i],
+                                    cudaMemcpyDeviceToHost, rt->stream));
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->updated && v->updated[i] && b->in[i])
+            CUDA_OK(rt, cudaMemcpyAsync(v->updated[i], b->in[i], v->input_bytes[i],
+                                        cudaMemcpyDeviceToHost, rt->stream));
+    return wait_gpu(rt, rt->stream, NULL, "copying the results back");
+}
+
+/* Restore the inputs, line the ranks up, then one run between two events. */
+static int timed_run(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, float *ms)
+{
+    if (restore_inputs(rt, v, b))
+        return -1;
+    NCCL_OK(rt, ncclAllReduce(rt->barrier, rt->barrier, 1, ncclFloat, ncclSum, rt->world,
+                              rt->stream));
+    if (wait_gpu(rt, rt->stream, NULL, "lining the ranks up before a timed run"))
+        return -1;
+    CUDA_OK(rt, cudaEventRecord(b->start, rt->stream));
+    if (call_entry(rt, v, e))
+        return -1;
+    CUDA_OK(rt, cudaEventRecord(b->stop, rt->stream));
+    if (wait_gpu(rt, rt->stream, b->stop, v->name) || wait_streams(rt, v->name))
+        return -1;
+    CUDA_OK(rt, cudaEventElapsedTime(ms, b->start, b->stop));
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int time_variant(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e,
+                        CocoRtTiming *t)
+{
+    int n = v->iters < MAXTIMED ? v->iters : MAXTIMED;
+    float *ms = calloc((size_t)(n > 0 ? n : 1), sizeof *ms);
+    if (!ms)
+        return rt_error(rt, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < v->warmup + n && !rc; i++) {
+        float dt = 0;
+        rc = timed_run(rt, v, b, e, &dt);
+        if (i >= v->warmup)
+            ms[i - v->warmup] = dt;
+    }
+    if (!rc && n > 0) {
+        qsort(ms, (size_t)n, sizeof *ms, cmp_float);
+        t->min_ms = ms[0];
+        t->max_ms = ms[n - 1];
+        t->median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    }
+    free(ms);
+    return rc;
+}
+
+static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buffers *b)
+{
+    Entry e;
+    memset(&e, 0, sizeof e);
+    if (v->ninputs > MAXARGS || v->noutputs > MAXARGS)
+        return rt_error(rt, "%s: more than %d inputs or outputs", v->name, MAXARGS);
+    if (find_entry(rt, v->name, &e) || make_buffers(rt, v, b) || setup_entry(rt, v, b, &e))
+        return -1;
+    t->workspace_bytes = e.ctx.workspace_bytes;
+    if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||
+        copy_back(rt, v, b))
+        return -1;
+    return time_variant(rt, v, b, &e, t);
+}
+
+static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_t errlen)
+{
+    Buffers b;
+    memset(&b, 0, sizeof b);
+    memset(t, 0, sizeof *t);
+    rt->err = err;
+    rt->errlen = errlen;
+    int rc = run_variant(rt, v, t, &b);
+    if (!rc) /* after a failure the buffers may still be in use: leave them to exit */
+        free_buffers(&b);
+    return rc;
+}
+
+const CocoRtApi *coco_rt_api(void);
+
+const CocoRtApi *coco_rt_api(void)
+{
+    static const CocoRtApi api = {COCO_RT_ABI, rt_unique_id, rt_open, rt_run, rt_close,
+                                  rt_describe};
+    return &api;
+}

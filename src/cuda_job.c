@@ -1,0 +1,201 @@
+/* cuda_job.c: what the CUDA backend checks GPU runs against, computed in
+ * the parent before any rank process exists (and before any CUDA call):
+ * the program's CPU run (whose inputs are every variant's input data), the
+ * FP64 evaluation of the program (program_exact), each variant's own CPU
+ * run unless every variant is checked against the program's, and for every
+ * checked value (outputs, new values of Updated tensors) its tolerance.
+ *
+ * Tolerance: within_tolerance (tolerance.c), the rule of the schedule
+ * comparison, with the reference being the CPU run of the same variant (or
+ * of the program). GPU libraries sum MatMul and Conv2D products in another
+ * order than the CPU executor (tiles, split-K, fused multiply-adds), so a
+ * value computed from a contraction of K products accumulated in FP32 may
+ * also be off by K * 2^-24 times its scale: the worst-case error of a
+ * regrouped FP32 sum of K terms, taking the value's scale for the sum of
+ * their magnitudes (2^-53 for FP64 accumulation). It matters for FP32 and
+ * FP64 results only; for FP16 and BF16 results it is below an ulp. */
+#include "coco.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static Exec *cpu_run(Program *p, uint64_t seed, int threads)
+{
+    Exec *e = exec_new(p, seed, threads);
+    exec_fill_inputs(e);
+    exec_run(e);
+    return e;
+}
+
+/* ---- the contraction slack ---- */
+
+/* Products a rank accumulates for one element of MatMul or Conv2D node n. */
+static long contraction(Program *p, const Node *n)
+{
+    long most = 0, shape[MAXDIM];
+    for (int rank = 0; rank < p->nranks; rank++) {
+        const Node *a = node_of(p, n->in[n->op == O_MATMUL ? 0 : 1]);
+        local_shape(p, a, rank, shape, NULL);
+        long k = n->op == O_MATMUL ? shape[a->ndim - 1] : shape[1] * shape[2] * shape[3];
+        if (k > most)
+            most = k;
+    }
+    return most;
+}
+
+/* The largest K * unit roundoff over the contractions value id depends on. */
+static double contraction_error(Program *p, int id, char *seen)
+{
+    if (seen[id])
+        return 0;
+    seen[id] = 1;
+    Node *n = node_of(p, id);
+    double worst = 0;
+    if (n->op == O_MATMUL || n->op == O_CONV2D)
+        worst = (double)contraction(p, n) * ldexp(1, n->type == T_FP64 ? -53 : -24);
+    for (int k = 0; k < n->nin; k++)
+        worst = fmax(worst, contraction_error(p, n->in[k], seen));
+    return worst;
+}
+
+static double contraction_slack(Program *p, int id, double scale)
+{
+    char *seen = xcalloc((size_t)p->nnode, 1);
+    double u = contraction_error(p, id, seen);
+    free(seen);
+    return u * scale;
+}
+
+/* ---- checks ---- */
+
+static int input_named(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nexec_in; i++)
+        if (!strcmp(p->node[p->exec_in[i]].name, name))
+            return p->exec_in[i];
+    return -1;
+}
+
+/* worst and scale of (ref, rnode), computed once per distinct pair */
+typedef struct {
+    Exec *ref;
+    int rnode;
+    double worst, scale;
+} Known;
+typedef struct {
+    Known *k;
+    int n, cap;
+} KnownErrors;
+
+static void reference_error(CudaJob *job, KnownErrors *ke, CudaCheck *c)
+{
+    for (int i = 0; i < ke->n; i++)
+        if (ke->k[i].ref == c->ref && ke->k[i].rnode == c->rnode) {
+            c->tol.worst = ke->k[i].worst;
+            c->tol.scale = ke->k[i].scale;
+            return;
+        }
+    c->tol.worst = value_error(c->ref, c->rnode, job->x64, c->xnode, &c->tol.scale);
+    if (ke->n == ke->cap) {
+        ke->cap = ke->cap ? 2 * ke->cap : 16;
+        Known *grown = xcalloc((size_t)ke->cap, sizeof *grown);
+        if (ke->n)
+            memcpy(grown, ke->k, (size_t)ke->n * sizeof *grown);
+        free(ke->k);
+        ke->k = grown;
+    }
+    ke->k[ke->n++] = (Known){c->ref, c->rnode, c->tol.worst, c->tol.scale};
+}
+
+/* node: the variant's value; base: the program's */
+static void add_check(CudaJob *job, CudaVariant *v, KnownErrors *ke, const char *name, int node,
+                      int base, int output, int input)
+{
+    CudaCheck *c = &v->check[v->ncheck++];
+    c->name = name;
+    c->node = node;
+    c->output = output;
+    c->input = input;
+    c->ref = v->own ? v->own : job->data;
+    c->rnode = v->own ? node : base;
+    c->xnode = base;
+    c->tol.nranks = v->prog->nranks;
+    reference_error(job, ke, c);
+    c->tol.slack = contraction_slack(v->prog, node, c->tol.scale);
+    c->replicated = node_of(v->prog, node)->layout.kind == L_REPLICATED;
+}
+
+static void make_checks(CudaJob *job, CudaVariant *v, KnownErrors *ke)
+{
+    Program *p = v->prog, *b = job->base;
+    v->check = xcalloc((size_t)(p->nexec_out + p->nexec_in + 1), sizeof *v->check);
+    for (int i = 0; i < p->nexec_out; i++)
+        add_check(job, v, ke, node_of(p, p->exec_out[i])->name, p->exec_out[i], b->exec_out[i],
+                  i, -1);
+    for (int i = 0; i < p->nexec_in; i++) {
+        Node *t = node_of(p, p->exec_in[i]);
+        if (t->op != O_INPUT || t->updated_by < 0)
+            continue;
+        int bt = input_named(b, t->name);
+        ASSERT(bt >= 0 && b->node[bt].updated_by >= 0);
+        add_check(job, v, ke, t->name, t->updated_by, b->node[bt].updated_by, -1, i);
+    }
+}
+
+/* ---- the job ---- */
+
+int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
+                     char *err, size_t errlen)
+{
+    Program *base = variants[0];
+    memset(job, 0, sizeof *job);
+    if (coco_run_fits(base, err, errlen))
+        return -1;
+    job->base = base;
+    job->seed = o->seed;
+    job->iters = o->iters > 0 ? o->iters : 0;
+    job->warmup = o->iters > 0 ? 3 : 0;
+    job->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
+    double t0 = now_ms();
+    job->data = cpu_run(base, o->seed, o->threads);
+    job->cpu_ms = now_ms() - t0;
+    job->exact = program_exact(base);
+    job->x64 = cpu_run(job->exact, o->seed, o->threads);
+    job->nv = nv;
+    job->v = xcalloc((size_t)nv, sizeof *job->v);
+    KnownErrors ke = {NULL, 0, 0};
+    for (int i = 0; i < nv; i++) {
+        CudaVariant *v = &job->v[i];
+        v->prog = variants[i];
+        v->name = variants[i]->applied ? variants[i]->applied : "program";
+        v->note = schedule_find(base, v->name) ? schedule_find(base, v->name)->note : NULL;
+        if (!o->reference_program)
+            v->own = i == 0 ? job->data : cpu_run(variants[i], o->seed, o->threads);
+        make_checks(job, v, &ke);
+    }
+    free(ke.k);
+    return 0;
+}
+
+void cuda_job_free(CudaJob *job)
+{
+    for (int i = 0; i < job->nv; i++) {
+        if (job->v[i].own && job->v[i].own != job->data)
+            exec_free(job->v[i].own);
+        free(job->v[i].check);
+    }
+    free(job->v);
+    exec_free(job->x64);
+    program_free(job->exact);
+    exec_free(job->data);
+    memset(job, 0, sizeof *job);
+}

@@ -1,0 +1,339 @@
+/* cuda_rank.c: what one rank's process does on the CUDA backend (a child
+ * forked by cuda_launch.c, or one process of an MPI job): load the GPU
+ * runtime (build/libcoconet_cuda.so, through rt/cuda_child.h), join the
+ * NCCL communicators, and for every variant give the runtime this rank's
+ * inputs in their element types, run and time it, and check each output and
+ * each Updated tensor's new value against the CPU reference that the parent
+ * computed before the fork (the job is inherited, nothing is recomputed).
+ *
+ * What it finds goes out as text lines through an EmitFn ("GPU ...",
+ * "ROW ...", "ERR ...", "DONE"; see report_line in cuda_launch.c). No CUDA
+ * header here: the runtime is reached only through its function table. */
+#define _DEFAULT_SOURCE
+#include "coco.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../rt/cuda_child.h"
+
+/* ---- the watchdog: a last resort when a blocking call never returns ---- */
+
+static char watch_msg[512];
+
+static void watchdog_fired(int sig)
+{
+    (void)sig;
+    ssize_t n = write(2, watch_msg, strlen(watch_msg));
+    (void)n;
+    _exit(1);
+}
+
+void cuda_watchdog(int rank, double seconds, const char *what)
+{
+    if (seconds <= 0) {
+        alarm(0);
+        return;
+    }
+    snprintf(watch_msg, sizeof watch_msg, "coconet: rank %d: %s did not finish in %.0f s: "
+             "giving up\n", rank, what, seconds);
+    signal(SIGALRM, watchdog_fired);
+    alarm((unsigned)ceil(seconds));
+}
+
+/* ---- the runtime ---- */
+
+const CocoRtApi *cuda_load_runtime(const char *path, char *err, size_t errlen)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "cannot load the CUDA runtime: %s (it is built by `make` on a "
+                 "machine with nvcc; COCONET_CUDA_RUNTIME names another)", dlerror());
+        return NULL;
+    }
+    coco_rt_api_fn fn = (coco_rt_api_fn)(size_t)dlsym(h, "coco_rt_api");
+    const CocoRtApi *api = fn ? fn() : NULL;
+    if (!api || api->abi != COCO_RT_ABI) {
+        snprintf(err, errlen, "%s is not a coconet CUDA runtime of this version (ABI %d, "
+                 "expected %d): rebuild it with make", path, api ? api->abi : -1, COCO_RT_ABI);
+        return NULL;
+    }
+    return api;
+}
+
+int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t errlen)
+{
+    return api->unique_id(id, err, errlen);
+}
+
+/* ---- element types ---- */
+
+static void to_type(Type t, const double *x, long n, void *out)
+{
+    for (long i = 0; i < n; i++) {
+        switch (t) {
+        case T_FP16: ((uint16_t *)out)[i] = double_to_half(x[i]); break;
+        case T_BF16: ((uint16_t *)out)[i] = double_to_bf16(x[i]); break;
+        case T_FP32: ((float *)out)[i] = (float)x[i]; break;
+        case T_FP64: ((double *)out)[i] = x[i]; break;
+        default: BUG("bad type");
+        }
+    }
+}
+
+static double from_type(Type t, const void *p, long i)
+{
+    switch (t) {
+    case T_FP16: return half_to_double(((const uint16_t *)p)[i]);
+    case T_BF16: return bf16_to_double(((const uint16_t *)p)[i]);
+    case T_FP32: return ((const float *)p)[i];
+    case T_FP64: return ((const double *)p)[i];
+    default: BUG("bad type");
+    }
+}
+
+/* ---- values in a variant's local layout ---- */
+
+static int same_place(const Node *a, const Node *b)
+{
+    return layout_equal(a->layout, b->layout) && a->group == b->group && a->ndim == b->ndim;
+}
+
+/* Rank's local elements of node vn (of variant program vp) taken from
+ * node id of the run e, which may lay the value out differently (asSlice
+ * stores a Replicated tensor Sliced): a pointer into e when the layouts
+ * agree, else a copy (*owned set) gathered by logical index. */
+static double *local_values(Exec *e, int id, Program *vp, const Node *vn, int rank, int *owned)
+{
+    Node *n = node_of(e->prog, id);
+    long count = local_count(vp, vn, rank);
+    *owned = 0;
+    if (same_place(n, vn) && e->prog->nranks == vp->nranks) {
+        long have;
+        double *d = exec_data(e, id, rank, &have);
+        ASSERT(d && have == count);
+        return d;
+    }
+    double *out = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *out);
+    GlobalIter it;
+    global_iter_start(&it, vp, vn, rank);
+    for (long i = 0; i < count; i++, global_iter_next(&it))
+        out[i] = exec_value_at(e, n, rank, it.gidx);
+    *owned = 1;
+    return out;
+}
+
+static int input_named(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nexec_in; i++)
+        if (!strcmp(p->node[p->exec_in[i]].name, name))
+            return p->exec_in[i];
+    return -1;
+}
+
+/* ---- host buffers of one variant on one rank ---- */
+
+typedef struct {
+    int nin, nout;
+    void **input, **updated, **output;
+    size_t *input_bytes, *output_bytes;
+    double *scalar;
+    long *size;
+} Host;
+
+static void host_free(Host *h)
+{
+    for (int i = 0; i < h->nin; i++) {
+        free(h->input[i]);
+        free(h->updated[i]);
+    }
+    for (int i = 0; i < h->nout; i++)
+        free(h->output[i]);
+    free(h->input);
+    free(h->updated);
+    free(h->output);
+    free(h->input_bytes);
+    free(h->output_bytes);
+    free(h->scalar);
+    free(h->size);
+}
+
+static size_t local_bytes(Program *p, const Node *n, int rank)
+{
+    return (size_t)local_count(p, n, rank) * type_size(n->type);
+}
+
+static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h)
+{
+    Node *n = node_of(vp, vp->exec_in[i]);
+    int b = input_named(job->base, n->name);
+    ASSERT(b >= 0);
+    if (n->op == O_SCALAR) {
+        h->scalar[i] = exec_data(job->data, b, rank, NULL)[0];
+        return;
+    }
+    int owned;
+    double *x = local_values(job->data, b, vp, n, rank, &owned);
+    h->input_bytes[i] = local_bytes(vp, n, rank);
+    h->input[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
+    to_type(n->type, x, local_count(vp, n, rank), h->input[i]);
+    if (owned)
+        free(x);
+    if (n->updated_by >= 0)
+        h->updated[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
+}
+
+static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
+{
+    h->nin = vp->nexec_in;
+    h->nout = vp->nexec_out;
+    h->input = xcalloc((size_t)h->nin + 1, sizeof *h->input);
+    h->updated = xcalloc((size_t)h->nin + 1, sizeof *h->updated);
+    h->input_bytes = xcalloc((size_t)h->nin + 1, sizeof *h->input_bytes);
+    h->scalar = xcalloc((size_t)h->nin + 1, sizeof *h->scalar);
+    h->output = xcalloc((size_t)h->nout + 1, sizeof *h->output);
+    h->output_bytes = xcalloc((size_t)h->nout + 1, sizeof *h->output_bytes);
+    h->size = xcalloc((size_t)vp->nsize + 1, sizeof *h->size);
+    for (int i = 0; i < vp->nsize; i++)
+        h->size[i] = vp->size[i].value;
+    for (int i = 0; i < h->nin; i++)
+        host_input(job, vp, i, rank, h);
+    for (int i = 0; i < h->nout; i++) {
+        h->output_bytes[i] = local_bytes(vp, node_of(vp, vp->exec_out[i]), rank);
+        h->output[i] = xmalloc(h->output_bytes[i] ? h->output_bytes[i] : 1);
+    }
+}
+
+/* ---- checking ---- */
+
+static void check_value(const CudaJob *job, const CudaVariant *v, const CudaCheck *c, int rank,
+                        const void *gpu, size_t bytes, RankRow *row, uint64_t *hash)
+{
+    Program *vp = v->prog;
+    Node *n = node_of(vp, c->node);
+    long count = local_count(vp, n, rank);
+    ASSERT((size_t)count * type_size(n->type) == bytes);
+    *hash = fnv1a(FNV_INIT, gpu, bytes);
+    int own_ref, own_x;
+    double *ref = local_values(c->ref, c->rnode, vp, n, rank, &own_ref);
+    double *exact = local_values(job->x64, c->xnode, vp, n, rank, &own_x);
+    double before = row->max_abs;
+    for (long i = 0; i < count; i++) {
+        double got = from_type(n->type, gpu, i), want = ref[i];
+        int same = type_bits(n->type, got) == type_bits(n->type, want);
+        double diff = fabs(got - want);
+        if (!same && (isnan(got) || isnan(want)))
+            diff = INFINITY;
+        row->differing += !same;
+        if (!same && !within_tolerance(n->type, want, got, exact[i], &c->tol))
+            row->outside++;
+        if (diff > row->max_abs)
+            row->max_abs = diff;
+        double rel = diff / fmax(fabs(want), 1e-30);
+        if (!same && rel > row->max_rel)
+            row->max_rel = rel;
+    }
+    row->elements += count;
+    if (row->max_abs > before || !row->worst[0])
+        snprintf(row->worst, sizeof row->worst, "%s", c->name);
+    if (own_ref)
+        free(ref);
+    if (own_x)
+        free(exact);
+}
+
+static void check_variant(const CudaJob *job, const CudaVariant *v, int rank, const Host *h,
+                          RankRow *row)
+{
+    for (int k = 0; k < v->ncheck; k++) {
+        const CudaCheck *c = &v->check[k];
+        const void *gpu = c->output >= 0 ? h->output[c->output] : h->updated[c->input];
+        size_t bytes = c->output >= 0 ? h->output_bytes[c->output] : h->input_bytes[c->input];
+        uint64_t hash;
+        check_value(job, v, c, rank, gpu, bytes, row, &hash);
+        if (k < (int)(sizeof row->hash / sizeof *row->hash))
+            row->hash[k] = hash;
+    }
+}
+
+/* ---- one rank's work ---- */
+
+void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg)
+{
+    char line[4200];
+    if (strncmp(msg, "rank ", 5))
+        snprintf(line, sizeof line, "ERR rank %d: %s", rank, msg);
+    else
+        snprintf(line, sizeof line, "ERR %s", msg);
+    for (char *s = line; *s; s++)
+        if (*s == '\n')
+            *s = ' '; /* one line */
+    emit(ctx, line);
+}
+
+static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi, int rank,
+                   EmitFn emit, void *ctx)
+{
+    const CudaVariant *v = &job->v[vi];
+    Host h;
+    memset(&h, 0, sizeof h);
+    host_make(job, v->prog, rank, &h);
+    CocoRtVariant rv = {v->name, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
+                        h.updated, h.nout, h.output, h.output_bytes, h.size,
+                        job->seed, job->iters, job->warmup};
+    CocoRtTiming t;
+    char err[4096];
+    if (api->run(rt, &rv, &t, err, sizeof err)) {
+        cuda_emit_error(emit, ctx, rank, err);
+        host_free(&h);
+        return -1;
+    }
+    RankRow row;
+    memset(&row, 0, sizeof row);
+    check_variant(job, v, rank, &h, &row);
+    row.median_ms = t.median_ms;
+    row.min_ms = t.min_ms;
+    row.max_ms = t.max_ms;
+    char line[8192];
+    rank_row_line(line, sizeof line, vi, &row, v->ncheck);
+    emit(ctx, line);
+    host_free(&h);
+    return 0;
+}
+
+int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local_rank,
+                   const unsigned char *nccl_id, EmitFn emit, void *ctx)
+{
+    int nranks = job->base->nranks;
+    CocoRtConfig cfg = {rank, nranks, local_rank,
+                        job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
+                        job->so, job->timeout_s};
+    char err[4096], line[1024];
+    cuda_watchdog(rank, job->timeout_s + 10, "joining the NCCL communicators");
+    CocoRt *rt = api->open(&cfg, err, sizeof err);
+    if (!rt) {
+        cuda_emit_error(emit, ctx, rank, err);
+        return 1;
+    }
+    snprintf(line, sizeof line, "GPU ");
+    api->describe(rt, line + 4, sizeof line - 4);
+    emit(ctx, line);
+    for (int vi = 0; vi < job->nv; vi++) {
+        /* each wait inside has its own limit; this one covers the CPU side */
+        cuda_watchdog(rank, job->timeout_s * 2 + 10, job->v[vi].name);
+        if (run_one(job, api, rt, vi, rank, emit, ctx)) {
+            cuda_watchdog(rank, 60, "aborting the communicators");
+            api->close(rt, 1);
+            return 1;
+        }
+    }
+    cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
+    api->close(rt, 0);
+    cuda_watchdog(rank, 0, NULL);
+    emit(ctx, "DONE");
+    return 0;
+}

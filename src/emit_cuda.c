@@ -1,0 +1,616 @@
+/* emit_cuda.c: the CUDA code generator. Writes one .cu file holding, for a
+ * program and each of its scheduled variants, an entry point with the C ABI
+ * of include/coconet_cuda.h. Lowering, node by node in program order:
+ *   - elementwise computations (pointwise, Cast, Dropout, Update) that a
+ *     schedule fused, with equal element counts, become one kernel whose
+ *     intermediate values stay in registers; unfused ones a kernel each;
+ *   - MatMul: cuBLASLt; Conv2D, Slice, Norm/ReduceTensor/PartialReduce:
+ *     the kernels of rt/kernels/coco_device.cuh;
+ *   - collectives: NCCL on WORLD or on the GROUP communicator; Send/Recv:
+ *     ncclSend/ncclRecv on WORLD; a FusedAllReduce is ReduceScatter + one
+ *     fused kernel + AllGather; overlapped chains run in order on the stream.
+ * Sizes are run-time arguments, so one build serves every size; local shapes
+ * are computed from them on the host at each call. Every kernel carries a
+ * comment naming the program statements it computes. */
+#include "coco.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    Program *p;
+    FILE *o;
+    const char *v;  /* variant prefix: v0, v1, ... */
+    int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
+    int nsegment;
+    int *out_index; /* per node: index in Execute outputs, or -1 */
+    int *in_index;  /* per input node: index in Execute inputs, or -1 */
+    int *state_of;  /* per node: the input it is the new value of, or -1 */
+} Emitter;
+
+static const char *const tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
+
+static int is_elementwise(const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    return (k == K_UNARY && n->op != O_SLICE) || k == K_BINARY || k == K_UPDATE;
+}
+
+/* ---- analysis: segments, outputs, state ---- */
+
+static void find_roles(Emitter *e)
+{
+    Program *p = e->p;
+    for (int i = 0; i < p->nnode; i++)
+        e->out_index[i] = e->in_index[i] = e->state_of[i] = -1;
+    for (int k = p->nexec_out - 1; k >= 0; k--)
+        e->out_index[p->exec_out[k]] = k;
+    for (int k = 0; k < p->nexec_in; k++)
+        e->in_index[p->exec_in[k]] = k;
+    for (int i = 0; i < p->nnode; i++)
+        if (p->node[i].op == O_INPUT && p->node[i].updated_by >= 0)
+            e->state_of[p->node[i].updated_by] = i;
+}
+
+/* Groups consecutive fused elementwise nodes of one fusion and one element
+ * count into segments; every other elementwise node is a segment alone. */
+static void find_segments(Emitter *e)
+{
+    Program *p = e->p;
+    int cur = -1, fusion = -1;
+    long count = 0;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        e->segment[i] = -1;
+        if (op_info(n->op)->kind == K_LEAF)
+            continue;
+        if (!is_elementwise(n)) {
+            cur = -1;
+            continue;
+        }
+        long c = n->ndim ? dim_count(n) : 0;
+        int joins = cur >= 0 && n->fusion >= 0 && n->fusion == fusion &&
+                    (c == 0 || count == 0 || c == count);
+        if (!joins) {
+            cur = e->nsegment++;
+            fusion = n->fusion;
+            count = 0;
+        }
+        if (c)
+            count = c;
+        e->segment[i] = cur;
+        if (n->fusion < 0)
+            cur = -1;
+    }
+}
+
+/* Must member i of its segment be written to memory? */
+static int stored(Emitter *e, int i)
+{
+    Program *p = e->p;
+    Node *n = &p->node[i];
+    if (e->out_index[i] >= 0 || e->state_of[i] >= 0 || n->op == O_UPDATE)
+        return 1;
+    for (int j = i + 1; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && k < u->nin; k++)
+            if (u->in[k] == i && e->segment[j] != e->segment[i])
+                return 1;
+    }
+    return 0;
+}
+
+/* ---- host code: sizes, shapes, buffers ---- */
+
+/* A size expression ("4*H") as C, its names read from the size array. */
+static void emit_size_expr(Emitter *e, const char *text)
+{
+    for (const char *c = text; *c;) {
+        if (isalpha((unsigned char)*c) || *c == '_') {
+            const char *s = c;
+            while (isalnum((unsigned char)*c) || *c == '_')
+                c++;
+            fprintf(e->o, "S_%.*s", (int)(c - s), s);
+        } else {
+            fputc(*c++, e->o);
+        }
+    }
+}
+
+static void emit_shape(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    fprintf(o, "    CocoShape h%d;\n    memset(&h%d, 0, sizeof h%d);\n    h%d.nd = %d;\n",
+            n->id, n->id, n->id, n->id, n->ndim);
+    for (int k = 0; k < n->ndim; k++) {
+        fprintf(o, "    h%d.gdim[%d] = (", n->id, k);
+        emit_size_expr(e, n->dim[k].text);
+        fprintf(o, ");\n");
+        if (n->layout.kind == L_SLICED && n->layout.dim == k) {
+            const char *g = group_name(n->group);
+            fprintf(o, "    if (h%d.gdim[%d] %% G_%s)\n        COCO_FAIL(ctx, \"%s\", %d, "
+                    "\"dimension %d of %s (%%ld) does not divide among %%ld ranks\", "
+                    "h%d.gdim[%d], G_%s);\n",
+                    n->id, k, g, op_info(n->op)->name, n->pos.line, k, n->name, n->id, k, g);
+            fprintf(o, "    h%d.dim[%d] = h%d.gdim[%d] / G_%s;\n    h%d.off[%d] = R_%s * h%d.dim[%d];\n",
+                    n->id, k, n->id, k, g, n->id, k, g, n->id, k);
+        } else {
+            fprintf(o, "    h%d.dim[%d] = h%d.gdim[%d];\n", n->id, k, n->id, k);
+        }
+    }
+}
+
+static void emit_buffer(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    int id = n->id;
+    size_t tsize = type_size(n->type);
+    if (n->op == O_INPUT) {
+        fprintf(o, "    void *b%d = dry ? NULL : args->input[%d];\n", id, e->in_index[id]);
+    } else if (e->out_index[id] >= 0) {
+        fprintf(o, "    void *b%d = dry ? NULL : args->output[%d];\n", id, e->out_index[id]);
+    } else if (e->state_of[id] >= 0) {
+        fprintf(o, "    void *b%d = dry ? NULL : args->input[%d];\n", id,
+                e->in_index[e->state_of[id]]);
+    } else {
+        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id, tsize);
+    }
+}
+
+/* ---- elementwise kernels ---- */
+
+static void emit_operand(Emitter *e, int seg, int x)
+{
+    Node *n = node_of(e->p, x);
+    if (n->op == O_CONST)
+        fprintf(e->o, "%.17g", n->value);
+    else if (e->segment[x] == seg)
+        fprintf(e->o, "r%d", x);
+    else if (n->op == O_SCALAR)
+        fprintf(e->o, "s%d", x);
+    else
+        fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, tname[n->type]);
+}
+
+static void emit_value(Emitter *e, int seg, const Node *n)
+{
+    FILE *o = e->o;
+    static const char *const rn[] = {[O_ADD] = "__dadd_rn", [O_SUB] = "__dsub_rn",
+                                     [O_MUL] = "__dmul_rn", [O_DIV] = "__ddiv_rn",
+                                     [O_POW] = "pow"};
+    switch (n->op) {
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW:
+        fprintf(o, "%s(", rn[n->op]);
+        emit_operand(e, seg, n->in[0]);
+        fputs(", ", o);
+        emit_operand(e, seg, n->in[1]);
+        fputc(')', o);
+        return;
+    case O_UPDATE:
+        emit_operand(e, seg, n->in[1]);
+        return;
+    case O_NEG: fputs("-", o); break;
+    case O_SQRT: fputs("__dsqrt_rn", o); break;
+    case O_TANH: fputs("tanh", o); break;
+    case O_RELU: fputs("coco_relu", o); break;
+    case O_CAST: break;
+    case O_DROPOUT:
+        fputs("coco_dropout(", o);
+        emit_operand(e, seg, n->in[0]);
+        fprintf(o, ", %.17g, seed, %d, %s)", n->value, n->dropout_id,
+                n->ndim ? arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id) : "0");
+        return;
+    default:
+        BUG("not elementwise: %s", op_info(n->op)->name);
+    }
+    fputc('(', o);
+    emit_operand(e, seg, n->in[0]);
+    fputc(')', o);
+}
+
+/* Inputs of segment seg read from memory or passed as scalars. */
+static int segment_inputs(Emitter *e, int seg, int *ids)
+{
+    Program *p = e->p;
+    int n = 0;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *m = &p->node[i];
+        if (e->segment[i] != seg)
+            continue;
+        for (int k = 0; k < m->nin; k++) {
+            int x = m->in[k];
+            Node *xn = node_of(p, x);
+            if (e->segment[x] == seg || xn->op == O_CONST || (m->op == O_UPDATE && k == 0))
+                continue;
+            int seen = 0;
+            for (int j = 0; j < n; j++)
+                seen |= ids[j] == x;
+            if (!seen)
+                ids[n++] = x;
+        }
+    }
+    return n;
+}
+
+/* The member whose shape the segment iterates over (0-dim only: -1). */
+static int segment_shape(Emitter *e, int seg)
+{
+    int best = -1;
+    for (int i = 0; i < e->p->nnode; i++)
+        if (e->segment[i] == seg && e->p->node[i].ndim &&
+            (best < 0 || e->p->node[i].ndim > e->p->node[best].ndim))
+            best = i;
+    return best;
+}
+
+static void emit_kernel_comment(Emitter *e, int seg)
+{
+    Program *p = e->p;
+    fprintf(e->o, "// ");
+    for (int i = 0, first = 1; i < p->nnode; i++)
+        if (e->segment[i] == seg) {
+            Node *n = &p->node[i];
+            if (!n->named && !stored(e, i))
+                continue;
+            fprintf(e->o, "%s%s (line %d)", first ? "" : ", ", n->name, n->pos.line);
+            first = 0;
+        }
+    fputc('\n', e->o);
+}
+
+static void emit_segment_kernel(Emitter *e, int seg)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int nin = segment_inputs(e, seg, ins);
+    emit_kernel_comment(e, seg);
+    fprintf(o, "__global__ void %s_k%d(long n, CocoShape it, unsigned long long seed", e->v, seg);
+    for (int k = 0; k < nin; k++) {
+        Node *x = node_of(p, ins[k]);
+        if (x->op == O_SCALAR)
+            fprintf(o, ", double s%d", x->id);
+        else
+            fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
+    }
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && stored(e, i))
+            fprintf(o, ", void *__restrict__ y%d%s", i,
+                    p->node[i].op == O_DROPOUT && p->node[i].ndim ? "" : "");
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
+            fprintf(o, ", CocoShape h%d", i);
+    fprintf(o, ")\n{\n    (void)seed;\n"
+               "    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;\n"
+               "         i += (long)gridDim.x * blockDim.x) {\n"
+               "        long c[COCO_MAXDIM];\n        coco_coords(it, i, c);\n");
+    for (int i = 0; i < p->nnode; i++) {
+        Node *m = &p->node[i];
+        if (e->segment[i] != seg)
+            continue;
+        fprintf(o, "        double r%d = coco_round(", i);
+        emit_value(e, seg, m);
+        fprintf(o, ", %s);\n", tname[m->type]);
+        if (stored(e, i))
+            fprintf(o, "        %scoco_st(y%d, %s, %s, r%d);\n", m->ndim ? "" : "if (i == 0) ",
+                    i, m->ndim ? "i" : "0", tname[m->type], i);
+    }
+    fprintf(o, "    }\n}\n\n");
+    free(ins);
+}
+
+static void emit_segment_launch(Emitter *e, int seg)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int nin = segment_inputs(e, seg, ins);
+    int shape = segment_shape(e, seg);
+    int line = 0;
+    for (int i = 0; i < p->nnode && !line; i++)
+        if (e->segment[i] == seg)
+            line = p->node[i].pos.line;
+    fprintf(o, "    {\n        CocoShape it;\n        memset(&it, 0, sizeof it);\n");
+    if (shape >= 0)
+        fprintf(o, "        it = h%d;\n", shape);
+    fprintf(o, "        long n = coco_count(it);\n");
+    fprintf(o, "        %s_k%d<<<coco_grid(n), 256, 0, st>>>(n, it, args->seed", e->v, seg);
+    for (int k = 0; k < nin; k++) {
+        Node *x = node_of(p, ins[k]);
+        if (x->op == O_SCALAR && x->has_value)
+            fprintf(o, ", %.17g", x->value);
+        else if (x->op == O_SCALAR)
+            fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
+        else
+            fprintf(o, ", b%d, h%d", x->id, x->id);
+    }
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && stored(e, i))
+            fprintf(o, ", b%d", i);
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
+            fprintf(o, ", h%d", i);
+    fprintf(o, ");\n        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
+    free(ins);
+}
+
+/* ---- other operations ---- */
+
+static const char *comm_of(const Node *n)
+{
+    return n->group == G_GROUP ? "(ncclComm_t)ctx->group" : "(ncclComm_t)ctx->world";
+}
+
+static int redop_code(RedOp r)
+{
+    return r == R_SUM ? 0 : r == R_PROD ? 1 : r == R_MAX ? 2 : r == R_MIN ? 3 : 4;
+}
+
+static void emit_matmul(Emitter *e, const Node *n)
+{
+    Program *p = e->p;
+    Node *a = node_of(p, n->in[0]), *b = node_of(p, n->in[1]);
+    if (a->type != b->type)
+        error_at(n->pos, "the CUDA backend needs MatMul operands of one type (%s and %s): "
+                 "Cast one of them", type_name(a->type), type_name(b->type));
+    int ka = a->ndim - 1;
+    fprintf(e->o, "    { /* line %d: %s = MatMul */\n", n->pos.line, n->name);
+    fprintf(e->o, "        long K = h%d.dim[%d], N = h%d.dim[%d];\n", a->id, ka, b->id, b->ndim - 1);
+    fprintf(e->o, "        long rows = coco_count(h%d) / K, bmats = coco_count(h%d) / (K * N);\n",
+            a->id, b->id);
+    fprintf(e->o, "        long M = bmats > 1 ? h%d.dim[%d] : rows, batch = bmats > 1 ? rows / M : 1;\n",
+            a->id, a->ndim - 2);
+    fprintf(e->o, "        if (coco_matmul(ctx, %d, %s, b%d, b%d, b%d, M, N, K, batch, "
+                  "bmats > 1 ? K * N : 0))\n            return 1;\n    }\n",
+            n->pos.line, tname[n->type], a->id, b->id, n->id);
+}
+
+static void emit_conv(Emitter *e, const Node *n)
+{
+    Node *x = node_of(e->p, n->in[0]), *w = node_of(e->p, n->in[1]);
+    if (x->type != w->type)
+        error_at(n->pos, "the CUDA backend needs Conv2D operands of one type: Cast one of them");
+    fprintf(e->o, "    { /* line %d: %s = Conv2D */\n        long n = coco_count(h%d);\n"
+                  "        coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, b%d, b%d, %s, "
+                  "h%d.dim[0], h%d.dim[1], h%d.dim[2], h%d.dim[3], h%d.dim[0], h%d.dim[2], "
+                  "h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d);\n"
+                  "        COCO_LAUNCHED(ctx, \"Conv2D\", %d);\n    }\n",
+            n->pos.line, n->name, n->id, x->id, w->id, n->id, tname[n->type], x->id, x->id, x->id,
+            x->id, w->id, w->id, w->id, n->id, n->id, n->stride, n->pad, n->pos.line);
+}
+
+static void emit_reduction(Emitter *e, const Node *n)
+{
+    Node *x = node_of(e->p, n->in[0]);
+    int op = n->op == O_NORM ? 4 : redop_code(n->redop);
+    fprintf(e->o, "    { /* line %d: %s = %s */\n", n->pos.line, n->name, op_info(n->op)->name);
+    if (n->axis < 0)
+        fprintf(e->o, "        long outer = 1, len = coco_count(h%d), inner = 1;\n", x->id);
+    else
+        fprintf(e->o, "        long len = h%d.dim[%d], inner = 1, outer = 1;\n"
+                      "        for (int k = 0; k < %d; k++) outer *= h%d.dim[k];\n"
+                      "        for (int k = %d; k < h%d.nd; k++) inner *= h%d.dim[k];\n",
+                x->id, n->axis, n->axis, x->id, n->axis + 1, x->id, x->id);
+    fprintf(e->o, "        if (coco_reduce(ctx, %d, b%d, %s, b%d, %s, outer, len, inner, %d, %d, "
+                  "coco_ws(&ws, ctx, COCO_RED_BLOCKS * sizeof(double))))\n            return 1;\n    }\n",
+            n->pos.line, x->id, tname[x->type], n->id, tname[n->type], op, n->op == O_NORM);
+}
+
+static void emit_slice(Emitter *e, const Node *n)
+{
+    Node *x = node_of(e->p, n->in[0]);
+    fprintf(e->o, "    { /* line %d: %s = Slice */\n        long n = coco_count(h%d);\n"
+                  "        coco_slice_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, %s, h%d, b%d, h%d, %d);\n"
+                  "        COCO_LAUNCHED(ctx, \"Slice\", %d);\n    }\n",
+            n->pos.line, n->name, n->id, x->id, tname[n->type], x->id, n->id, n->id, n->axis,
+            n->pos.line);
+}
+
+static void emit_comm(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    Node *x = node_of(e->p, n->in[0]);
+    const char *name = op_info(n->op)->name, *comm = comm_of(n), *t = tname[n->type];
+    int l = n->pos.line, xi = x->id, id = n->id;
+    fprintf(o, "    { /* line %d: %s = %s */\n", l, n->name, name);
+    switch (n->op) {
+    case O_ALLREDUCE:
+        fprintf(o, "        COCO_NCCL(ctx, \"AllReduce\", %d, ncclAllReduce(b%d, b%d, coco_count(h%d), "
+                   "coco_nccl_type(%s), coco_nccl_op(%d), %s, st));\n",
+                l, xi, id, id, t, redop_code(n->redop), comm);
+        break;
+    case O_REDUCESCATTER:
+        fprintf(o, "        const void *src = b%d;\n", xi);
+        if (n->axis != 0)
+            fprintf(o, "        void *tmp = coco_ws(&ws, ctx, coco_count(h%d) * coco_type_size(%s));\n"
+                       "        if (!dry) { coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>("
+                       "b%d, h%d, tmp, %s, %d, h%d.dim[%d], 1);\n"
+                       "        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d); }\n        src = tmp;\n",
+                    xi, t, xi, xi, xi, t, n->axis, id, n->axis, l);
+        fprintf(o, "        COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(src, b%d, "
+                   "coco_count(h%d), coco_nccl_type(%s), coco_nccl_op(%d), %s, st));\n",
+                l, id, id, t, redop_code(n->redop), comm);
+        break;
+    case O_ALLGATHER:
+        if (x->layout.dim == 0) {
+            fprintf(o, "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, b%d, coco_count(h%d), "
+                       "coco_nccl_type(%s), %s, st));\n", l, xi, id, xi, t, comm);
+        } else {
+            fprintf(o, "        void *tmp = coco_ws(&ws, ctx, coco_count(h%d) * coco_type_size(%s));\n"
+                       "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, tmp, coco_count(h%d), "
+                       "coco_nccl_type(%s), %s, st));\n"
+                       "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, tmp, "
+                       "%s, %d, h%d.dim[%d], 0);\n        COCO_LAUNCHED(ctx, \"AllGather\", %d);\n",
+                    id, t, l, xi, xi, t, comm, id, id, id, t, x->layout.dim, xi, x->layout.dim, l);
+        }
+        break;
+    case O_REDUCE:
+        fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(b%d, 0, coco_count(h%d) * "
+                   "coco_type_size(%s), st));\n"
+                   "        COCO_NCCL(ctx, \"Reduce\", %d, ncclReduce(b%d, b%d, coco_count(h%d), "
+                   "coco_nccl_type(%s), coco_nccl_op(%d), %d, %s, st));\n",
+                l, id, id, t, l, xi, id, id, t, redop_code(n->redop), n->root, comm);
+        break;
+    case O_BROADCAST:
+        fprintf(o, "        COCO_NCCL(ctx, \"Broadcast\", %d, ncclBroadcast(b%d, b%d, coco_count(h%d), "
+                   "coco_nccl_type(%s), %d, %s, st));\n", l, xi, id, id, t, n->root, comm);
+        break;
+    case O_SEND:
+        fprintf(o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n"
+                   "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
+                   "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n"
+                   "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
+                   "        if (dst == rank) {\n"
+                   "            COCO_CUDA(ctx, \"%s\", %d, cudaMemcpyAsync(b%d, b%d, bytes, "
+                   "cudaMemcpyDeviceToDevice, st));\n"
+                   "        } else {\n"
+                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupStart());\n"
+                   "            COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), coco_nccl_type(%s), "
+                   "dst, (ncclComm_t)ctx->world, st));\n"
+                   "            COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), coco_nccl_type(%s), "
+                   "src, (ncclComm_t)ctx->world, st));\n"
+                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupEnd());\n        }\n",
+                group_name(n->group), group_name(n->group), group_name(n->group), n->shift,
+                group_name(n->group), n->shift, group_name(n->group), id, t, name, l, id, xi,
+                name, l, name, l, xi, xi, t, name, l, id, id, t, name, l);
+        break;
+    default:
+        BUG("not a collective");
+    }
+    fprintf(o, "    }\n");
+}
+
+/* A value that is both an output and a tensor's new value is computed into
+ * the output buffer, then copied into the tensor. */
+static void emit_state_copy(Emitter *e, const Node *n)
+{
+    int t = e->state_of[n->id];
+    if (t < 0 || e->out_index[n->id] < 0)
+        return;
+    fprintf(e->o, "    COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
+                  "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
+            n->pos.line, e->in_index[t], n->id, n->id, tname[n->type]);
+}
+
+static void emit_node(Emitter *e, const Node *n, int *done_segment)
+{
+    int seg = e->segment[n->id];
+    if (seg >= 0) {
+        if (!done_segment[seg])
+            emit_segment_launch(e, seg);
+        done_segment[seg] = 1;
+    } else if (n->op == O_MATMUL) {
+        emit_matmul(e, n);
+    } else if (n->op == O_CONV2D) {
+        emit_conv(e, n);
+    } else if (op_info(n->op)->kind == K_REDUCTION) {
+        emit_reduction(e, n);
+    } else if (n->op == O_SLICE) {
+        emit_slice(e, n);
+    } else if (op_info(n->op)->kind == K_COMM) {
+        emit_comm(e, n);
+    } else {
+        return;
+    }
+    emit_state_copy(e, n);
+}
+
+/* Outputs that are inputs of the program are copies of them. */
+static void emit_input_outputs(Emitter *e)
+{
+    Program *p = e->p;
+    for (int k = 0; k < p->nexec_out; k++) {
+        Node *n = node_of(p, p->exec_out[k]);
+        if (n->op != O_INPUT && n->op != O_SCALAR && n->op != O_CONST)
+            continue;
+        if (n->op != O_INPUT)
+            error_at(n->pos, "the CUDA backend cannot output Scalar or constant '%s'", n->name);
+        fprintf(e->o, "    COCO_CUDA(ctx, \"output\", %d, cudaMemcpyAsync(args->output[%d], b%d, "
+                      "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
+                n->pos.line, k, n->id, n->id, tname[n->type]);
+    }
+}
+
+static void emit_body(Emitter *e, const char *entry)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    fprintf(o, "static int %s_body(coco_cuda_ctx *ctx, const coco_cuda_args *args, const long *size,\n"
+               "                   size_t *need)\n{\n    const int dry = args == NULL;\n"
+               "    const int rank = ctx->rank;\n    (void)rank;\n"
+               "    const long G_WORLD = ctx->nranks, R_WORLD = rank;\n"
+               "    const long G_GROUP = ctx->group_size, R_GROUP = rank %% ctx->group_size;\n"
+               "    (void)G_WORLD; (void)R_WORLD; (void)G_GROUP; (void)R_GROUP;\n"
+               "    cudaStream_t st = (cudaStream_t)ctx->stream;\n    (void)st;\n"
+               "    size_t ws = 0;\n", e->v);
+    for (int i = 0; i < p->nsize; i++)
+        fprintf(o, "    const long S_%s = size[%d];\n    (void)S_%s;\n", p->size[i].name, i,
+                p->size[i].name);
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->op == O_CONST || n->op == O_SCALAR)
+            continue;
+        emit_shape(e, n);
+        int in_registers = e->segment[i] >= 0 && !stored(e, i);
+        if (!in_registers)
+            emit_buffer(e, n);
+    }
+    fprintf(o, "    if (dry) {\n        *need = ws + 4096;\n        return 0;\n    }\n"
+               "    if (ws + 4096 > ctx->workspace_bytes)\n"
+               "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws + 4096, "
+               "ctx->workspace_bytes);\n");
+    emit_input_outputs(e);
+    int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        emit_node(e, &p->node[i], done);
+    free(done);
+    fprintf(o, "    return 0;\n}\n\n");
+    fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
+               "    return %s_body(ctx, args, args->size, NULL);\n}\n\n", entry, e->v);
+    fprintf(o, "extern \"C\" size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size)\n{\n"
+               "    size_t need = 0;\n    coco_cuda_ctx c = *ctx;\n    char msg[256];\n"
+               "    c.err = msg;\n    c.errlen = sizeof msg;\n"
+               "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
+}
+
+static void emit_variant(FILE *o, Program *p, int vi)
+{
+    Emitter e;
+    memset(&e, 0, sizeof e);
+    e.p = p;
+    e.o = o;
+    e.v = arena_printf(p->arena, "v%d", vi);
+    e.segment = xmalloc((size_t)p->nnode * sizeof(int));
+    e.out_index = xmalloc((size_t)p->nnode * sizeof(int));
+    e.in_index = xmalloc((size_t)p->nnode * sizeof(int));
+    e.state_of = xmalloc((size_t)p->nnode * sizeof(int));
+    find_roles(&e);
+    find_segments(&e);
+    const char *entry = p->applied ? p->applied : "program";
+    fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
+    for (int s = 0; s < e.nsegment; s++)
+        emit_segment_kernel(&e, s);
+    emit_body(&e, entry);
+    free(e.segment);
+    free(e.out_index);
+    free(e.in_index);
+    free(e.state_of);
+}
+
+void emit_cuda(Program **variants, int n, FILE *o)
+{
+    Program *p = variants[0];
+    fprintf(o, "// CUDA code generated by coconet %s for program '%s' of %s: %d variant%s.\n"
+               "// Entry points follow include/coconet_cuda.h. Do not edit.\n"
+               "#include <string.h>\n#include \"coco_device.cuh\"\n\n"
+               "extern \"C\" {\nint coco_nccl_version = NCCL_VERSION_CODE;\n}\n\n",
+            COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        emit_variant(o, variants[i], i);
+    fprintf(o, "extern \"C\" {\nextern const char *const coco_schedule_names[];\n"
+               "const char *const coco_schedule_names[] = {");
+    for (int i = 0; i < n; i++)
+        fprintf(o, "\"%s\", ", variants[i]->applied ? variants[i]->applied : "program");
+    fprintf(o, "NULL};\n}\n");
+}

@@ -1,0 +1,49 @@
+// host.cu: "generated code" for tests/gpu/host.coco that runs on the CPU, for
+// the launcher's test on machines without a GPU: the stand-in runtime
+// (fake_rt.c) hands it host memory. It follows the ABI of
+// include/coconet_cuda.h and the CPU executor's arithmetic (FP32, one
+// rounding per operation), so its results match the reference bit for bit.
+#include <stddef.h>
+
+#include "coconet_cuda.h"
+
+extern "C" {
+int coco_nccl_version = 0; // the stand-in runtime does not check it
+extern const char *const coco_schedule_names[];
+const char *const coco_schedule_names[] = {"program", "fused", NULL};
+}
+
+// host.coco:9-10  Var y = x * a + 1;  Var s_ = Update(s, s + y);
+static int run(const coco_cuda_args *a)
+{
+    long n = a->size[0];
+    const float *x = (const float *)a->input[0];
+    float *s = (float *)a->input[1], *y = (float *)a->output[0];
+    float av = (float)a->scalar[2];
+    for (long i = 0; i < n; i++) {
+        volatile float xa = x[i] * av; // no contraction into a fused multiply-add
+        y[i] = xa + 1.0f;
+        s[i] = s[i] + y[i];
+    }
+    return 0;
+}
+
+extern "C" size_t coco_workspace__program(const coco_cuda_ctx *ctx, const long *size)
+{
+    return 0;
+}
+
+extern "C" int coco_run__program(coco_cuda_ctx *ctx, const coco_cuda_args *a)
+{
+    return run(a);
+}
+
+extern "C" size_t coco_workspace__fused(const coco_cuda_ctx *ctx, const long *size)
+{
+    return 0;
+}
+
+extern "C" int coco_run__fused(coco_cuda_ctx *ctx, const coco_cuda_args *a)
+{
+    return run(a);
+}

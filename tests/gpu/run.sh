@@ -1,0 +1,208 @@
+#!/bin/sh
+# tests/gpu/run.sh OUT: the GPU tests (`make test-gpu`), on a machine with
+# GPUs, after `make` has built ./coconet and build/libcoconet_cuda.so.
+#
+#   selftest  the runtime alone, with CUDA written by hand (tests/gpu/*.cu):
+#             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
+#   examples  every examples/*.coco x every schedule (--all-schedules) x P,
+#             at the examples' sizes (pipeline.coco also at every group size);
+#   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
+#             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
+#             N = 2^10 ... 2^28 (every schedule) and at odd N (the schedules
+#             that apply: those that split need N divisible by P); NCCL
+#             AllReduce alone (tests/gpu/allreduce.coco) at the same sizes.
+# Each run checks every output and updated tensor against the CPU reference
+# (and Replicated values across ranks); the table of every variant (example,
+# sizes, P, schedule, result, max error, GPU time) goes to OUT (markdown),
+# every run's whole output to OUT.log. Exit status non-zero on any failure.
+#
+# Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
+# B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1048577"),
+# ITERS (20), TIMEOUT (seconds per coconet run, 3600), REFERENCE (for the
+# paper sizes: program, i.e. every schedule checked against the program's CPU
+# run, which is cheaper than each schedule's own; "each" for that).
+
+cd "$(dirname "$0")/../.." || exit 2
+OUT=${1:-build/gpu-results.md}
+LOG=$OUT.log
+RANKS=${RANKS:-2 4}
+PARTS=${PARTS:-selftest examples paper}
+B_SIZES=${B_SIZES:-8 16}
+N_POW=${N_POW:-10 16 20 24 28}
+N_ODD=${N_ODD:-1001 1048577}
+ITERS=${ITERS:-20}
+TIMEOUT=${TIMEOUT:-3600}
+REFERENCE=${REFERENCE:-program}
+COCONET="./coconet"
+mkdir -p "$(dirname "$OUT")"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-gpu.XXXXXX") || exit 2
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+skip=0
+
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
+       sed 's/^ *//' | paste -sd ';' -)
+{
+    echo "# coconet GPU results"
+    echo
+    echo "Made by \`make test-gpu\` (tests/gpu/run.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'),"
+    echo "$(hostname): ${gpus:-GPUs not listed by nvidia-smi}; commit $(git rev-parse --short HEAD 2>/dev/null)."
+    echo "Every row: one variant (the program, or a schedule) run on P GPUs, one process"
+    echo "each, checked against the CPU reference executor on the same data: \`bitwise\`,"
+    echo "or \`rounding\` (every element within the tolerance of the README's GPU section);"
+    echo "max-abs and max-rel are the largest differences from the CPU values; gpu ms is"
+    echo "the median of $ITERS timed runs (CUDA events, after 3 warm-up runs) of the"
+    echo "slowest rank. The command of each group of rows is given above it."
+    echo
+} >"$OUT"
+: >"$LOG"
+
+# allowed FILE P ARGS...: does the program accept P ranks (sizes, groups, roots)?
+allowed() {
+    f=$1; p=$2; shift 2
+    if $COCONET check "$f" --ranks "$p" "$@" >"$TMP/check" 2>&1; then return 0; fi
+    if grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/check"; then
+        return 1
+    fi
+    return 0 # another error: let the run report it
+}
+
+# table NAME SIZES P: the rows of $TMP/out as markdown
+table() {
+    awk -v ex="$1" -v sizes="$2" -v p="$3" '
+        /^schedule +outputs/ { on = 1; next }
+        /^gpu-time:/ { on = 0 }
+        on && NF >= 7 {
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                   ex, sizes, p, $1, $2, $3, $4, $6, $7
+        }' "$TMP/out" >>"$OUT"
+}
+
+# run NAME SIZES P ARGS...: one coconet run, its rows in the table
+run() {
+    name=$1; sizes=$2; p=$3; shift 3
+    cmd="$COCONET run $* --backend cuda --ranks $p --iters $ITERS"
+    {
+        echo "\`$cmd\`"
+        echo
+        echo "| example | sizes | P | schedule | result | max-abs | max-rel | outside | gpu ms |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+    } >>"$OUT"
+    echo "==== $cmd" >>"$LOG"
+    # shellcheck disable=SC2086 # the command's words
+    timeout "$TIMEOUT" $cmd >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    cat "$TMP/out" "$TMP/err" >>"$LOG"
+    table "$name" "$sizes" "$p"
+    echo >>"$OUT"
+    rows=$(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding|WRONG|REPLICAS|FAILED) ' "$TMP/out")
+    if [ $rc -eq 0 ] && [ "$rows" -gt 0 ]; then
+        pass=$((pass + 1))
+        echo "ok   $cmd ($rows variants)"
+    else
+        fail=$((fail + 1))
+        why=$(grep -h -m 3 -e WRONG -e REPLICAS -e FAILED -e error -e 'rank ' "$TMP/out" "$TMP/err" |
+              cut -c 1-300)
+        [ $rc -eq 124 ] && why="timed out after $TIMEOUT s"
+        echo "FAIL $cmd (status $rc)"
+        echo "$why" | sed 's/^/     /'
+        echo "**failed** (status $rc): $(echo "$why" | head -n 1)" >>"$OUT"
+        echo >>"$OUT"
+    fi
+}
+
+part_selftest() {
+    echo "## Runtime self-test (CUDA written by hand)" >>"$OUT"
+    echo >>"$OUT"
+    for p in $RANKS; do
+        run selftest "N=1024" "$p" tests/gpu/selftest.coco --cuda-source tests/gpu/selftest.cu
+        run group "N=512, G=2" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu
+    done
+}
+
+part_examples() {
+    echo "## Examples at their own sizes, every schedule" >>"$OUT"
+    echo >>"$OUT"
+    for f in examples/*.coco; do
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            if ! allowed "$f" "$p"; then skip=$((skip + 1)); continue; fi
+            if [ "$name" = pipeline ]; then
+                for g in 1 2 4 8; do
+                    [ $((p % g)) -eq 0 ] || continue
+                    allowed "$f" "$p" --group-size "$g" || continue
+                    run "$name" "G=$g" "$p" "$f" --all-schedules --group-size "$g"
+                done
+            else
+                run "$name" "file's" "$p" "$f" --all-schedules
+            fi
+        done
+    done
+}
+
+# optimizer FILE N P: every schedule when they apply, else each that does
+optimizer() {
+    f=$1; n=$2; p=$3
+    name=$(basename "$f" .coco)
+    if [ $((n % p)) -eq 0 ]; then
+        run "$name" "N=$n" "$p" "$f" -D "N=$n" --all-schedules --reference "$REFERENCE"
+        return
+    fi
+    names=$($COCONET schedules "$f" -D "N=$n" --ranks "$p" |
+            sed -n 's/^Schedule \([A-Za-z0-9_]*\).*/\1/p')
+    if [ -z "$names" ]; then # none applies: the program alone
+        run "$name" "N=$n" "$p" "$f" -D "N=$n" --reference "$REFERENCE"
+    fi
+    for s in $names; do
+        run "$name" "N=$n" "$p" "$f" -D "N=$n" --all-schedules --schedule "$s" --reference "$REFERENCE"
+    done
+}
+
+part_paper() {
+    echo "## The paper's sizes" >>"$OUT"
+    echo >>"$OUT"
+    for p in $RANKS; do
+        for b in $B_SIZES; do
+            sizes="B=$b S=1024 H=3072"
+            for f in examples/self_attention.coco examples/mlp.coco; do
+                run "$(basename "$f" .coco)" "$sizes" "$p" "$f" -D "B=$b" -D S=1024 -D H=3072 \
+                    --all-schedules --reference "$REFERENCE"
+            done
+            run allreduce "N=B*S*H=$((b * 1024 * 3072))" "$p" tests/gpu/allreduce.coco \
+                -D "N=$((b * 1024 * 3072))"
+        done
+        for e in $N_POW; do
+            n=$((1 << e))
+            for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco; do
+                optimizer "$f" "$n" "$p"
+            done
+            run allreduce "N=2^$e" "$p" tests/gpu/allreduce.coco -D "N=$n"
+        done
+        for n in $N_ODD; do
+            for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco; do
+                optimizer "$f" "$n" "$p"
+            done
+        done
+    done
+}
+
+# P beyond the GPUs of this machine cannot run: left out, and said so
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${ngpu:-0}" -gt 0 ]; then
+    kept=
+    for p in $RANKS; do
+        if [ "$p" -le "$ngpu" ]; then kept="$kept $p"; else
+            echo "P=$p left out: this machine has $ngpu GPUs" | tee -a "$OUT"
+        fi
+    done
+    RANKS=$kept
+fi
+
+for part in $PARTS; do
+    "part_$part"
+done
+echo "$pass runs passed, $fail failed, $skip example x P combinations skipped (P not allowed)" |
+    tee -a "$OUT"
+echo "table: $OUT, every run's output: $LOG"
+[ $fail -eq 0 ]

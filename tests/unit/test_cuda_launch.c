@@ -1,0 +1,399 @@
+/* test_cuda_launch.c: unit tests of the CUDA backend's launcher, none of
+ * which starts CUDA: the cache key and the nvcc command (cuda_build.c), the
+ * toolchain file, running a tool with a time limit, the report lines and
+ * the table's verdicts (cuda_report.c), the checks and tolerances the
+ * parent prepares (cuda_job.c), and the whole launcher run end to end with
+ * the stand-in runtime build/fake/libfake_rt.so and the host-only object
+ * tests/gpu/host.cu (only where nvcc is installed, as build/cuda.conf
+ * says): build then cache, fork, NCCL id exchange, reports, and a rank that
+ * computes wrong, crashes, fails, hangs or is of another ABI.
+ * Run from the repository root. Prints one "group: N passed, M failed" line
+ * per group; exits non-zero when any check fails. */
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coco.h"
+
+static int npass, nfail, total_fail;
+
+static void check(int ok, const char *what)
+{
+    if (ok) {
+        npass++;
+    } else {
+        nfail++;
+        printf("  FAILED: %s\n", what);
+    }
+}
+
+static void group_end(const char *group)
+{
+    printf("%s: %d passed, %d failed\n", group, npass, nfail);
+    total_fail += nfail;
+    npass = nfail = 0;
+}
+
+static char tmpdir[256];
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* ---- cache key and nvcc command ---- */
+
+static void test_fnv(void)
+{
+    check(fnv1a(FNV_INIT, "", 0) == FNV_INIT, "fnv1a of nothing is the offset basis");
+    check(fnv1a(FNV_INIT, "a", 1) == 0xaf63dc4c8601ec8cULL, "fnv1a(\"a\") is the published value");
+    check(fnv1a(fnv1a(FNV_INIT, "ab", 2), "c", 1) == fnv1a(FNV_INIT, "abc", 3),
+          "fnv1a continues across calls");
+    group_end("fnv1a");
+}
+
+static void toolchain(CudaToolchain *t, const char *nccl)
+{
+    memset(t, 0, sizeof *t);
+    strcpy(t->nvcc, "/opt/cuda/bin/nvcc");
+    strcpy(t->cuda_lib, "/opt/cuda/lib64");
+    strcpy(t->nccl_include, nccl);
+    strcpy(t->nccl_lib, "/opt/nccl/lib");
+    strcpy(t->nccl_link, "-lnccl");
+    strcpy(t->arch, "native");
+}
+
+static int has_arg(const Argv *a, const char *s)
+{
+    for (int i = 0; i < a->argc; i++)
+        if (!strcmp(a->argv[i], s))
+            return i + 1;
+    return 0;
+}
+
+static void test_nvcc_argv(void)
+{
+    CudaToolchain t;
+    toolchain(&t, "/opt/nccl/include");
+    Argv a;
+    cuda_nvcc_argv(&t, "/src/coconet", "/c/k.cu", "/c/k.so.tmp", &a);
+    check(!strcmp(a.argv[0], "/opt/cuda/bin/nvcc"), "argv[0] is nvcc");
+    check(a.argv[a.argc] == NULL, "argv ends with NULL");
+    const char *want[] = {"-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=native", "-std=c++17",
+                          "-I/src/coconet/include", "-I/src/coconet/rt/kernels",
+                          "-I/opt/nccl/include", "/c/k.cu", "-L/opt/nccl/lib",
+                          "-rpath=/opt/nccl/lib", "-L/opt/cuda/lib64", "-lnccl", "-lcublasLt",
+                          "-lcudart"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "nvcc command has %s", want[i]);
+        check(has_arg(&a, want[i]), what);
+    }
+    int o = has_arg(&a, "-o");
+    check(o && o < a.argc && !strcmp(a.argv[o], "/c/k.so.tmp"), "-o names the temporary");
+    check(has_arg(&a, "-Xcompiler") + 1 == has_arg(&a, "-fPIC"), "-Xcompiler -fPIC");
+    check(has_arg(&a, "-lnccl") < has_arg(&a, "-lcublasLt") &&
+          has_arg(&a, "-lcublasLt") < has_arg(&a, "-lcudart"), "libraries in order");
+    toolchain(&t, "/usr/include");
+    strcpy(t.nccl_lib, "/opt/cuda/lib64");
+    cuda_nvcc_argv(&t, "/h", "s.cu", "o", &a);
+    check(!has_arg(&a, "-I/usr/include"), "no -I/usr/include (it breaks #include_next)");
+    int nl = 0;
+    for (int i = 0; i < a.argc; i++)
+        nl += !strncmp(a.argv[i], "-L", 2);
+    check(nl == 1, "one -L when NCCL and CUDA share their library directory");
+    group_end("nvcc command");
+}
+
+static void test_cache_key(void)
+{
+    CudaToolchain t;
+    toolchain(&t, "/opt/nccl/include");
+    Argv a, b;
+    cuda_nvcc_argv(&t, "/h", "SRC.cu", "OUT", &a);
+    const char *src = "__global__ void k() {}";
+    uint64_t k = cuda_cache_key(src, strlen(src), &a, "nvcc 13.0", 22803, "H200", NULL);
+    check(k == cuda_cache_key(src, strlen(src), &a, "nvcc 13.0", 22803, "H200", NULL),
+          "the key is a function of its inputs");
+    check(k != cuda_cache_key(src, strlen(src) - 1, &a, "nvcc 13.0", 22803, "H200", NULL),
+          "the source changes the key");
+    check(k != cuda_cache_key(src, strlen(src), &a, "nvcc 13.1", 22803, "H200", NULL),
+          "nvcc --version changes the key");
+    check(k != cuda_cache_key(src, strlen(src), &a, "nvcc 13.0", 22809, "H200", NULL),
+          "the NCCL version changes the key");
+    check(k != cuda_cache_key(src, strlen(src), &a, "nvcc 13.0", 22803, "H100", NULL),
+          "the GPU changes the key");
+    strcpy(t.arch, "sm_90");
+    cuda_nvcc_argv(&t, "/h", "SRC.cu", "OUT", &b);
+    check(k != cuda_cache_key(src, strlen(src), &b, "nvcc 13.0", 22803, "H200", NULL),
+          "the nvcc command changes the key");
+    /* the headers generated code includes are part of it */
+    char home[512], path[600];
+    snprintf(home, sizeof home, "%s/home", tmpdir);
+    snprintf(path, sizeof path, "%s/include", home);
+    mkdir(home, 0777);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/include/coconet_cuda.h", home);
+    write_text(path, "one");
+    uint64_t h1 = cuda_cache_key(src, strlen(src), &a, "v", 1, "g", home);
+    write_text(path, "two");
+    check(h1 != cuda_cache_key(src, strlen(src), &a, "v", 1, "g", home),
+          "include/coconet_cuda.h changes the key");
+    group_end("cache key");
+}
+
+static void test_toolchain_files(void)
+{
+    char conf[512], inc[512], h[600];
+    snprintf(conf, sizeof conf, "%s/cuda.conf", tmpdir);
+    write_text(conf, "# made by make\nNVCC=/x/nvcc\nCUDA_LIB=/x/lib64\nNCCL_INCLUDE=/y/include\n"
+                     "NCCL_LIB=/y/lib\nNCCL_LINK=-l:libnccl.so.2\nOTHER=1\nBROKEN\n");
+    CudaToolchain t;
+    toolchain(&t, "/z");
+    cuda_toolchain_read(&t, conf);
+    check(!strcmp(t.nvcc, "/x/nvcc") && !strcmp(t.cuda_lib, "/x/lib64"), "conf: NVCC, CUDA_LIB");
+    check(!strcmp(t.nccl_include, "/y/include") && !strcmp(t.nccl_lib, "/y/lib"),
+          "conf: NCCL_INCLUDE, NCCL_LIB");
+    check(!strcmp(t.nccl_link, "-l:libnccl.so.2"), "conf: NCCL_LINK");
+    check(!strcmp(t.arch, "native"), "conf: other keys change nothing");
+    cuda_toolchain_read(&t, "/nonexistent/cuda.conf");
+    check(!strcmp(t.nvcc, "/x/nvcc"), "a missing conf changes nothing");
+    snprintf(inc, sizeof inc, "%s/inc", tmpdir);
+    mkdir(inc, 0777);
+    check(nccl_header_version(inc) == -1, "no nccl.h: -1");
+    snprintf(h, sizeof h, "%s/nccl.h", inc);
+    write_text(h, "#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 3\n"
+                  "#define NCCL_SUFFIX \"\"\n\n#define NCCL_VERSION_CODE 22803\n");
+    check(nccl_header_version(inc) == 22803, "NCCL_VERSION_CODE read from nccl.h");
+    group_end("toolchain");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_run_capture(void)
+{
+    char out[256];
+    char *echo[] = {"sh", "-c", "echo hello; echo err >&2; exit 3", NULL};
+    check(run_capture(echo, NULL, out, sizeof out, 10) == 3, "exit status comes back");
+    check(strstr(out, "hello") && strstr(out, "err"), "stdout and stderr are captured");
+    char *missing[] = {"/nonexistent/tool", NULL};
+    check(run_capture(missing, NULL, out, sizeof out, 10) == 127, "a missing tool: 127");
+    char *slow[] = {"sleep", "30", NULL};
+    double t0 = now_s();
+    check(run_capture(slow, NULL, out, sizeof out, 0.5) == -2, "past the limit: -2");
+    check(now_s() - t0 < 5, "a tool past its limit is killed at once");
+    char log[512];
+    snprintf(log, sizeof log, "%s/log.txt", tmpdir);
+    char *tolog[] = {"sh", "-c", "echo logged", NULL};
+    check(run_capture(tolog, log, NULL, 0, 10) == 0, "output to a log file");
+    FILE *f = fopen(log, "r");
+    check(f && fgets(out, sizeof out, f) && !strcmp(out, "logged\n"), "the log holds it");
+    if (f)
+        fclose(f);
+    group_end("run_capture");
+}
+
+/* ---- reports ---- */
+
+static void test_report_lines(void)
+{
+    RankRow row;
+    memset(&row, 0, sizeof row);
+    row.differing = 3;
+    row.elements = 1000;
+    row.outside = 1;
+    row.max_abs = 0.125;
+    row.max_rel = INFINITY;
+    row.median_ms = 1.5;
+    row.min_ms = 1.25;
+    row.max_ms = 2;
+    strcpy(row.worst, "out");
+    row.hash[0] = 0x0123456789abcdefULL;
+    row.hash[1] = 42;
+    char line[1024];
+    rank_row_line(line, sizeof line, 1, &row, 2);
+    Report r;
+    report_init(&r, 2, 3);
+    report_line(&r, 1, line);
+    const RankRow *got = &r.rows[1 * 2 + 1];
+    check(got->seen && got->differing == 3 && got->elements == 1000 && got->outside == 1,
+          "ROW counts round-trip");
+    check(got->max_abs == 0.125 && isinf(got->max_rel) && got->median_ms == 1.5 &&
+          got->min_ms == 1.25 && got->max_ms == 2, "ROW numbers round-trip");
+    check(!strcmp(got->worst, "out") && got->hash[0] == row.hash[0] && got->hash[1] == 42,
+          "ROW name and hashes round-trip");
+    report_line(&r, 0, "GPU NVIDIA H200 (sm_90), NCCL 2.28.3");
+    check(!strcmp(r.gpu, "NVIDIA H200 (sm_90), NCCL 2.28.3"), "GPU line");
+    report_line(&r, 1, "ERR rank 1: cudaMalloc failed");
+    report_line(&r, 0, "ERR rank 0: later");
+    report_line(&r, 1, "ERR rank 1: second reason");
+    check(r.error[1] && !strcmp(r.error[1], "rank 1: cudaMalloc failed"), "the first error counts");
+    check(r.first_failure == 1, "the first rank to fail is remembered");
+    report_line(&r, 0, "DONE");
+    check(r.done[0] && !r.done[1], "DONE");
+    report_line(&r, 0, "ROW 7 1 1 1 0 0 0 0 0 x 0");
+    check(r.error[0] && !strcmp(r.error[0], "rank 0: later"), "a bad variant index is refused");
+    Report r2;
+    report_init(&r2, 1, 1);
+    report_line(&r2, 0, "ROW 0 garbage");
+    check(r2.error[0] != NULL, "a malformed line is an error");
+    report_line(&r2, 5, "DONE");
+    check(!r2.done[0], "a line from an unknown rank is ignored");
+    report_free(&r2);
+    report_free(&r);
+    group_end("report lines");
+}
+
+/* ---- the checks the parent prepares ---- */
+
+static coco_program *load(const char *text, int nranks)
+{
+    char err[2048];
+    coco_config cfg = {NULL, 0, nranks, 0};
+    coco_program *p = coco_load_string("test.coco", text, &cfg, err, sizeof err);
+    if (!p)
+        printf("  load failed: %s\n", err);
+    return p;
+}
+
+static void test_job(void)
+{
+    coco_program *p = load("Size M = 8, K = 64, N = 4;\n"
+                           "Tensor a(FP32, [M,K], Sliced(1), WORLD, RANK);\n"
+                           "Tensor b(FP32, [K,N], Sliced(0), WORLD, RANK);\n"
+                           "Tensor c(FP32, [M,N], Replicated, WORLD);\n"
+                           "Tensor s(FP32, [M,N], Replicated, WORLD);\n"
+                           "Var y = AllReduce(\"+\", MatMul(a, b));\n"
+                           "Var z = c * 2;\n"
+                           "Var s_ = Update(s, s + z);\n"
+                           "Execute t({a,b,c,s}, {y, z});\n"
+                           "Schedule sp { split(y, ARSplitRSAG); }\n", 4);
+    check(p != NULL, "the program loads");
+    if (!p) {
+        group_end("job");
+        return;
+    }
+    char err[1024];
+    coco_program *sp = coco_schedule(p, "sp", err, sizeof err);
+    check(sp != NULL, "the schedule applies");
+    Program *v[2] = {p, sp};
+    coco_cuda_options o = {1, 1, 5, 10, NULL, NULL, 0};
+    CudaJob job;
+    check(cuda_job_prepare(&job, v, sp ? 2 : 1, &o, err, sizeof err) == 0, "prepare");
+    check(job.nv == 2 && !strcmp(job.v[0].name, "program") && !strcmp(job.v[1].name, "sp"),
+          "variant names");
+    check(job.v[0].ncheck == 3, "checks: two outputs and one new value");
+    CudaCheck *y = &job.v[0].check[0], *z = &job.v[0].check[1], *s = &job.v[0].check[2];
+    check(y->output == 0 && z->output == 1 && s->output == -1 && s->input == 3,
+          "where each checked value is found");
+    check(!strcmp(s->name, "s"), "the new value is named by its tensor");
+    check(y->tol.slack > 0 && y->tol.slack <= 16 * ldexp(1, -24) * y->tol.scale * 1.0001,
+          "MatMul slack: K/P = 16 products in FP32");
+    check(z->tol.slack == 0 && s->tol.slack == 0, "no slack without a contraction");
+    check(y->replicated && z->replicated, "Replicated values are checked across ranks");
+    check(job.v[1].own != NULL && job.v[1].own != job.data, "each variant's own CPU run");
+    check(job.v[1].check[0].ref == job.v[1].own, "checked against its own run");
+    cuda_job_free(&job);
+    o.reference_program = 1;
+    check(cuda_job_prepare(&job, v, sp ? 2 : 1, &o, err, sizeof err) == 0, "prepare (program)");
+    check(job.v[1].own == NULL && job.v[1].check[0].ref == job.data &&
+          job.v[1].check[0].rnode == p->exec_out[0], "checked against the program's run");
+    cuda_job_free(&job);
+    coco_program_free(sp);
+    coco_program_free(p);
+    group_end("job");
+}
+
+/* ---- the launcher end to end, with the stand-in runtime ---- */
+
+static int coconet(char *out, size_t len, const char *mode, const char *extra)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "FAKE_RT_MODE=%s ./coconet run tests/gpu/host.coco --backend cuda "
+             "--cuda-source tests/gpu/host.cu --iters 3 %s", mode, extra);
+    char *argv[] = {"sh", "-c", cmd, NULL};
+    return run_capture(argv, NULL, out, len, 120);
+}
+
+static void test_launch(void)
+{
+    char cwd[1024], rt[1200], cache[512];
+    if (access("build/cuda.conf", R_OK) || access("build/fake/libfake_rt.so", R_OK) ||
+        !getcwd(cwd, sizeof cwd)) {
+        printf("launch: skipped (no nvcc when built, or no build/fake/libfake_rt.so)\n");
+        return;
+    }
+    snprintf(rt, sizeof rt, "%s/build/fake/libfake_rt.so", cwd);
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("COCONET_CUDA_RUNTIME", rt, 1);
+    setenv("COCONET_CACHE", cache, 1);
+    setenv("COCONET_CUDA_ARCH", "sm_80", 1); /* no GPU here for -arch=native */
+    setenv("COCONET_HOME", cwd, 1);
+    unsetenv("COCONET_BACKEND");
+    static char out[65536];
+    int rc = coconet(out, sizeof out, "ok", "--ranks 3");
+    check(rc == 0, "3 ranks run and pass");
+    check(strstr(out, "cuda: built ") != NULL, "the first run builds");
+    check(strstr(out, "3 ranks on a stand-in runtime") != NULL, "the GPU line of rank 0");
+    check(strstr(out, "\nprogram                  bitwise ") && strstr(out, "\nfused "),
+          "a row per variant, the program first");
+    if (rc)
+        printf("%s\n", out);
+    rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule fused --reference program");
+    check(rc == 0 && strstr(out, "cuda: cached ") != NULL, "the second run finds the cache");
+    check(strstr(out, "checked against the program's") != NULL, "--reference program");
+    rc = coconet(out, sizeof out, "ok", "--ranks 1 --schedule nope");
+    check(rc == 1 && strstr(out, "no schedule named 'nope'"), "an unknown schedule");
+    rc = coconet(out, sizeof out, "wrong", "--ranks 2");
+    check(rc == 1 && strstr(out, " WRONG ") != NULL, "a wrong element fails the run");
+    rc = coconet(out, sizeof out, "crash", "--ranks 3");
+    check(rc == 1 && strstr(out, "rank 1 was killed by signal 11") != NULL, "a rank that dies");
+    check(strstr(out, "FAILED") != NULL, "its rows say FAILED");
+    rc = coconet(out, sizeof out, "error", "--ranks 2");
+    check(rc == 1 && strstr(out, "rank 1: fake failure in program"), "a rank's own error");
+    double t0 = now_s();
+    rc = coconet(out, sizeof out, "hang", "--ranks 2 --timeout 1");
+    check(rc == 1 && strstr(out, "rank 1 said nothing for"), "a rank that hangs is stopped");
+    check(now_s() - t0 < 30, "within the time limit");
+    rc = coconet(out, sizeof out, "abi", "--ranks 2");
+    check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
+    setenv("COCONET_CUDA_RUNTIME", "/nonexistent/libcoconet_cuda.so", 1);
+    rc = coconet(out, sizeof out, "ok", "--ranks 2");
+    check(rc == 1 && strstr(out, "is not built"), "no runtime: --backend cuda refuses");
+    group_end("launch");
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/coconet-cuda-test.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_fnv();
+    test_nvcc_argv();
+    test_cache_key();
+    test_toolchain_files();
+    test_run_capture();
+    test_report_lines();
+    test_job();
+    test_launch();
+    char *rm[] = {"rm", "-rf", tmpdir, NULL};
+    run_capture(rm, NULL, NULL, 0, 60);
+    return total_fail ? 1 : 0;
+}
