@@ -158,6 +158,35 @@ static void emit_buffer(Emitter *e, const Node *n)
     }
 }
 
+/* Does collective n reduce FP16/BF16 values? Those reduce in FP32 (the
+ * language's semantics: reductions accumulate in higher precision, rounded
+ * once), at the cost of moving FP32 data. */
+static int widened(const Node *n)
+{
+    int reduces = n->op == O_ALLREDUCE || n->op == O_REDUCESCATTER || n->op == O_REDUCE;
+    return reduces && (n->type == T_FP16 || n->type == T_BF16);
+}
+
+/* Workspace some operations need besides their result: t<id> (a reorder of
+ * parts, or reduction partials), w<id>i and w<id>o (FP32 copies). */
+static void emit_scratch(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    int id = n->id;
+    if (op_info(n->op)->kind == K_REDUCTION)
+        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, COCO_RED_BLOCKS * sizeof(double));\n", id);
+    if (n->op == O_REDUCESCATTER && n->axis != 0)
+        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, n->in[0],
+                type_size(n->type));
+    if (n->op == O_ALLGATHER && node_of(e->p, n->in[0])->layout.dim != 0)
+        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id,
+                type_size(n->type));
+    if (widened(n))
+        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n"
+                   "    void *w%do = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n",
+                id, n->in[0], id, id);
+}
+
 /* ---- elementwise kernels ---- */
 
 static void emit_operand(Emitter *e, int seg, int x)
@@ -392,9 +421,9 @@ static void emit_reduction(Emitter *e, const Node *n)
                       "        for (int k = 0; k < %d; k++) outer *= h%d.dim[k];\n"
                       "        for (int k = %d; k < h%d.nd; k++) inner *= h%d.dim[k];\n",
                 x->id, n->axis, n->axis, x->id, n->axis + 1, x->id, x->id);
-    fprintf(e->o, "        if (coco_reduce(ctx, %d, b%d, %s, b%d, %s, outer, len, inner, %d, %d, "
-                  "coco_ws(&ws, ctx, COCO_RED_BLOCKS * sizeof(double))))\n            return 1;\n    }\n",
-            n->pos.line, x->id, tname[x->type], n->id, tname[n->type], op, n->op == O_NORM);
+    fprintf(e->o, "        if (coco_reduce(ctx, %d, b%d, %s, b%d, %s, outer, len, inner, %d, %d, t%d))\n"
+                  "            return 1;\n    }\n",
+            n->pos.line, x->id, tname[x->type], n->id, tname[n->type], op, n->op == O_NORM, n->id);
 }
 
 static void emit_slice(Emitter *e, const Node *n)
@@ -407,73 +436,109 @@ static void emit_slice(Emitter *e, const Node *n)
             n->pos.line);
 }
 
+/* The source, destination and NCCL type of a reducing collective; FP16/BF16
+ * are widened to FP32 copies first (see widened). */
+static void emit_reduce_operands(Emitter *e, const Node *n, const char *src)
+{
+    FILE *o = e->o;
+    int id = n->id, xi = n->in[0];
+    if (!widened(n)) {
+        fprintf(o, "        const void *src = %s;\n        void *dst = b%d;\n"
+                   "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, tname[n->type]);
+        return;
+    }
+    fprintf(o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(%s, %s, w%di, "
+               "COCO_FP32, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
+               "        const void *src = w%di;\n        void *dst = w%do;\n"
+               "        ncclDataType_t nt = ncclFloat32;\n",
+            xi, src, tname[n->type], id, xi, op_info(n->op)->name, n->pos.line, id, id);
+}
+
+static void emit_reduce_result(Emitter *e, const Node *n)
+{
+    if (!widened(n))
+        return;
+    fprintf(e->o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(w%do, "
+                  "COCO_FP32, b%d, %s, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n",
+            n->id, n->id, n->id, tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
+}
+
+static void emit_send(Emitter *e, const Node *n)
+{
+    const char *g = group_name(n->group), *name = op_info(n->op)->name, *t = tname[n->type];
+    int l = n->pos.line, id = n->id, xi = n->in[0];
+    fprintf(e->o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n"
+                  "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
+                  "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n"
+                  "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
+                  "        if (dst == rank) {\n"
+                  "            COCO_CUDA(ctx, \"%s\", %d, cudaMemcpyAsync(b%d, b%d, bytes, "
+                  "cudaMemcpyDeviceToDevice, st));\n        } else {\n"
+                  "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupStart());\n"
+                  "            COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), "
+                  "coco_nccl_type(%s), dst, (ncclComm_t)ctx->world, st));\n"
+                  "            COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), "
+                  "coco_nccl_type(%s), src, (ncclComm_t)ctx->world, st));\n"
+                  "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupEnd());\n        }\n",
+            g, g, g, n->shift, g, n->shift, g, id, t, name, l, id, xi, name, l, name, l, xi, xi, t,
+            name, l, id, id, t, name, l);
+}
+
 static void emit_comm(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     Node *x = node_of(e->p, n->in[0]);
     const char *name = op_info(n->op)->name, *comm = comm_of(n), *t = tname[n->type];
-    int l = n->pos.line, xi = x->id, id = n->id;
+    int l = n->pos.line, xi = x->id, id = n->id, rop = redop_code(n->redop);
+    char src[32];
+    snprintf(src, sizeof src, "b%d", xi);
     fprintf(o, "    { /* line %d: %s = %s */\n", l, n->name, name);
     switch (n->op) {
     case O_ALLREDUCE:
-        fprintf(o, "        COCO_NCCL(ctx, \"AllReduce\", %d, ncclAllReduce(b%d, b%d, coco_count(h%d), "
-                   "coco_nccl_type(%s), coco_nccl_op(%d), %s, st));\n",
-                l, xi, id, id, t, redop_code(n->redop), comm);
+        emit_reduce_operands(e, n, src);
+        fprintf(o, "        COCO_NCCL(ctx, \"AllReduce\", %d, ncclAllReduce(src, dst, coco_count(h%d), "
+                   "nt, coco_nccl_op(%d), %s, st));\n", l, id, rop, comm);
+        emit_reduce_result(e, n);
         break;
     case O_REDUCESCATTER:
-        fprintf(o, "        const void *src = b%d;\n", xi);
-        if (n->axis != 0)
-            fprintf(o, "        void *tmp = coco_ws(&ws, ctx, coco_count(h%d) * coco_type_size(%s));\n"
-                       "        if (!dry) { coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>("
-                       "b%d, h%d, tmp, %s, %d, h%d.dim[%d], 1);\n"
-                       "        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d); }\n        src = tmp;\n",
-                    xi, t, xi, xi, xi, t, n->axis, id, n->axis, l);
-        fprintf(o, "        COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(src, b%d, "
-                   "coco_count(h%d), coco_nccl_type(%s), coco_nccl_op(%d), %s, st));\n",
-                l, id, id, t, redop_code(n->redop), comm);
+        if (n->axis != 0) {
+            fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, "
+                       "t%d, %s, %d, h%d.dim[%d], 1);\n        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d);\n",
+                    xi, xi, xi, id, t, n->axis, id, n->axis, l);
+            snprintf(src, sizeof src, "t%d", id);
+        }
+        emit_reduce_operands(e, n, src);
+        fprintf(o, "        COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(src, dst, "
+                   "coco_count(h%d), nt, coco_nccl_op(%d), %s, st));\n", l, id, rop, comm);
+        emit_reduce_result(e, n);
         break;
     case O_ALLGATHER:
         if (x->layout.dim == 0) {
             fprintf(o, "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, b%d, coco_count(h%d), "
                        "coco_nccl_type(%s), %s, st));\n", l, xi, id, xi, t, comm);
         } else {
-            fprintf(o, "        void *tmp = coco_ws(&ws, ctx, coco_count(h%d) * coco_type_size(%s));\n"
-                       "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, tmp, coco_count(h%d), "
+            fprintf(o, "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, t%d, coco_count(h%d), "
                        "coco_nccl_type(%s), %s, st));\n"
-                       "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, tmp, "
+                       "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, t%d, "
                        "%s, %d, h%d.dim[%d], 0);\n        COCO_LAUNCHED(ctx, \"AllGather\", %d);\n",
-                    id, t, l, xi, xi, t, comm, id, id, id, t, x->layout.dim, xi, x->layout.dim, l);
+                    l, xi, id, xi, t, comm, id, id, id, id, t, x->layout.dim, xi, x->layout.dim, l);
         }
         break;
     case O_REDUCE:
-        fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(b%d, 0, coco_count(h%d) * "
-                   "coco_type_size(%s), st));\n"
-                   "        COCO_NCCL(ctx, \"Reduce\", %d, ncclReduce(b%d, b%d, coco_count(h%d), "
-                   "coco_nccl_type(%s), coco_nccl_op(%d), %d, %s, st));\n",
-                l, id, id, t, l, xi, id, id, t, redop_code(n->redop), n->root, comm);
+        emit_reduce_operands(e, n, src);
+        fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(dst, 0, coco_count(h%d) * "
+                   "(nt == ncclFloat32 ? 4 : coco_type_size(%s)), st));\n"
+                   "        COCO_NCCL(ctx, \"Reduce\", %d, ncclReduce(src, dst, coco_count(h%d), nt, "
+                   "coco_nccl_op(%d), %d, %s, st));\n",
+                l, id, t, l, id, rop, n->root, comm);
+        emit_reduce_result(e, n);
         break;
     case O_BROADCAST:
         fprintf(o, "        COCO_NCCL(ctx, \"Broadcast\", %d, ncclBroadcast(b%d, b%d, coco_count(h%d), "
                    "coco_nccl_type(%s), %d, %s, st));\n", l, xi, id, id, t, n->root, comm);
         break;
     case O_SEND:
-        fprintf(o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n"
-                   "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
-                   "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n"
-                   "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
-                   "        if (dst == rank) {\n"
-                   "            COCO_CUDA(ctx, \"%s\", %d, cudaMemcpyAsync(b%d, b%d, bytes, "
-                   "cudaMemcpyDeviceToDevice, st));\n"
-                   "        } else {\n"
-                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupStart());\n"
-                   "            COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), coco_nccl_type(%s), "
-                   "dst, (ncclComm_t)ctx->world, st));\n"
-                   "            COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), coco_nccl_type(%s), "
-                   "src, (ncclComm_t)ctx->world, st));\n"
-                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupEnd());\n        }\n",
-                group_name(n->group), group_name(n->group), group_name(n->group), n->shift,
-                group_name(n->group), n->shift, group_name(n->group), id, t, name, l, id, xi,
-                name, l, name, l, xi, xi, t, name, l, id, id, t, name, l);
+        emit_send(e, n);
         break;
     default:
         BUG("not a collective");
@@ -555,10 +620,11 @@ static void emit_body(Emitter *e, const char *entry)
         int in_registers = e->segment[i] >= 0 && !stored(e, i);
         if (!in_registers)
             emit_buffer(e, n);
+        emit_scratch(e, n);
     }
-    fprintf(o, "    if (dry) {\n        *need = ws + 4096;\n        return 0;\n    }\n"
-               "    if (ws + 4096 > ctx->workspace_bytes)\n"
-               "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws + 4096, "
+    fprintf(o, "    if (dry) {\n        *need = ws;\n        return 0;\n    }\n"
+               "    if (ws > ctx->workspace_bytes)\n"
+               "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "
                "ctx->workspace_bytes);\n");
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));

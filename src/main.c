@@ -452,12 +452,27 @@ static void write_header(FILE *h, coco_program *p, const char *const *names, int
     fprintf(h, "#ifdef __cplusplus\n}\n#endif\n");
 }
 
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *c = buf + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return -1;
+            *c = '/';
+        }
+    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
 /* gen: DIR/<program>.cu and .h, with the headers they include. */
 static int gen(const Options *o, coco_program *p)
 {
     if (!o->outdir)
         bad_usage("gen needs -o DIR%s", "");
-    if (mkdir(o->outdir, 0777) && errno != EEXIST) {
+    if (make_dirs(o->outdir)) {
         fprintf(stderr, "coconet: cannot create %s: %s\n", o->outdir, strerror(errno));
         return 1;
     }

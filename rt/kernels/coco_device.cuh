@@ -412,3 +412,16 @@ static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, vo
     COCO_LAUNCHED(ctx, "reduction", line);
     return 0;
 }
+
+// ---- element type conversion (reductions of FP16/BF16 run in FP32) ----
+__global__ void coco_convert_kernel(const void *src, int ts, void *dst, int td, long n)
+{
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
+         e += (long)gridDim.x * blockDim.x)
+        coco_st(dst, e, td, coco_ld(src, e, ts));
+}
+
+static inline int coco_is_half(int t)
+{
+    return t == COCO_FP16 || t == COCO_BF16;
+}
