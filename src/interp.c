@@ -6,6 +6,7 @@
  * representable in the node's type.  An intermediate value is freed as soon
  * as its last live user has been evaluated, except inputs, scalars,
  * program outputs, O_UPDATE results, and everything when e->keep_all is set. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "coco.h"
@@ -87,6 +88,51 @@ static void eval_on_ranks(Exec *e, const Node *n, void (*fn)(Exec *, const Node 
         fn(e, n, r);
 }
 
+/* Ranks of an elementwise or reduction node computed by up to nthreads
+ * threads, rank r by thread r % nthreads: each rank writes only its own
+ * value, so the result is the same whatever the thread count. (MatMul and
+ * Conv2D use the threads inside each rank instead.) */
+typedef struct {
+    Exec *e;
+    const Node *n;
+    void (*fn)(Exec *, const Node *, int);
+    int first, step;
+} RankTask;
+
+static void *rank_task(void *arg)
+{
+    RankTask *t = arg;
+    for (int r = t->first; r < t->e->prog->nranks; r += t->step)
+        t->fn(t->e, t->n, r);
+    return NULL;
+}
+
+static void eval_on_ranks_parallel(Exec *e, const Node *n, void (*fn)(Exec *, const Node *, int))
+{
+    int nt = e->nthreads < e->prog->nranks ? e->nthreads : e->prog->nranks;
+    if (nt <= 1 || local_count(e->prog, n, 0) < 65536) {
+        eval_on_ranks(e, n, fn);
+        return;
+    }
+    RankTask *task = xcalloc((size_t)nt, sizeof *task);
+    pthread_t *tid = xcalloc((size_t)nt, sizeof *tid);
+    int *started = xcalloc((size_t)nt, sizeof *started);
+    for (int t = 0; t < nt; t++) {
+        task[t] = (RankTask){e, n, fn, t, nt};
+        started[t] = t > 0 && pthread_create(&tid[t], NULL, rank_task, &task[t]) == 0;
+    }
+    rank_task(&task[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            rank_task(&task[t]); /* no thread: do its ranks here */
+    }
+    free(task);
+    free(tid);
+    free(started);
+}
+
 static void eval_node(Exec *e, const Node *n)
 {
     switch (op_info(n->op)->kind) {
@@ -95,7 +141,7 @@ static void eval_node(Exec *e, const Node *n)
             eval_const(e, n);
         break; /* inputs and scalars are filled beforehand */
     case K_UNARY:
-    case K_BINARY: eval_on_ranks(e, n, eval_pointwise); break;
+    case K_BINARY: eval_on_ranks_parallel(e, n, eval_pointwise); break;
     case K_LAYER:
         if (n->op == O_MATMUL)
             eval_on_ranks(e, n, eval_matmul);
@@ -104,8 +150,8 @@ static void eval_node(Exec *e, const Node *n)
         else
             BUG("unknown layer op %d", (int)n->op);
         break;
-    case K_REDUCTION: eval_on_ranks(e, n, eval_reduction); break;
-    case K_UPDATE: eval_on_ranks(e, n, eval_pointwise); break; /* see interp_ops.c */
+    case K_REDUCTION: eval_on_ranks_parallel(e, n, eval_reduction); break;
+    case K_UPDATE: eval_on_ranks_parallel(e, n, eval_pointwise); break; /* see interp_ops.c */
     case K_COMM: eval_comm(e, n); break;
     default: BUG("bad op kind for %s", n->name ? n->name : "?");
     }
