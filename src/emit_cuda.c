@@ -305,8 +305,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     }
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && stored(e, i))
-            fprintf(o, ", void *__restrict__ y%d%s", i,
-                    p->node[i].op == O_DROPOUT && p->node[i].ndim ? "" : "");
+            fprintf(o, ", void *__restrict__ y%d", i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
             fprintf(o, ", CocoShape h%d", i);

@@ -323,10 +323,8 @@ static void size_decl(Parser *ps)
         SizeDecl *s = size_add(ps, name, pos);
         if (is_punct(ps, '=')) {
             advance(ps);
-            const char *start = ps->tok.start;
             SizeVal v = positive_size(ps, "size");
             s->default_text = v.text;
-            (void)start;
             if (!s->bound) {
                 s->value = v.v;
                 s->bound = 1;

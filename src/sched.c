@@ -91,8 +91,7 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
     for (int k = 0; k < i; k++)
         if (!strcmp(x->st->out[k], name))
             refuse(x, "'%s' is named twice", name);
-    if (name_taken(p, name, REF_IS_FUSION(r) ? 1 << 30 : r) ||
-        (!REF_IS_FUSION(r) && program_find(p, name) == r && 0))
+    if (name_taken(p, name, REF_IS_FUSION(r) ? 1 << 30 : r))
         refuse(x, "'%s' is already defined", name);
     if (REF_IS_FUSION(r)) {
         p->fusion[REF_FUSION_INDEX(r)].name = arena_strdup(p->arena, name);
