@@ -169,6 +169,16 @@ static int downstream_units(Program *q, int from, const char **units)
     return n;
 }
 
+/* Is everything written in statement id a computation (no inline collective)? */
+static int pure_statement(Program *p, int id)
+{
+    int ids[256], c = statement_nodes(p, id, ids, 256);
+    for (int k = 0; k < c && k < 256; k++)
+        if (!is_comp(node_of(p, ids[k])))
+            return 0;
+    return c <= 256;
+}
+
 /* The base: each connected group of computation statements fused. */
 static Seq base_seq(Enum *e)
 {
@@ -177,7 +187,7 @@ static Seq base_seq(Enum *e)
     for (int i = 0; i < p->nnode; i++)
         group[i] = -1;
     for (int i = 0; i < p->nnode; i++) {
-        if (!p->node[i].named || !is_comp(&p->node[i]))
+        if (!p->node[i].named || !is_comp(&p->node[i]) || !pure_statement(p, i))
             continue;
         group[i] = i;
         int ids[256], c = statement_nodes(p, i, ids, 256);
@@ -256,7 +266,7 @@ static void splits_and_reorders(Enum *e, Seq s, Program *q)
         const char *args[MAX_ARGS];
         if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op != O_PARTIAL_REDUCE &&
             !sliced_after(q, i)) {
-            args[0] = n->name;
+            args[0] = node_of(q, statement_head(q, i))->name; /* names it inline too */
             push1(e, s, "split", args, 1, "ARSplitRSAG");
             push1(e, s, "split", args, 1, "ARSliceAG");
         }

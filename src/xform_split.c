@@ -1,4 +1,5 @@
-/* xform_split.c: split(x, ARSplitRSAG) turns AllReduce x into ReduceScatter
+/* xform_split.c: split(x, ARSplitRSAG) turns AllReduce x (or the one
+ * AllReduce written inline in x's statement) into ReduceScatter
  * (Sliced along dimension 0) + AllGather; split(x, ARSliceAG) keeps the
  * AllReduce and follows it with Slice + AllGather, so that a reorder can
  * then move the AllGather (the schedule AR-C-P2P-AG). Always valid on an
@@ -22,6 +23,21 @@ static void check_splittable(const Xform *x, Node *ar)
                ar->name, ar->dim[0].text, ar->dim[0].n, g, group_name(ar->group));
 }
 
+/* A statement such as 'Var avg = AllReduce("+", g) / n;' names its one
+ * inline AllReduce; any other value stands for itself. */
+static int inline_allreduce(Program *p, int id)
+{
+    if (node_of(p, id)->op == O_ALLREDUCE)
+        return id;
+    int ids[256], n = statement_nodes(p, id, ids, 256), found = -1, count = 0;
+    for (int i = 0; i < n && i < 256; i++)
+        if (node_of(p, ids[i])->op == O_ALLREDUCE) {
+            found = ids[i];
+            count++;
+        }
+    return count == 1 ? found : id;
+}
+
 void xform_split(const Xform *x)
 {
     Program *p = x->p;
@@ -35,6 +51,7 @@ void xform_split(const Xform *x)
     Ref r = xform_arg(x, 0);
     if (REF_IS_FUSION(r))
         refuse(x, "'%s' is a fused operation, not an AllReduce", ref_name(p, r));
+    r = inline_allreduce(p, r);
     check_splittable(x, node_of(p, r));
     int ar = r;
     double seq = node_of(p, ar)->seq;
