@@ -88,7 +88,14 @@ build/fake/libfake_rt.so: tests/gpu/fake_rt.c rt/cuda_child.h include/coconet_cu
 build:
 	mkdir -p build
 
-test: coconet $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so
+# The command built again with AddressSanitizer and UBSan, for the tests
+# (without MPI: tests never start MPI).
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
+build/asan/coconet: $(SRC) src/main.c src/coco.h include/coconet.h | build
+	@mkdir -p build/asan
+	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(SRC) src/main.c $(LDLIBS) -ldl
+
+test: coconet $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet
 	@sh tests/run.sh
 
 # The main job: every example on the CPU backend with 4 simulated ranks,

@@ -200,6 +200,8 @@ typedef struct Program {
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */
+/* memcpy that accepts an empty (possibly NULL) source */
+void copy_bytes(void *dst, const void *src, size_t n);
 Arena *arena_new(void);
 void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */

@@ -44,8 +44,8 @@ static SchedStmt make_stmt(Arena *a, const char *verb, const char **args, int na
 static Seq seq_extend(Arena *a, Seq s, const SchedStmt *more, int nmore)
 {
     Seq t = {arena_alloc(a, (size_t)(s.n + nmore + 1) * sizeof(SchedStmt)), s.n + nmore};
-    memcpy(t.stmt, s.stmt, (size_t)s.n * sizeof(SchedStmt));
-    memcpy(t.stmt + s.n, more, (size_t)nmore * sizeof(SchedStmt));
+    copy_bytes(t.stmt, s.stmt, (size_t)s.n * sizeof(SchedStmt));
+    copy_bytes(t.stmt + s.n, more, (size_t)nmore * sizeof(SchedStmt));
     return t;
 }
 
@@ -555,7 +555,7 @@ static const char *ident_of(Arena *a, const char *note, Program *p)
 static void add_schedule(Program *p, Seq s, const char *note)
 {
     Schedule *grown = arena_alloc(p->arena, (size_t)(p->nsched + 1) * sizeof(Schedule));
-    memcpy(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
+    copy_bytes(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
     p->sched = grown;
     Schedule *sc = &p->sched[p->nsched];
     sc->name = ident_of(p->arena, note, p);

@@ -180,7 +180,7 @@ static SizeDecl *size_add(Parser *ps, const char *name, Pos pos)
         p->capsize = p->capsize ? 2 * p->capsize : 16;
         SizeDecl *grown = xcalloc((size_t)p->capsize, sizeof(SizeDecl));
         if (p->nsize)
-            memcpy(grown, p->size, (size_t)p->nsize * sizeof(SizeDecl));
+            copy_bytes(grown, p->size, (size_t)p->nsize * sizeof(SizeDecl));
         free(p->size);
         p->size = grown;
     }
@@ -1099,7 +1099,7 @@ static void schedule(Parser *ps)
             error_at(pos, "schedule '%s' is already defined at line %d", name, p->sched[i].pos.line);
     expect_punct(ps, '{');
     Schedule *grown = arena_alloc(p->arena, (size_t)(p->nsched + 1) * sizeof(Schedule));
-    memcpy(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
+    copy_bytes(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
     p->sched = grown;
     Schedule *sc = &p->sched[p->nsched++];
     sc->name = name;
@@ -1113,7 +1113,7 @@ static void schedule(Parser *ps)
         if (sc->nstmt == cap) {
             cap = cap ? 2 * cap : 8;
             SchedStmt *more = arena_alloc(p->arena, (size_t)cap * sizeof(SchedStmt));
-            memcpy(more, sc->stmt, (size_t)sc->nstmt * sizeof(SchedStmt));
+            copy_bytes(more, sc->stmt, (size_t)sc->nstmt * sizeof(SchedStmt));
             sc->stmt = more;
         }
         sched_stmt(ps, &sc->stmt[sc->nstmt++]);

@@ -15,19 +15,19 @@ Program *program_clone(Program *base)
     p->arena = a;
     p->base = base->base ? base->base : base;
     p->node = xmalloc((size_t)(base->capnode ? base->capnode : 1) * sizeof(Node));
-    memcpy(p->node, base->node, (size_t)base->nnode * sizeof(Node));
+    copy_bytes(p->node, base->node, (size_t)base->nnode * sizeof(Node));
     p->exec_in = arena_alloc(a, (size_t)(base->nexec_in + 1) * sizeof(int));
-    memcpy(p->exec_in, base->exec_in, (size_t)base->nexec_in * sizeof(int));
+    copy_bytes(p->exec_in, base->exec_in, (size_t)base->nexec_in * sizeof(int));
     p->exec_out = arena_alloc(a, (size_t)(base->nexec_out + 1) * sizeof(int));
-    memcpy(p->exec_out, base->exec_out, (size_t)base->nexec_out * sizeof(int));
+    copy_bytes(p->exec_out, base->exec_out, (size_t)base->nexec_out * sizeof(int));
     p->fusion = arena_alloc(a, (size_t)(base->nfusion + 1) * sizeof(Fusion));
-    memcpy(p->fusion, base->fusion, (size_t)base->nfusion * sizeof(Fusion));
+    copy_bytes(p->fusion, base->fusion, (size_t)base->nfusion * sizeof(Fusion));
     p->overlap = arena_alloc(a, (size_t)(base->noverlap + 1) * sizeof(Overlap));
     for (int i = 0; i < base->noverlap; i++) {
         Overlap *o = &p->overlap[i];
         *o = base->overlap[i];
         o->item = arena_alloc(a, (size_t)o->nitem * sizeof(Ref));
-        memcpy(o->item, base->overlap[i].item, (size_t)o->nitem * sizeof(Ref));
+        copy_bytes(o->item, base->overlap[i].item, (size_t)o->nitem * sizeof(Ref));
     }
     return p;
 }
@@ -160,7 +160,7 @@ void program_resort(Program *p)
 int fusion_new(Program *p, const char *name, FuseKind kind)
 {
     Fusion *grown = arena_alloc(p->arena, (size_t)(p->nfusion + 1) * sizeof(Fusion));
-    memcpy(grown, p->fusion, (size_t)p->nfusion * sizeof(Fusion));
+    copy_bytes(grown, p->fusion, (size_t)p->nfusion * sizeof(Fusion));
     p->fusion = grown;
     Fusion *f = &p->fusion[p->nfusion];
     f->name = arena_strdup(p->arena, name);

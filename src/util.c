@@ -39,6 +39,12 @@ void *xcalloc(size_t n, size_t size)
     return p;
 }
 
+void copy_bytes(void *dst, const void *src, size_t n)
+{
+    if (n)
+        memcpy(dst, src, n);
+}
+
 Arena *arena_new(void)
 {
     return xcalloc(1, sizeof(Arena));

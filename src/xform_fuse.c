@@ -14,7 +14,6 @@
  *   previous one runs overlapped. */
 #include "coco.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -27,7 +26,7 @@ typedef struct {
 static void add_ref(Members *m, Ref r)
 {
     Program *p = m->p;
-    int *ids = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ids = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     int c;
     if (REF_IS_FUSION(r)) {
         c = ref_members(p, r, ids, p->nnode);
@@ -42,7 +41,6 @@ static void add_ref(Members *m, Ref r)
     }
     for (int i = 0; i < c; i++)
         m->in[ids[i]] = 1;
-    free(ids);
 }
 
 static int is_computation(const Node *n)
@@ -55,7 +53,7 @@ static int is_computation(const Node *n)
 static void check_convex(Members *m)
 {
     Program *p = m->p;
-    char *down = xcalloc((size_t)m->n, 1);
+    char *down = arena_alloc(p->arena, (size_t)m->n);
     for (int i = 0; i < m->n; i++) {
         Node *n = node_of(p, i);
         if (n->dead)
@@ -64,7 +62,6 @@ static void check_convex(Members *m)
             int v = n->in[k];
             if (m->in[i] && down[v]) {
                 const char *name = node_of(p, v)->name;
-                free(down);
                 refuse(m->x, "'%s' is computed from the fused operations and also needed by them: "
                        "fusing would break that dependency", name);
             }
@@ -72,7 +69,6 @@ static void check_convex(Members *m)
                 down[i] = 1;
         }
     }
-    free(down);
 }
 
 static int count_ops(Members *m, Op op, int *first)
@@ -91,7 +87,7 @@ static int count_ops(Members *m, Op op, int *first)
 static void add_paths(Members *m, int from)
 {
     Program *p = m->p;
-    char *reach = xcalloc((size_t)m->n, 1);
+    char *reach = arena_alloc(p->arena, (size_t)m->n);
     reach[from] = 1;
     for (int i = from + 1; i < m->n; i++)
         for (int k = 0; !node_of(p, i)->dead && k < node_of(p, i)->nin; k++)
@@ -104,7 +100,6 @@ static void add_paths(Members *m, int from)
             if (reach[n->in[k]])
                 m->in[n->in[k]] = 1;
     }
-    free(reach);
 }
 
 /* Adds the Slices and single values that only members read. */
@@ -211,7 +206,7 @@ void xform_fuse(const Xform *x)
     if (x->st->narg < 1)
         refuse(x, "there is nothing to fuse");
     xform_outs(x, 1, "the fused operation");
-    Members m = {x, p, xcalloc((size_t)p->nnode, 1), p->nnode};
+    Members m = {x, p, arena_alloc(p->arena, (size_t)p->nnode), p->nnode};
     for (int i = 0; i < x->st->narg; i++)
         add_ref(&m, xform_arg(x, i));
     if (kind == F_COMPUTATION) {
@@ -232,7 +227,6 @@ void xform_fuse(const Xform *x)
         if (m.in[i] || (n->fusion >= 0 && n->fusion != f && p->fusion[n->fusion].dead))
             n->fusion = f;
     }
-    free(m.in);
     xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));
 }
 
@@ -267,7 +261,7 @@ void xform_overlap(const Xform *x)
     }
     const char *name = overlap_name_check(x);
     Overlap *grown = arena_alloc(p->arena, (size_t)(p->noverlap + 1) * sizeof(Overlap));
-    memcpy(grown, p->overlap, (size_t)p->noverlap * sizeof(Overlap));
+    copy_bytes(grown, p->overlap, (size_t)p->noverlap * sizeof(Overlap));
     p->overlap = grown;
     Overlap *o = &p->overlap[p->noverlap++];
     o->name = name;

@@ -14,7 +14,6 @@
  * per new AllGather (program outputs first, then in program order). */
 #include "coco.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -39,7 +38,7 @@ static void collect(Reorder *r, Ref *refs, int *newfus)
     const Xform *x = r->x;
     Program *p = r->p;
     r->ag = -1;
-    int *ids = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ids = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     for (int i = 0; i < x->st->narg; i++) {
         Ref ref = refs[i];
         if (!REF_IS_FUSION(ref) && node_of(p, ref)->op == O_ALLGATHER &&
@@ -67,7 +66,6 @@ static void collect(Reorder *r, Ref *refs, int *newfus)
         for (int k = 0; k < n; k++)
             add_set(r, ids[k], f);
     }
-    free(ids);
     if (r->ag < 0)
         refuse(x, "none of its arguments is an AllGather to move");
 }
@@ -138,60 +136,64 @@ static int gathered_dim(Reorder *r, const Node *n)
     return d;
 }
 
-/* Slice(v, d) for an outside Replicated input that spans dimension d. */
-static int slice_input(Reorder *r, int v, int d, const Node *user, int fusion)
+/* Slice(v, d) for an outside Replicated input that spans dimension d of
+ * node user's output. (Nodes are addressed by id: making a node may move
+ * them all.) */
+static int slice_input(Reorder *r, int v, int d, int user, int fusion)
 {
     Program *p = r->p;
-    Node *y = node_of(p, v);
+    Node *y = node_of(p, v), *u = node_of(p, user);
     if (y->ndim == 0 || (y->layout.kind != L_REPLICATED && y->layout.kind != L_LOCAL))
         return v;
-    int yd = d - (user->ndim - y->ndim);
+    int yd = d - (u->ndim - y->ndim);
     if (yd < 0 || y->dim[yd].n == 1)
         return v;
     if (y->layout.kind == L_LOCAL)
-        refuse(r->x, "'%s' reads Local '%s', which cannot be sliced", user->name, y->name);
-    Node *s = node_new(p, O_SLICE, user->pos);
+        refuse(r->x, "'%s' reads Local '%s', which cannot be sliced", u->name, y->name);
+    double seq = u->seq - 0.3;
+    Node *s = node_new(p, O_SLICE, u->pos);
     s->nin = 1;
     s->in[0] = v;
     s->axis = yd;
-    s->seq = user->seq - 0.3;
+    s->seq = seq;
     s->fusion = fusion;
     int sid = s->id;
     check_node(r->x, s);
     return sid;
 }
 
-static int new_node(Reorder *r, Op op, const Node *like, int a, int fusion, double seq)
+/* A node op(a) at the position and with the type of node like. */
+static int new_node(Reorder *r, Op op, int like, int a, int fusion, double seq)
 {
-    Node *n = node_new(r->p, op, like->pos);
+    Pos pos = node_of(r->p, like)->pos;
+    Type type = node_of(r->p, like)->type;
+    Node *n = node_new(r->p, op, pos);
     n->nin = op_info(op)->nin;
     n->in[0] = a;
     n->seq = seq;
     n->fusion = fusion;
-    n->type = like->type;
-    int id = n->id;
-    return id;
+    n->type = type;
+    return n->id;
 }
 
 /* Norm / ReduceTensor over the sliced dimension: partial + AllReduce (+ Sqrt). */
 static int rewrite_reduction(Reorder *r, int old, int xin, int fusion)
 {
-    Node *n = node_of(r->p, old);
+    Node n = *node_of(r->p, old); /* a copy: making nodes may move them */
     Node *x = node_of(r->p, xin);
-    int over = n->axis < 0 || n->axis == x->layout.dim;
+    int over = n.axis < 0 || n.axis == x->layout.dim;
     if (!over)
         return -1;
-    double seq = n->seq;
-    int pr = new_node(r, O_PARTIAL_REDUCE, n, xin, fusion, seq - 0.2);
-    node_of(r->p, pr)->redop = n->op == O_NORM ? R_SUMSQ : n->redop;
-    node_of(r->p, pr)->axis = n->axis;
+    int pr = new_node(r, O_PARTIAL_REDUCE, old, xin, fusion, n.seq - 0.2);
+    node_of(r->p, pr)->redop = n.op == O_NORM ? R_SUMSQ : n.redop;
+    node_of(r->p, pr)->axis = n.axis;
     check_node(r->x, node_of(r->p, pr));
-    int ar = new_node(r, O_ALLREDUCE, n, pr, fusion, seq - 0.1);
-    node_of(r->p, ar)->redop = n->op == O_NORM ? R_SUM : n->redop;
+    int ar = new_node(r, O_ALLREDUCE, old, pr, fusion, n.seq - 0.1);
+    node_of(r->p, ar)->redop = n.op == O_NORM ? R_SUM : n.redop;
     check_node(r->x, node_of(r->p, ar));
-    if (n->op != O_NORM)
+    if (n.op != O_NORM)
         return ar;
-    int sq = new_node(r, O_SQRT, n, ar, fusion, seq);
+    int sq = new_node(r, O_SQRT, old, ar, fusion, n.seq);
     check_node(r->x, node_of(r->p, sq));
     return sq;
 }
@@ -201,33 +203,33 @@ static void slice_node(Reorder *r, int old)
 {
     Program *p = r->p;
     int in[MAXIN];
-    Node *n = node_of(p, old);
+    Node n = *node_of(p, old); /* a copy: making nodes may move them */
     int fusion = r->fusion[old];
-    for (int k = 0; k < n->nin; k++) {
-        int v = n->in[k];
+    for (int k = 0; k < n.nin; k++) {
+        int v = n.in[k];
         in[k] = v == r->ag ? node_of(p, r->ag)->in[0] : r->in_set[v] ? r->map[v] : v;
     }
-    int d = sliced_dim(r, n, in);
+    int d = sliced_dim(r, &n, in);
     if (d < 0)
-        d = gathered_dim(r, n);
+        d = gathered_dim(r, &n);
     if (d < 0) { /* a single value reading nothing sliced: it stays as it is */
         r->map[old] = old;
         return;
     }
-    for (int k = 0; k < n->nin; k++)
-        if (!(n->op == O_UPDATE && k == 0) && in[k] == n->in[k] && !r->in_set[n->in[k]])
-            in[k] = slice_input(r, in[k], d, n, fusion);
-    if (op_info(n->op)->kind == K_REDUCTION) {
+    for (int k = 0; k < n.nin; k++)
+        if (!(n.op == O_UPDATE && k == 0) && in[k] == n.in[k] && !r->in_set[n.in[k]])
+            in[k] = slice_input(r, in[k], d, old, fusion);
+    if (op_info(n.op)->kind == K_REDUCTION) {
         int rw = rewrite_reduction(r, old, in[0], fusion);
         if (rw >= 0) {
             r->map[old] = rw;
             return;
         }
     }
-    Node *c = node_copy(p, old, n->seq);
+    Node *c = node_copy(p, old, n.seq);
     int cid = c->id;
-    if (n->named) { /* the sliced version of a named value: sc_<name> */
-        c->name = arena_printf(p->arena, "sc_%s", n->name);
+    if (n.named) { /* the sliced version of a named value: sc_<name> */
+        c->name = arena_printf(p->arena, "sc_%s", n.name);
         c->named = program_find(p, c->name) < 0;
     }
     memcpy(c->in, in, sizeof in);
@@ -259,15 +261,15 @@ static int needs_gather(Reorder *r, int old)
 static int gather(Reorder *r, int old)
 {
     Program *p = r->p;
-    Node *n = node_of(p, old);
-    Node *g = node_new(p, O_ALLGATHER, n->pos);
+    Node n = *node_of(p, old); /* a copy: making a node may move them */
+    Node *g = node_new(p, O_ALLGATHER, n.pos);
     g->nin = 1;
     g->in[0] = r->map[old];
-    g->seq = n->seq + 0.5;
+    g->seq = n.seq + 0.5;
     int gid = g->id;
     check_node(r->x, g);
-    if (n->op == O_UPDATE)
-        node_of(p, n->target)->updated_by = gid;
+    if (n.op == O_UPDATE)
+        node_of(p, n.target)->updated_by = gid;
     return gid;
 }
 
@@ -276,7 +278,7 @@ static int make_gathers(Reorder *r, int *gathers)
 {
     Program *p = r->p;
     int ng = 0;
-    char *done = xcalloc((size_t)r->nold, 1);
+    char *done = arena_alloc(p->arena, (size_t)r->nold);
     for (int i = 0; i < p->nexec_out; i++) {
         int o = p->exec_out[i];
         if (o < r->nold && r->in_set[o] && !done[o] && needs_gather(r, o)) {
@@ -287,7 +289,6 @@ static int make_gathers(Reorder *r, int *gathers)
     for (int i = 0; i < r->nold; i++)
         if (r->in_set[i] && !done[i] && needs_gather(r, i))
             gathers[ng++] = i;
-    free(done);
     return ng;
 }
 
@@ -345,13 +346,13 @@ void xform_reorder(const Xform *x)
     if (x->st->narg < 2)
         refuse(x, "it needs an AllGather and the computations to move before it");
     Reorder r = {x, p, -1, p->nnode, NULL, NULL, NULL};
-    r.in_set = xcalloc((size_t)p->nnode, 1);
-    r.map = xmalloc((size_t)p->nnode * sizeof(int));
-    r.fusion = xmalloc((size_t)p->nnode * sizeof(int));
-    Ref *refs = xmalloc((size_t)x->st->narg * sizeof(Ref));
-    int *newfus = xmalloc((size_t)x->st->narg * sizeof(int));
-    int *gathers = xmalloc((size_t)p->nnode * sizeof(int));
-    int *news = xmalloc((size_t)p->nnode * sizeof(int));
+    r.in_set = arena_alloc(p->arena, (size_t)p->nnode);
+    r.map = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    r.fusion = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    Ref *refs = arena_alloc(p->arena, (size_t)x->st->narg * sizeof(Ref));
+    int *newfus = arena_alloc(p->arena, (size_t)x->st->narg * sizeof(int));
+    int *gathers = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    int *news = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     for (int i = 0; i < x->st->narg; i++)
         refs[i] = xform_arg(x, i);
     collect(&r, refs, newfus);
@@ -364,11 +365,4 @@ void xform_reorder(const Xform *x)
         news[i] = gather(&r, gathers[i]);
     rewire(&r, gathers, news, ng);
     name_results(&r, refs, newfus, gathers, news, ng);
-    free(r.in_set);
-    free(r.map);
-    free(r.fusion);
-    free(refs);
-    free(newfus);
-    free(gathers);
-    free(news);
 }

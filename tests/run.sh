@@ -12,6 +12,8 @@
 #             and matches the program (bit for bit, or within rounding);
 #   fuzz      200 random programs (tests/fuzz/gen.py) x all their schedules,
 #             and the kept regressions (tests/fuzz/regressions/);
+#   sanitize  the examples with all their schedules, the refused programs
+#             and schedules, and 30 random programs, under ASan and UBSan;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example and
 #             all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
@@ -279,6 +281,28 @@ for f in tests/fuzz/regressions/*.coco; do
     set +f
 done
 group_end "$nsched schedule runs checked"
+
+# ---- sanitizers: the examples, their schedules and refusals under ASan/UBSan ----
+group sanitize
+if [ -x build/asan/coconet ]; then
+    mkdir -p "$TMP/asan"
+    for seed in $(seq 1 30); do
+        $PYTHON tests/fuzz/gen.py "$seed" >"$TMP/asan/seed$seed.coco"
+    done
+    for f in examples/*.coco tests/errors/sched_*.coco tests/errors/shape_*.coco "$TMP"/asan/*.coco; do
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=86 \
+            timeout 120 build/asan/coconet run "$f" --all-schedules >"$TMP/out" 2>"$TMP/err"
+        rc=$?
+        if [ $rc -eq 86 ] || [ $rc -ge 124 ] || grep -q -e 'runtime error' -e 'Sanitizer' "$TMP/err"; then
+            bad "sanitize $f: status $rc: $(grep -m 1 -e 'runtime error' -e 'Sanitizer' -e ERROR "$TMP/err" | cut -c 1-200)"
+        else
+            ok
+        fi
+    done
+    group_end
+else
+    group_end "skipped: build/asan/coconet was not built"
+fi
 
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).
