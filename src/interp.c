@@ -88,7 +88,7 @@ static void eval_on_ranks(Exec *e, const Node *n, void (*fn)(Exec *, const Node 
         fn(e, n, r);
 }
 
-/* Ranks of an elementwise or reduction node computed by up to nthreads
+/* Ranks of a reduction node computed by up to nthreads
  * threads, rank r by thread r % nthreads: each rank writes only its own
  * value, so the result is the same whatever the thread count. (MatMul and
  * Conv2D use the threads inside each rank instead.) */
@@ -141,7 +141,7 @@ static void eval_node(Exec *e, const Node *n)
             eval_const(e, n);
         break; /* inputs and scalars are filled beforehand */
     case K_UNARY:
-    case K_BINARY: eval_on_ranks_parallel(e, n, eval_pointwise); break;
+    case K_BINARY: eval_on_ranks(e, n, eval_pointwise); break; /* threads inside */
     case K_LAYER:
         if (n->op == O_MATMUL)
             eval_on_ranks(e, n, eval_matmul);
@@ -151,7 +151,7 @@ static void eval_node(Exec *e, const Node *n)
             BUG("unknown layer op %d", (int)n->op);
         break;
     case K_REDUCTION: eval_on_ranks_parallel(e, n, eval_reduction); break;
-    case K_UPDATE: eval_on_ranks_parallel(e, n, eval_pointwise); break; /* see interp_ops.c */
+    case K_UPDATE: eval_on_ranks(e, n, eval_pointwise); break; /* see interp_ops.c */
     case K_COMM: eval_comm(e, n); break;
     default: BUG("bad op kind for %s", n->name ? n->name : "?");
     }

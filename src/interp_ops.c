@@ -180,14 +180,61 @@ static double binary_value(Op op, double a, double b)
     }
 }
 
+/* Pointwise work on large tensors is cut into ranges over e->nthreads
+ * threads; each element is computed by one thread, so results do not
+ * depend on the thread count. */
+enum { PARALLEL_MIN = 1 << 16 };
+
+static int threads_for(const Exec *e, long count)
+{
+    return count >= PARALLEL_MIN ? e->nthreads : 1;
+}
+
+typedef struct {
+    const Node *n;
+    const double *x;
+    double *y;
+    /* Dropout */
+    uint64_t seed, stream;
+    const Program *p;
+    int rank;
+} UnaryJob;
+
+static void unary_range(void *ctx, long lo, long hi)
+{
+    const UnaryJob *j = ctx;
+    for (long i = lo; i < hi; i++)
+        j->y[i] = type_round(j->n->type, unary_value(j->n->op, j->x[i]));
+}
+
 static void eval_unary(Exec *e, const Node *n, int rank)
 {
     long count;
     const double *x = input_data(e, n, 0, rank, &count);
     ASSERT(count == local_count(e->prog, n, rank));
-    double *y = exec_alloc(e, n->id, rank, count);
-    for (long i = 0; i < count; i++)
-        y[i] = type_round(n->type, unary_value(n->op, x[i]));
+    UnaryJob j = {n, x, exec_alloc(e, n->id, rank, count), 0, 0, e->prog, rank};
+    parallel_ranges(threads_for(e, count), count, unary_range, &j);
+}
+
+/* The logical index of local element lo, then an odometer from there. */
+static void dropout_range(void *ctx, long lo, long hi)
+{
+    const UnaryJob *j = ctx;
+    double p = j->n->value;
+    GlobalIter it;
+    global_iter_start(&it, j->p, j->n, j->rank);
+    long rest = lo, stride = 1;
+    for (int d = it.ndim - 1; d >= 0; d--) { /* jump the iterator to lo */
+        long c = rest % it.shape[d];
+        rest /= it.shape[d];
+        it.idx[d] = c;
+        it.gidx += c * it.stride[d];
+        stride *= it.shape[d];
+    }
+    for (long i = lo; i < hi; i++, global_iter_next(&it)) {
+        int keep = rng_uniform(j->seed, j->stream, (uint64_t)it.gidx) >= p;
+        j->y[i] = keep ? type_round(j->n->type, j->x[i] / (1.0 - p)) : 0.0;
+    }
 }
 
 static void eval_dropout(Exec *e, const Node *n, int rank)
@@ -195,15 +242,9 @@ static void eval_dropout(Exec *e, const Node *n, int rank)
     long count;
     const double *x = input_data(e, n, 0, rank, &count);
     ASSERT(count == local_count(e->prog, n, rank));
-    double *y = exec_alloc(e, n->id, rank, count);
-    double p = n->value;
-    uint64_t stream = (UINT64_C(1) << 63) | (uint64_t)n->dropout_id;
-    GlobalIter it;
-    global_iter_start(&it, e->prog, n, rank);
-    for (long i = 0; i < count; i++, global_iter_next(&it)) {
-        int keep = rng_uniform(e->seed, stream, (uint64_t)it.gidx) >= p;
-        y[i] = keep ? type_round(n->type, x[i] / (1.0 - p)) : 0.0;
-    }
+    UnaryJob j = {n, x, exec_alloc(e, n->id, rank, count), e->seed,
+                  (UINT64_C(1) << 63) | (uint64_t)n->dropout_id, e->prog, rank};
+    parallel_ranges(threads_for(e, count), count, dropout_range, &j);
 }
 
 /* Slice: the input holds the whole logical tensor; keep this rank's part. */
@@ -220,41 +261,60 @@ static void eval_slice(Exec *e, const Node *n, int rank)
         y[i] = type_round(n->type, x[it.gidx]);
 }
 
-/* Binary ops, row by row over the output's last dimension. */
+typedef struct {
+    const Node *n;
+    const double *a, *b;
+    double *y;
+    long os[MAXDIM], sa[MAXDIM], sb[MAXDIM];
+    long oa, ob;
+    int nd;
+} BinaryJob;
+
+/* Elements [lo, hi): operand offsets from lo's coordinates, then an
+ * odometer over the output's dimensions (broadcast ones have stride 0). */
+static void binary_range(void *ctx, long lo, long hi)
+{
+    const BinaryJob *j = ctx;
+    long idx[MAXDIM], rest = lo, oa = j->oa, ob = j->ob;
+    for (int d = j->nd - 1; d >= 0; d--) {
+        idx[d] = rest % j->os[d];
+        rest /= j->os[d];
+        oa += idx[d] * j->sa[d];
+        ob += idx[d] * j->sb[d];
+    }
+    for (long i = lo; i < hi; i++) {
+        j->y[i] = type_round(j->n->type, binary_value(j->n->op, j->a[oa], j->b[ob]));
+        for (int d = j->nd - 1; d >= 0; d--) {
+            idx[d]++;
+            oa += j->sa[d];
+            ob += j->sb[d];
+            if (idx[d] < j->os[d])
+                break;
+            oa -= j->os[d] * j->sa[d];
+            ob -= j->os[d] * j->sb[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 static void eval_binary(Exec *e, const Node *n, int rank)
 {
     const Program *p = e->prog;
     const Node *na = &p->node[n->in[0]], *nb = &p->node[n->in[1]];
-    long os[MAXDIM], sa[MAXDIM], sb[MAXDIM], idx[MAXDIM] = {0};
+    BinaryJob j;
+    memset(&j, 0, sizeof j);
     long ca, cb;
-    local_shape(p, n, rank, os, NULL);
-    const double *a = input_data(e, n, 0, rank, &ca);
-    const double *b = input_data(e, n, 1, rank, &cb);
+    j.n = n;
+    j.nd = n->ndim;
+    local_shape(p, n, rank, j.os, NULL);
+    j.a = input_data(e, n, 0, rank, &ca);
+    j.b = input_data(e, n, 1, rank, &cb);
     ASSERT(ca == local_count(p, na, rank) && cb == local_count(p, nb, rank));
-    int nd = n->ndim;
-    long oa = operand_walk(p, n, na, rank, 0, sa);
-    long ob = operand_walk(p, n, nb, rank, 0, sb);
-    long count = shape_count(os, nd);
-    double *y = exec_alloc(e, n->id, rank, count);
-    if (count == 0)
-        return;
-    long len = nd > 0 ? os[nd - 1] : 1;
-    long ja = nd > 0 ? sa[nd - 1] : 0, jb = nd > 0 ? sb[nd - 1] : 0;
-    for (long row = 0; row < count / len; row++) {
-        double *yr = y + row * len;
-        for (long j = 0; j < len; j++)
-            yr[j] = type_round(n->type, binary_value(n->op, a[oa + j * ja], b[ob + j * jb]));
-        for (int d = nd - 2; d >= 0; d--) { /* next row: odometer over dims 0..nd-2 */
-            idx[d]++;
-            oa += sa[d];
-            ob += sb[d];
-            if (idx[d] < os[d])
-                break;
-            oa -= os[d] * sa[d];
-            ob -= os[d] * sb[d];
-            idx[d] = 0;
-        }
-    }
+    j.oa = operand_walk(p, n, na, rank, 0, j.sa);
+    j.ob = operand_walk(p, n, nb, rank, 0, j.sb);
+    long count = shape_count(j.os, j.nd);
+    j.y = exec_alloc(e, n->id, rank, count);
+    parallel_ranges(threads_for(e, count), count, binary_range, &j);
 }
 
 void eval_pointwise(Exec *e, const Node *n, int rank)
