@@ -4,7 +4,8 @@
  *     computes bit for bit what the scheduled program computes;
  *   - the schedule comparison's tolerance accepts nothing but rounding: a
  *     program off by 0.1% is caught, an identical one is bitwise;
- *   - a refused schedule leaves the program it was applied to untouched.
+ *   - a refused schedule leaves the program it was applied to untouched;
+ *   - the CPU executor gives the same bits with 1 and with 3 threads.
  * Run from the repository root (tests/run.sh does). */
 #define _DEFAULT_SOURCE
 #include "coconet.h"
@@ -160,8 +161,30 @@ static void check_refusal_keeps_program(void)
     coco_program_free(p);
 }
 
+/* Threads share out large pointwise work: the bits must not change. */
+static void check_thread_count(void)
+{
+    char err[4096];
+    const char *defs[] = {"N=200016"};
+    coco_config cfg = {defs, 1, 4, 0};
+    coco_program *p = coco_load_file("examples/lamb.coco", &cfg, err, sizeof err);
+    check(p != NULL, "load lamb", err);
+    if (!p)
+        return;
+    coco_run *one = coco_run_new(p, 3, 1), *three = coco_run_new(p, 3, 3);
+    coco_run_execute(one, err, sizeof err);
+    coco_run_execute(three, err, sizeof err);
+    coco_comparison c;
+    check(coco_run_compare(one, three, NULL, &c) == 0 && c.differing == 0 && c.elements > 0,
+          "1 and 3 threads", "give different bits");
+    coco_run_free(one);
+    coco_run_free(three);
+    coco_program_free(p);
+}
+
 int main(void)
 {
+    check_thread_count();
     check_examples();
     check_tolerance();
     check_refusal_keeps_program();
