@@ -22,10 +22,16 @@ static const char *shape_str(Program *p, const Node *n)
     return arena_strdup(p->arena, buf);
 }
 
+/* 'name' (type shape layout), or for an unnamed value its operation and
+ * where it is written. */
 static const char *desc(Program *p, const Node *n)
 {
-    return arena_printf(p->arena, "'%s' (%s %s %s)", n->named ? n->name : "expression",
-                        type_name(n->type), shape_str(p, n), layout_str(p->arena, n->layout));
+    const char *what = n->named ? arena_printf(p->arena, "'%s'", n->name)
+                       : n->op == O_CONST ? arena_printf(p->arena, "%g", n->value)
+                       : arena_printf(p->arena, "the %s at %d:%d", op_info(n->op)->name,
+                                      n->pos.line, n->pos.col);
+    return arena_printf(p->arena, "%s (%s %s %s)", what, type_name(n->type), shape_str(p, n),
+                        layout_str(p->arena, n->layout));
 }
 
 int layout_equal(Layout a, Layout b)
@@ -396,8 +402,8 @@ static void infer_comm(Program *p, Node *n)
         n->layout.dim = n->axis;
     }
     if ((n->op == O_REDUCE || n->op == O_BROADCAST) && (n->root < 0 || n->root >= gsize))
-        error_at(n->pos, "%s root %d is not a rank of %s, which has %ld ranks", what, n->root,
-                 group_name(x->group), gsize);
+        error_at(n->pos, "%s root %d is not a rank of %s, which has %ld rank%s", what, n->root,
+                 group_name(x->group), gsize, gsize == 1 ? "" : "s");
 }
 
 void infer_node(Program *p, Node *n)

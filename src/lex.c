@@ -116,8 +116,15 @@ Token lex_next(Lexer *lx)
     t.pos = here(lx);
     t.start = lx->p;
     char c = *lx->p;
-    if (!c) {
+    if (!c) { /* at the end of the last line, not on the empty line after it */
         t.kind = TK_EOF;
+        if (lx->p > lx->src && lx->p[-1] == '\n' && lx->line > 1) {
+            const char *start = lx->p - 1;
+            while (start > lx->src && start[-1] != '\n')
+                start--;
+            t.pos.line = lx->line - 1;
+            t.pos.col = (int)(lx->p - 1 - start) + 1;
+        }
         return t;
     }
     if (isalpha((unsigned char)c) || c == '_') {

@@ -54,6 +54,9 @@ static const char *tok_text(Parser *ps)
 {
     if (ps->tok.kind == TK_EOF)
         return "end of file";
+    if (ps->tok.kind == TK_STR)
+        return arena_printf(ps->p->arena, "the string \"%.*s\"",
+                            ps->tok.len > 40 ? 40 : ps->tok.len, ps->tok.start);
     return arena_printf(ps->p->arena, "'%.*s'", ps->tok.len > 40 ? 40 : ps->tok.len,
                         ps->tok.start);
 }
