@@ -61,7 +61,7 @@ build/cuda_rank.o build/cuda_launch.o build/cuda_mpi.o: rt/cuda_child.h
 build/mpi.conf: FORCE | build
 	@echo 'MPICC=$(MPICC)' >$@.tmp && (cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@)
 
-build/tests/%: tests/unit/%.c build/libcoconet.a src/coco.h include/coconet.h | build
+build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a src/coco.h include/coconet.h | build
 	@mkdir -p build/tests
 	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
 

@@ -126,14 +126,6 @@ static void compare_value(coco_run *a, int na, coco_run *b, int nb, coco_run *x6
     c->compared++;
 }
 
-static int input_named(Program *p, const char *name)
-{
-    for (int i = 0; i < p->nnode; i++)
-        if (p->node[i].op == O_INPUT && !strcmp(p->node[i].name, name))
-            return i;
-    return -1;
-}
-
 int coco_run_compare(coco_run *a, coco_run *b, coco_run *x64, coco_comparison *c)
 {
     Program *pa = a->prog, *pb = b->prog;
@@ -146,7 +138,7 @@ int coco_run_compare(coco_run *a, coco_run *b, coco_run *x64, coco_comparison *c
         Node *t = &pa->node[i];
         if (t->op != O_INPUT || t->updated_by < 0)
             continue;
-        int tb = input_named(pb, t->name);
+        int tb = program_input(pb, t->name);
         if (tb < 0 || pb->node[tb].updated_by < 0)
             return -1;
         compare_value(a, t->updated_by, b, pb->node[tb].updated_by, x64, c);

@@ -256,6 +256,7 @@ void program_free(Program *p);
 Node *node_new(Program *p, Op op, Pos pos);
 Node *node_of(Program *p, int id);
 int program_find(Program *p, const char *name); /* node id or -1 */
+int program_input(const Program *p, const char *name); /* Execute input or -1 */
 SizeDecl *size_find(Program *p, const char *name);
 long dim_count(const Node *n);                    /* elements of the logical tensor */
 int node_users(Program *p, int id, int *users, int max);

@@ -77,14 +77,6 @@ static double contraction_slack(Program *p, int id, double scale)
 
 /* ---- checks ---- */
 
-static int input_named(Program *p, const char *name)
-{
-    for (int i = 0; i < p->nexec_in; i++)
-        if (!strcmp(p->node[p->exec_in[i]].name, name))
-            return p->exec_in[i];
-    return -1;
-}
-
 /* worst and scale of (ref, rnode), computed once per distinct pair */
 typedef struct {
     Exec *ref;
@@ -145,7 +137,7 @@ static void make_checks(CudaJob *job, CudaVariant *v, KnownErrors *ke)
         Node *t = node_of(p, p->exec_in[i]);
         if (t->op != O_INPUT || t->updated_by < 0)
             continue;
-        int bt = input_named(b, t->name);
+        int bt = program_input(b, t->name);
         ASSERT(bt >= 0 && b->node[bt].updated_by >= 0);
         add_check(job, v, ke, t->name, t->updated_by, b->node[bt].updated_by, -1, i);
     }

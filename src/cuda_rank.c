@@ -127,14 +127,6 @@ static double *local_values(Exec *e, int id, Program *vp, const Node *vn, int ra
     return out;
 }
 
-static int input_named(Program *p, const char *name)
-{
-    for (int i = 0; i < p->nexec_in; i++)
-        if (!strcmp(p->node[p->exec_in[i]].name, name))
-            return p->exec_in[i];
-    return -1;
-}
-
 /* ---- host buffers of one variant on one rank ---- */
 
 typedef struct {
@@ -170,7 +162,7 @@ static size_t local_bytes(Program *p, const Node *n, int rank)
 static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h)
 {
     Node *n = node_of(vp, vp->exec_in[i]);
-    int b = input_named(job->base, n->name);
+    int b = program_input(job->base, n->name);
     ASSERT(b >= 0);
     if (n->op == O_SCALAR) {
         h->scalar[i] = exec_data(job->data, b, rank, NULL)[0];

@@ -69,6 +69,15 @@ int program_find(Program *p, const char *name)
     return -1;
 }
 
+/* The Execute input with this name (a Tensor or Scalar), or -1. */
+int program_input(const Program *p, const char *name)
+{
+    for (int i = 0; i < p->nexec_in; i++)
+        if (!strcmp(p->node[p->exec_in[i]].name, name))
+            return p->exec_in[i];
+    return -1;
+}
+
 SizeDecl *size_find(Program *p, const char *name)
 {
     for (int i = 0; i < p->nsize; i++)

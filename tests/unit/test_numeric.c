@@ -11,24 +11,7 @@
 
 #include "coco.h"
 
-static int npass, nfail, total_fail;
-
-static void check(int ok, const char *what)
-{
-    if (ok) {
-        npass++;
-    } else {
-        nfail++;
-        printf("  FAILED: %s\n", what);
-    }
-}
-
-static void group_end(const char *group)
-{
-    printf("%s: %d passed, %d failed\n", group, npass, nfail);
-    total_fail += nfail;
-    npass = nfail = 0;
-}
+#include "unit_check.h"
 
 /* ---- FP16 / BF16 ---- */
 
