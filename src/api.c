@@ -19,7 +19,9 @@ static void set_err(char *err, size_t len, const char *fmt, const char *a, const
         snprintf(err, len, fmt, a, b);
 }
 
-static char *read_file(const char *path, char *err, size_t errlen)
+/* The whole text file, malloc'd; NULL with a message when it cannot be read,
+ * is over 64 MiB, or holds a NUL byte. */
+char *read_source_file(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -106,7 +108,7 @@ coco_program *coco_load_string(const char *name, const char *text, const coco_co
 
 coco_program *coco_load_file(const char *path, const coco_config *cfg, char *err, size_t errlen)
 {
-    char *text = read_file(path, err, errlen);
+    char *text = read_source_file(path, err, errlen);
     if (!text)
         return NULL;
     coco_program *p = coco_load_string(path, text, cfg, err, errlen);

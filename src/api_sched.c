@@ -9,32 +9,11 @@
 
 int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: error: cannot open\n", path);
+    char *text = read_source_file(path, err, errlen);
+    if (!text)
         return -1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *text = xmalloc(cap);
-    size_t got;
-    while ((got = fread(text + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            cap *= 2;
-            char *grown = realloc(text, cap);
-            if (!grown)
-                BUG("out of memory");
-            text = grown;
-        }
-    }
-    fclose(f);
-    text[n] = 0;
     const char *src = arena_strdup(p->arena, text);
     free(text);
-    if (strlen(src) != n) {
-        snprintf(err, errlen, "%s: error: the file contains a NUL byte\n", path);
-        return -1;
-    }
     ErrorCtx ctx;
     const char *file = arena_strdup(p->arena, path);
     error_push(&ctx, err, errlen, file, src);

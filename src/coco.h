@@ -199,6 +199,9 @@ typedef struct Program {
     struct Program *base;  /* a clone's original: owns the shared sizes and text */
 } Program;
 
+/* ---- api.c ---- */
+char *read_source_file(const char *path, char *err, size_t errlen);
+
 /* ---- util.c: arena, user errors, strings ---- */
 /* memcpy that accepts an empty (possibly NULL) source */
 void copy_bytes(void *dst, const void *src, size_t n);

@@ -115,15 +115,6 @@ static int is_comp(const Node *n)
     return k == K_UNARY || k == K_BINARY || k == K_UPDATE || k == K_REDUCTION;
 }
 
-/* The statement a computation node is written in: the named node above it. */
-static int head_of(Program *q, int id)
-{
-    int users[2];
-    while (!node_of(q, id)->named && node_users(q, id, users, 2) == 1)
-        id = users[0];
-    return node_of(q, id)->named ? id : -1;
-}
-
 /* The name of the unit (fused computation or statement) holding node id. */
 static const char *unit_of(Program *q, int id)
 {
@@ -134,8 +125,8 @@ static const char *unit_of(Program *q, int id)
     }
     if (!is_comp(n) && n->op != O_SEND)
         return NULL;
-    int h = head_of(q, id);
-    return h >= 0 ? node_of(q, h)->name : NULL;
+    int h = statement_head(q, id);
+    return node_of(q, h)->named ? node_of(q, h)->name : NULL;
 }
 
 static int add_name(const char **names, int n, const char *name)
