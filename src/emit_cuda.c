@@ -399,13 +399,12 @@ static void emit_conv(Emitter *e, const Node *n)
     Node *x = node_of(e->p, n->in[0]), *w = node_of(e->p, n->in[1]);
     if (x->type != w->type)
         error_at(n->pos, "the CUDA backend needs Conv2D operands of one type: Cast one of them");
-    fprintf(e->o, "    { /* line %d: %s = Conv2D */\n        long n = coco_count(h%d);\n"
-                  "        coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, b%d, b%d, %s, "
-                  "h%d.dim[0], h%d.dim[1], h%d.dim[2], h%d.dim[3], h%d.dim[0], h%d.dim[2], "
-                  "h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d);\n"
-                  "        COCO_LAUNCHED(ctx, \"Conv2D\", %d);\n    }\n",
-            n->pos.line, n->name, n->id, x->id, w->id, n->id, tname[n->type], x->id, x->id, x->id,
-            x->id, w->id, w->id, w->id, n->id, n->id, n->stride, n->pad, n->pos.line);
+    fprintf(e->o, "    /* line %d: %s = Conv2D */\n"
+                  "    if (coco_conv2d(ctx, %d, b%d, b%d, b%d, %s, h%d.dim[0], h%d.dim[1], h%d.dim[2], "
+                  "h%d.dim[3], h%d.dim[0], h%d.dim[2], h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d))\n"
+                  "        return 1;\n",
+            n->pos.line, n->name, n->pos.line, x->id, w->id, n->id, tname[n->type], x->id, x->id,
+            x->id, x->id, w->id, w->id, w->id, n->id, n->id, n->stride, n->pad);
 }
 
 static void emit_reduction(Emitter *e, const Node *n)

@@ -274,6 +274,19 @@ __global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t,
     }
 }
 
+// Conv2D of x [N,C,H,W] by w [K,C,R,S] into y [N,K,OH,OW] on ctx's stream.
+static inline int coco_conv2d(coco_cuda_ctx *ctx, int line, const void *x, const void *w, void *y,
+                              int t, long N, long C, long H, long W, long K, long R, long S,
+                              long OH, long OW, int stride, int pad)
+{
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    long n = N * K * OH * OW;
+    coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(x, w, y, t, N, C, H, W, K, R, S, OH, OW,
+                                                     stride, pad);
+    COCO_LAUNCHED(ctx, "Conv2D", line);
+    return 0;
+}
+
 // ---- library type maps ----
 static inline ncclDataType_t coco_nccl_type(int t)
 {
