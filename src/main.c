@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE
 #include "coconet.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,27 @@ static int copy_home_file(const char *rel, const char *dir)
     return bad;
 }
 
+/* Copies the device headers that generated code includes (rt/kernels). */
+static int copy_kernel_headers(const char *dir)
+{
+    const char *home = coco_home();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rt/kernels", home ? home : ".");
+    DIR *d = home ? opendir(path) : NULL;
+    if (!d)
+        return copy_home_file("rt/kernels/coco_device.cuh", dir); /* says what is missing */
+    int bad = 0;
+    for (struct dirent *f; !bad && (f = readdir(d));) {
+        size_t len = strlen(f->d_name);
+        if (len > 4 && !strcmp(f->d_name + len - 4, ".cuh")) {
+            snprintf(path, sizeof path, "rt/kernels/%s", f->d_name);
+            bad = copy_home_file(path, dir);
+        }
+    }
+    closedir(d);
+    return bad;
+}
+
 static void write_header(FILE *h, coco_program *p, const char *const *names, int n)
 {
     fprintf(h, "/* Entry points of the CUDA code coconet generated for program '%s'. */\n"
@@ -500,7 +522,7 @@ static int gen(const Options *o, coco_program *p)
             fclose(h);
         }
         rc = !h || copy_home_file("include/coconet_cuda.h", o->outdir) ||
-             copy_home_file("rt/kernels/coco_device.cuh", o->outdir);
+             copy_kernel_headers(o->outdir);
         if (!rc)
             printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
                    n ? "s" : "");
