@@ -12,26 +12,15 @@
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
  * comment naming the program statements it computes. */
-#include "coco.h"
+#include "emit_cuda.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    Program *p;
-    FILE *o;
-    const char *v;  /* variant prefix: v0, v1, ... */
-    int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
-    int nsegment;
-    int *out_index; /* per node: index in Execute outputs, or -1 */
-    int *in_index;  /* per input node: index in Execute inputs, or -1 */
-    int *state_of;  /* per node: the input it is the new value of, or -1 */
-} Emitter;
+const char *const emit_tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
 
-static const char *const tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
-
-static int is_elementwise(const Node *n)
+int emit_is_elementwise(const Node *n)
 {
     OpKind k = op_info(n->op)->kind;
     return (k == K_UNARY && n->op != O_SLICE) || k == K_BINARY || k == K_UPDATE;
@@ -65,7 +54,7 @@ static void find_segments(Emitter *e)
         e->segment[i] = -1;
         if (op_info(n->op)->kind == K_LEAF)
             continue;
-        if (!is_elementwise(n)) {
+        if (!emit_is_elementwise(n)) {
             cur = -1;
             continue;
         }
@@ -86,7 +75,7 @@ static void find_segments(Emitter *e)
 }
 
 /* Must member i of its segment be written to memory? */
-static int stored(Emitter *e, int i)
+int emit_stored(Emitter *e, int i)
 {
     Program *p = e->p;
     Node *n = &p->node[i];
@@ -188,6 +177,29 @@ static void emit_scratch(Emitter *e, const Node *n)
 }
 
 /* ---- elementwise kernels ---- */
+/* A kernel over n elements: each thread takes V consecutive elements. Flat
+ * operands (the iteration's own shape) are read before the per-element loop
+ * with vector loads into l<id>[V]; broadcast ones element by element through
+ * their shapes. Stored results gather in s<id>[V] and are written by vector
+ * stores. The host launches V = 16 bytes / the narrowest flat element when
+ * every flat buffer is aligned for it, else V = 1. */
+
+/* Are a and b of one local shape, for every size and rank? */
+int emit_same_local_shape(const Node *a, const Node *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int k = 0; k < a->ndim; k++) {
+        int sa = a->layout.kind == L_SLICED && a->layout.dim == k;
+        int sb = b->layout.kind == L_SLICED && b->layout.dim == k;
+        if (sa != sb || (sa && a->group != b->group) || a->dim[k].n != b->dim[k].n)
+            return 0;
+        if ((a->dim[k].text == NULL) != (b->dim[k].text == NULL) ||
+            (a->dim[k].text && strcmp(a->dim[k].text, b->dim[k].text)))
+            return 0;
+    }
+    return 1;
+}
 
 static void emit_operand(Emitter *e, int seg, int x)
 {
@@ -198,8 +210,10 @@ static void emit_operand(Emitter *e, int seg, int x)
         fprintf(e->o, "r%d", x);
     else if (n->op == O_SCALAR)
         fprintf(e->o, "s%d", x);
+    else if (e->flat[x])
+        fprintf(e->o, "l%d[v]", x);
     else
-        fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, tname[n->type]);
+        fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, emit_tname[n->type]);
 }
 
 static void emit_value(Emitter *e, int seg, const Node *n)
@@ -238,6 +252,13 @@ static void emit_value(Emitter *e, int seg, const Node *n)
     fputc(')', o);
 }
 
+void emit_value_statement(Emitter *e, int seg, const Node *n)
+{
+    fprintf(e->o, "            double r%d = coco_round(", n->id);
+    emit_value(e, seg, n);
+    fprintf(e->o, ", %s);\n", emit_tname[n->type]);
+}
+
 /* Inputs of segment seg read from memory or passed as scalars. */
 static int segment_inputs(Emitter *e, int seg, int *ids)
 {
@@ -273,19 +294,53 @@ static int segment_shape(Emitter *e, int seg)
     return best;
 }
 
-static void emit_kernel_comment(Emitter *e, int seg)
+void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int))
 {
     Program *p = e->p;
     fprintf(e->o, "// ");
     for (int i = 0, first = 1; i < p->nnode; i++)
         if (e->segment[i] == seg) {
             Node *n = &p->node[i];
-            if (!n->named && !stored(e, i))
+            if (!n->named && !keep(e, i))
                 continue;
             fprintf(e->o, "%s%s (line %d)", first ? "" : ", ", n->name, n->pos.line);
             first = 0;
         }
     fputc('\n', e->o);
+}
+
+/* Marks the flat memory inputs of segment seg; returns the widest V their
+ * and the stored results' element sizes allow (16 bytes of the narrowest). */
+static int mark_flat(Emitter *e, int seg, const int *ins, int nin)
+{
+    Program *p = e->p;
+    int shape = segment_shape(e, seg);
+    size_t narrow = 0;
+    memset(e->flat, 0, (size_t)p->nnode);
+    for (int k = 0; k < nin && shape >= 0; k++) {
+        Node *x = node_of(p, ins[k]);
+        if (x->op != O_SCALAR && emit_same_local_shape(x, node_of(p, shape))) {
+            e->flat[x->id] = 1;
+            narrow = !narrow || type_size(x->type) < narrow ? type_size(x->type) : narrow;
+        }
+    }
+    for (int i = 0; i < p->nnode && shape >= 0; i++)
+        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+            narrow = !narrow || type_size(p->node[i].type) < narrow ? type_size(p->node[i].type)
+                                                                     : narrow;
+    return narrow ? (int)(16 / narrow) : 1;
+}
+
+/* Does the kernel need the coordinates of each element? */
+static int needs_coords(Emitter *e, int seg, const int *ins, int nin)
+{
+    for (int k = 0; k < nin; k++)
+        if (node_of(e->p, ins[k])->op != O_SCALAR && !e->flat[ins[k]])
+            return 1;
+    for (int i = 0; i < e->p->nnode; i++)
+        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
+            return 1;
+    return 0;
 }
 
 static void emit_segment_kernel(Emitter *e, int seg)
@@ -294,8 +349,10 @@ static void emit_segment_kernel(Emitter *e, int seg)
     FILE *o = e->o;
     int *ins = xmalloc((size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
-    emit_kernel_comment(e, seg);
-    fprintf(o, "__global__ void %s_k%d(long n, CocoShape it, unsigned long long seed", e->v, seg);
+    mark_flat(e, seg, ins, nin);
+    emit_kernel_comment(e, seg, emit_stored);
+    fprintf(o, "template <int V>\n__global__ void %s_k%d(long n, CocoShape it, "
+               "unsigned long long seed", e->v, seg);
     for (int k = 0; k < nin; k++) {
         Node *x = node_of(p, ins[k]);
         if (x->op == O_SCALAR)
@@ -304,46 +361,50 @@ static void emit_segment_kernel(Emitter *e, int seg)
             fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
     }
     for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && stored(e, i))
+        if (e->segment[i] == seg && emit_stored(e, i))
             fprintf(o, ", void *__restrict__ y%d", i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
             fprintf(o, ", CocoShape h%d", i);
-    fprintf(o, ")\n{\n    (void)seed;\n"
-               "    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;\n"
-               "         i += (long)gridDim.x * blockDim.x) {\n"
-               "        long c[COCO_MAXDIM];\n        coco_coords(it, i, c);\n");
+    fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n"
+               "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
+               "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
+    for (int k = 0; k < nin; k++)
+        if (e->flat[ins[k]])
+            fprintf(o, "        double l%d[V];\n        coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
+                    ins[k], emit_tname[node_of(p, ins[k])->type], ins[k], ins[k]);
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+            fprintf(o, "        double s%d[V];\n", i);
+    fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
+               "            const long i = i0 + v;\n            (void)i;\n");
+    if (needs_coords(e, seg, ins, nin))
+        fprintf(o, "            long c[COCO_MAXDIM];\n            coco_coords(it, i, c);\n");
     for (int i = 0; i < p->nnode; i++) {
         Node *m = &p->node[i];
         if (e->segment[i] != seg)
             continue;
-        fprintf(o, "        double r%d = coco_round(", i);
-        emit_value(e, seg, m);
-        fprintf(o, ", %s);\n", tname[m->type]);
-        if (stored(e, i))
-            fprintf(o, "        %scoco_st(y%d, %s, %s, r%d);\n", m->ndim ? "" : "if (i == 0) ",
-                    i, m->ndim ? "i" : "0", tname[m->type], i);
+        emit_value_statement(e, seg, m);
+        if (emit_stored(e, i) && m->ndim)
+            fprintf(o, "            s%d[v] = r%d;\n", i, i);
+        else if (emit_stored(e, i))
+            fprintf(o, "            if (i == 0)\n                coco_st(y%d, 0, %s, r%d);\n", i,
+                    emit_tname[m->type], i);
     }
+    fprintf(o, "        }\n");
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+            fprintf(o, "        coco_stv<V, %s>(y%d, i0, n, s%d);\n", emit_tname[p->node[i].type],
+                    i, i);
     fprintf(o, "    }\n}\n\n");
     free(ins);
 }
 
-static void emit_segment_launch(Emitter *e, int seg)
+static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
-    int nin = segment_inputs(e, seg, ins);
-    int shape = segment_shape(e, seg);
-    int line = 0;
-    for (int i = 0; i < p->nnode && !line; i++)
-        if (e->segment[i] == seg)
-            line = p->node[i].pos.line;
-    fprintf(o, "    {\n        CocoShape it;\n        memset(&it, 0, sizeof it);\n");
-    if (shape >= 0)
-        fprintf(o, "        it = h%d;\n", shape);
-    fprintf(o, "        long n = coco_count(it);\n");
-    fprintf(o, "        %s_k%d<<<coco_grid(n), 256, 0, st>>>(n, it, args->seed", e->v, seg);
+    fprintf(o, "(n, it, args->seed");
     for (int k = 0; k < nin; k++) {
         Node *x = node_of(p, ins[k]);
         if (x->op == O_SCALAR && x->has_value)
@@ -354,12 +415,66 @@ static void emit_segment_launch(Emitter *e, int seg)
             fprintf(o, ", b%d, h%d", x->id, x->id);
     }
     for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && stored(e, i))
+        if (e->segment[i] == seg && emit_stored(e, i))
             fprintf(o, ", b%d", i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
             fprintf(o, ", h%d", i);
-    fprintf(o, ");\n        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
+    fprintf(o, ");\n");
+}
+
+/* The flat buffers and their element sizes, for coco_pick_vec. */
+static int emit_flat_buffers(Emitter *e, int seg, const int *ins, int nin)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    int count = 0;
+    fprintf(o, "        const void *vp[] = {");
+    for (int k = 0; k < nin; k++)
+        if (e->flat[ins[k]])
+            fprintf(o, "%sb%d", count++ ? ", " : "", ins[k]);
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+            fprintf(o, "%sb%d", count++ ? ", " : "", i);
+    fprintf(o, "};\n        const int vs[] = {");
+    count = 0;
+    for (int k = 0; k < nin; k++)
+        if (e->flat[ins[k]])
+            fprintf(o, "%s%zu", count++ ? ", " : "", type_size(node_of(p, ins[k])->type));
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+            fprintf(o, "%s%zu", count++ ? ", " : "", type_size(p->node[i].type));
+    fprintf(o, "};\n");
+    return count;
+}
+
+static void emit_segment_launch(Emitter *e, int seg)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int nin = segment_inputs(e, seg, ins);
+    int vmax = mark_flat(e, seg, ins, nin);
+    int shape = segment_shape(e, seg);
+    int line = 0;
+    for (int i = 0; i < p->nnode && !line; i++)
+        if (e->segment[i] == seg)
+            line = p->node[i].pos.line;
+    fprintf(o, "    {\n        CocoShape it;\n        memset(&it, 0, sizeof it);\n");
+    if (shape >= 0)
+        fprintf(o, "        it = h%d;\n", shape);
+    fprintf(o, "        long n = coco_count(it);\n");
+    if (vmax > 1) {
+        int count = emit_flat_buffers(e, seg, ins, nin);
+        fprintf(o, "        if (coco_pick_vec(%d, vp, vs, %d) == %d)\n", vmax, count, vmax);
+        fprintf(o, "            %s_k%d<%d><<<coco_grid_vec(n, %d), 256, 0, st>>>", e->v, seg, vmax,
+                vmax);
+        emit_segment_args(e, seg, ins, nin);
+        fprintf(o, "        else\n    ");
+    }
+    fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
+    emit_segment_args(e, seg, ins, nin);
+    fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
     free(ins);
 }
 
@@ -391,7 +506,7 @@ static void emit_matmul(Emitter *e, const Node *n)
             a->id, a->ndim - 2);
     fprintf(e->o, "        if (coco_matmul(ctx, %d, %s, b%d, b%d, b%d, M, N, K, batch, "
                   "bmats > 1 ? K * N : 0))\n            return 1;\n    }\n",
-            n->pos.line, tname[n->type], a->id, b->id, n->id);
+            n->pos.line, emit_tname[n->type], a->id, b->id, n->id);
 }
 
 static void emit_conv(Emitter *e, const Node *n)
@@ -403,7 +518,7 @@ static void emit_conv(Emitter *e, const Node *n)
                   "    if (coco_conv2d(ctx, %d, b%d, b%d, b%d, %s, h%d.dim[0], h%d.dim[1], h%d.dim[2], "
                   "h%d.dim[3], h%d.dim[0], h%d.dim[2], h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d))\n"
                   "        return 1;\n",
-            n->pos.line, n->name, n->pos.line, x->id, w->id, n->id, tname[n->type], x->id, x->id,
+            n->pos.line, n->name, n->pos.line, x->id, w->id, n->id, emit_tname[n->type], x->id, x->id,
             x->id, x->id, w->id, w->id, w->id, n->id, n->id, n->stride, n->pad);
 }
 
@@ -421,7 +536,7 @@ static void emit_reduction(Emitter *e, const Node *n)
                 x->id, n->axis, n->axis, x->id, n->axis + 1, x->id, x->id);
     fprintf(e->o, "        if (coco_reduce(ctx, %d, b%d, %s, b%d, %s, outer, len, inner, %d, %d, t%d))\n"
                   "            return 1;\n    }\n",
-            n->pos.line, x->id, tname[x->type], n->id, tname[n->type], op, n->op == O_NORM, n->id);
+            n->pos.line, x->id, emit_tname[x->type], n->id, emit_tname[n->type], op, n->op == O_NORM, n->id);
 }
 
 static void emit_slice(Emitter *e, const Node *n)
@@ -430,7 +545,7 @@ static void emit_slice(Emitter *e, const Node *n)
     fprintf(e->o, "    { /* line %d: %s = Slice */\n        long n = coco_count(h%d);\n"
                   "        coco_slice_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, %s, h%d, b%d, h%d, %d);\n"
                   "        COCO_LAUNCHED(ctx, \"Slice\", %d);\n    }\n",
-            n->pos.line, n->name, n->id, x->id, tname[n->type], x->id, n->id, n->id, n->axis,
+            n->pos.line, n->name, n->id, x->id, emit_tname[n->type], x->id, n->id, n->id, n->axis,
             n->pos.line);
 }
 
@@ -442,14 +557,14 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src)
     int id = n->id, xi = n->in[0];
     if (!widened(n)) {
         fprintf(o, "        const void *src = %s;\n        void *dst = b%d;\n"
-                   "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, tname[n->type]);
+                   "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, emit_tname[n->type]);
         return;
     }
     fprintf(o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(%s, %s, w%di, "
                "COCO_FP32, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
                "        const void *src = w%di;\n        void *dst = w%do;\n"
                "        ncclDataType_t nt = ncclFloat32;\n",
-            xi, src, tname[n->type], id, xi, op_info(n->op)->name, n->pos.line, id, id);
+            xi, src, emit_tname[n->type], id, xi, op_info(n->op)->name, n->pos.line, id, id);
 }
 
 static void emit_reduce_result(Emitter *e, const Node *n)
@@ -458,12 +573,12 @@ static void emit_reduce_result(Emitter *e, const Node *n)
         return;
     fprintf(e->o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(w%do, "
                   "COCO_FP32, b%d, %s, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n",
-            n->id, n->id, n->id, tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
+            n->id, n->id, n->id, emit_tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
 }
 
 static void emit_send(Emitter *e, const Node *n)
 {
-    const char *g = group_name(n->group), *name = op_info(n->op)->name, *t = tname[n->type];
+    const char *g = group_name(n->group), *name = op_info(n->op)->name, *t = emit_tname[n->type];
     int l = n->pos.line, id = n->id, xi = n->in[0];
     fprintf(e->o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n"
                   "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
@@ -486,7 +601,7 @@ static void emit_comm(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     Node *x = node_of(e->p, n->in[0]);
-    const char *name = op_info(n->op)->name, *comm = comm_of(n), *t = tname[n->type];
+    const char *name = op_info(n->op)->name, *comm = comm_of(n), *t = emit_tname[n->type];
     int l = n->pos.line, xi = x->id, id = n->id, rop = redop_code(n->redop);
     char src[32];
     snprintf(src, sizeof src, "b%d", xi);
@@ -553,7 +668,7 @@ static void emit_state_copy(Emitter *e, const Node *n)
         return;
     fprintf(e->o, "    COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
                   "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
-            n->pos.line, e->in_index[t], n->id, n->id, tname[n->type]);
+            n->pos.line, e->in_index[t], n->id, n->id, emit_tname[n->type]);
 }
 
 static void emit_node(Emitter *e, const Node *n, int *done_segment)
@@ -591,7 +706,7 @@ static void emit_input_outputs(Emitter *e)
             error_at(n->pos, "the CUDA backend cannot output Scalar or constant '%s'", n->name);
         fprintf(e->o, "    COCO_CUDA(ctx, \"output\", %d, cudaMemcpyAsync(args->output[%d], b%d, "
                       "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
-                n->pos.line, k, n->id, n->id, tname[n->type]);
+                n->pos.line, k, n->id, n->id, emit_tname[n->type]);
     }
 }
 
@@ -615,7 +730,7 @@ static void emit_body(Emitter *e, const char *entry)
         if (n->op == O_CONST || n->op == O_SCALAR)
             continue;
         emit_shape(e, n);
-        int in_registers = e->segment[i] >= 0 && !stored(e, i);
+        int in_registers = e->segment[i] >= 0 && !emit_stored(e, i);
         if (!in_registers)
             emit_buffer(e, n);
         emit_scratch(e, n);
@@ -649,6 +764,7 @@ static void emit_variant(FILE *o, Program *p, int vi)
     e.out_index = xmalloc((size_t)p->nnode * sizeof(int));
     e.in_index = xmalloc((size_t)p->nnode * sizeof(int));
     e.state_of = xmalloc((size_t)p->nnode * sizeof(int));
+    e.flat = xcalloc((size_t)p->nnode, 1);
     find_roles(&e);
     find_segments(&e);
     const char *entry = p->applied ? p->applied : "program";
@@ -660,6 +776,7 @@ static void emit_variant(FILE *o, Program *p, int vi)
     free(e.out_index);
     free(e.in_index);
     free(e.state_of);
+    free(e.flat);
 }
 
 void emit_cuda(Program **variants, int n, FILE *o)

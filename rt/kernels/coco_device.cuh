@@ -438,3 +438,5 @@ static inline int coco_is_half(int t)
 {
     return t == COCO_FP16 || t == COCO_BF16;
 }
+
+#include "coco_vec.cuh"

@@ -1,0 +1,36 @@
+/* emit_cuda.h: what the two halves of the CUDA code generator share:
+ * emit_cuda.c (the entry points, elementwise kernels, library calls) and
+ * emit_lsa.c (a FusedAllReduce as one kernel over peers' memory). */
+#ifndef COCO_EMIT_CUDA_H
+#define COCO_EMIT_CUDA_H
+
+#include "coco.h"
+
+typedef struct {
+    Program *p;
+    FILE *o;
+    const char *v;  /* variant prefix: v0, v1, ... */
+    int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
+    int nsegment;
+    int *out_index; /* per node: index in Execute outputs, or -1 */
+    int *in_index;  /* per input node: index in Execute inputs, or -1 */
+    int *state_of;  /* per node: the input it is the new value of, or -1 */
+    char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
+} Emitter;
+
+extern const char *const emit_tname[NTYPE];
+
+int emit_is_elementwise(const Node *n);
+int emit_same_local_shape(const Node *a, const Node *b);
+/* r<id> = the value of elementwise node n (a statement inside the v loop) */
+void emit_value_statement(Emitter *e, int seg, const Node *n);
+/* the comment naming the statements of the nodes whose segment is seg */
+void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int));
+int emit_stored(Emitter *e, int i);
+
+/* emit_lsa.c */
+int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */
+void lsa_emit_kernel(Emitter *e, int f);       /* its kernel (before the body) */
+void lsa_emit_launch(Emitter *e, int f);       /* its launch, inside the body */
+
+#endif
