@@ -10,6 +10,14 @@
  *     int    coco_run__S(coco_cuda_ctx *ctx, const coco_cuda_args *args);
  *     size_t coco_workspace__S(const coco_cuda_ctx *ctx, const long *size);
  *
+ * and, for the one-kernel fused collectives (NCCL's device API is C++, so
+ * the generated code makes the device communicator for the runtime):
+ *   int  coco_lsa_open(void *world, int blocks, void **devcomm, char *err, size_t errlen);
+ *        0 with *devcomm an ncclDevComm over WORLD with `blocks` LSA
+ *        barriers, or with *devcomm NULL when the ranks cannot all load and
+ *        store each other's memory; non-zero with a message on an error;
+ *   void coco_lsa_close(void *world, void *devcomm);
+ *
  * coco_run__S enqueues the whole program on ctx->stream (no host
  * synchronisation) and returns 0, or non-zero with a message in ctx->err
  * naming the rank, the operation and the program line. */
@@ -37,6 +45,18 @@ typedef struct {
     size_t workspace_bytes;
     char *err;         /* message on failure */
     size_t errlen;
+    /* one-kernel fused collectives (rt/kernels/coco_lsa.cuh) */
+    void *lsa_comm;    /* const ncclDevComm * over WORLD; NULL when the ranks
+                          cannot load and store each other's memory */
+    void *lsa_window;  /* ncclWindow_t: the symmetric window holding every
+                          buffer of the run (inputs, outputs, workspace) */
+    void *lsa_base;    /* the window's local address, and its size */
+    size_t lsa_bytes;
+    int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
+    int fused_algo;    /* 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls */
+    int fused_blocks;  /* 0: lsa_blocks */
+    int fused_threads; /* 0: 512 */
+    size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
 } coco_cuda_ctx;
 
 /* Arguments, in the order of the program's Execute lists. Every buffer holds
@@ -53,6 +73,8 @@ typedef struct {
 
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);
 typedef size_t (*coco_cuda_workspace_fn)(const coco_cuda_ctx *ctx, const long *size);
+typedef int (*coco_lsa_open_fn)(void *world, int blocks, void **devcomm, char *err, size_t errlen);
+typedef void (*coco_lsa_close_fn)(void *world, void *devcomm);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,9 @@
 #include "coconet_cuda.h"
 
 enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
+enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
+       ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
+       ALIGN = 4096 };                /* of every buffer in the arena */
 
 struct CocoRt {
     int rank, nranks, group_size, device;
@@ -42,6 +45,9 @@ struct CocoRt {
     void *lt_workspace;
     float *barrier;      /* one float on the device, for lining ranks up */
     void *so;            /* the generated shared object */
+    void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
+    int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
+    long fused_oneshot_bytes;
     int nccl_built, nccl_loaded;
     char gpu[320];
     char *err;           /* where the current call's message goes */
@@ -219,6 +225,52 @@ static int open_comms(CocoRt *rt, const CocoRtConfig *cfg)
     return 0;
 }
 
+static long env_long(const char *name, long fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : fallback;
+}
+
+/* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|nccl,
+ * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES. */
+static int read_knobs(CocoRt *rt)
+{
+    static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl"};
+    const char *v = getenv("COCONET_FUSED");
+    rt->fused_algo = -1;
+    for (int k = 0; k < 4; k++)
+        if (!v || !*v || !strcmp(v, algo[k]))
+            rt->fused_algo = v && *v ? k : 0;
+    if (rt->fused_algo < 0)
+        return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot or nccl", v);
+    rt->fused_blocks = (int)env_long("COCONET_FUSED_BLOCKS", 0);
+    rt->fused_threads = (int)env_long("COCONET_FUSED_THREADS", 0);
+    rt->fused_oneshot_bytes = env_long("COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES);
+    return 0;
+}
+
+/* The device communicator of the one-kernel fused collectives, made by the
+ * generated code (NCCL's device API is C++), when every rank of WORLD can
+ * load and store every other's memory. */
+static int open_lsa(CocoRt *rt)
+{
+    coco_lsa_open_fn open = (coco_lsa_open_fn)(size_t)dlsym(rt->so, "coco_lsa_open");
+    if (!open || rt->fused_algo == 3)
+        return 0;
+    char why[512] = "";
+    if (open(rt->world, LSA_BLOCKS, &rt->lsa, why, sizeof why))
+        return rt_error(rt, "the device communicator of the fused collectives: %s", why);
+    return 0;
+}
+
+static void close_lsa(CocoRt *rt)
+{
+    coco_lsa_close_fn close = (coco_lsa_close_fn)(size_t)dlsym(rt->so, "coco_lsa_close");
+    if (rt->lsa && close)
+        close(rt->world, rt->lsa);
+    rt->lsa = NULL;
+}
+
 static int open_handles(CocoRt *rt)
 {
     CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking));
@@ -234,6 +286,8 @@ static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
         return;
+    if (!abort)
+        close_lsa(rt);
     if (rt->group)
         abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
     if (rt->world)
@@ -267,8 +321,8 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
     rt->err = err;
     rt->errlen = errlen;
     /* the version check comes before NCCL init, so a mismatch fails fast */
-    if (open_device(rt, cfg) || load_generated(rt, cfg->so_path) || open_comms(rt, cfg) ||
-        open_handles(rt)) {
+    if (read_knobs(rt) || open_device(rt, cfg) || load_generated(rt, cfg->so_path) ||
+        open_comms(rt, cfg) || open_lsa(rt) || open_handles(rt)) {
         rt_close(rt, 1);
         return NULL;
     }
@@ -290,17 +344,25 @@ static int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t er
 
 static void rt_describe(CocoRt *rt, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s, NCCL %d.%d.%d", rt->gpu, rt->nccl_loaded / 10000,
-             rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100);
+    snprintf(buf, len, "%s, NCCL %d.%d.%d, fused collectives: %s", rt->gpu,
+             rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100,
+             rt->lsa ? "one kernel over the peers' memory" : "NCCL calls");
 }
 
 /* ---- one variant ---- */
 
-/* Device buffers of one variant; all freed by free_buffers. */
+/* Device buffers of one variant, all in one arena (a symmetric NCCL window
+ * when the ranks reach each other's memory): the working copy of each
+ * input, each output and the workspace, at the same offsets on every rank.
+ * Pristine copies of the inputs are apart. All freed by free_buffers. */
 typedef struct {
     int nin, nout;
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
     void *workspace;
+    void *arena;
+    size_t arena_bytes;
+    ncclWindow_t window;
+    ncclComm_t window_comm;
     cudaEvent_t start, stop;
 } Buffers;
 
@@ -312,38 +374,89 @@ static int device_alloc(CocoRt *rt, void **p, size_t bytes)
 
 static void free_buffers(Buffers *b)
 {
-    for (int i = 0; i < b->nin; i++) {
-        cudaFree(b->in[i]);
+    for (int i = 0; i < b->nin; i++)
         cudaFree(b->pristine[i]);
-    }
-    for (int i = 0; i < b->nout; i++)
-        cudaFree(b->out[i]);
-    cudaFree(b->workspace);
+    if (b->window)
+        ncclCommWindowDeregister(b->window_comm, b->window);
+    if (b->window_comm)
+        ncclMemFree(b->arena);
+    else
+        cudaFree(b->arena);
     if (b->start)
         cudaEventDestroy(b->start);
     if (b->stop)
         cudaEventDestroy(b->stop);
 }
 
+static size_t aligned(size_t bytes)
+{
+    return (bytes + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* Every rank lays the arena out with the largest size any rank needs for
+ * each buffer, so that offsets agree. */
+static int agree_sizes(CocoRt *rt, unsigned long long *size, int n)
+{
+    unsigned long long *d = NULL;
+    CUDA_OK(rt, cudaMalloc((void **)&d, (size_t)n * sizeof *d));
+    CUDA_OK(rt, cudaMemcpy(d, size, (size_t)n * sizeof *d, cudaMemcpyHostToDevice));
+    NCCL_OK(rt, ncclAllReduce(d, d, (size_t)n, ncclUint64, ncclMax, rt->world, rt->stream));
+    if (wait_gpu(rt, rt->stream, NULL, "agreeing on buffer sizes"))
+        return -1;
+    CUDA_OK(rt, cudaMemcpy(size, d, (size_t)n * sizeof *d, cudaMemcpyDeviceToHost));
+    CUDA_OK(rt, cudaFree(d));
+    return 0;
+}
+
+/* The arena: inputs, outputs, then `workspace` bytes. */
+static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
+{
+    int n = v->ninputs + v->noutputs + 1;
+    unsigned long long size[2 * MAXARGS + 1];
+    for (int i = 0; i < v->ninputs; i++)
+        size[i] = v->input[i] ? aligned(v->input_bytes[i]) : 0;
+    for (int i = 0; i < v->noutputs; i++)
+        size[v->ninputs + i] = aligned(v->output_bytes[i]);
+    size[n - 1] = aligned(workspace);
+    if (agree_sizes(rt, size, n))
+        return -1;
+    b->arena_bytes = ALIGN;
+    for (int k = 0; k < n; k++)
+        b->arena_bytes += size[k];
+    if (rt->lsa) {
+        NCCL_OK(rt, ncclMemAlloc(&b->arena, b->arena_bytes));
+        b->window_comm = rt->world;
+        NCCL_OK(rt, ncclCommWindowRegister(rt->world, b->arena, b->arena_bytes, &b->window,
+                                           NCCL_WIN_COLL_SYMMETRIC));
+    } else if (device_alloc(rt, &b->arena, b->arena_bytes)) {
+        return -1;
+    }
+    char *at = (char *)b->arena;
+    for (int i = 0; i < v->ninputs; i++, at += size[i - 1])
+        b->in[i] = v->input[i] ? at : NULL;
+    for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1])
+        b->out[i] = at;
+    b->workspace = workspace ? at : NULL;
+    return 0;
+}
+
 /* Inputs: a pristine copy from the host, and the working copy the program
  * reads (and writes, for an Updated tensor). Outputs start as all-ones bytes
  * (NaN in every float type), so an output never written shows. */
-static int make_buffers(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+static int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
+    if (make_arena(rt, v, workspace, b))
+        return -1;
     for (int i = 0; i < v->ninputs; i++, b->nin++) {
         if (!v->input[i])
             continue; /* a Scalar */
-        if (device_alloc(rt, &b->pristine[i], v->input_bytes[i]) ||
-            device_alloc(rt, &b->in[i], v->input_bytes[i]))
+        if (device_alloc(rt, &b->pristine[i], v->input_bytes[i]))
             return -1;
         CUDA_OK(rt, cudaMemcpy(b->pristine[i], v->input[i], v->input_bytes[i],
                                cudaMemcpyHostToDevice));
     }
-    for (int i = 0; i < v->noutputs; i++, b->nout++) {
-        if (device_alloc(rt, &b->out[i], v->output_bytes[i]))
-            return -1;
+    for (int i = 0; i < v->noutputs; i++, b->nout++)
         CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));
-    }
     CUDA_OK(rt, cudaEventCreate(&b->start));
     CUDA_OK(rt, cudaEventCreate(&b->stop));
     return 0;
@@ -379,9 +492,8 @@ static int find_entry(CocoRt *rt, const char *name, Entry *e)
     return 0;
 }
 
-static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
+static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
 {
-    coco_cuda_ctx *c = &e->ctx;
     c->rank = rt->rank;
     c->nranks = rt->nranks;
     c->group_size = rt->group_size;
@@ -392,12 +504,30 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
     c->lt = rt->lt;
     c->lt_workspace = rt->lt_workspace;
     c->lt_workspace_bytes = LT_WORKSPACE;
-    c->err = e->msg;
-    c->errlen = sizeof e->msg;
-    c->workspace_bytes = e->workspace(c, v->size);
-    if (c->workspace_bytes && device_alloc(rt, &b->workspace, c->workspace_bytes))
+    c->err = msg;
+    c->errlen = len;
+    c->lsa_blocks = LSA_BLOCKS;
+    c->fused_algo = rt->fused_algo;
+    c->fused_blocks = rt->fused_blocks;
+    c->fused_threads = rt->fused_threads;
+    c->fused_oneshot_bytes = (size_t)rt->fused_oneshot_bytes;
+}
+
+static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
+{
+    coco_cuda_ctx *c = &e->ctx;
+    setup_ctx(rt, c, e->msg, sizeof e->msg);
+    size_t workspace = e->workspace(c, v->size);
+    if (make_buffers(rt, v, workspace, b))
         return -1;
     c->workspace = b->workspace;
+    c->workspace_bytes = workspace;
+    if (b->window) {
+        c->lsa_comm = rt->lsa;
+        c->lsa_window = b->window;
+        c->lsa_base = b->arena;
+        c->lsa_bytes = b->arena_bytes;
+    }
     e->args.input = b->in;
     e->args.scalar = v->scalar;
     e->args.output = b->out;
@@ -481,7 +611,7 @@ static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buff
     memset(&e, 0, sizeof e);
     if (v->ninputs > MAXARGS || v->noutputs > MAXARGS)
         return rt_error(rt, "%s: more than %d inputs or outputs", v->name, MAXARGS);
-    if (find_entry(rt, v->name, &e) || make_buffers(rt, v, b) || setup_entry(rt, v, b, &e))
+    if (find_entry(rt, v->name, &e) || setup_entry(rt, v, b, &e))
         return -1;
     t->workspace_bytes = e.ctx.workspace_bytes;
     if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||

@@ -211,7 +211,7 @@ static void emit_operand(Emitter *e, int seg, int x)
     else if (n->op == O_SCALAR)
         fprintf(e->o, "s%d", x);
     else if (e->flat[x])
-        fprintf(e->o, "l%d[v]", x);
+        fprintf(e->o, "coco_ld(l%d, v, %s)", x, emit_tname[n->type]);
     else
         fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, emit_tname[n->type]);
 }
@@ -371,11 +371,13 @@ static void emit_segment_kernel(Emitter *e, int seg)
                "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
-            fprintf(o, "        double l%d[V];\n        coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
-                    ins[k], emit_tname[node_of(p, ins[k])->type], ins[k], ins[k]);
+            fprintf(o, "        alignas(16) CocoRaw<%s> l%d[V];\n"
+                       "        coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
+                    emit_tname[node_of(p, ins[k])->type], ins[k],
+                    emit_tname[node_of(p, ins[k])->type], ins[k], ins[k]);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
-            fprintf(o, "        double s%d[V];\n", i);
+            fprintf(o, "        alignas(16) CocoRaw<%s> s%d[V];\n", emit_tname[p->node[i].type], i);
     fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
                "            const long i = i0 + v;\n            (void)i;\n");
     if (needs_coords(e, seg, ins, nin))
@@ -386,7 +388,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
             continue;
         emit_value_statement(e, seg, m);
         if (emit_stored(e, i) && m->ndim)
-            fprintf(o, "            s%d[v] = r%d;\n", i, i);
+            fprintf(o, "            coco_st(s%d, v, %s, r%d);\n", i, emit_tname[m->type], i);
         else if (emit_stored(e, i))
             fprintf(o, "            if (i == 0)\n                coco_st(y%d, 0, %s, r%d);\n", i,
                     emit_tname[m->type], i);
@@ -661,7 +663,7 @@ static void emit_comm(Emitter *e, const Node *n)
 
 /* A value that is both an output and a tensor's new value is computed into
  * the output buffer, then copied into the tensor. */
-static void emit_state_copy(Emitter *e, const Node *n)
+void emit_state_copy(Emitter *e, const Node *n)
 {
     int t = e->state_of[n->id];
     if (t < 0 || e->out_index[n->id] < 0)
@@ -671,7 +673,7 @@ static void emit_state_copy(Emitter *e, const Node *n)
             n->pos.line, e->in_index[t], n->id, n->id, emit_tname[n->type]);
 }
 
-static void emit_node(Emitter *e, const Node *n, int *done_segment)
+void emit_node(Emitter *e, const Node *n, int *done_segment)
 {
     int seg = e->segment[n->id];
     if (seg >= 0) {
@@ -741,8 +743,18 @@ static void emit_body(Emitter *e, const char *entry)
                "ctx->workspace_bytes);\n");
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
-    for (int i = 0; i < p->nnode; i++)
+    int *fused_done = xcalloc((size_t)p->nfusion + 1, sizeof(int));
+    for (int i = 0; i < p->nnode; i++) {
+        int f = e->lsa_node[i];
+        if (f >= 0 && !p->node[i].dead) {
+            if (!fused_done[f])
+                lsa_emit_launch(e, f, done);
+            fused_done[f] = 1;
+            continue;
+        }
         emit_node(e, &p->node[i], done);
+    }
+    free(fused_done);
     free(done);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
@@ -771,12 +783,23 @@ static void emit_variant(FILE *o, Program *p, int vi)
     fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
     for (int s = 0; s < e.nsegment; s++)
         emit_segment_kernel(&e, s);
+    e.lsa = xcalloc((size_t)p->nfusion + 1, sizeof(int));
+    e.lsa_node = xmalloc((size_t)p->nnode * sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        e.lsa_node[i] = -1;
+    for (int f = 0; f < p->nfusion; f++)
+        if ((e.lsa[f] = lsa_eligible(&e, f))) {
+            lsa_claim(&e, f);
+            lsa_emit_kernel(&e, f);
+        }
     emit_body(&e, entry);
     free(e.segment);
     free(e.out_index);
     free(e.in_index);
     free(e.state_of);
     free(e.flat);
+    free(e.lsa);
+    free(e.lsa_node);
 }
 
 void emit_cuda(Program **variants, int n, FILE *o)

@@ -16,6 +16,8 @@ typedef struct {
     int *in_index;  /* per input node: index in Execute inputs, or -1 */
     int *state_of;  /* per node: the input it is the new value of, or -1 */
     char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
+    int *lsa;       /* per fusion: generated as one kernel over peers' memory */
+    int *lsa_node;  /* per node: the fusion whose one kernel computes it, or -1 */
 } Emitter;
 
 extern const char *const emit_tname[NTYPE];
@@ -27,10 +29,15 @@ void emit_value_statement(Emitter *e, int seg, const Node *n);
 /* the comment naming the statements of the nodes whose segment is seg */
 void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int));
 int emit_stored(Emitter *e, int i);
+/* the lowering of node n (its segment's kernel launch, once), then the copy
+ * of a new value into its tensor */
+void emit_node(Emitter *e, const Node *n, int *done_segment);
+void emit_state_copy(Emitter *e, const Node *n);
 
 /* emit_lsa.c */
 int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */
+void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel computes */
 void lsa_emit_kernel(Emitter *e, int f);       /* its kernel (before the body) */
-void lsa_emit_launch(Emitter *e, int f);       /* its launch, inside the body */
+void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
 #endif

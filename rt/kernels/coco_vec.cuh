@@ -1,7 +1,8 @@
 // coco_vec.cuh: vector loads and stores for generated elementwise kernels.
 // A thread handles V consecutive elements: coco_ldv reads them with 16-byte
-// (or narrower) memory operations into doubles, coco_stv rounds and writes
-// them back. Both fall back to single elements at the tail (the last V
+// (or narrower) memory operations into an array of the element type (few
+// registers; kernels convert each element to double where they use it),
+// coco_stv writes such an array back. Both fall back to single elements at the tail (the last V
 // elements when n is not a multiple of V). The host picks V with
 // coco_pick_vec: the widest that every flat buffer's alignment allows.
 #pragma once
@@ -29,42 +30,34 @@ template <int B> __device__ __forceinline__ void coco_copy_bytes(void *dst, cons
     }
 }
 
-// out[v] = element i0 + v of p (0 past n).
+template <int T> using CocoRaw = typename CocoElem<T>::type;
+
+// raw[v] = element i0 + v of p (0 past n), as stored.
 template <int V, int T>
-__device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, double *out)
+__device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw<T> *raw)
 {
-    typedef typename CocoElem<T>::type E;
-    const E *q = (const E *)p + i0;
+    const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
     if (V > 1 && i0 + V <= n) {
-        alignas(16) E tmp[V];
-        coco_copy_bytes<V * (int)sizeof(E)>(tmp, q);
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            out[v] = coco_ld(tmp, v, T);
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, q);
     } else {
 #pragma unroll
         for (int v = 0; v < V; v++)
-            out[v] = i0 + v < n ? coco_ld(q, v, T) : 0.0;
+            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
     }
 }
 
-// Elements i0 + v of p (those before n) = val[v], rounded to type T.
+// Elements i0 + v of p (those before n) = raw[v].
 template <int V, int T>
-__device__ __forceinline__ void coco_stv(void *p, long i0, long n, const double *val)
+__device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
-    typedef typename CocoElem<T>::type E;
-    E *q = (E *)p + i0;
+    CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
     if (V > 1 && i0 + V <= n) {
-        alignas(16) E tmp[V];
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            coco_st(tmp, v, T, val[v]);
-        coco_copy_bytes<V * (int)sizeof(E)>(q, tmp);
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(q, raw);
     } else {
 #pragma unroll
         for (int v = 0; v < V; v++)
             if (i0 + v < n)
-                coco_st(q, v, T, val[v]);
+                q[v] = raw[v];
     }
 }
 

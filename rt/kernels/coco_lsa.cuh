@@ -1,0 +1,124 @@
+// coco_lsa.cuh: helpers for a FusedAllReduce generated as one kernel over
+// the peers' memory (NCCL's device API: the ranks of one LSA team load and
+// store each other's symmetric windows directly; no multimem).
+//
+// The runtime allocates every buffer a peer touches inside one symmetric
+// window registered on WORLD (ctx->lsa_window, the same offsets on every
+// rank) and makes an ncclDevComm with ctx->lsa_blocks barriers. Generated
+// code checks coco_lsa_usable at run time and otherwise takes its NCCL
+// ReduceScatter + kernel + AllGather path (several hosts, no window, a group
+// size with no kernel instance).
+//
+// Algorithms (ctx->fused_algo; COCO_FUSED_AUTO picks by size):
+//   two-shot  each rank reduces its slice by loading it from every peer,
+//             computes, and stores the gathered results into every peer;
+//   one-shot  each rank reduces and computes every slice and stores only its
+//             own copy (fewer steps, P times the loads: small sizes).
+#pragma once
+
+#include <nccl_device.h>
+
+enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL };
+
+// acc[v] = the reduction, over the P peers in rank order, of element
+// base + i0 + v of the window buffer at offset off (type T). All P loads are
+// issued before the first sum.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, long base, long i0,
+                                                long n, int op, double *acc)
+{
+    alignas(16) CocoRaw<T> x[P][V];
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        coco_ldv<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, x[q]);
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        double a = coco_ld(x[0], v, T);
+#pragma unroll
+        for (int q = 1; q < P; q++)
+            a = coco_red_step(op, a, coco_ld(x[q], v, T));
+        acc[v] = a;
+    }
+}
+
+// Stores raw[V] at base + i0 of the window buffer at offset off, in the
+// peers first..last.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_store(ncclWindow_t win, size_t off, long base, long i0,
+                                               long n, int first, int last, const CocoRaw<T> *raw)
+{
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        if (q >= first && q <= last)
+            coco_stv<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
+}
+
+// Are the peers load/store reachable, with `nranks` of them, and do the
+// buffers lie inside the window? Offsets of the buffers go to off[].
+static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const void *const *buf,
+                                  const size_t *bytes, size_t *off, int n)
+{
+    if (!ctx->lsa_comm || ctx->fused_algo == COCO_FUSED_NCCL || nranks != ctx->nranks)
+        return 0;
+    const char *base = (const char *)ctx->lsa_base;
+    for (int k = 0; k < n; k++) {
+        const char *b = (const char *)buf[k];
+        if (b < base || b + bytes[k] > base + ctx->lsa_bytes)
+            return 0;
+        off[k] = (size_t)(b - base);
+    }
+    return 1;
+}
+
+// One-shot or two-shot, for a fused collective whose input takes `bytes`
+// on each rank (one-shot only where the kernel allows it).
+static inline int coco_lsa_oneshot(const coco_cuda_ctx *ctx, int allowed, size_t bytes)
+{
+    if (!allowed || ctx->fused_algo == COCO_FUSED_TWOSHOT)
+        return 0;
+    return ctx->fused_algo == COCO_FUSED_ONESHOT || bytes <= ctx->fused_oneshot_bytes;
+}
+
+// Blocks and threads of a fused collective over n elements, V a thread.
+static inline void coco_lsa_grid(const coco_cuda_ctx *ctx, long n, int v, dim3 *grid,
+                                 dim3 *block)
+{
+    long threads = ctx->fused_threads > 0 && ctx->fused_threads <= 512 ? ctx->fused_threads : 512;
+    long want = (n + v * threads - 1) / (v * threads);
+    long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : ctx->lsa_blocks;
+    if (most > ctx->lsa_blocks)
+        most = ctx->lsa_blocks;
+    *grid = dim3((unsigned)(want < 1 ? 1 : want > most ? most : want));
+    *block = dim3((unsigned)threads);
+}
+
+// ---- the device communicator, for the runtime (include/coconet_cuda.h) ----
+extern "C" int coco_lsa_open(void *world, int blocks, void **devcomm, char *err, size_t errlen)
+{
+    ncclComm_t comm = (ncclComm_t)world;
+    int nranks = 0, rank = 0;
+    *devcomm = NULL;
+    if (ncclCommCount(comm, &nranks) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess)
+        return snprintf(err, errlen, "cannot read WORLD's size"), 1;
+    ncclTeam_t team = ncclTeamLsa(comm);
+    if (team.nRanks != nranks || team.rank != rank)
+        return 0; /* several hosts: the NCCL path */
+    ncclDevComm *dc = (ncclDevComm *)calloc(1, sizeof *dc);
+    ncclDevCommRequirements reqs;
+    memset(&reqs, 0, sizeof reqs);
+    reqs.lsaBarrierCount = blocks;
+    ncclResult_t r = dc ? ncclDevCommCreate(comm, &reqs, dc) : ncclSystemError;
+    if (r != ncclSuccess) {
+        snprintf(err, errlen, "ncclDevCommCreate: %s", ncclGetErrorString(r));
+        free(dc);
+        return 1;
+    }
+    *devcomm = dc;
+    return 0;
+}
+
+extern "C" void coco_lsa_close(void *world, void *devcomm)
+{
+    ncclDevCommDestroy((ncclComm_t)world, (const ncclDevComm *)devcomm);
+    free(devcomm);
+}
