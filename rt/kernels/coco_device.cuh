@@ -440,3 +440,4 @@ static inline int coco_is_half(int t)
 }
 
 #include "coco_vec.cuh"
+#include "coco_lsa.cuh"
