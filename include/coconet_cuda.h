@@ -6,6 +6,9 @@
  * A generated shared object exports, for one program:
  *   int coco_nccl_version;                  NCCL_VERSION_CODE it was built with
  *   const char *const coco_schedule_names[]; "program", then each schedule; NULL ends
+ *   const int coco_output_alias[];          per output: the input whose buffer it may
+ *                                           share (it is that Updated input's new value
+ *                                           in every variant), or -1; -2 ends
  *   for each name S in that list:
  *     int    coco_run__S(coco_cuda_ctx *ctx, const coco_cuda_args *args);
  *     size_t coco_workspace__S(const coco_cuda_ctx *ctx, const long *size);
@@ -62,7 +65,9 @@ typedef struct {
 /* Arguments, in the order of the program's Execute lists. Every buffer holds
  * this rank's part of the value in its element type (FP16 and BF16 as 16-bit
  * IEEE / bfloat16 bits, FP32 float, FP64 double), row-major. An Updated
- * tensor's new value is written into its input buffer. */
+ * tensor's new value is written into its input buffer; an output that is
+ * that new value may be given the input's buffer itself (coco_output_alias),
+ * which saves the copy. */
 typedef struct {
     void *const *input;   /* device data of each input Tensor (NULL for a Scalar) */
     const double *scalar; /* the value of each input that is a Scalar (else unused) */

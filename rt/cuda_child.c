@@ -48,6 +48,7 @@ struct CocoRt {
     void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
     long fused_oneshot_bytes;
+    int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int nccl_built, nccl_loaded;
     char gpu[320];
     char *err;           /* where the current call's message goes */
@@ -232,7 +233,8 @@ static long env_long(const char *name, long fallback)
 }
 
 /* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|nccl,
- * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES. */
+ * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES;
+ * and COCONET_NO_ALIAS=1 (every output in a buffer of its own). */
 static int read_knobs(CocoRt *rt)
 {
     static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl"};
@@ -246,6 +248,7 @@ static int read_knobs(CocoRt *rt)
     rt->fused_blocks = (int)env_long("COCONET_FUSED_BLOCKS", 0);
     rt->fused_threads = (int)env_long("COCONET_FUSED_THREADS", 0);
     rt->fused_oneshot_bytes = env_long("COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES);
+    rt->no_alias = (int)env_long("COCONET_NO_ALIAS", 0);
     return 0;
 }
 
@@ -358,6 +361,7 @@ static void rt_describe(CocoRt *rt, char *buf, size_t len)
 typedef struct {
     int nin, nout;
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
+    int aliased[MAXARGS]; /* out[i] is an input's buffer (coco_output_alias) */
     void *workspace;
     void *arena;
     size_t arena_bytes;
@@ -434,8 +438,13 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     char *at = (char *)b->arena;
     for (int i = 0; i < v->ninputs; i++, at += size[i - 1])
         b->in[i] = v->input[i] ? at : NULL;
-    for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1])
-        b->out[i] = at;
+    const int *alias = (const int *)dlsym(rt->so, "coco_output_alias");
+    for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1]) {
+        int j = alias ? alias[i] : -1;
+        b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
+                        v->input_bytes[j] == v->output_bytes[i];
+        b->out[i] = b->aliased[i] ? b->in[j] : at;
+    }
     b->workspace = workspace ? at : NULL;
     return 0;
 }
@@ -456,7 +465,8 @@ static int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Bu
                                cudaMemcpyHostToDevice));
     }
     for (int i = 0; i < v->noutputs; i++, b->nout++)
-        CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));
+        if (!b->aliased[i]) /* else the buffer of an input (coco_output_alias) */
+            CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));
     CUDA_OK(rt, cudaEventCreate(&b->start));
     CUDA_OK(rt, cudaEventCreate(&b->stop));
     return 0;

@@ -668,9 +668,11 @@ void emit_state_copy(Emitter *e, const Node *n)
     int t = e->state_of[n->id];
     if (t < 0 || e->out_index[n->id] < 0)
         return;
-    fprintf(e->o, "    COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
+    fprintf(e->o, "    if (args->input[%d] != b%d) /* not one buffer (coco_output_alias) */\n"
+                  "        COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
                   "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
-            n->pos.line, e->in_index[t], n->id, n->id, emit_tname[n->type]);
+            e->in_index[t], n->id, n->pos.line, e->in_index[t], n->id, n->id,
+            emit_tname[n->type]);
 }
 
 void emit_node(Emitter *e, const Node *n, int *done_segment)
@@ -802,6 +804,33 @@ static void emit_variant(FILE *o, Program *p, int vi)
     free(e.lsa_node);
 }
 
+/* The Execute input whose new value output k is in program p, or -1. */
+static int output_state_input(const Program *p, int k)
+{
+    int out = p->exec_out[k];
+    for (int j = 0; j < p->nexec_in; j++)
+        if (p->node[p->exec_in[j]].op == O_INPUT && p->node[p->exec_in[j]].updated_by == out)
+            return j;
+    return -1;
+}
+
+/* coco_output_alias[k]: the input whose buffer output k may share (the
+ * output is that Updated input's new value in every variant), or -1. */
+static void emit_output_alias(Program **variants, int n, FILE *o)
+{
+    Program *p = variants[0];
+    fprintf(o, "extern \"C\" {\nextern const int coco_output_alias[];\n"
+               "const int coco_output_alias[] = {");
+    for (int k = 0; k < p->nexec_out; k++) {
+        int j = output_state_input(p, k);
+        for (int v = 1; v < n && j >= 0; v++)
+            if (output_state_input(variants[v], k) != j)
+                j = -1;
+        fprintf(o, "%d, ", j);
+    }
+    fprintf(o, "-2};\n}\n\n");
+}
+
 void emit_cuda(Program **variants, int n, FILE *o)
 {
     Program *p = variants[0];
@@ -812,6 +841,7 @@ void emit_cuda(Program **variants, int n, FILE *o)
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++)
         emit_variant(o, variants[i], i);
+    emit_output_alias(variants, n, o);
     fprintf(o, "extern \"C\" {\nextern const char *const coco_schedule_names[];\n"
                "const char *const coco_schedule_names[] = {");
     for (int i = 0; i < n; i++)
