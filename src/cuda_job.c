@@ -1,7 +1,8 @@
 /* cuda_job.c: what the CUDA backend checks GPU runs against, computed in
  * the parent before any rank process exists (and before any CUDA call):
  * the program's CPU run (whose inputs are every variant's input data), the
- * FP64 evaluation of the program (program_exact), each variant's own CPU
+ * FP64 evaluation of the program (program_exact, reading the same input
+ * buffers: program_exact keeps each input's data type), each variant's own CPU
  * run unless every variant is checked against the program's, and for every
  * checked value (outputs, new values of Updated tensors) its tolerance.
  *
@@ -32,6 +33,34 @@ static Exec *cpu_run(Program *p, uint64_t seed, int threads)
 {
     Exec *e = exec_new(p, seed, threads);
     exec_fill_inputs(e);
+    exec_run(e);
+    return e;
+}
+
+/* The FP64 evaluation's inputs are the data run's: the same ids (a clone)
+ * drawn in the same types, so their buffers are lent instead of drawn again
+ * (inputs are never written nor freed by a run), and taken back before the
+ * evaluation is freed (lend 0). */
+static void lend_inputs(Exec *x64, Exec *data, int lend)
+{
+    Program *p = x64->prog;
+    ASSERT(p->nnode == data->prog->nnode && p->nranks == data->prog->nranks);
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (n->dead || (n->op != O_INPUT && n->op != O_SCALAR))
+            continue;
+        for (int r = 0; r < p->nranks; r++) {
+            size_t k = (size_t)i * (size_t)p->nranks + (size_t)r;
+            x64->val[k] = lend ? data->val[k] : NULL;
+            x64->count[k] = lend ? data->count[k] : 0;
+        }
+    }
+}
+
+static Exec *exact_run(CudaJob *job, int threads)
+{
+    Exec *e = exec_new(job->exact, job->seed, threads);
+    lend_inputs(e, job->data, 1);
     exec_run(e);
     return e;
 }
@@ -161,7 +190,7 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
     job->data = cpu_run(base, o->seed, o->threads);
     job->cpu_ms = now_ms() - t0;
     job->exact = program_exact(base);
-    job->x64 = cpu_run(job->exact, o->seed, o->threads);
+    job->x64 = exact_run(job, o->threads);
     job->nv = nv;
     job->v = xcalloc((size_t)nv, sizeof *job->v);
     KnownErrors ke = {NULL, 0, 0};
@@ -186,6 +215,8 @@ void cuda_job_free(CudaJob *job)
         free(job->v[i].check);
     }
     free(job->v);
+    if (job->x64)
+        lend_inputs(job->x64, job->data, 0);
     exec_free(job->x64);
     program_free(job->exact);
     exec_free(job->data);

@@ -70,14 +70,17 @@ int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t er
     return api->unique_id(id, err, errlen);
 }
 
-/* ---- element types ---- */
+/* ---- element types (the executor's fast conversions, interp_fast.c) ---- */
+
+uint16_t exec_bits16(Type t, double x);
+double exec_value16(Type t, uint16_t h);
 
 static void to_type(Type t, const double *x, long n, void *out)
 {
     for (long i = 0; i < n; i++) {
         switch (t) {
-        case T_FP16: ((uint16_t *)out)[i] = double_to_half(x[i]); break;
-        case T_BF16: ((uint16_t *)out)[i] = double_to_bf16(x[i]); break;
+        case T_FP16:
+        case T_BF16: ((uint16_t *)out)[i] = exec_bits16(t, x[i]); break;
         case T_FP32: ((float *)out)[i] = (float)x[i]; break;
         case T_FP64: ((double *)out)[i] = x[i]; break;
         default: BUG("bad type");
@@ -88,12 +91,20 @@ static void to_type(Type t, const double *x, long n, void *out)
 static double from_type(Type t, const void *p, long i)
 {
     switch (t) {
-    case T_FP16: return half_to_double(((const uint16_t *)p)[i]);
-    case T_BF16: return bf16_to_double(((const uint16_t *)p)[i]);
+    case T_FP16:
+    case T_BF16: return exec_value16(t, ((const uint16_t *)p)[i]);
     case T_FP32: return ((const float *)p)[i];
     case T_FP64: return ((const double *)p)[i];
     default: BUG("bad type");
     }
+}
+
+/* type_bits, with the fast FP16/BF16 encoding */
+static uint64_t bits_of(Type t, double x)
+{
+    if (t == T_FP16 || t == T_BF16)
+        return exec_bits16(t, x);
+    return type_bits(t, x);
 }
 
 /* ---- values in a variant's local layout ---- */
@@ -216,7 +227,7 @@ static void check_value(const CudaJob *job, const CudaVariant *v, const CudaChec
     double before = row->max_abs;
     for (long i = 0; i < count; i++) {
         double got = from_type(n->type, gpu, i), want = ref[i];
-        int same = type_bits(n->type, got) == type_bits(n->type, want);
+        int same = bits_of(n->type, got) == bits_of(n->type, want);
         double diff = fabs(got - want);
         if (!same && (isnan(got) || isnan(want)))
             diff = INFINITY;

@@ -15,8 +15,17 @@
  *     which lies in (0, 1];  with a value: type_round(type, value).
  *
  * group_index uses the node's group kind (0 for G_WORLD), so each group of a
- * G_GROUP value holds its own logical tensor, and Local values differ per rank. */
+ * G_GROUP value holds its own logical tensor, and Local values differ per rank.
+ * Large tensors are filled by element ranges over threads (each element
+ * depends only on its index). */
 #include "coco.h"
+
+/* interp_fast.c */
+double exec_round(Type t, double x);
+typedef void (*RangeFn)(void *ctx, long lo, long hi);
+void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
+void global_iter_seek(GlobalIter *it, long local);
+int exec_threads(const Exec *e, long count);
 
 /* The type the data is drawn in: the declared one, even in an FP64 program. */
 static Type data_type(const Node *n)
@@ -38,20 +47,39 @@ static void fill_scalar(Exec *e, const Node *n, int rank)
                    ? n->value
                    : 1.0 - rng_uniform(e->seed, input_stream(e->prog, n, rank), 0);
     double *out = exec_alloc(e, n->id, rank, 1);
-    out[0] = type_round(data_type(n), v);
+    out[0] = exec_round(data_type(n), v);
+}
+
+typedef struct {
+    const Program *p;
+    const Node *n;
+    int rank;
+    uint64_t seed, stream;
+    double lo, width;
+    double *out;
+} FillJob;
+
+static void fill_range(void *ctx, long lo, long hi)
+{
+    const FillJob *j = ctx;
+    Type t = data_type(j->n);
+    GlobalIter it;
+    global_iter_start(&it, j->p, j->n, j->rank);
+    global_iter_seek(&it, lo);
+    for (long i = lo; i < hi; i++, global_iter_next(&it)) {
+        double u = rng_uniform(j->seed, j->stream, (uint64_t)it.gidx);
+        j->out[i] = exec_round(t, j->lo + j->width * u);
+    }
 }
 
 static void fill_tensor(Exec *e, const Node *n, int rank)
 {
     const Program *p = e->prog;
-    uint64_t stream = input_stream(p, n, rank);
-    double lo = n->updated_by >= 0 ? 0.0 : -1.0, width = 1.0 - lo;
+    double lo = n->updated_by >= 0 ? 0.0 : -1.0;
     long count = local_count(p, n, rank);
-    double *out = exec_alloc(e, n->id, rank, count);
-    GlobalIter it;
-    global_iter_start(&it, p, n, rank);
-    for (long i = 0; i < count; i++, global_iter_next(&it))
-        out[i] = type_round(data_type(n), lo + width * rng_uniform(e->seed, stream, (uint64_t)it.gidx));
+    FillJob j = {p, n, rank, e->seed, input_stream(p, n, rank), lo, 1.0 - lo,
+                 exec_alloc(e, n->id, rank, count)};
+    parallel_ranges(exec_threads(e, count), count, fill_range, &j);
 }
 
 void fill_input(Exec *e, const Node *n)

@@ -5,7 +5,10 @@
  * the collectives in interp_comm.c.  Values are doubles holding numbers
  * representable in the node's type.  An intermediate value is freed as soon
  * as its last live user has been evaluated, except inputs, scalars,
- * program outputs, O_UPDATE results, and everything when e->keep_all is set. */
+ * program outputs, O_UPDATE results, and everything when e->keep_all is set.
+ * A pointwise node that is the last reader of an input of its own shape and
+ * layout writes its value over that input's buffer (element i of the result
+ * reads element i of the input): fewer buffers made and touched. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -44,11 +47,14 @@ void exec_free(Exec *e)
     free(e);
 }
 
+/* A buffer already of count elements is kept (see lend_buffers). */
 double *exec_alloc(Exec *e, int node, int rank, long count)
 {
     ASSERT(node >= 0 && node < e->prog->nnode && rank >= 0 && rank < e->prog->nranks);
     ASSERT(count >= 0);
     size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)rank;
+    if (e->val[k] && e->count[k] == count)
+        return e->val[k];
     free(e->val[k]);
     e->val[k] = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(double));
     e->count[k] = count;
@@ -198,6 +204,56 @@ static void release_after(Exec *e, const int *last, int i)
     }
 }
 
+static int same_place(const Node *a, const Node *b)
+{
+    if (a->ndim != b->ndim || !layout_equal(a->layout, b->layout) || a->group != b->group)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dim[d].n != b->dim[d].n)
+            return 0;
+    return 1;
+}
+
+/* An input of pointwise node n whose buffers n may write its value over
+ * (n is its last reader, it may be freed, and it has n's shape and layout,
+ * so that element i of n reads element i of it), or -1. */
+static int reusable_input(const Exec *e, const int *last, const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    if ((k != K_UNARY && k != K_BINARY && k != K_UPDATE) || n->op == O_SLICE)
+        return -1;
+    for (int i = 0; i < n->nin; i++) {
+        const Node *x = &e->prog->node[n->in[i]];
+        if (last[x->id] == n->id && may_free(e, x) && same_place(x, n))
+            return x->id;
+    }
+    return -1;
+}
+
+/* Node n's value will be written over input x's buffers: n's slots get
+ * them (x's still name them until n is evaluated; exec_alloc keeps them). */
+static void lend_buffers(Exec *e, int x, int n)
+{
+    for (int r = 0; r < e->prog->nranks; r++) {
+        size_t kx = (size_t)x * (size_t)e->prog->nranks + (size_t)r;
+        size_t kn = (size_t)n * (size_t)e->prog->nranks + (size_t)r;
+        ASSERT(e->count[kx] == local_count(e->prog, &e->prog->node[n], r));
+        free(e->val[kn]);
+        e->val[kn] = e->val[kx];
+        e->count[kn] = e->count[kx];
+    }
+}
+
+/* After n's evaluation: x no longer owns the buffers it lent. */
+static void forget_buffers(Exec *e, int x)
+{
+    for (int r = 0; r < e->prog->nranks; r++) {
+        size_t k = (size_t)x * (size_t)e->prog->nranks + (size_t)r;
+        e->val[k] = NULL;
+        e->count[k] = 0;
+    }
+}
+
 void exec_run(Exec *e)
 {
     Program *p = e->prog;
@@ -207,7 +263,12 @@ void exec_run(Exec *e)
         if (n->dead)
             continue;
         ASSERT(n->id == i);
+        int x = reusable_input(e, last, n);
+        if (x >= 0)
+            lend_buffers(e, x, i);
         eval_node(e, n);
+        if (x >= 0)
+            forget_buffers(e, x);
         release_after(e, last, i);
     }
     free(last);

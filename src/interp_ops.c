@@ -14,9 +14,12 @@
  *  - MatMul ([..., M, K] x [..., K, N], batch dims of b broadcast against
  *    a's) accumulates each output element in float, in increasing k, with
  *    acc += (float)a * (float)b, then rounds to the node's type; FP64
- *    accumulates in double.  Output rows are shared among e->nthreads
- *    threads; each element is computed by one thread in the same order, so
- *    results do not depend on the thread count.
+ *    accumulates in double.  Blocks of output rows are shared among
+ *    e->nthreads threads and computed a register block at a time in vector
+ *    lanes; each element is summed by one lane in the same order, so results
+ *    depend neither on the thread count nor on the vector width.
+ *  - Large pointwise ops are cut into element ranges over threads, each
+ *    element computed by one thread.
  *  - Conv2D (x [N,C,H,W], w [K,C,R,S], stride, zero padding) accumulates in
  *    float in the order c, r, s; padded positions are skipped (for finite
  *    weights this equals adding 0 * w).
@@ -24,11 +27,17 @@
  *    starting from the first element, and round once.
  * Assumes the build uses -ffp-contract=off (no fused multiply-add). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coco.h"
+
+/* interp_fast.c */
+double exec_round(Type t, double x);
+typedef void (*RangeFn)(void *ctx, long lo, long hi);
+void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
+void global_iter_seek(GlobalIter *it, long local);
+int exec_threads(const Exec *e, long count);
 
 /* ---- helpers ---- */
 
@@ -109,50 +118,6 @@ static double reduce_identity(RedOp r)
     }
 }
 
-/* Runs fn(ctx, lo, hi) over [0, n) cut into nthreads contiguous ranges. */
-typedef void (*RangeFn)(void *ctx, long lo, long hi);
-typedef struct {
-    RangeFn fn;
-    void *ctx;
-    long lo, hi;
-} RangeTask;
-
-static void *range_thread(void *arg)
-{
-    RangeTask *t = arg;
-    t->fn(t->ctx, t->lo, t->hi);
-    return NULL;
-}
-
-static void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx)
-{
-    if (nthreads > n)
-        nthreads = (int)n;
-    if (nthreads <= 1) {
-        if (n > 0)
-            fn(ctx, 0, n);
-        return;
-    }
-    RangeTask *task = xcalloc((size_t)nthreads, sizeof *task);
-    pthread_t *tid = xcalloc((size_t)nthreads, sizeof *tid);
-    int *started = xcalloc((size_t)nthreads, sizeof *started);
-    for (int t = 0; t < nthreads; t++) {
-        task[t] = (RangeTask){fn, ctx, n * t / nthreads, n * (t + 1) / nthreads};
-        if (t > 0)
-            started[t] = pthread_create(&tid[t], NULL, range_thread, &task[t]) == 0;
-    }
-    range_thread(&task[0]);
-    for (int t = 1; t < nthreads; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            range_thread(&task[t]); /* no thread to spare: same result */
-    }
-    free(task);
-    free(tid);
-    free(started);
-}
-
 /* ---- pointwise ---- */
 
 static double unary_value(Op op, double x)
@@ -180,16 +145,6 @@ static double binary_value(Op op, double a, double b)
     }
 }
 
-/* Pointwise work on large tensors is cut into ranges over e->nthreads
- * threads; each element is computed by one thread, so results do not
- * depend on the thread count. */
-enum { PARALLEL_MIN = 1 << 16 };
-
-static int threads_for(const Exec *e, long count)
-{
-    return count >= PARALLEL_MIN ? e->nthreads : 1;
-}
-
 typedef struct {
     const Node *n;
     const double *x;
@@ -204,7 +159,7 @@ static void unary_range(void *ctx, long lo, long hi)
 {
     const UnaryJob *j = ctx;
     for (long i = lo; i < hi; i++)
-        j->y[i] = type_round(j->n->type, unary_value(j->n->op, j->x[i]));
+        j->y[i] = exec_round(j->n->type, unary_value(j->n->op, j->x[i]));
 }
 
 static void eval_unary(Exec *e, const Node *n, int rank)
@@ -213,7 +168,7 @@ static void eval_unary(Exec *e, const Node *n, int rank)
     const double *x = input_data(e, n, 0, rank, &count);
     ASSERT(count == local_count(e->prog, n, rank));
     UnaryJob j = {n, x, exec_alloc(e, n->id, rank, count), 0, 0, e->prog, rank};
-    parallel_ranges(threads_for(e, count), count, unary_range, &j);
+    parallel_ranges(exec_threads(e, count), count, unary_range, &j);
 }
 
 /* The logical index of local element lo, then an odometer from there. */
@@ -223,17 +178,10 @@ static void dropout_range(void *ctx, long lo, long hi)
     double p = j->n->value;
     GlobalIter it;
     global_iter_start(&it, j->p, j->n, j->rank);
-    long rest = lo, stride = 1;
-    for (int d = it.ndim - 1; d >= 0; d--) { /* jump the iterator to lo */
-        long c = rest % it.shape[d];
-        rest /= it.shape[d];
-        it.idx[d] = c;
-        it.gidx += c * it.stride[d];
-        stride *= it.shape[d];
-    }
+    global_iter_seek(&it, lo);
     for (long i = lo; i < hi; i++, global_iter_next(&it)) {
         int keep = rng_uniform(j->seed, j->stream, (uint64_t)it.gidx) >= p;
-        j->y[i] = keep ? type_round(j->n->type, j->x[i] / (1.0 - p)) : 0.0;
+        j->y[i] = keep ? exec_round(j->n->type, j->x[i] / (1.0 - p)) : 0.0;
     }
 }
 
@@ -244,21 +192,28 @@ static void eval_dropout(Exec *e, const Node *n, int rank)
     ASSERT(count == local_count(e->prog, n, rank));
     UnaryJob j = {n, x, exec_alloc(e, n->id, rank, count), e->seed,
                   (UINT64_C(1) << 63) | (uint64_t)n->dropout_id, e->prog, rank};
-    parallel_ranges(threads_for(e, count), count, dropout_range, &j);
+    parallel_ranges(exec_threads(e, count), count, dropout_range, &j);
 }
 
 /* Slice: the input holds the whole logical tensor; keep this rank's part. */
+static void slice_copy_range(void *ctx, long lo, long hi)
+{
+    const UnaryJob *j = ctx;
+    GlobalIter it;
+    global_iter_start(&it, j->p, j->n, j->rank);
+    global_iter_seek(&it, lo);
+    for (long i = lo; i < hi; i++, global_iter_next(&it))
+        j->y[i] = exec_round(j->n->type, j->x[it.gidx]);
+}
+
 static void eval_slice(Exec *e, const Node *n, int rank)
 {
     long in_count;
     const double *x = input_data(e, n, 0, rank, &in_count);
     ASSERT(in_count == logical_count(n));
     long count = local_count(e->prog, n, rank);
-    double *y = exec_alloc(e, n->id, rank, count);
-    GlobalIter it;
-    global_iter_start(&it, e->prog, n, rank);
-    for (long i = 0; i < count; i++, global_iter_next(&it))
-        y[i] = type_round(n->type, x[it.gidx]);
+    UnaryJob j = {n, x, exec_alloc(e, n->id, rank, count), 0, 0, e->prog, rank};
+    parallel_ranges(exec_threads(e, count), count, slice_copy_range, &j);
 }
 
 typedef struct {
@@ -283,7 +238,7 @@ static void binary_range(void *ctx, long lo, long hi)
         ob += idx[d] * j->sb[d];
     }
     for (long i = lo; i < hi; i++) {
-        j->y[i] = type_round(j->n->type, binary_value(j->n->op, j->a[oa], j->b[ob]));
+        j->y[i] = exec_round(j->n->type, binary_value(j->n->op, j->a[oa], j->b[ob]));
         for (int d = j->nd - 1; d >= 0; d--) {
             idx[d]++;
             oa += j->sa[d];
@@ -314,7 +269,7 @@ static void eval_binary(Exec *e, const Node *n, int rank)
     j.ob = operand_walk(p, n, nb, rank, 0, j.sb);
     long count = shape_count(j.os, j.nd);
     j.y = exec_alloc(e, n->id, rank, count);
-    parallel_ranges(threads_for(e, count), count, binary_range, &j);
+    parallel_ranges(exec_threads(e, count), count, binary_range, &j);
 }
 
 void eval_pointwise(Exec *e, const Node *n, int rank)
@@ -331,125 +286,219 @@ void eval_pointwise(Exec *e, const Node *n, int rank)
 
 /* ---- MatMul ---- */
 
-/* Register block of the kernels: MR rows by NR columns of the output. */
-enum { MR = 4, NR = 8, ROW_CHUNK = 16 /* micro-rows per cache block of A */ };
+/* A block of the output is MR rows by NR columns: MR rows of A, packed
+ * k-major ([k][MR]), times a panel of NR columns of B, packed [k][NR]. The
+ * kernels keep the block's sums in vector registers; a lane does exactly
+ * the scalar steps (product rounded, then sum rounded: no fused
+ * multiply-add), so every element is the same whatever the vector width.
+ * Each kernel is built plain and for AVX2 and AVX-512 (x86-64, chosen by
+ * the CPU at run time). */
+enum { MR = 8, NR = 16, ROW_CHUNK = 8 /* micro-rows per cache block of A */ };
+
+typedef float VecF __attribute__((vector_size(NR * sizeof(float))));       /* a block row */
+typedef double VecD __attribute__((vector_size(NR / 2 * sizeof(double)))); /* half of one */
+
+/* out[r][j] = sum over k, in order, of a[k][r] * b[k][j], in float; one
+ * named accumulator per row, so that all stay in registers. */
+static inline __attribute__((always_inline)) void block_f32(const float *a, const float *b,
+                                                            long K, float *out)
+{
+    _Static_assert(MR == 8, "block_f32 has MR accumulators");
+    VecF c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+    for (long k = 0; k < K; k++, a += MR, b += NR) {
+        VecF bk;
+        memcpy(&bk, b, sizeof bk);
+        c0 += a[0] * bk;
+        c1 += a[1] * bk;
+        c2 += a[2] * bk;
+        c3 += a[3] * bk;
+        c4 += a[4] * bk;
+        c5 += a[5] * bk;
+        c6 += a[6] * bk;
+        c7 += a[7] * bk;
+    }
+    VecF c[MR] = {c0, c1, c2, c3, c4, c5, c6, c7};
+    memcpy(out, c, sizeof c);
+}
+
+/* The same in double, a row in two vectors. */
+static inline __attribute__((always_inline)) void block_f64(const double *a, const double *b,
+                                                            long K, double *out)
+{
+    VecD c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0}, c40 = {0}, c50 = {0}, c60 = {0}, c70 = {0};
+    VecD c01 = {0}, c11 = {0}, c21 = {0}, c31 = {0}, c41 = {0}, c51 = {0}, c61 = {0}, c71 = {0};
+    for (long k = 0; k < K; k++, a += MR, b += NR) {
+        VecD b0, b1;
+        memcpy(&b0, b, sizeof b0);
+        memcpy(&b1, b + NR / 2, sizeof b1);
+        c00 += a[0] * b0;
+        c01 += a[0] * b1;
+        c10 += a[1] * b0;
+        c11 += a[1] * b1;
+        c20 += a[2] * b0;
+        c21 += a[2] * b1;
+        c30 += a[3] * b0;
+        c31 += a[3] * b1;
+        c40 += a[4] * b0;
+        c41 += a[4] * b1;
+        c50 += a[5] * b0;
+        c51 += a[5] * b1;
+        c60 += a[6] * b0;
+        c61 += a[6] * b1;
+        c70 += a[7] * b0;
+        c71 += a[7] * b1;
+    }
+    VecD c[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31,
+                      c40, c41, c50, c51, c60, c61, c70, c71};
+    memcpy(out, c, sizeof c);
+}
+
+typedef void (*BlockF32)(const float *, const float *, long, float *);
+typedef void (*BlockF64)(const double *, const double *, long, double *);
+
+#define BLOCK_KERNELS(suffix, attr)                                                         \
+    attr static void block_f32_##suffix(const float *a, const float *b, long K, float *out) \
+    {                                                                                       \
+        block_f32(a, b, K, out);                                                            \
+    }                                                                                       \
+    attr static void block_f64_##suffix(const double *a, const double *b, long K,           \
+                                        double *out)                                        \
+    {                                                                                       \
+        block_f64(a, b, K, out);                                                            \
+    }
+
+BLOCK_KERNELS(plain, )
+#if defined(__x86_64__)
+BLOCK_KERNELS(avx2, __attribute__((target("avx2"))))
+BLOCK_KERNELS(avx512, __attribute__((target("avx512f"))))
+#endif
+
+/* The widest kernels this CPU runs. */
+static void pick_kernels(BlockF32 *f32, BlockF64 *f64)
+{
+    *f32 = block_f32_plain;
+    *f64 = block_f64_plain;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        *f32 = block_f32_avx512;
+        *f64 = block_f64_avx512;
+    } else if (__builtin_cpu_supports("avx2")) {
+        *f32 = block_f32_avx2;
+        *f64 = block_f64_avx2;
+    }
+#endif
+}
 
 /* Operands are packed once per call, as float (FP16/BF16/FP32 outputs) or
- * as double (FP64): A as Mp x K rows per matrix (zero rows pad M to a
- * multiple of MR), B as column panels of K x NR (zero columns pad N). */
+ * as double (FP64): A in blocks of MR rows ([matrix][block][k][MR], zero
+ * rows pad M), B in panels of NR columns ([matrix][panel][k][NR], zero
+ * columns pad N). */
 typedef struct {
     const float *a, *b;      /* float packing, or NULL */
     const double *a64, *b64; /* double packing, or NULL */
+    BlockF32 f32;
+    BlockF64 f64;
     const long *amap, *bmap; /* output batch -> a / b matrix */
-    long M, K, N, Mp, npanel;
+    long M, K, N, nblock, npanel;
     Type type;
     double *out;
 } MatmulJob;
 
-/* acc[r][j] = sum over k, in order, of a[r][k] * b[k][j], in float. */
-static void kernel_f32(const float *a, long K, const float *bp, double acc[MR][NR])
+/* One MR x NR block: rows from i0, columns of panel pnl, of one batch. */
+static void matmul_tile(const MatmulJob *j, long batch, long i0, long pnl, const void *a,
+                        const void *b)
 {
-    float c[MR][NR];
-    memset(c, 0, sizeof c);
-    for (long k = 0; k < K; k++) {
-        const float *b = bp + k * NR;
-        for (int r = 0; r < MR; r++) {
-            float av = a[r * K + k];
-            for (int j = 0; j < NR; j++)
-                c[r][j] += av * b[j];
-        }
-    }
-    for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NR; j++)
-            acc[r][j] = c[r][j];
-}
-
-/* The same in double. */
-static void kernel_f64(const double *a, long K, const double *bp, double acc[MR][NR])
-{
-    double c[MR][NR];
-    memset(c, 0, sizeof c);
-    for (long k = 0; k < K; k++) {
-        const double *b = bp + k * NR;
-        for (int r = 0; r < MR; r++) {
-            double av = a[r * K + k];
-            for (int j = 0; j < NR; j++)
-                c[r][j] += av * b[j];
-        }
-    }
-    memcpy(acc, c, sizeof c);
-}
-
-static void matmul_store(const MatmulJob *j, long batch, long i0, long panel, double acc[MR][NR])
-{
-    long j0 = panel * NR;
+    float f[MR * NR];
+    double d[MR * NR];
+    if (j->a)
+        j->f32(a, b, j->K, f);
+    else
+        j->f64(a, b, j->K, d);
+    long j0 = pnl * NR;
     for (int r = 0; r < MR && i0 + r < j->M; r++) {
         double *row = j->out + (batch * j->M + i0 + r) * j->N;
         for (int c = 0; c < NR && j0 + c < j->N; c++)
-            row[j0 + c] = type_round(j->type, acc[r][c]);
+            row[j0 + c] = exec_round(j->type, j->a ? (double)f[r * NR + c] : d[r * NR + c]);
     }
 }
 
-/* One block of micro-rows [u0, u1) of one batch, panel by panel, so that a
- * B panel stays in L1 while the block of A stays in L2. */
-static void matmul_block(const MatmulJob *j, long batch, long u0, long u1)
+/* Row blocks [u0, u1) of one batch, panel by panel, so that a B panel is
+ * read from cache by every row block. */
+static void matmul_rows(const MatmulJob *j, long batch, long u0, long u1)
 {
-    long amat = j->amap[batch] * j->Mp * j->K, bmat = j->bmap[batch] * j->npanel * j->K * NR;
-    double acc[MR][NR];
+    long K = j->K, amat = j->amap[batch] * j->nblock, bmat = j->bmap[batch] * j->npanel;
     for (long pnl = 0; pnl < j->npanel; pnl++) {
-        long boff = bmat + pnl * j->K * NR;
+        long boff = (bmat + pnl) * K * NR;
         for (long u = u0; u < u1; u++) {
-            long aoff = amat + u * MR * j->K;
+            long aoff = (amat + u) * K * MR;
             if (j->a)
-                kernel_f32(j->a + aoff, j->K, j->b + boff, acc);
+                matmul_tile(j, batch, u * MR, pnl, j->a + aoff, j->b + boff);
             else
-                kernel_f64(j->a64 + aoff, j->K, j->b64 + boff, acc);
-            matmul_store(j, batch, u * MR, pnl, acc);
+                matmul_tile(j, batch, u * MR, pnl, j->a64 + aoff, j->b64 + boff);
         }
     }
 }
 
-/* Work units are micro-rows (MR output rows of one batch). */
+/* Work units are row blocks (MR output rows of one batch). */
 static void matmul_range(void *ctx, long lo, long hi)
 {
     const MatmulJob *j = ctx;
-    long per = j->Mp / MR;
     while (lo < hi) {
-        long batch = lo / per, u0 = lo % per;
+        long batch = lo / j->nblock, u0 = lo % j->nblock;
         long u1 = u0 + ROW_CHUNK;
-        if (u1 > per)
-            u1 = per;
+        if (u1 > j->nblock)
+            u1 = j->nblock;
         if (u1 - u0 > hi - lo)
             u1 = u0 + (hi - lo);
-        matmul_block(j, batch, u0, u1);
+        matmul_rows(j, batch, u0, u1);
         lo += u1 - u0;
     }
 }
 
-/* Packed A (see MatmulJob) into f or d, whichever is not NULL. */
-static void pack_a(const double *a, long nmat, long M, long K, long Mp, float *f, double *d)
+/* Packing: src holds nmat row-major matrices of rows x cols; the packed
+ * copy goes to f or d, whichever is not NULL. */
+typedef struct {
+    const double *src;
+    long rows, cols, nblock;
+    float *f;
+    double *d;
+} Pack;
+
+static void pack_put(const Pack *pk, long to, double v)
 {
-    for (long m = 0; m < nmat; m++)
-        for (long i = 0; i < M * K; i++) {
-            if (f)
-                f[m * Mp * K + i] = (float)a[m * M * K + i];
-            else
-                d[m * Mp * K + i] = a[m * M * K + i];
-        }
+    if (pk->f)
+        pk->f[to] = (float)v;
+    else
+        pk->d[to] = v;
 }
 
-/* Packed B (see MatmulJob) into f or d, whichever is not NULL. */
-static void pack_b(const double *b, long nmat, long K, long N, long npanel, float *f, double *d)
+/* A: units are (matrix, block of MR rows) */
+static void pack_a_range(void *ctx, long lo, long hi)
 {
-    for (long m = 0; m < nmat; m++)
+    const Pack *pk = ctx;
+    long M = pk->rows, K = pk->cols;
+    for (long t = lo; t < hi; t++) {
+        const double *m = pk->src + t / pk->nblock * M * K;
+        long i0 = t % pk->nblock * MR;
         for (long k = 0; k < K; k++)
-            for (long c = 0; c < N; c++) {
-                long to = ((m * npanel + c / NR) * K + k) * NR + c % NR;
-                if (f)
-                    f[to] = (float)b[(m * K + k) * N + c];
-                else
-                    d[to] = b[(m * K + k) * N + c];
-            }
+            for (int r = 0; r < MR; r++)
+                pack_put(pk, (t * K + k) * MR + r, i0 + r < M ? m[(i0 + r) * K + k] : 0.0);
+    }
+}
+
+/* B: units are (matrix, row k) */
+static void pack_b_range(void *ctx, long lo, long hi)
+{
+    const Pack *pk = ctx;
+    long K = pk->rows, N = pk->cols;
+    for (long t = lo; t < hi; t++) {
+        long mat = t / K, k = t % K;
+        const double *row = pk->src + t * N;
+        for (long c = 0; c < pk->nblock * NR; c++)
+            pack_put(pk, ((mat * pk->nblock + c / NR) * K + k) * NR + c % NR,
+                     c < N ? row[c] : 0.0);
+    }
 }
 
 /* map[t] = index of the matrix of operand x used by output batch t. */
@@ -474,10 +523,15 @@ static long *batch_map(const Program *p, const Node *n, const Node *x, int rank,
     return map;
 }
 
-/* Zeroed room for n elements of float (f64 == 0) or double. */
-static void *zeroed(long n, int f64)
+/* A new float or double buffer of size elements, filled by fn (pack_a_range
+ * or pack_b_range) over units. */
+static void *pack(const Exec *e, RangeFn fn, Pack pk, long units, long size, int f64)
 {
-    return xcalloc((size_t)(n > 0 ? n : 1), f64 ? sizeof(double) : sizeof(float));
+    void *buf = xmalloc((size_t)(size > 0 ? size : 1) * (f64 ? sizeof(double) : sizeof(float)));
+    pk.f = f64 ? NULL : buf;
+    pk.d = f64 ? buf : NULL;
+    parallel_ranges(exec_threads(e, size), units, fn, &pk);
+    return buf;
 }
 
 void eval_matmul(Exec *e, const Node *n, int rank)
@@ -497,7 +551,7 @@ void eval_matmul(Exec *e, const Node *n, int rank)
     j.M = as[na->ndim - 2];
     j.K = as[na->ndim - 1];
     j.N = bs[nb->ndim - 1];
-    j.Mp = (j.M + MR - 1) / MR * MR;
+    j.nblock = (j.M + MR - 1) / MR;
     j.npanel = (j.N + NR - 1) / NR;
     j.type = n->type;
     ASSERT(bs[nb->ndim - 2] == j.K && os[obd] == j.M && os[obd + 1] == j.N);
@@ -509,9 +563,14 @@ void eval_matmul(Exec *e, const Node *n, int rank)
     j.amap = amap;
     j.bmap = bmap;
     j.out = exec_alloc(e, n->id, rank, nbatch * j.M * j.N);
+    pick_kernels(&j.f32, &j.f64);
 
     int f64 = n->type == T_FP64;
-    void *pa = zeroed(na_mat * j.Mp * j.K, f64), *pb = zeroed(nb_mat * j.npanel * j.K * NR, f64);
+    long asize = na_mat * j.nblock * MR * j.K, bsize = nb_mat * j.npanel * NR * j.K;
+    void *pa = pack(e, pack_a_range, (Pack){a, j.M, j.K, j.nblock, NULL, NULL}, na_mat * j.nblock,
+                    asize, f64);
+    void *pb = pack(e, pack_b_range, (Pack){b, j.K, j.N, j.npanel, NULL, NULL}, nb_mat * j.K, bsize,
+                    f64);
     if (f64) {
         j.a64 = pa;
         j.b64 = pb;
@@ -519,10 +578,8 @@ void eval_matmul(Exec *e, const Node *n, int rank)
         j.a = pa;
         j.b = pb;
     }
-    pack_a(a, na_mat, j.M, j.K, j.Mp, f64 ? NULL : pa, f64 ? pa : NULL);
-    pack_b(b, nb_mat, j.K, j.N, j.npanel, f64 ? NULL : pb, f64 ? pb : NULL);
     if (j.N > 0)
-        parallel_ranges(e->nthreads, nbatch * (j.Mp / MR), matmul_range, &j);
+        parallel_ranges(e->nthreads, nbatch * j.nblock, matmul_range, &j);
     free(pa);
     free(pb);
     free(amap);
@@ -579,7 +636,7 @@ static void conv_range(void *ctx, long lo, long hi)
             }
             double *orow = j->out + ((img * j->K + k) * j->OH + oh) * j->OW;
             for (long ow = 0; ow < j->OW; ow++)
-                orow[ow] = type_round(j->type, (double)acc[ow]);
+                orow[ow] = exec_round(j->type, (double)acc[ow]);
         }
     }
     free(acc);
@@ -679,6 +736,6 @@ void eval_reduction(Exec *e, const Node *n, int rank)
                 yo[i] = squares ? yo[i] + xa[i] * xa[i] : reduce_step(n->redop, yo[i], xa[i]);
         }
         for (long i = 0; i < inner; i++)
-            yo[i] = type_round(n->type, norm ? sqrt(yo[i]) : yo[i]);
+            yo[i] = exec_round(n->type, norm ? sqrt(yo[i]) : yo[i]);
     }
 }

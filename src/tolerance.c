@@ -2,10 +2,18 @@
  * schedule comparison of the CPU backend (api_sched.c) and by the CUDA
  * backend's check of GPU results (cuda_rank.c): an element is judged by its
  * distance to an FP64 evaluation of the program (program_exact), against
- * what rounding in the value's own type can explain. */
+ * what rounding in the value's own type can explain. value_error looks at
+ * large values by element ranges over threads. */
 #include "coco.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+/* interp_fast.c */
+typedef void (*RangeFn)(void *ctx, long lo, long hi);
+void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
+void global_iter_seek(GlobalIter *it, long local);
+int exec_threads(const Exec *e, long count);
 
 double type_ulp(Type t, double v)
 {
@@ -19,25 +27,74 @@ double type_ulp(Type t, double v)
     return ldexp(1.0, e - bits[t]);
 }
 
+/* value_error over one rank's elements, cut into chunks over threads; each
+ * chunk's largest distance and magnitude, then the largest of those (the
+ * same numbers whatever the cut). */
+typedef struct {
+    const Program *p;
+    Exec *x64;
+    const Node *n, *x;
+    int rank;
+    const double *data;
+    const double *exact; /* x's data on rank, when laid out as n; else NULL */
+    long count, nchunk;
+    double *worst, *scale; /* per chunk */
+} ErrorJob;
+
+static void error_chunks(void *ctx, long lo, long hi)
+{
+    const ErrorJob *j = ctx;
+    for (long t = lo; t < hi; t++) {
+        long from = j->count * t / j->nchunk, to = j->count * (t + 1) / j->nchunk;
+        double worst = 0, scale = 0;
+        GlobalIter it;
+        global_iter_start(&it, j->p, j->n, j->rank);
+        global_iter_seek(&it, from);
+        for (long i = from; i < to; i++, global_iter_next(&it)) {
+            double exact = j->exact ? j->exact[i] : exec_value_at(j->x64, j->x, j->rank, it.gidx);
+            double d = fabs(j->data[i] - exact);
+            if (d > worst && !isnan(d))
+                worst = d;
+            if (fabs(exact) > scale && isfinite(exact))
+                scale = fabs(exact);
+        }
+        j->worst[t] = worst;
+        j->scale[t] = scale;
+    }
+}
+
+static int same_place(const Node *a, const Node *b)
+{
+    if (a->ndim != b->ndim || !layout_equal(a->layout, b->layout) || a->group != b->group)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dim[d].n != b->dim[d].n)
+            return 0;
+    return 1;
+}
+
 double value_error(Exec *e, int id, Exec *x64, int xid, double *scale)
 {
     Program *p = e->prog;
     Node *n = node_of(p, id), *x = node_of(x64->prog, xid);
+    int direct = same_place(n, x) && p->nranks == x64->prog->nranks;
     double worst = 0;
     *scale = 0;
     for (int rank = 0; rank < p->nranks; rank++) {
-        GlobalIter it;
         long count;
-        double *data = exec_data(e, id, rank, &count);
-        global_iter_start(&it, p, n, rank);
-        for (long i = 0; i < count; i++, global_iter_next(&it)) {
-            double exact = exec_value_at(x64, x, rank, it.gidx);
-            double d = fabs(data[i] - exact);
-            if (d > worst && !isnan(d))
-                worst = d;
-            if (fabs(exact) > *scale && isfinite(exact))
-                *scale = fabs(exact);
+        ErrorJob j = {p, x64, n, x, rank, exec_data(e, id, rank, &count), NULL, 0, 0, NULL, NULL};
+        j.exact = direct ? exec_data(x64, xid, rank, NULL) : NULL;
+        j.count = count;
+        j.nchunk = exec_threads(e, count);
+        j.worst = xcalloc((size_t)j.nchunk, sizeof *j.worst);
+        j.scale = xcalloc((size_t)j.nchunk, sizeof *j.scale);
+        parallel_ranges(e->nthreads, j.nchunk, error_chunks, &j);
+        for (long t = 0; t < j.nchunk; t++) {
+            worst = fmax(worst, j.worst[t]);
+            *scale = fmax(*scale, j.scale[t]);
         }
+        free(j.worst);
+        free(j.scale);
     }
     return worst;
 }
