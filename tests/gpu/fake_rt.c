@@ -90,8 +90,13 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
     }
     void *in[256] = {0};
     char msg[256] = "";
-    coco_cuda_ctx ctx = {rt->rank, rt->nranks, rt->group_size, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                         msg, sizeof msg};
+    coco_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.rank = rt->rank;
+    ctx.nranks = rt->nranks;
+    ctx.group_size = rt->group_size;
+    ctx.err = msg;
+    ctx.errlen = sizeof msg;
     coco_cuda_args args = {in, v->scalar, v->output, v->size, v->seed};
     copy_in(v, in);
     int rc = run(&ctx, &args);
