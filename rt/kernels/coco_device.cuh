@@ -246,7 +246,11 @@ __global__ void coco_reduce_kernel(const void *in, int tin, void *out, int tout,
     }
 }
 
-// ---- Conv2D: one thread per output, accumulated in order c, r, s ----
+// ---- Conv2D ----
+// The direct kernel: one thread per output, accumulated in order c, r, s as
+// the CPU does (its FP32 and FP64 results are the CPU's bit for bit). Slow:
+// coco_conv2d uses it only where the implicit GEMM of coco_conv.cuh does not
+// apply (indices beyond 32 bits, FP16/BF16 built for a GPU before sm_80).
 __global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t, long N, long C,
                                    long H, long W, long K, long R, long S, long OH, long OW,
                                    int stride, int pad)
@@ -274,15 +278,21 @@ __global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t,
     }
 }
 
-// Conv2D of x [N,C,H,W] by w [K,C,R,S] into y [N,K,OH,OW] on ctx's stream.
+#include "coco_conv.cuh"
+
+// Conv2D of x [N,C,H,W] by w [K,C,R,S] into y [N,K,OH,OW] on ctx's stream:
+// an implicit GEMM (coco_conv.cuh), else the direct kernel.
 static inline int coco_conv2d(coco_cuda_ctx *ctx, int line, const void *x, const void *w, void *y,
                               int t, long N, long C, long H, long W, long K, long R, long S,
                               long OH, long OW, int stride, int pad)
 {
     cudaStream_t st = (cudaStream_t)ctx->stream;
     long n = N * K * OH * OW;
-    coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(x, w, y, t, N, C, H, W, K, R, S, OH, OW,
-                                                     stride, pad);
+    if (n <= 0)
+        return 0;
+    if (!coco_conv_igemm(st, x, w, y, t, N, C, H, W, K, R, S, OH, OW, stride, pad, -1))
+        coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(x, w, y, t, N, C, H, W, K, R, S, OH,
+                                                         OW, stride, pad);
     COCO_LAUNCHED(ctx, "Conv2D", line);
     return 0;
 }
