@@ -61,7 +61,8 @@ struct Shape {
     double flops() const { return 2.0 * out() * C * R * S; }
 };
 
-__global__ void fill_kernel(void *p, int t, long n, unsigned long long seed, unsigned long long stream)
+__global__ void fill_kernel(void *p, int t, long n, unsigned long long seed,
+                            unsigned long long stream)
 {
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
          e += (long)gridDim.x * blockDim.x)
