@@ -413,6 +413,15 @@ double reduce_step(RedOp r, double acc, double x); /* acc (op) x; NaN propagates
 /* ---- interp_comm.c: communication across simulated ranks ---- */
 void eval_comm(Exec *e, const Node *n);
 
+/* ---- interp_fast.c: exact fast rounding and threads of the executor ---- */
+double exec_round(Type t, double x);            /* type_round's bits, faster */
+uint16_t exec_bits16(Type t, double x);         /* FP16/BF16 bits of x */
+double exec_value16(Type t, uint16_t h);        /* the value of FP16/BF16 bits */
+typedef void (*RangeFn)(void *ctx, long lo, long hi);
+void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx); /* fn over [0,n) split */
+void global_iter_seek(GlobalIter *it, long local); /* jump to a local element */
+int exec_threads(const Exec *e, long count);    /* threads worth using for count */
+
 /* ---- tolerance.c: is a value right, judged against an FP64 evaluation ---- */
 /* What a value's elements are allowed: see within_tolerance. */
 typedef struct {

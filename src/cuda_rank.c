@@ -72,9 +72,6 @@ int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t er
 
 /* ---- element types (the executor's fast conversions, interp_fast.c) ---- */
 
-uint16_t exec_bits16(Type t, double x);
-double exec_value16(Type t, uint16_t h);
-
 static void to_type(Type t, const double *x, long n, void *out)
 {
     for (long i = 0; i < n; i++) {

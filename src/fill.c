@@ -20,13 +20,6 @@
  * depends only on its index). */
 #include "coco.h"
 
-/* interp_fast.c */
-double exec_round(Type t, double x);
-typedef void (*RangeFn)(void *ctx, long lo, long hi);
-void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
-void global_iter_seek(GlobalIter *it, long local);
-int exec_threads(const Exec *e, long count);
-
 /* The type the data is drawn in: the declared one, even in an FP64 program. */
 static Type data_type(const Node *n)
 {

@@ -132,7 +132,6 @@ double exec_value16(Type t, uint16_t h)
 
 /* ---- threads ---- */
 
-typedef void (*RangeFn)(void *ctx, long lo, long hi);
 typedef struct {
     RangeFn fn;
     void *ctx;

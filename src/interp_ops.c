@@ -32,13 +32,6 @@
 
 #include "coco.h"
 
-/* interp_fast.c */
-double exec_round(Type t, double x);
-typedef void (*RangeFn)(void *ctx, long lo, long hi);
-void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
-void global_iter_seek(GlobalIter *it, long local);
-int exec_threads(const Exec *e, long count);
-
 /* ---- helpers ---- */
 
 static long shape_count(const long *shape, int ndim)

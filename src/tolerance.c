@@ -9,12 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* interp_fast.c */
-typedef void (*RangeFn)(void *ctx, long lo, long hi);
-void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx);
-void global_iter_seek(GlobalIter *it, long local);
-int exec_threads(const Exec *e, long count);
-
 double type_ulp(Type t, double v)
 {
     static const int bits[NTYPE] = {[T_FP16] = 11, [T_BF16] = 8, [T_FP32] = 24, [T_FP64] = 53};
