@@ -321,6 +321,7 @@ void slice_range(long n, long parts, long idx, long *lo, long *hi);
 /* the shape one rank holds, and where it starts in the logical tensor */
 void local_shape(const Program *p, const Node *n, int rank, long *shape, long *offset);
 long local_count(const Program *p, const Node *n, int rank);
+int same_place(const Node *a, const Node *b); /* the same local part on every rank */
 /* Walks one rank's local elements in local row-major order, giving each
  * one's row-major index in the node's logical shape (added for fill.c,
  * dropout and the collectives). */

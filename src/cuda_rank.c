@@ -106,11 +106,6 @@ static uint64_t bits_of(Type t, double x)
 
 /* ---- values in a variant's local layout ---- */
 
-static int same_place(const Node *a, const Node *b)
-{
-    return layout_equal(a->layout, b->layout) && a->group == b->group && a->ndim == b->ndim;
-}
-
 /* Rank's local elements of node vn (of variant program vp) taken from
  * node id of the run e, which may lay the value out differently (asSlice
  * stores a Replicated tensor Sliced): a pointer into e when the layouts

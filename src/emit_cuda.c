@@ -259,6 +259,16 @@ void emit_value_statement(Emitter *e, int seg, const Node *n)
     fprintf(e->o, ", %s);\n", emit_tname[n->type]);
 }
 
+/* Appends id to ids[0..n) unless it is there; the new count. */
+int emit_add_once(int *ids, int n, int id)
+{
+    for (int j = 0; j < n; j++)
+        if (ids[j] == id)
+            return n;
+    ids[n] = id;
+    return n + 1;
+}
+
 /* Inputs of segment seg read from memory or passed as scalars. */
 static int segment_inputs(Emitter *e, int seg, int *ids)
 {
@@ -273,11 +283,7 @@ static int segment_inputs(Emitter *e, int seg, int *ids)
             Node *xn = node_of(p, x);
             if (e->segment[x] == seg || xn->op == O_CONST || (m->op == O_UPDATE && k == 0))
                 continue;
-            int seen = 0;
-            for (int j = 0; j < n; j++)
-                seen |= ids[j] == x;
-            if (!seen)
-                ids[n++] = x;
+            n = emit_add_once(ids, n, x);
         }
     }
     return n;

@@ -23,6 +23,7 @@ typedef struct {
 extern const char *const emit_tname[NTYPE];
 
 int emit_is_elementwise(const Node *n);
+int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */
 int emit_same_local_shape(const Node *a, const Node *b);
 /* r<id> = the value of elementwise node n (a statement inside the v loop) */
 void emit_value_statement(Emitter *e, int seg, const Node *n);

@@ -173,11 +173,7 @@ static int outside_inputs(Emitter *e, const Lsa *l, int *ids)
             int x = m->in[j];
             if (is_member(l, x) || node_of(p, x)->op == O_CONST || (m->op == O_UPDATE && j == 0))
                 continue;
-            int seen = 0;
-            for (int q = 0; q < n; q++)
-                seen |= ids[q] == x;
-            if (!seen)
-                ids[n++] = x;
+            n = emit_add_once(ids, n, x);
         }
     }
     return n;
@@ -245,6 +241,17 @@ static int needs_coords(Emitter *e, const Lsa *l, const int *ins, int nin)
         if (node_of(e->p, l->m[k])->op == O_DROPOUT && node_of(e->p, l->m[k])->ndim)
             return 1;
     return 0;
+}
+
+/* What the kernel and its launch both need: fusion f's plan, the operands
+ * read from outside (*ins, freed by the caller with l->m) and which are flat. */
+static int prepare(Emitter *e, int f, Lsa *l, int **ins)
+{
+    plan(e, f, l);
+    *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+    int nin = outside_inputs(e, l, *ins);
+    mark_flat(e, l, *ins, nin);
+    return nin;
 }
 
 /* ---- the kernel ---- */
@@ -374,10 +381,8 @@ void lsa_emit_kernel(Emitter *e, int f)
     Program *p = e->p;
     FILE *o = e->o;
     Lsa l;
-    plan(e, f, &l);
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
-    int nin = outside_inputs(e, &l, ins);
-    mark_flat(e, &l, ins, nin);
+    int *ins;
+    int nin = prepare(e, f, &l, &ins);
     int *saved = xmalloc((size_t)l.nm * sizeof(int));
     for (int k = 0; k < l.nm; k++) {
         saved[k] = e->segment[l.m[k]];
@@ -505,10 +510,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     Program *p = e->p;
     FILE *o = e->o;
     Lsa l;
-    plan(e, f, &l);
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
-    int nin = outside_inputs(e, &l, ins);
-    mark_flat(e, &l, ins, nin);
+    int *ins;
+    int nin = prepare(e, f, &l, &ins);
     Node *rs = node_of(p, l.rs);
     int vmax = widest(e, &l, ins, nin), one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);

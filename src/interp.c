@@ -204,16 +204,6 @@ static void release_after(Exec *e, const int *last, int i)
     }
 }
 
-static int same_place(const Node *a, const Node *b)
-{
-    if (a->ndim != b->ndim || !layout_equal(a->layout, b->layout) || a->group != b->group)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->dim[d].n != b->dim[d].n)
-            return 0;
-    return 1;
-}
-
 /* An input of pointwise node n whose buffers n may write its value over
  * (n is its last reader, it may be freed, and it has n's shape and layout,
  * so that element i of n reads element i of it), or -1. */

@@ -97,3 +97,14 @@ void global_iter_next(GlobalIter *it)
         it->idx[i] = 0;
     }
 }
+
+/* Do a and b lie alike on every rank (same dims, layout and group)? */
+int same_place(const Node *a, const Node *b)
+{
+    if (a->ndim != b->ndim || !layout_equal(a->layout, b->layout) || a->group != b->group)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dim[d].n != b->dim[d].n)
+            return 0;
+    return 1;
+}

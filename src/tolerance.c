@@ -57,16 +57,6 @@ static void error_chunks(void *ctx, long lo, long hi)
     }
 }
 
-static int same_place(const Node *a, const Node *b)
-{
-    if (a->ndim != b->ndim || !layout_equal(a->layout, b->layout) || a->group != b->group)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->dim[d].n != b->dim[d].n)
-            return 0;
-    return 1;
-}
-
 double value_error(Exec *e, int id, Exec *x64, int xid, double *scale)
 {
     Program *p = e->prog;

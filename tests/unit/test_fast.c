@@ -11,12 +11,6 @@
 
 #include "unit_check.h"
 
-/* interp_fast.c */
-double exec_round(Type t, double x);
-uint16_t exec_bits16(Type t, double x);
-double exec_value16(Type t, uint16_t h);
-void global_iter_seek(GlobalIter *it, long local);
-
 static uint64_t bits(double x)
 {
     uint64_t u;
