@@ -142,6 +142,7 @@ typedef struct {
     const char *cuda_source;/* NULL: generate the code; else build this .cu file */
     int reference_program;  /* 1: check every schedule against the program's CPU
                                run instead of its own (less CPU time and memory) */
+    int build_only;         /* 1: build (or find in the cache) the code, run nothing */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);

@@ -541,8 +541,10 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
     CudaJob job;
     coco_cuda_options mine = *o; /* under MPI, each process of a host takes its share of cores */
     mine.threads = o->threads / cuda_mpi_local_size() > 0 ? o->threads / cuda_mpi_local_size() : 1;
-    if (src && !build(src, n, o, &b, out, err, errlen) &&
-        !cuda_job_prepare(&job, v, nv, &mine, err, errlen)) {
+    int built = src && !build(src, n, o, &b, out, err, errlen);
+    if (built && o->build_only) {
+        rc = 0;
+    } else if (built && !cuda_job_prepare(&job, v, nv, &mine, err, errlen)) {
         snprintf(job.so, sizeof job.so, "%s", b.so);
         cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
         rc = run_job(&job, out);

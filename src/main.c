@@ -34,6 +34,7 @@ typedef struct {
     int timeout;               /* cuda: seconds any wait may take */
     const char *cuda_source;   /* cuda: --cuda-source F */
     int reference_program;     /* cuda: --reference program */
+    int build_only;            /* cuda: --build-only */
 } Options;
 
 static const char usage[] =
@@ -62,6 +63,7 @@ static const char usage[] =
     "  --schedule-file F  add the schedules written in F\n"
     "  --all-schedules run, gen: also every enumerated schedule\n"
     "  -o DIR          gen: the directory to write to\n"
+    "  --build-only    cuda: build the code into the cache (as run would), run nothing\n"
     "  --iters N       cuda: timed runs of each variant, after 3 warm-up runs (default 20)\n"
     "  --timeout S     cuda: the longest any wait may take, in seconds (default 300)\n"
     "  --reference R   cuda: check each schedule against its own CPU run (each, the\n"
@@ -130,6 +132,8 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->dump = option_value(argc, argv, i);
     } else if (!strcmp(a, "-o")) {
         o->outdir = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--build-only")) {
+        o->build_only = 1;
     } else if (!strcmp(a, "--iters")) {
         o->iters = (int)parse_count(a, option_value(argc, argv, i), 0, 100000);
     } else if (!strcmp(a, "--timeout")) {
@@ -550,6 +554,8 @@ static int list_schedules(const Options *o, coco_program *p)
  * runtime is built, P GPUs are visible and no --dump is asked. */
 static int use_cuda(Options *o)
 {
+    if (o->build_only && (strcmp(o->cmd, "run") || strcmp(o->backend, "cuda")))
+        bad_usage("--build-only goes with `run --backend cuda`%s", "");
     if (strcmp(o->cmd, "run") || !strcmp(o->backend, "cpu"))
         return 0;
     int n;
@@ -578,7 +584,7 @@ static int use_cuda(Options *o)
 static int run_cuda(const Options *o, coco_program *p)
 {
     coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
-                            o->cuda_source, o->reference_program};
+                            o->cuda_source, o->reference_program, o->build_only};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);

@@ -422,7 +422,7 @@ static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, vo
                        long outer, long len, long inner, int op, int root, void *scratch)
 {
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    if (outer * inner == 1 && len > 65536) {
+    if (outer * inner == 1 && len > 4096) {
         coco_reduce_parts_kernel<<<COCO_RED_BLOCKS, 256, 0, st>>>(in, tin, len, op,
                                                                   (double *)scratch);
         COCO_LAUNCHED(ctx, "reduction", line);

@@ -18,7 +18,8 @@
 #
 # Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1048577"),
-# ITERS (20), TIMEOUT (seconds per coconet run, 3600), REFERENCE (for the
+# ITERS (20), TIMEOUT (seconds per coconet run, 3600), JOBS (builds at once,
+# 8), REFERENCE (for the
 # paper sizes: program, i.e. every schedule checked against the program's CPU
 # run, which is cheaper than each schedule's own; "each" for that).
 
@@ -32,11 +33,13 @@ N_POW=${N_POW:-10 16 20 24 28}
 N_ODD=${N_ODD:-1001 1048577}
 ITERS=${ITERS:-20}
 TIMEOUT=${TIMEOUT:-3600}
+JOBS=${JOBS:-8}
 REFERENCE=${REFERENCE:-program}
-COCONET="./coconet"
+COCONET=${COCONET:-./coconet}
 mkdir -p "$(dirname "$OUT")"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-gpu.XXXXXX") || exit 2
-trap 'rm -rf "$TMP"' EXIT INT TERM
+trap 'rm -rf "$TMP"' EXIT
+trap 'exit 2' INT TERM
 pass=0
 fail=0
 skip=0
@@ -57,6 +60,7 @@ gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | un
     echo
 } >"$OUT"
 : >"$LOG"
+: >"$LOG.build"
 
 # allowed FILE P ARGS...: does the program accept P ranks (sizes, groups, roots)?
 allowed() {
@@ -66,6 +70,27 @@ allowed() {
         return 1
     fi
     return 0 # another error: let the run report it
+}
+
+# heading TEXT: a section title in the table (not while prebuilding)
+heading() {
+    [ "$PREBUILD" = 1 ] && return
+    printf '%s\n\n' "$1" >>"$OUT"
+}
+
+# prebuild ARGS...: builds the code of one run into the cache in the
+# background (`--build-only`), at most JOBS builds at once, each source once
+# (runs that differ only in a size -D N=... share it when their schedules do)
+built_keys=" "
+nbuilding=0
+prebuild() {
+    key=$(echo "$*" | sed 's/-D N=[0-9]*//' | tr ' ' '_')
+    case "$built_keys" in *" $key "*) return ;; esac
+    built_keys="$built_keys$key "
+    # shellcheck disable=SC2086 # the command's words
+    timeout "$TIMEOUT" $COCONET run "$@" --backend cuda --build-only >>"$LOG.build" 2>&1 &
+    nbuilding=$((nbuilding + 1))
+    if [ $nbuilding -ge "$JOBS" ]; then wait; nbuilding=0; fi
 }
 
 # table NAME SIZES P: the rows of $TMP/out as markdown
@@ -82,6 +107,7 @@ table() {
 # run NAME SIZES P ARGS...: one coconet run, its rows in the table
 run() {
     name=$1; sizes=$2; p=$3; shift 3
+    if [ "$PREBUILD" = 1 ]; then prebuild "$@" --ranks "$p"; return; fi
     cmd="$COCONET run $* --backend cuda --ranks $p --iters $ITERS"
     {
         echo "\`$cmd\`"
@@ -113,8 +139,7 @@ run() {
 }
 
 part_selftest() {
-    echo "## Runtime self-test (CUDA written by hand)" >>"$OUT"
-    echo >>"$OUT"
+    heading "## Runtime self-test (CUDA written by hand)"
     for p in $RANKS; do
         run selftest "N=1024" "$p" tests/gpu/selftest.coco --cuda-source tests/gpu/selftest.cu
         run group "N=512, G=2" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu
@@ -122,12 +147,14 @@ part_selftest() {
 }
 
 part_examples() {
-    echo "## Examples at their own sizes, every schedule" >>"$OUT"
-    echo >>"$OUT"
+    heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
-            if ! allowed "$f" "$p"; then skip=$((skip + 1)); continue; fi
+            if ! allowed "$f" "$p"; then
+                [ "$PREBUILD" = 1 ] || skip=$((skip + 1))
+                continue
+            fi
             if [ "$name" = pipeline ]; then
                 for g in 1 2 4 8; do
                     [ $((p % g)) -eq 0 ] || continue
@@ -160,8 +187,7 @@ optimizer() {
 }
 
 part_paper() {
-    echo "## The paper's sizes" >>"$OUT"
-    echo >>"$OUT"
+    heading "## The paper's sizes"
     for p in $RANKS; do
         for b in $B_SIZES; do
             sizes="B=$b S=1024 H=3072"
@@ -199,7 +225,14 @@ if [ "${ngpu:-0}" -gt 0 ]; then
     RANKS=$kept
 fi
 
+# Each part twice: its builds first, in parallel (nvcc is the slow step of a
+# first run), then its runs one after another.
 for part in $PARTS; do
+    PREBUILD=1
+    "part_$part"
+    wait
+    nbuilding=0
+    PREBUILD=0
     "part_$part"
 done
 echo "$pass runs passed, $fail failed, $skip example x P combinations skipped (P not allowed)" |
