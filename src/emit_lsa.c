@@ -605,10 +605,12 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec, vmax,
             vmax);
     fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, lbytes[0]);\n", one);
-    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, n, V, "
+    /* the grid from vmax, not V: every rank must sync each barrier (one per
+     * block) equally often, even were V to differ between ranks */
+    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, n, %d, "
                "&grid, &block);\n"
                "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
-               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
+               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n", vmax);
     fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, grid, block, st, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
