@@ -73,7 +73,7 @@ static int outside_inputs(Emitter *e, const Lsa *l, int *ids)
 static int slice_sources(Emitter *e, const Lsa *l, int *ids)
 {
     int n = 0;
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_SLICE)
             n = emit_add_once(ids, n, nd(e, l->m[k])->in[0]);
     for (int k = 0; k < l->nred; k++)
@@ -96,7 +96,7 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
     Node *rs = nd(e, l->rs);
     if (has_op(e, l, O_DROPOUT) || l->nred)
         return 0;
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (stores_local(e, l, l->m[k]))
             return 0;
     for (int k = 0; k < nin; k++) {
@@ -117,7 +117,7 @@ static int widest(Emitter *e, const Lsa *l, const int *ins, int nin, const int *
             NARROW(nd(e, ins[k])->type);
     for (int k = 0; k < nz; k++)
         NARROW(nd(e, zs[k])->type);
-    for (int k = 1; k < l->nm; k++) {
+    for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if ((n->op == O_ALLGATHER || stores_local(e, l, n->id) || l->carry[n->id]) && n->ndim)
             NARROW(n->type);
@@ -201,7 +201,7 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
         "int rank, size_t o%d",
         "dc, win, n, it, args->seed, rank, lo[0]", "dc, win, n, it, seed, rank, o%d"};
     fprintf(o, head[mode], x0);
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_ALLGATHER) {
             if (mode == HOST)
                 fprintf(o, ", lo[%d]", w++);
@@ -228,13 +228,13 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
             fprintf(o, mode == TYPED ? ", const void *x%d, CocoShape h%d"
                                      : mode == HOST ? ", b%d, h%d" : ", x%d, h%d", x->id, x->id);
     }
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (stores_local(e, l, l->m[k]))
             fprintf(o, mode == TYPED ? ", void *y%d" : mode == HOST ? ", b%d" : ", y%d", l->m[k]);
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (l->carry[l->m[k]])
             fprintf(o, mode == TYPED ? ", void *c%d" : mode == HOST ? ", fc%d" : ", c%d", l->m[k]);
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_DROPOUT && nd(e, l->m[k])->ndim)
             fprintf(o, mode == TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
 }
@@ -248,7 +248,7 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
         fprintf(o, "            double l%d[V];\n            coco_lsa_reduce<V, %s, P>(win, o%d, "
                    "base, i0, n, %d, l%d);\n", rs->id, emit_tname[x->type], x->id, (int)rs->redop,
                 rs->id);
-    for (int k = 1; k < l->nm; k++) {
+    for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (n->op == O_SLICE && (l->need[n->id] & bit))
@@ -319,7 +319,7 @@ static void emit_partials(Emitter *e, const Lsa *l)
 static void emit_stores(Emitter *e, const Lsa *l, int kn)
 {
     FILE *o = e->o;
-    for (int k = 1; k < l->nm; k++) {
+    for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (kn == 0 && l->carry[n->id])
@@ -418,6 +418,15 @@ static int loop_in_k1(const Lsa *l, Emitter *e)
     return 0;
 }
 
+/* Does kernel 0 store gathered values into the peers? */
+static int gathers_in_k0(Emitter *e, const Lsa *l)
+{
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_ALLGATHER && !l->level[l->m[k]])
+            return 1;
+    return 0;
+}
+
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
                         const int *zs, int nz)
 {
@@ -438,6 +447,9 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_scalars(e, l, kn);
     if (kn == 0 || loop_in_k1(l, e))
         emit_loop(e, l, kn, ins, nin);
+    if (kn == 0 && l->nred && gathers_in_k0(e, l))
+        fprintf(o, "    __threadfence_system(); /* stores into peers: seen after kernel 1's "
+                   "barriers */\n");
     if (kn == 0 && l->nred)
         emit_block_folds(e, l);
     else
@@ -534,14 +546,14 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
     FILE *o = e->o;
     int x = nd(e, l->rs)->in[0], count = 1;
     fprintf(o, "        const void *lb[] = {b%d", x);
-    for (int k = 1; k < l->nm; k++)
+    for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_ALLGATHER)
             fprintf(o, ", b%d", l->m[k]), count++;
     if (l->nred)
         fprintf(o, ", fr%d", l->rs), count++;
     fprintf(o, "};\n        const size_t lbytes[] = {(size_t)coco_count(h%d) * %zu", x,
             type_size(nd(e, x)->type));
-    for (int k = 1; k < l->nm; k++) {
+    for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if (n->op == O_ALLGATHER)
             fprintf(o, ", (size_t)coco_count(h%d) * %zu", n->id, type_size(n->type));
@@ -570,7 +582,7 @@ static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin
     ADD("(const char *)b%d + n * %zu", x, type_size(nd(e, x)->type));
     for (int k = 0; k < nz; k++)
         ADD("(const char *)b%d + n * %zu", zs[k], type_size(nd(e, zs[k])->type));
-    for (int k = 1; k < l->nm; k++) {
+    for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if (n->op == O_ALLGATHER)
             ADD("(const char *)b%d + n * %zu", n->id, type_size(n->type));
