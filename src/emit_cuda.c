@@ -212,6 +212,8 @@ static void emit_operand(Emitter *e, int seg, int x)
         fprintf(e->o, "s%d", x);
     else if (e->flat[x])
         fprintf(e->o, "coco_ld(l%d, v, %s)", x, emit_tname[n->type]);
+    else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
+        fprintf(e->o, "coco_ld(x%d, 0, %s)", x, emit_tname[n->type]);
     else
         fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, emit_tname[n->type]);
 }
@@ -745,6 +747,9 @@ static void emit_body(Emitter *e, const char *entry)
             emit_buffer(e, n);
         emit_scratch(e, n);
     }
+    for (int f = 0; f < p->nfusion; f++)
+        if (e->lsa[f])
+            lsa_emit_workspace(e, f);
     fprintf(o, "    if (dry) {\n        *need = ws;\n        return 0;\n    }\n"
                "    if (ws > ctx->workspace_bytes)\n"
                "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "

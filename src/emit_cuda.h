@@ -1,6 +1,6 @@
 /* emit_cuda.h: what the two halves of the CUDA code generator share:
  * emit_cuda.c (the entry points, elementwise kernels, library calls) and
- * emit_lsa.c (a FusedAllReduce as one kernel over peers' memory). */
+ * emit_lsa.c (a FusedAllReduce as kernels over peers' memory). */
 #ifndef COCO_EMIT_CUDA_H
 #define COCO_EMIT_CUDA_H
 
@@ -35,10 +35,11 @@ int emit_stored(Emitter *e, int i);
 void emit_node(Emitter *e, const Node *n, int *done_segment);
 void emit_state_copy(Emitter *e, const Node *n);
 
-/* emit_lsa.c */
+/* emit_lsa.c, emit_lsa_plan.c */
 int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */
 void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel computes */
-void lsa_emit_kernel(Emitter *e, int f);       /* its kernel (before the body) */
+void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) */
+void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
 #endif

@@ -1,177 +1,66 @@
-/* emit_lsa.c: a FusedAllReduce generated as one kernel over the peers'
- * memory (NCCL device API, rt/kernels/coco_lsa.cuh), beside its NCCL
- * ReduceScatter + kernel + AllGather lowering, chosen at run time.
+/* emit_lsa.c: a FusedAllReduce generated as kernels over the peers' memory
+ * (NCCL device API, rt/kernels/coco_lsa.cuh), beside its NCCL ReduceScatter
+ * + kernels + AllGather lowering, chosen at run time. Which fusions qualify
+ * and which member goes to which kernel: emit_lsa_plan.c.
  *
- * A fusion qualifies when it is, in program order, one ReduceScatter on
- * WORLD along dimension 0 (so every rank's slice is a contiguous range),
- * then elementwise computations of that slice's shape (or 0-dim), Slices
- * along dimension 0 of whole tensors, and AllGathers along dimension 0 of
- * values computed inside; and when its members read nothing computed
- * between its first member and themselves outside it. The kernel:
+ * Without cross-rank reductions, one kernel:
  *   barrier; for its slice (two-shot) or every slice (one-shot): load the
  *   slice from every peer and reduce in double in rank order (the CPU
  *   executor's order, so results are bit for bit the CPU's), compute the
  *   members in registers, store the gathered values into every peer's
  *   buffer (one-shot: its own) and the members needed later locally;
  *   barrier.
+ * With cross-rank reductions (LAMB's Norms), two kernels on the same grid:
+ *   kernel 0: barrier; the level-0 members as above, each thread folding
+ *     the elements of every reduction it visits; each block's fold (a fixed
+ *     tree) to a workspace array; level-0 values kernel 1 needs stored
+ *     (carry);
+ *   kernel 1: every block folds the blocks' partials in a fixed order (so
+ *     every block of a rank has the same bits) and publishes the rank's
+ *     value in its slot of the symmetric window; barrier; every block reads
+ *     the P ranks' values and folds them in rank order (bit-identical on
+ *     every rank: Replicated results agree); the level-1 members; the
+ *     gathered stores into every peer; barrier.
+ * Why two kernels rather than one cooperative kernel with a grid-wide sync:
+ * the end of kernel 0 is that sync, with no cooperative launch, no
+ * occupancy limit on the grid and no second barrier kind; it costs one
+ * launch (a few microseconds, queued behind kernel 0 on the stream) and a
+ * store and load of the carried values, which are what kernel 1 would
+ * otherwise reload from the peers. Both kernels use the same grid, so every
+ * rank syncs each LSA barrier (one per block) the same number of times.
  * One-shot is generated only when no member is kept locally, none reads a
- * sliced operand and none is a Dropout (whose mask depends on the slice). */
-#include "emit_cuda.h"
+ * sliced operand, none is a Dropout (whose mask depends on the slice) and
+ * there is no cross-rank reduction. 0-dim members are computed once per
+ * thread, before the element loop. */
+#include "emit_lsa.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int *m;    /* members, in program order */
-    int nm;
-    int rs;    /* the ReduceScatter */
-    int seg;   /* the segment number the members take while the kernel is written */
-} Lsa;
+enum { TYPED, HOST, FORWARD }; /* emit_params: the kernels', the entry point's call, _go's */
 
-static int members(Emitter *e, int f, int *m)
+static Node *nd(Emitter *e, int id)
 {
-    int n = 0;
-    for (int i = 0; i < e->p->nnode; i++)
-        if (e->p->node[i].fusion == f && !e->p->node[i].dead)
-            m[n++] = i;
-    return n;
+    return node_of(e->p, id);
 }
 
-static int is_member(const Lsa *l, int id)
+/* Is member id stored to y<id> (a local buffer)? */
+static int stores_local(Emitter *e, const Lsa *l, int id)
 {
-    for (int k = 0; k < l->nm; k++)
-        if (l->m[k] == id)
-            return 1;
-    return 0;
-}
-
-/* Is a member needed outside the kernel (an output, a tensor's new value,
- * or read by a node outside the fusion)? AllGathers store into the window. */
-static int kept(Emitter *e, const Lsa *l, int id)
-{
-    Program *p = e->p;
-    if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
-        return 1;
-    for (int j = 0; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && !is_member(l, j) && k < u->nin; k++)
-            if (u->in[k] == id)
-                return 1;
-    }
-    return 0;
-}
-
-static int unsliced(const Node *n)
-{
-    return n->layout.kind != L_SLICED;
-}
-
-static int member_allowed(Emitter *e, const Lsa *l, const Node *rs, const Node *n)
-{
-    Program *p = e->p;
-    if (n->op == O_ALLGATHER)
-        return n->group == G_WORLD && is_member(l, n->in[0]) &&
-               node_of(p, n->in[0])->layout.kind == L_SLICED &&
-               node_of(p, n->in[0])->layout.dim == 0 && !kept(e, l, n->in[0]);
-    if (n->op == O_SLICE)
-        return n->axis == 0 && unsliced(node_of(p, n->in[0])) &&
-               !is_member(l, n->in[0]) && emit_same_local_shape(n, rs);
-    if (emit_is_elementwise(n))
-        return n->ndim == 0 || emit_same_local_shape(n, rs);
-    return 0;
-}
-
-/* Nodes outside the fusion that only its members read join the kernel:
- * Slices along dimension 0 (Slice(p, 0) of a Replicated p is a load at the
- * slice's start) and 0-dim computations (1 - beta1), computed in registers. */
-static int absorbable(Emitter *e, const Lsa *l, const Node *x)
-{
-    if (x->fusion >= 0 || is_member(l, x->id) || x->dead)
-        return 0;
-    return x->op == O_SLICE || (emit_is_elementwise(x) && x->ndim == 0 && x->op != O_UPDATE);
-}
-
-static void absorb_helpers(Emitter *e, Lsa *l)
-{
-    Program *p = e->p;
-    for (int k = 0; k < l->nm; k++) { /* l->nm grows: absorbed nodes are scanned too */
-        Node *n = node_of(p, l->m[k]);
-        for (int j = 0; j < n->nin; j++) {
-            Node *x = node_of(p, n->in[j]);
-            if (!absorbable(e, l, x))
-                continue;
-            l->m[l->nm++] = x->id;
-            if (kept(e, l, x->id))
-                l->nm--;
-        }
-    }
-    for (int a = 1; a < l->nm; a++) /* program order */
-        for (int b = a; b > 0 && l->m[b - 1] > l->m[b]; b--) {
-            int t = l->m[b];
-            l->m[b] = l->m[b - 1];
-            l->m[b - 1] = t;
-        }
-}
-
-/* Fills l with fusion f's members; does it qualify? */
-static int plan(Emitter *e, int f, Lsa *l)
-{
-    Program *p = e->p;
-    l->m = xmalloc((size_t)p->nnode * sizeof(int));
-    l->nm = members(e, f, l->m);
-    l->rs = l->nm ? l->m[0] : -1;
-    l->seg = e->nsegment + 1 + f;
-    if (p->fusion[f].kind != F_ALLREDUCE || p->fusion[f].dead || l->nm < 2)
-        return 0;
-    absorb_helpers(e, l);
-    Node *rs = node_of(p, l->rs);
-    Node *x = rs->op == O_REDUCESCATTER ? node_of(p, rs->in[0]) : NULL;
-    if (l->m[0] != rs->id || !x || rs->group != G_WORLD || rs->layout.kind != L_SLICED ||
-        rs->layout.dim != 0 || !unsliced(x) || x->ndim == 0 || kept(e, l, rs->id))
-        return 0;
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
-        if (!member_allowed(e, l, rs, n))
-            return 0;
-        for (int j = 0; j < n->nin; j++) {
-            Node *in = node_of(p, n->in[j]);
-            if (!is_member(l, in->id) && in->id > l->rs && op_info(in->op)->kind != K_LEAF)
-                return 0;
-        }
-    }
-    return 1;
-}
-
-/* Marks in e->lsa_node the nodes fusion f's kernel computes. */
-void lsa_claim(Emitter *e, int f)
-{
-    Lsa l;
-    plan(e, f, &l);
-    for (int k = 0; k < l.nm; k++)
-        e->lsa_node[l.m[k]] = f;
-    free(l.m);
-}
-
-int lsa_eligible(Emitter *e, int f)
-{
-    Lsa l;
-    int ok = plan(e, f, &l);
-    free(l.m);
-    return ok;
+    return nd(e, id)->op != O_ALLGATHER && lsa_kept(e, l, id);
 }
 
 /* Memory and scalar operands the elementwise members read from outside. */
 static int outside_inputs(Emitter *e, const Lsa *l, int *ids)
 {
-    Program *p = e->p;
     int n = 0;
     for (int k = 0; k < l->nm; k++) {
-        Node *m = node_of(p, l->m[k]);
+        Node *m = nd(e, l->m[k]);
         if (!emit_is_elementwise(m))
             continue;
         for (int j = 0; j < m->nin; j++) {
             int x = m->in[j];
-            if (is_member(l, x) || node_of(p, x)->op == O_CONST || (m->op == O_UPDATE && j == 0))
+            if (lsa_is_member(l, x) || nd(e, x)->op == O_CONST || (m->op == O_UPDATE && j == 0))
                 continue;
             n = emit_add_once(ids, n, x);
         }
@@ -179,10 +68,24 @@ static int outside_inputs(Emitter *e, const Lsa *l, int *ids)
     return n;
 }
 
+/* Whole tensors read at the slice's start: Slices' inputs and the inputs
+ * of whole-tensor reductions, each once. */
+static int slice_sources(Emitter *e, const Lsa *l, int *ids)
+{
+    int n = 0;
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_SLICE)
+            n = emit_add_once(ids, n, nd(e, l->m[k])->in[0]);
+    for (int k = 0; k < l->nred; k++)
+        if (nd(e, l->red[k])->op != O_ALLREDUCE)
+            n = emit_add_once(ids, n, lsa_red_source(e, l, k));
+    return n;
+}
+
 static int has_op(Emitter *e, const Lsa *l, Op op)
 {
     for (int k = 0; k < l->nm; k++)
-        if (node_of(e->p, l->m[k])->op == op)
+        if (nd(e, l->m[k])->op == op)
             return 1;
     return 0;
 }
@@ -190,15 +93,14 @@ static int has_op(Emitter *e, const Lsa *l, Op op)
 /* May every rank compute every slice (one-shot)? */
 static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
-    Program *p = e->p;
-    Node *rs = node_of(p, l->rs);
-    if (has_op(e, l, O_DROPOUT))
+    Node *rs = nd(e, l->rs);
+    if (has_op(e, l, O_DROPOUT) || l->nred)
         return 0;
-    for (int k = 1; k < l->nm; k++)
-        if (node_of(p, l->m[k])->op != O_ALLGATHER && kept(e, l, l->m[k]))
+    for (int k = 0; k < l->nm; k++)
+        if (stores_local(e, l, l->m[k]))
             return 0;
     for (int k = 0; k < nin; k++) {
-        Node *x = node_of(p, ins[k]);
+        Node *x = nd(e, ins[k]);
         if (x->op != O_SCALAR && x->ndim >= rs->ndim)
             return 0;
     }
@@ -206,19 +108,21 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 }
 
 /* The widest V for the element sizes of the vector operands. */
-static int widest(Emitter *e, const Lsa *l, const int *ins, int nin)
+static int widest(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
-    Program *p = e->p;
-    size_t narrow = type_size(node_of(p, node_of(p, l->rs)->in[0])->type);
+    size_t narrow = type_size(nd(e, nd(e, l->rs)->in[0])->type);
+#define NARROW(t) (narrow = type_size(t) < narrow ? type_size(t) : narrow)
     for (int k = 0; k < nin; k++)
-        if (e->flat[ins[k]] && type_size(node_of(p, ins[k])->type) < narrow)
-            narrow = type_size(node_of(p, ins[k])->type);
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
-        if ((n->op == O_ALLGATHER || n->op == O_SLICE || kept(e, l, n->id)) && n->ndim &&
-            type_size(n->type) < narrow)
-            narrow = type_size(n->type);
+        if (e->flat[ins[k]])
+            NARROW(nd(e, ins[k])->type);
+    for (int k = 0; k < nz; k++)
+        NARROW(nd(e, zs[k])->type);
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
+        if ((n->op == O_ALLGATHER || stores_local(e, l, n->id) || l->carry[n->id]) && n->ndim)
+            NARROW(n->type);
     }
+#undef NARROW
     return (int)(16 / narrow);
 }
 
@@ -226,258 +130,446 @@ static void mark_flat(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
     memset(e->flat, 0, (size_t)e->p->nnode);
     for (int k = 0; k < nin; k++) {
-        Node *x = node_of(e->p, ins[k]);
-        if (x->op != O_SCALAR && emit_same_local_shape(x, node_of(e->p, l->rs)))
+        Node *x = nd(e, ins[k]);
+        if (x->op != O_SCALAR && emit_same_local_shape(x, nd(e, l->rs)))
             e->flat[x->id] = 1;
     }
 }
 
-static int needs_coords(Emitter *e, const Lsa *l, const int *ins, int nin)
+/* Is member id computed element by element in kernel kn (not a 0-dim
+ * value, computed once; not a carried value, loaded)? */
+static int in_loop(const Lsa *l, const Node *n, int kn)
 {
-    for (int k = 0; k < nin; k++)
-        if (node_of(e->p, ins[k])->op != O_SCALAR && !e->flat[ins[k]])
-            return 1;
-    for (int k = 0; k < l->nm; k++)
-        if (node_of(e->p, l->m[k])->op == O_DROPOUT && node_of(e->p, l->m[k])->ndim)
-            return 1;
+    int bit = kn ? LSA_K1 : LSA_K0;
+    return (l->need[n->id] & bit) && n->ndim > 0 && n->op != O_PARTIAL_REDUCE &&
+           !(kn == 1 && l->carry[n->id]);
+}
+
+/* Does kernel kn read operand x (from outside) element by element? */
+static int reads_in_loop(Emitter *e, const Lsa *l, int kn, int x)
+{
+    for (int k = 0; k < l->nm; k++) {
+        Node *m = nd(e, l->m[k]);
+        for (int j = 0; emit_is_elementwise(m) && in_loop(l, m, kn) && j < m->nin; j++)
+            if (m->in[j] == x && !(m->op == O_UPDATE && j == 0))
+                return 1;
+    }
     return 0;
 }
 
-/* What the kernel and its launch both need: fusion f's plan, the operands
- * read from outside (*ins, freed by the caller with l->m) and which are flat. */
-static int prepare(Emitter *e, int f, Lsa *l, int **ins)
+static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
 {
-    plan(e, f, l);
+    for (int k = 0; k < nin; k++) {
+        Node *x = nd(e, ins[k]);
+        if (x->op != O_SCALAR && x->ndim && !e->flat[x->id] && reads_in_loop(e, l, kn, x->id))
+            return 1;
+    }
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
+        if (n->op == O_DROPOUT && in_loop(l, n, kn))
+            return 1;
+    }
+    return 0;
+}
+
+/* What the kernels and their launch all need: fusion f's plan (freed by
+ * the caller with lsa_free), the operands read from outside (*ins) and the
+ * whole tensors read at the slice (*zs), both freed by the caller. */
+static int prepare(Emitter *e, int f, Lsa *l, int **ins, int **zs, int *nz)
+{
+    lsa_plan(e, f, l);
     *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+    *zs = xmalloc((size_t)e->p->nnode * sizeof(int));
     int nin = outside_inputs(e, l, *ins);
+    *nz = slice_sources(e, l, *zs);
     mark_flat(e, l, *ins, nin);
     return nin;
 }
 
-/* ---- the kernel ---- */
+/* ---- the kernels ---- */
 
-/* The parameters (typed = 1) or the host's arguments (typed = 0). */
-static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, int typed)
+/* The kernels' parameters (TYPED), the entry point's arguments (HOST) or
+ * _go's arguments to the kernels (FORWARD); every kernel takes them all. */
+static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz,
+                        int mode)
 {
-    Program *p = e->p;
     FILE *o = e->o;
-    Node *rs = node_of(p, l->rs);
     int w = 1; /* lo[] index of the next window buffer */
-    fprintf(o, typed ? "ncclDevComm dc, ncclWindow_t win, long n, CocoShape it, "
-                       "unsigned long long seed, int rank, size_t o%d"
-                     : "dc, win, n, it, args->seed, rank, lo[0]", rs->in[0]);
-    for (int k = 1; k < l->nm; k++)
-        if (node_of(p, l->m[k])->op == O_ALLGATHER) {
-            if (typed)
-                fprintf(o, ", size_t o%d", l->m[k]);
-            else
+    int x0 = nd(e, l->rs)->in[0];
+    static const char *const head[] = {
+        "ncclDevComm dc, ncclWindow_t win, long n, CocoShape it, unsigned long long seed, "
+        "int rank, size_t o%d",
+        "dc, win, n, it, args->seed, rank, lo[0]", "dc, win, n, it, seed, rank, o%d"};
+    fprintf(o, head[mode], x0);
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_ALLGATHER) {
+            if (mode == HOST)
                 fprintf(o, ", lo[%d]", w++);
+            else
+                fprintf(o, mode == TYPED ? ", size_t o%d" : ", o%d", l->m[k]);
         }
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
-        if (n->op == O_SLICE)
-            fprintf(o, typed ? ", const void *z%d" : ", b%d", n->in[0]);
-    }
+    if (l->nred && mode == HOST)
+        fprintf(o, ", lo[%d], (double *)fp%d", w, l->rs);
+    else if (l->nred)
+        fprintf(o, mode == TYPED ? ", size_t ored, double *blk" : ", ored, blk");
+    for (int k = 0; k < nz; k++)
+        fprintf(o, mode == TYPED ? ", const void *z%d" : mode == HOST ? ", b%d" : ", z%d", zs[k]);
     for (int k = 0; k < nin; k++) {
-        Node *x = node_of(p, ins[k]);
-        if (x->op == O_SCALAR && typed)
+        Node *x = nd(e, ins[k]);
+        if (x->op == O_SCALAR && mode == TYPED)
             fprintf(o, ", double s%d", x->id);
+        else if (x->op == O_SCALAR && mode == FORWARD)
+            fprintf(o, ", s%d", x->id);
         else if (x->op == O_SCALAR && x->has_value)
             fprintf(o, ", %.17g", x->value);
         else if (x->op == O_SCALAR)
             fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
         else
-            fprintf(o, typed ? ", const void *x%d, CocoShape h%d" : ", b%d, h%d", x->id, x->id);
+            fprintf(o, mode == TYPED ? ", const void *x%d, CocoShape h%d"
+                                     : mode == HOST ? ", b%d, h%d" : ", x%d, h%d", x->id, x->id);
     }
-    for (int k = 1; k < l->nm; k++)
-        if (node_of(p, l->m[k])->op != O_ALLGATHER && kept(e, l, l->m[k]))
-            fprintf(o, typed ? ", void *y%d" : ", b%d", l->m[k]);
-    for (int k = 1; k < l->nm; k++)
-        if (node_of(p, l->m[k])->op == O_DROPOUT && node_of(p, l->m[k])->ndim)
-            fprintf(o, typed ? ", CocoShape h%d" : ", h%d", l->m[k]);
+    for (int k = 0; k < l->nm; k++)
+        if (stores_local(e, l, l->m[k]))
+            fprintf(o, mode == TYPED ? ", void *y%d" : mode == HOST ? ", b%d" : ", y%d", l->m[k]);
+    for (int k = 0; k < l->nm; k++)
+        if (l->carry[l->m[k]])
+            fprintf(o, mode == TYPED ? ", void *c%d" : mode == HOST ? ", fc%d" : ", c%d", l->m[k]);
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_DROPOUT && nd(e, l->m[k])->ndim)
+            fprintf(o, mode == TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
 }
 
-static void emit_loads(Emitter *e, const Lsa *l, const int *ins, int nin)
+static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
 {
-    Program *p = e->p;
     FILE *o = e->o;
-    Node *rs = node_of(p, l->rs), *x = node_of(p, rs->in[0]);
-    fprintf(o, "            double l%d[V];\n            coco_lsa_reduce<V, %s, P>(win, o%d, base, "
-               "i0, n, %d, l%d);\n", rs->id, emit_tname[x->type], x->id,
-            rs->redop == R_SUM ? 0 : rs->redop == R_PROD ? 1 : rs->redop == R_MAX ? 2 : 3, rs->id);
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
-        if (n->op == O_SLICE)
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n"
-                       "            coco_ldv<V, %s>((const char *)z%d + base * %zu, i0, n, l%d);\n",
-                    emit_tname[n->type], n->id, emit_tname[n->type], n->in[0], type_size(n->type),
-                    n->id);
-        else if (n->op == O_ALLGATHER || (kept(e, l, n->id) && n->ndim))
-            fprintf(o, "            alignas(16) CocoRaw<%s> g%d[V];\n", emit_tname[n->type], n->id);
+    Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
+    int bit = kn ? LSA_K1 : LSA_K0;
+    if (kn == 0 && (l->need[rs->id] & LSA_K0))
+        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce<V, %s, P>(win, o%d, "
+                   "base, i0, n, %d, l%d);\n", rs->id, emit_tname[x->type], x->id, (int)rs->redop,
+                rs->id);
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
+        const char *t = emit_tname[n->type];
+        if (n->op == O_SLICE && (l->need[n->id] & bit))
+            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv<V, %s>("
+                       "(const char *)z%d + base * %zu, i0, n, l%d);\n", t, n->id, t, n->in[0],
+                    type_size(n->type), n->id);
+        else if (kn == 1 && l->carry[n->id])
+            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv<V, %s>("
+                       "c%d, i0, n, q%d);\n", t, n->id, t, n->id, n->id);
+        else if (kn == 0 && l->carry[n->id])
+            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n", t, n->id);
+        if (l->level[n->id] == kn && in_loop(l, n, kn) &&
+            (n->op == O_ALLGATHER || stores_local(e, l, n->id)))
+            fprintf(o, "            alignas(16) CocoRaw<%s> g%d[V];\n", t, n->id);
+    }
+    for (int k = 0; kn == 0 && k < l->nred; k++) {
+        Node *z = nd(e, lsa_red_source(e, l, k));
+        if (nd(e, l->red[k])->op != O_ALLREDUCE)
+            fprintf(o, "            alignas(16) CocoRaw<%s> k%d[V];\n            coco_ldv<V, %s>("
+                       "(const char *)z%d + base * %zu, i0, n, k%d);\n", emit_tname[z->type],
+                    l->red[k], emit_tname[z->type], z->id, type_size(z->type), l->red[k]);
     }
     for (int k = 0; k < nin; k++)
-        if (e->flat[ins[k]])
+        if (e->flat[ins[k]] && reads_in_loop(e, l, kn, ins[k]))
             fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n"
                        "            coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
-                    emit_tname[node_of(p, ins[k])->type], ins[k],
-                    emit_tname[node_of(p, ins[k])->type], ins[k], ins[k]);
+                    emit_tname[nd(e, ins[k])->type], ins[k], emit_tname[nd(e, ins[k])->type],
+                    ins[k], ins[k]);
 }
 
-static void emit_member(Emitter *e, const Lsa *l, const Node *n)
+/* Member n's statements inside the element loop of kernel kn. */
+static void emit_member(Emitter *e, const Lsa *l, int kn, const Node *n)
 {
     FILE *o = e->o;
+    const char *t = emit_tname[n->type];
+    if (kn == 1 && l->carry[n->id])
+        fprintf(o, "                double r%d = coco_ld(q%d, v, %s);\n", n->id, n->id, t);
+    if (!in_loop(l, n, kn))
+        return;
     if (n->op == O_REDUCESCATTER)
-        fprintf(o, "                double r%d = coco_round(l%d[v], %s);\n", n->id, n->id,
-                emit_tname[n->type]);
+        fprintf(o, "                double r%d = coco_round(l%d[v], %s);\n", n->id, n->id, t);
     else if (n->op == O_SLICE)
-        fprintf(o, "                double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id,
-                emit_tname[n->type]);
+        fprintf(o, "                double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id, t);
     else if (n->op == O_ALLGATHER)
-        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, emit_tname[n->type],
-                n->in[0]);
+        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, t, n->in[0]);
     else
         emit_value_statement(e, l->seg, n);
-    if (n->op == O_ALLGATHER || !kept(e, l, n->id))
-        return;
-    if (n->ndim)
-        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, emit_tname[n->type],
-                n->id);
-    else
-        fprintf(o, "                if (i == 0 && part == rank)\n"
-                   "                    coco_st(y%d, 0, %s, r%d);\n", n->id, emit_tname[n->type],
-                n->id);
+    if (l->level[n->id] == kn && stores_local(e, l, n->id))
+        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, t, n->id);
+    if (kn == 0 && l->carry[n->id])
+        fprintf(o, "                coco_st(q%d, v, %s, r%d);\n", n->id, t, n->id);
 }
 
-static void emit_stores(Emitter *e, const Lsa *l)
+/* Each thread's fold of the elements it visits, in kernel 0. */
+static void emit_partials(Emitter *e, const Lsa *l)
 {
-    Program *p = e->p;
+    for (int k = 0; k < l->nred; k++) {
+        int src = lsa_red_source(e, l, k), r = l->red[k];
+        fprintf(e->o, "                if (i < n)\n                    a%d = coco_red_step(%d, "
+                      "a%d, ", r, lsa_red_step(e, l, k), r);
+        if (nd(e, r)->op == O_ALLREDUCE)
+            fprintf(e->o, "r%d);\n", src);
+        else
+            fprintf(e->o, "coco_ld(k%d, v, %s));\n", r, emit_tname[nd(e, src)->type]);
+    }
+}
+
+static void emit_stores(Emitter *e, const Lsa *l, int kn)
+{
     FILE *o = e->o;
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
+        const char *t = emit_tname[n->type];
+        if (kn == 0 && l->carry[n->id])
+            fprintf(o, "            coco_stv<V, %s>(c%d, i0, n, q%d);\n", t, n->id, n->id);
+        if (l->level[n->id] != kn || !in_loop(l, n, kn))
+            continue;
         if (n->op == O_ALLGATHER)
             fprintf(o, "            coco_lsa_store<V, %s, P>(win, o%d, base, i0, n, ONESHOT ? "
-                       "rank : 0, ONESHOT ? rank : P - 1, g%d);\n",
-                    emit_tname[n->type], n->id, n->id);
-        else if (kept(e, l, n->id) && n->ndim)
-            fprintf(o, "            coco_stv<V, %s>(y%d, i0, n, g%d);\n", emit_tname[n->type],
-                    n->id, n->id);
+                       "rank : 0, ONESHOT ? rank : P - 1, g%d);\n", t, n->id, n->id);
+        else if (stores_local(e, l, n->id))
+            fprintf(o, "            coco_stv<V, %s>(y%d, i0, n, g%d);\n", t, n->id, n->id);
     }
+}
+
+/* The 0-dim members of kernel kn, once per thread, before the loop. */
+static void emit_scalars(Emitter *e, const Lsa *l, int kn)
+{
+    FILE *o = e->o;
+    int bit = kn ? LSA_K1 : LSA_K0;
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
+        int r = lsa_red_index(l, n->id);
+        if (n->ndim || !(l->need[n->id] & bit) || n->op == O_PARTIAL_REDUCE)
+            continue;
+        if (r >= 0)
+            fprintf(o, "    double r%d = red[%d];\n", n->id, r);
+        else
+            emit_value_statement(e, l->seg, n);
+        if (l->level[n->id] == kn && stores_local(e, l, n->id))
+            fprintf(o, "    if (blockIdx.x == 0 && threadIdx.x == 0)\n        coco_st(y%d, 0, %s, "
+                       "r%d);\n", n->id, emit_tname[n->type], n->id);
+    }
+}
+
+static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
+{
+    FILE *o = e->o;
+    fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
+               "        const long base = part * n;\n        (void)base;\n"
+               "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
+               "             i0 += (long)gridDim.x * blockDim.x * V) {\n");
+    emit_loads(e, l, kn, ins, nin);
+    fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
+               "                const long i = i0 + v;\n                (void)i;\n");
+    if (needs_coords(e, l, kn, ins, nin))
+        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
+    for (int k = 0; k < l->nm; k++)
+        emit_member(e, l, kn, nd(e, l->m[k]));
+    if (kn == 0)
+        emit_partials(e, l);
+    fprintf(o, "            }\n");
+    emit_stores(e, l, kn);
+    fprintf(o, "        }\n    }\n");
+}
+
+/* Kernel 1's start: the ranks' values of every reduction, in red[]. */
+static void emit_exchange(Emitter *e, const Lsa *l)
+{
+    FILE *o = e->o;
+    fprintf(o, "    __shared__ double red[%d];\n", l->nred);
+    fprintf(o, "    double *slot = (double *)ncclGetLsaPointer(win, ored, rank) + blockIdx.x;\n");
+    for (int k = 0; k < l->nred; k++) {
+        int t = lsa_red_partial_type(e, l, k);
+        fprintf(o, "    {\n        double a = coco_lsa_rank_fold(%d, blk + %d * COCO_LSA_MAXBLOCKS, "
+                   "gridDim.x);\n        if (threadIdx.x == 0)\n            slot[%d * "
+                   "COCO_LSA_MAXBLOCKS] = %s%s%s;\n    }\n", lsa_red_combine(e, l, k), k, k,
+                t >= 0 ? "coco_round(a, " : "a", t >= 0 ? emit_tname[t] : "", t >= 0 ? ")" : "");
+    }
+    fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n"
+               "    if (threadIdx.x == 0) {\n");
+    for (int k = 0; k < l->nred; k++) {
+        Node *r = nd(e, l->red[k]);
+        fprintf(o, "        red[%d] = coco_round(%scoco_lsa_peer_fold<P>(win, ored + (%d * "
+                   "COCO_LSA_MAXBLOCKS + blockIdx.x) * sizeof(double), %d)%s, %s);\n", k,
+                r->op == O_NORM ? "__dsqrt_rn(" : "", k, lsa_red_across(e, l, k),
+                r->op == O_NORM ? ")" : "", emit_tname[r->type]);
+    }
+    fprintf(o, "    }\n    __syncthreads();\n");
+}
+
+/* Kernel 0's end with reductions: each block's folds, for kernel 1. */
+static void emit_block_folds(Emitter *e, const Lsa *l)
+{
+    for (int k = 0; k < l->nred; k++)
+        fprintf(e->o, "    {\n        double a = coco_lsa_block_fold(%d, a%d);\n"
+                      "        if (threadIdx.x == 0)\n            blk[%d * COCO_LSA_MAXBLOCKS + "
+                      "blockIdx.x] = a;\n    }\n", lsa_red_combine(e, l, k), l->red[k], k);
+}
+
+/* Does kernel 1 compute anything element by element? */
+static int loop_in_k1(const Lsa *l, Emitter *e)
+{
+    for (int k = 0; k < l->nm; k++)
+        if (in_loop(l, nd(e, l->m[k]), 1))
+            return 1;
+    return 0;
+}
+
+/* Does kernel 0 store gathered values into the peers? */
+static int gathers_in_k0(Emitter *e, const Lsa *l)
+{
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_ALLGATHER && !l->level[l->m[k]])
+            return 1;
+    return 0;
+}
+
+static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
+                        const int *zs, int nz)
+{
+    FILE *o = e->o;
+    fprintf(o, "template <int V, int P, int ONESHOT>\n__global__ void __launch_bounds__(512) "
+               "%s_f%d%s(", e->v, f, kn ? "_b" : "");
+    emit_params(e, l, ins, nin, zs, nz, TYPED);
+    fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
+               "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
+    if (kn == 0) {
+        fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
+        for (int k = 0; k < l->nred; k++)
+            fprintf(o, "    double a%d = coco_red_identity(%d);\n", l->red[k],
+                    lsa_red_step(e, l, k));
+    } else {
+        emit_exchange(e, l);
+    }
+    emit_scalars(e, l, kn);
+    if (kn == 0 || loop_in_k1(l, e))
+        emit_loop(e, l, kn, ins, nin);
+    if (kn == 0 && l->nred && gathers_in_k0(e, l))
+        fprintf(o, "    __threadfence_system(); /* stores into peers: seen after kernel 1's "
+                   "barriers */\n");
+    if (kn == 0 && l->nred)
+        emit_block_folds(e, l);
+    else
+        fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_release);\n");
+    fprintf(o, "}\n\n");
 }
 
 static void emit_comment(Emitter *e, int f, const Lsa *l)
 {
     Program *p = e->p;
-    fprintf(e->o, "// FusedAllReduce %s as one kernel over the peers' memory:", p->fusion[f].name);
+    fprintf(e->o, "// FusedAllReduce %s as %s over the peers' memory:", p->fusion[f].name,
+            l->nred ? "two kernels (a cross-rank reduction between them)" : "one kernel");
     for (int k = 0; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
-        if (n->named || kept(e, l, n->id) || n->op == O_ALLGATHER)
+        Node *n = nd(e, l->m[k]);
+        if (n->named || lsa_kept(e, l, n->id) || n->op == O_ALLGATHER)
             fprintf(e->o, " %s (line %d)", n->name, n->pos.line);
     }
     fputc('\n', e->o);
 }
 
-void lsa_emit_kernel(Emitter *e, int f)
+/* The host's dispatch over the instances: _go launches the kernel(s). */
+static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, const int *zs,
+                    int nz)
 {
-    Program *p = e->p;
     FILE *o = e->o;
-    Lsa l;
-    int *ins;
-    int nin = prepare(e, f, &l, &ins);
-    int *saved = xmalloc((size_t)l.nm * sizeof(int));
-    for (int k = 0; k < l.nm; k++) {
-        saved[k] = e->segment[l.m[k]];
-        e->segment[l.m[k]] = l.seg;
-    }
-    emit_comment(e, f, &l);
-    fprintf(o, "template <int V, int P, int ONESHOT>\n__global__ void __launch_bounds__(512) "
-               "%s_f%d(", e->v, f);
-    emit_params(e, &l, ins, nin, 1);
-    fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
-               "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n"
-               "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n"
-               "    (void)seed;\n    (void)it;\n"
-               "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
-               "        const long base = part * n;\n"
-               "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
-               "             i0 += (long)gridDim.x * blockDim.x * V) {\n");
-    emit_loads(e, &l, ins, nin);
-    fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
-               "                const long i = i0 + v;\n                (void)i;\n");
-    if (needs_coords(e, &l, ins, nin))
-        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
-    for (int k = 0; k < l.nm; k++)
-        emit_member(e, &l, node_of(p, l.m[k]));
-    fprintf(o, "            }\n");
-    emit_stores(e, &l);
-    fprintf(o, "        }\n    }\n    bar.sync(ncclCoopCta(), cuda::memory_order_release);\n}\n\n");
-    /* the host's dispatch over the instances */
-    int vmax = widest(e, &l, ins, nin), one = oneshot_allowed(e, &l, ins, nin);
+    int vmax = widest(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
     fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, dim3 grid, dim3 block, "
                "cudaStream_t st, ", e->v, f);
-    emit_params(e, &l, ins, nin, 1);
+    emit_params(e, l, ins, nin, zs, nz, TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {2, 4, 8};
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
         for (int pi = 0; pi < 3; pi++)
             for (int os = 0; os <= one; os++) {
                 int v = vi ? 1 : vmax;
-                fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d)\n        %s_f%d<%d, %d, %d>"
-                           "<<<grid, block, 0, st>>>(", v, peers[pi], os, e->v, f, v, peers[pi], os);
-                fprintf(o, "dc, win, n, it, seed, rank, o%d", node_of(p, l.rs)->in[0]);
-                for (int k = 1; k < l.nm; k++)
-                    if (node_of(p, l.m[k])->op == O_ALLGATHER)
-                        fprintf(o, ", o%d", l.m[k]);
-                for (int k = 1; k < l.nm; k++)
-                    if (node_of(p, l.m[k])->op == O_SLICE)
-                        fprintf(o, ", z%d", node_of(p, l.m[k])->in[0]);
-                for (int k = 0; k < nin; k++)
-                    fprintf(o, node_of(p, ins[k])->op == O_SCALAR ? ", s%d" : ", x%d, h%d", ins[k],
-                            ins[k]);
-                for (int k = 1; k < l.nm; k++)
-                    if (node_of(p, l.m[k])->op != O_ALLGATHER && kept(e, &l, l.m[k]))
-                        fprintf(o, ", y%d", l.m[k]);
-                for (int k = 1; k < l.nm; k++)
-                    if (node_of(p, l.m[k])->op == O_DROPOUT && node_of(p, l.m[k])->ndim)
-                        fprintf(o, ", h%d", l.m[k]);
-                fprintf(o, ");\n    else\n");
+                fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d) {\n", v, peers[pi], os);
+                for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
+                    fprintf(o, "        %s_f%d%s<%d, %d, %d><<<grid, block, 0, st>>>(", e->v, f,
+                            kn ? "_b" : "", v, peers[pi], os);
+                    emit_params(e, l, ins, nin, zs, nz, FORWARD);
+                    fprintf(o, ");\n");
+                }
+                fprintf(o, "    } else\n");
             }
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");
+}
+
+void lsa_emit_kernel(Emitter *e, int f)
+{
+    Lsa l;
+    int *ins, *zs, nz;
+    int nin = prepare(e, f, &l, &ins, &zs, &nz);
+    int *saved = xmalloc((size_t)l.nm * sizeof(int));
+    for (int k = 0; k < l.nm; k++) {
+        saved[k] = e->segment[l.m[k]];
+        e->segment[l.m[k]] = l.seg;
+    }
+    emit_comment(e, f, &l);
+    for (int kn = 0; kn < (l.nred ? 2 : 1); kn++)
+        emit_kernel(e, f, &l, kn, ins, nin, zs, nz);
+    emit_go(e, f, &l, ins, nin, zs, nz);
     for (int k = 0; k < l.nm; k++)
         e->segment[l.m[k]] = saved[k];
     free(saved);
     free(ins);
-    free(l.m);
+    free(zs);
+    lsa_free(&l);
 }
 
 /* ---- the launch, inside the entry point ---- */
 
-/* The buffers of the window: the reduced input first, then the gathered. */
+/* Workspace of the kernels, declared with the body's buffers (so that the
+ * dry run counts it): the published values (in the window: fr), the
+ * blocks' partial folds (fp) and the carried values (fc<id>). */
+void lsa_emit_workspace(Emitter *e, int f)
+{
+    Lsa l;
+    lsa_plan(e, f, &l);
+    if (l.nred)
+        fprintf(e->o, "    void *fr%d = coco_ws(&ws, ctx, %d * COCO_LSA_MAXBLOCKS * "
+                      "sizeof(double));\n    void *fp%d = coco_ws(&ws, ctx, %d * "
+                      "COCO_LSA_MAXBLOCKS * sizeof(double));\n", l.rs, l.nred, l.rs, l.nred);
+    for (int k = 0; k < l.nm; k++)
+        if (l.carry[l.m[k]])
+            fprintf(e->o, "    void *fc%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", l.m[k],
+                    l.m[k], type_size(nd(e, l.m[k])->type));
+    lsa_free(&l);
+}
+
+/* The buffers of the window: the reduced input first, then the gathered,
+ * then the published values. */
 static int emit_window_buffers(Emitter *e, const Lsa *l)
 {
-    Program *p = e->p;
     FILE *o = e->o;
-    int x = node_of(p, l->rs)->in[0], count = 1;
+    int x = nd(e, l->rs)->in[0], count = 1;
     fprintf(o, "        const void *lb[] = {b%d", x);
-    for (int k = 1; k < l->nm; k++)
-        if (node_of(p, l->m[k])->op == O_ALLGATHER)
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_ALLGATHER)
             fprintf(o, ", b%d", l->m[k]), count++;
+    if (l->nred)
+        fprintf(o, ", fr%d", l->rs), count++;
     fprintf(o, "};\n        const size_t lbytes[] = {(size_t)coco_count(h%d) * %zu", x,
-            type_size(node_of(p, x)->type));
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
+            type_size(nd(e, x)->type));
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
         if (n->op == O_ALLGATHER)
             fprintf(o, ", (size_t)coco_count(h%d) * %zu", n->id, type_size(n->type));
     }
+    if (l->nred)
+        fprintf(o, ", %d * COCO_LSA_MAXBLOCKS * sizeof(double)", l->nred);
     fprintf(o, "};\n        size_t lo[%d];\n", count);
     return count;
 }
 
 /* Pointers whose alignment decides V: every vector operand at a slice's start. */
-static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin)
+static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs,
+                               int nz)
 {
-    Program *p = e->p;
     FILE *o = e->o;
-    int count = 0, x = node_of(p, l->rs)->in[0];
+    int count = 0, x = nd(e, l->rs)->in[0];
     char sizes[4096] = "";
     size_t used = 0;
 #define ADD(fmt, id, size)                                                                        \
@@ -487,19 +579,21 @@ static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin
                                  used ? ", " : "", (size_t)(size));                               \
     } while (0)
     fprintf(o, "        const void *vp[] = {");
-    ADD("(const char *)b%d + n * %zu", x, type_size(node_of(p, x)->type));
-    for (int k = 1; k < l->nm; k++) {
-        Node *n = node_of(p, l->m[k]);
+    ADD("(const char *)b%d + n * %zu", x, type_size(nd(e, x)->type));
+    for (int k = 0; k < nz; k++)
+        ADD("(const char *)b%d + n * %zu", zs[k], type_size(nd(e, zs[k])->type));
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = nd(e, l->m[k]);
         if (n->op == O_ALLGATHER)
             ADD("(const char *)b%d + n * %zu", n->id, type_size(n->type));
-        else if (n->op == O_SLICE)
-            ADD("(const char *)b%d + n * %zu", n->in[0], type_size(n->type));
-        else if (kept(e, l, n->id) && n->ndim)
+        else if (stores_local(e, l, n->id) && n->ndim)
             ADD("(const char *)b%d + 0 * %zu", n->id, type_size(n->type));
+        if (l->carry[n->id])
+            ADD("(const char *)fc%d + 0 * %zu", n->id, type_size(n->type));
     }
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
-            ADD("(const char *)b%d + 0 * %zu", ins[k], type_size(node_of(p, ins[k])->type));
+            ADD("(const char *)b%d + 0 * %zu", ins[k], type_size(nd(e, ins[k])->type));
 #undef ADD
     fprintf(o, "};\n        const int vs[] = {%s};\n", sizes);
     return count;
@@ -510,34 +604,37 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     Program *p = e->p;
     FILE *o = e->o;
     Lsa l;
-    int *ins;
-    int nin = prepare(e, f, &l, &ins);
-    Node *rs = node_of(p, l.rs);
-    int vmax = widest(e, &l, ins, nin), one = oneshot_allowed(e, &l, ins, nin);
+    int *ins, *zs, nz;
+    int nin = prepare(e, f, &l, &ins, &zs, &nz);
+    Node *rs = nd(e, l.rs);
+    int vmax = widest(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);
     int nwin = emit_window_buffers(e, &l);
     fprintf(o, "        if (coco_lsa_usable(ctx, G_WORLD, lb, lbytes, lo, %d) && (G_WORLD == 2 || "
                "G_WORLD == 4 || G_WORLD == 8)) {\n", nwin);
     fprintf(o, "        CocoShape it = h%d;\n        long n = coco_count(it);\n", rs->id);
-    int nvec = emit_vector_buffers(e, &l, ins, nin);
+    int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
     fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec, vmax,
             vmax);
     fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, lbytes[0]);\n", one);
-    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, n, V, "
+    /* the grid from vmax, not V: every rank must sync each barrier (one per
+     * block) equally often, even were V to differ between ranks */
+    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, n, %d, "
                "&grid, &block);\n"
                "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
-               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
+               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n", vmax);
     fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, grid, block, st, ", e->v, f);
-    emit_params(e, &l, ins, nin, 0);
+    emit_params(e, &l, ins, nin, zs, nz, HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
                "%%ld ranks\", G_WORLD);\n        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",
             rs->pos.line, rs->pos.line);
     for (int k = 0; k < l.nm; k++)
-        emit_state_copy(e, node_of(p, l.m[k]));
+        emit_state_copy(e, nd(e, l.m[k]));
     fprintf(o, "        } else {\n");
     for (int k = 0; k < l.nm; k++)
-        emit_node(e, node_of(p, l.m[k]), done_segment);
+        emit_node(e, nd(e, l.m[k]), done_segment);
     fprintf(o, "        }\n    }\n");
     free(ins);
-    free(l.m);
+    free(zs);
+    lsa_free(&l);
 }

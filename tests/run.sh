@@ -14,8 +14,10 @@
 #             and the kept regressions (tests/fuzz/regressions/);
 #   sanitize  the examples with all their schedules, the refused programs
 #             and schedules, and 30 random programs, under ASan and UBSan;
-#   cuda-gen  where nvcc is installed, the CUDA source of every example and
-#             all its schedules compiles (object code only).
+#   fused-gen which fused collectives of adam, lamb and tests/gpu/norms.coco
+#             are generated as kernels over the peers' memory (one or two);
+#   cuda-gen  where nvcc is installed, the CUDA source of every example (and
+#             tests/gpu/norms.coco) and all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -304,12 +306,39 @@ else
     group_end "skipped: build/asan/coconet was not built"
 fi
 
+# ---- which FusedAllReduces become kernels over the peers' memory ----
+# (src/emit_lsa.c; generation only, no nvcc): "VARIANT one|two" per fused
+# collective generated so, compared with the expected list.
+group fused-gen
+fused_kinds() {
+    awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
+         /^\/\/ FusedAllReduce .* as two kernels/ { print v, "two" }
+         /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }' "$1"
+}
+for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,fuse_RS_Opt_AG_4 two" \
+         "tests/gpu/norms.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two" \
+         "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one"; do
+    f=${c%%|*}
+    coco gen "$f" -o "$TMP/fused" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    cu=$TMP/fused/$(basename "$f" .coco).cu
+    [ -f "$cu" ] || cu=$(ls "$TMP"/fused/*.cu | head -n 1)
+    got=$(fused_kinds "$cu" | paste -sd, -)
+    if [ "$got" = "${c#*|}" ]; then ok; else bad "fused kernels of $f: got '$got', expected '${c#*|}'"; fi
+    # every two-kernel fusion exchanges its ranks' folds and ends on a barrier
+    two=$(grep -c 'as two kernels' "$cu")
+    ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
+    if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    rm -rf "$TMP/fused"
+done
+group_end
+
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).
 group cuda-gen
 mkdir -p "$TMP/gen"
 if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco; do
         name=$(basename "$f" .coco)
         dir=$TMP/gen/$name
         coco gen "$f" -o "$dir" --all-schedules

@@ -14,11 +14,18 @@
 //             computes, and stores the gathered results into every peer;
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
+// A fusion with cross-rank reductions (a Norm of the whole tensor) is two
+// kernels on one grid (src/emit_lsa.c): kernel 0 leaves each block's fold
+// in a workspace array; kernel 1 folds them (coco_lsa_rank_fold), publishes
+// the rank's value in the window, and after a barrier folds the ranks'
+// values in rank order (coco_lsa_peer_fold). Every fold has a fixed order,
+// so every block of every rank gets the same bits.
 #pragma once
 
 #include <nccl_device.h>
 
 enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL };
+enum { COCO_LSA_MAXBLOCKS = 1024 }; // the most blocks of a fused kernel (slots per reduction)
 
 // acc[v] = the reduction, over the P peers in rank order, of element
 // base + i0 + v of the window buffer at offset off (type T). All P loads are
@@ -51,6 +58,53 @@ __device__ __forceinline__ void coco_lsa_store(ncclWindow_t win, size_t off, lon
     for (int q = 0; q < P; q++)
         if (q >= first && q <= last)
             coco_stv<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
+}
+
+// The fold (operation op of coco_red_step) of every thread's acc, in a
+// fixed tree over the thread indices (any block size up to 512); every
+// thread gets it. Every thread of the block calls it.
+__device__ __forceinline__ double coco_lsa_block_fold(int op, double acc)
+{
+    __shared__ double tree[512];
+    tree[threadIdx.x] = acc;
+    __syncthreads();
+    unsigned top = 1;
+    while (top < blockDim.x)
+        top *= 2;
+    for (unsigned s = top / 2; s > 0; s /= 2) {
+        if (threadIdx.x < s && threadIdx.x + s < blockDim.x)
+            tree[threadIdx.x] = coco_red_step(op, tree[threadIdx.x], tree[threadIdx.x + s]);
+        __syncthreads();
+    }
+    double r = tree[0];
+    __syncthreads();
+    return r;
+}
+
+// The fold of part[0..n) (one value per block of kernel 0), in an order that
+// depends only on n and the block size: the same bits in every block.
+__device__ __forceinline__ double coco_lsa_rank_fold(int op, const double *part, int n)
+{
+    double a = coco_red_identity(op);
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        a = coco_red_step(op, a, part[j]);
+    return coco_lsa_block_fold(op, a);
+}
+
+// The fold, in rank order from rank 0's (the CPU executor's order), of the
+// double at offset off of the window in every peer (after a barrier).
+template <int P>
+__device__ __forceinline__ double coco_lsa_peer_fold(ncclWindow_t win, size_t off, int op)
+{
+    double x[P];
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        x[q] = *(const volatile double *)ncclGetLsaPointer(win, off, q);
+    double a = x[0];
+#pragma unroll
+    for (int q = 1; q < P; q++)
+        a = coco_red_step(op, a, x[q]);
+    return a;
 }
 
 // Are the peers load/store reachable, with `nranks` of them, and do the
@@ -88,6 +142,8 @@ static inline void coco_lsa_grid(const coco_cuda_ctx *ctx, long n, int v, dim3 *
     long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : ctx->lsa_blocks;
     if (most > ctx->lsa_blocks)
         most = ctx->lsa_blocks;
+    if (most > COCO_LSA_MAXBLOCKS)
+        most = COCO_LSA_MAXBLOCKS;
     *grid = dim3((unsigned)(want < 1 ? 1 : want > most ? most : want));
     *block = dim3((unsigned)threads);
 }

@@ -4,7 +4,8 @@
 #
 #   selftest  the runtime alone, with CUDA written by hand (tests/gpu/*.cu):
 #             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
-#   examples  every examples/*.coco x every schedule (--all-schedules) x P,
+#   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
+#             reductions in a fused collective) x every schedule x P,
 #             at the examples' sizes (pipeline.coco also at every group size);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
@@ -148,7 +149,7 @@ part_selftest() {
 
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
-    for f in examples/*.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             if ! allowed "$f" "$p"; then
