@@ -83,7 +83,7 @@ rows() {
             return s
         }
         /^schedule +outputs/ { on = 1; next }
-        /^gpu-time:/ { on = 0 }
+        /^gpu-(time|checks):/ { on = 0 }
         on && NF >= 7 {
             note = ""
             for (i = 9; i <= NF; i++) note = note (note == "" ? "" : " ") $i

@@ -208,6 +208,21 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
     return seen < r->nranks || all.outside || !agree || guard || repeat;
 }
 
+/* Variants whose every rank reported with no fault. */
+static int variants_clean(const CudaJob *job, const Report *r)
+{
+    int clean = 0;
+    for (int vi = 0; vi < job->nv; vi++) {
+        int ok = 1;
+        for (int rank = 0; rank < r->nranks; rank++) {
+            const RankRow *x = &r->rows[vi * r->nranks + rank];
+            ok &= x->seen && x->fault == COCO_RT_FAULT_NONE;
+        }
+        clean += ok;
+    }
+    return clean;
+}
+
 /* The reasons of GUARD and REPEAT rows, rank by rank. */
 static void print_faults(const CudaJob *job, const Report *r)
 {
@@ -235,6 +250,8 @@ int report_print(const CudaJob *job, const Report *r, FILE *out)
     if (job->iters > 0)
         fprintf(out, "gpu-time: median of %d runs after %d warm-up runs, the slowest rank's\n",
                 job->iters, job->warmup);
+    fprintf(out, "gpu-checks: guard bytes intact and the repeat run bit for bit the checked "
+            "run's in %d of %d variants, on every rank\n", variants_clean(job, r), job->nv);
     fflush(out);
     print_faults(job, r);
     for (int rank = 0; rank < r->nranks; rank++) {

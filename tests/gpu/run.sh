@@ -74,7 +74,7 @@ allowed() {
 table() {
     awk -v ex="$1" -v sizes="$2" -v p="$3" '
         /^schedule +outputs/ { on = 1; next }
-        /^gpu-time:/ { on = 0 }
+        /^gpu-(time|checks):/ { on = 0 }
         on && NF >= 7 {
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                    ex, sizes, p, $1, $2, $3, $4, $6, $7

@@ -345,6 +345,9 @@ static void test_launch(void)
     check(strstr(out, "3 ranks on a stand-in runtime") != NULL, "the GPU line of rank 0");
     check(strstr(out, "\nprogram                  bitwise ") && strstr(out, "\nfused "),
           "a row per variant, the program first");
+    check(strstr(out, "\ngpu-checks: guard bytes intact and the repeat run bit for bit the "
+                      "checked run's in 2 of 2 variants, on every rank\n") != NULL,
+          "the runtime's own checks passed, said under the table");
     if (rc)
         printf("%s\n", out);
     rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule fused --reference program");
@@ -360,6 +363,7 @@ static void test_launch(void)
     check(strstr(out, "rank 1: program: output 'y' (4000 bytes) was written outside: the guard "
                       "after it is damaged, first at byte 3 past its end (offset 4003): ") &&
               strstr(out, "found after the checked run"), "which buffer, which side, which byte");
+    check(strstr(out, "run's in 0 of 2 variants") != NULL, "no variant passed the runtime's checks");
     rc = coconet(out, sizeof out, "repeat", "--ranks 3 --schedule fused");
     check(rc == 1 && strstr(out, "\nprogram                  REPEAT ") &&
               strstr(out, "rank 1: fused: output 'y': a repeat run on the same inputs gave "
