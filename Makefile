@@ -55,7 +55,7 @@ build/%.o: src/%.c src/coco.h include/coconet.h | build
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 build/cuda_mpi.o: build/mpi.conf
-build/cuda_rank.o build/cuda_launch.o build/cuda_mpi.o: rt/cuda_child.h
+build/cuda_rank.o build/cuda_report.o build/cuda_launch.o build/cuda_mpi.o: rt/cuda_child.h
 
 # Rebuilt only when the MPI compiler changes.
 build/mpi.conf: FORCE | build

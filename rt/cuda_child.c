@@ -9,7 +9,11 @@
  * the ABI of include/coconet_cuda.h: inputs copied in, one checked run whose
  * outputs and new values are copied back, then timed runs (CUDA events;
  * inputs restored from pristine device copies outside the timed region;
- * ranks lined up by a one-element AllReduce before each run).
+ * ranks lined up by a one-element AllReduce before each run), then one more
+ * run whose results must equal the checked run's bit for bit. Around every
+ * buffer of the arena lie guard bytes (a known pattern written before the
+ * checked run, verified after it and at the end): a write just outside a
+ * buffer is reported (CocoRtFault), as is a repeat run that differs.
  *
  * Every CUDA, NCCL and cuBLASLt call goes through a check that names the
  * rank, the call, the file and the line. Every wait on the GPU polls the
@@ -34,7 +38,9 @@
 enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
 enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
        ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
-       ALIGN = 4096 };                /* of every buffer in the arena */
+       ALIGN = 4096,                  /* of every buffer in the arena */
+       GUARD = 256,                   /* guard bytes before and after each buffer */
+       STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */
 
 struct CocoRt {
     int rank, nranks, group_size, device;
@@ -44,6 +50,7 @@ struct CocoRt {
     cublasLtHandle_t lt;
     void *lt_workspace;
     float *barrier;      /* one float on the device, for lining ranks up */
+    unsigned char *stage; /* STAGE pinned bytes: results of the repeat run, in chunks */
     void *so;            /* the generated shared object */
     void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
@@ -282,6 +289,7 @@ static int open_handles(CocoRt *rt)
     CUDA_OK(rt, cudaMalloc(&rt->lt_workspace, LT_WORKSPACE));
     CUDA_OK(rt, cudaMalloc((void **)&rt->barrier, sizeof(float)));
     CUDA_OK(rt, cudaMemset(rt->barrier, 0, sizeof(float)));
+    CUDA_OK(rt, cudaMallocHost((void **)&rt->stage, STAGE));
     return 0;
 }
 
@@ -300,6 +308,7 @@ static void rt_close(CocoRt *rt, int abort)
             cublasLtDestroy(rt->lt);
         cudaFree(rt->lt_workspace);
         cudaFree(rt->barrier);
+        cudaFreeHost(rt->stage);
         if (rt->stream)
             cudaStreamDestroy(rt->stream);
         if (rt->side)
@@ -354,20 +363,35 @@ static void rt_describe(CocoRt *rt, char *buf, size_t len)
 
 /* ---- one variant ---- */
 
+/* A buffer of the arena, with GUARD bytes before and after it that nothing
+ * may write: an input's working copy, an output (not an input's buffer) or
+ * the workspace. */
+typedef struct {
+    char *at;
+    size_t bytes;       /* this rank's own size */
+    int output, input;  /* whose it is: as in CocoRtFault */
+} Guarded;
+
 /* Device buffers of one variant, all in one arena (a symmetric NCCL window
- * when the ranks reach each other's memory): the working copy of each
- * input, each output and the workspace, at the same offsets on every rank.
- * Pristine copies of the inputs are apart. All freed by free_buffers. */
+ * when the ranks reach each other's memory): after a lead of ALIGN bytes,
+ * the working copy of each input, each output and the workspace, each
+ * ALIGN-aligned and followed by at least GUARD bytes, at the same offsets
+ * on every rank. Pristine copies of the inputs are apart. All freed by
+ * free_buffers. */
 typedef struct {
     int nin, nout;
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
     int aliased[MAXARGS]; /* out[i] is an input's buffer (coco_output_alias) */
+    int alias_of[MAXARGS]; /* that input, or -1 */
     void *workspace;
     void *arena;
     size_t arena_bytes;
     ncclWindow_t window;
     ncclComm_t window_comm;
     cudaEvent_t start, stop;
+    Guarded guarded[2 * MAXARGS + 1];
+    int nguarded;
+    unsigned char *guard_want, *guard_got; /* 2 * GUARD bytes per guarded buffer */
 } Buffers;
 
 static int device_alloc(CocoRt *rt, void **p, size_t bytes)
@@ -390,11 +414,19 @@ static void free_buffers(Buffers *b)
         cudaEventDestroy(b->start);
     if (b->stop)
         cudaEventDestroy(b->stop);
+    free(b->guard_want);
+    free(b->guard_got);
 }
 
 static size_t aligned(size_t bytes)
 {
     return (bytes + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* A buffer's place in the arena: itself and the guard after it. */
+static size_t slot(size_t bytes)
+{
+    return aligned(bytes + GUARD);
 }
 
 /* Every rank lays the arena out with the largest size any rank needs for
@@ -412,19 +444,38 @@ static int agree_sizes(CocoRt *rt, unsigned long long *size, int n)
     return 0;
 }
 
-/* The arena: inputs, outputs, then `workspace` bytes. */
+/* Which outputs are given an input's buffer (coco_output_alias): those need
+ * no place of their own in the arena. */
+static void find_aliases(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+{
+    const int *alias = (const int *)dlsym(rt->so, "coco_output_alias");
+    for (int i = 0; i < v->noutputs; i++) {
+        int j = alias ? alias[i] : -1;
+        b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
+                        v->input_bytes[j] == v->output_bytes[i];
+        b->alias_of[i] = b->aliased[i] ? j : -1;
+    }
+}
+
+static void guard(Buffers *b, void *at, size_t bytes, int output, int input)
+{
+    b->guarded[b->nguarded++] = (Guarded){(char *)at, bytes, output, input};
+}
+
+/* The arena: a lead, inputs, outputs, then `workspace` bytes. */
 static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
     int n = v->ninputs + v->noutputs + 1;
     unsigned long long size[2 * MAXARGS + 1];
+    find_aliases(rt, v, b);
     for (int i = 0; i < v->ninputs; i++)
-        size[i] = v->input[i] ? aligned(v->input_bytes[i]) : 0;
+        size[i] = v->input[i] ? slot(v->input_bytes[i]) : 0;
     for (int i = 0; i < v->noutputs; i++)
-        size[v->ninputs + i] = aligned(v->output_bytes[i]);
-    size[n - 1] = aligned(workspace);
+        size[v->ninputs + i] = b->aliased[i] ? 0 : slot(v->output_bytes[i]);
+    size[n - 1] = workspace ? slot(workspace) : 0;
     if (agree_sizes(rt, size, n))
         return -1;
-    b->arena_bytes = ALIGN;
+    b->arena_bytes = ALIGN; /* the lead: the guard before the first buffer */
     for (int k = 0; k < n; k++)
         b->arena_bytes += size[k];
     if (rt->lsa) {
@@ -435,17 +486,127 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     } else if (device_alloc(rt, &b->arena, b->arena_bytes)) {
         return -1;
     }
-    char *at = (char *)b->arena;
-    for (int i = 0; i < v->ninputs; i++, at += size[i - 1])
+    char *at = (char *)b->arena + ALIGN;
+    for (int i = 0; i < v->ninputs; i++, at += size[i - 1]) {
         b->in[i] = v->input[i] ? at : NULL;
-    const int *alias = (const int *)dlsym(rt->so, "coco_output_alias");
+        if (b->in[i])
+            guard(b, at, v->input_bytes[i], -1, i);
+    }
     for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1]) {
-        int j = alias ? alias[i] : -1;
-        b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
-                        v->input_bytes[j] == v->output_bytes[i];
-        b->out[i] = b->aliased[i] ? b->in[j] : at;
+        b->out[i] = b->aliased[i] ? b->in[b->alias_of[i]] : at;
+        if (!b->aliased[i])
+            guard(b, at, v->output_bytes[i], i, -1);
     }
     b->workspace = workspace ? at : NULL;
+    if (workspace)
+        guard(b, at, workspace, -1, -1);
+    return 0;
+}
+
+/* ---- guard bytes ---- */
+
+/* The pattern at each byte of the arena's guards: it changes from byte to
+ * byte, so that no plain fill (zeros, NaNs, a repeated value) matches it. */
+static unsigned char guard_byte(const Buffers *b, const char *p)
+{
+    return (unsigned char)(0xa5 ^ ((size_t)(p - (const char *)b->arena) & 0xff));
+}
+
+/* The guard before (side 0) or after (side 1) guarded buffer k. */
+static char *guard_at(const Buffers *b, int k, int side)
+{
+    const Guarded *g = &b->guarded[k];
+    return side ? g->at + g->bytes : g->at - GUARD;
+}
+
+/* Writes the pattern into every guard (before the checked run). */
+static int fill_guards(CocoRt *rt, Buffers *b)
+{
+    size_t n = (size_t)b->nguarded * 2 * GUARD;
+    b->guard_want = malloc(n ? n : 1);
+    b->guard_got = malloc(n ? n : 1);
+    if (!b->guard_want || !b->guard_got)
+        return rt_error(rt, "out of memory");
+    for (int k = 0; k < b->nguarded; k++)
+        for (int side = 0; side < 2; side++) {
+            unsigned char *want = b->guard_want + (2 * k + side) * GUARD;
+            char *at = guard_at(b, k, side);
+            for (int i = 0; i < GUARD; i++)
+                want[i] = guard_byte(b, at + i);
+            CUDA_OK(rt, cudaMemcpyAsync(at, want, GUARD, cudaMemcpyHostToDevice, rt->stream));
+        }
+    return wait_gpu(rt, rt->stream, NULL, "writing the guard bytes");
+}
+
+/* Reads every guard back; the first damaged one goes to *f. */
+static int check_guards(CocoRt *rt, Buffers *b, int late, CocoRtFault *f)
+{
+    for (int k = 0; k < b->nguarded; k++)
+        for (int side = 0; side < 2; side++)
+            CUDA_OK(rt, cudaMemcpyAsync(b->guard_got + (2 * k + side) * GUARD,
+                                        guard_at(b, k, side), GUARD, cudaMemcpyDeviceToHost,
+                                        rt->stream));
+    if (wait_gpu(rt, rt->stream, NULL, "reading the guard bytes back"))
+        return -1;
+    for (int k = 0; k < b->nguarded; k++)
+        for (int side = 0; side < 2; side++) {
+            size_t o = (size_t)(2 * k + side) * GUARD;
+            int i = 0;
+            while (i < GUARD && b->guard_got[o + i] == b->guard_want[o + i])
+                i++;
+            if (i == GUARD)
+                continue;
+            const Guarded *g = &b->guarded[k];
+            *f = (CocoRtFault){COCO_RT_FAULT_GUARD, g->output, g->input, side, late,
+                               side ? (long long)(g->bytes + (size_t)i) : (long long)i - GUARD,
+                               (long long)g->bytes, b->guard_got[o + i], b->guard_want[o + i]};
+            return 0;
+        }
+    return 0;
+}
+
+/* ---- the repeat run's comparison ---- */
+
+/* Device bytes `dev` against the host copy of the checked run, in chunks
+ * through the pinned stage; the first difference goes to *f. */
+static int compare_back(CocoRt *rt, const void *dev, const void *host, size_t bytes, int output,
+                        int input, CocoRtFault *f)
+{
+    for (size_t done = 0; done < bytes && f->kind == COCO_RT_FAULT_NONE;) {
+        size_t n = bytes - done < STAGE ? bytes - done : STAGE;
+        CUDA_OK(rt, cudaMemcpyAsync(rt->stage, (const char *)dev + done, n,
+                                    cudaMemcpyDeviceToHost, rt->stream));
+        if (wait_gpu(rt, rt->stream, NULL, "copying the repeat run's results back"))
+            return -1;
+        const unsigned char *first = (const unsigned char *)host + done;
+        if (memcmp(rt->stage, first, n)) {
+            size_t i = 0;
+            while (rt->stage[i] == first[i])
+                i++;
+            *f = (CocoRtFault){COCO_RT_FAULT_REPEAT, output, input, 0, 0, (long long)(done + i),
+                               (long long)bytes, rt->stage[i], first[i]};
+        }
+        done += n;
+    }
+    return 0;
+}
+
+/* Every output and new value of the repeat run against the checked run's
+ * (an output in an input's buffer is compared once, as that new value). */
+static int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *f)
+{
+    for (int i = 0; i < v->noutputs; i++)
+        if (!b->aliased[i] &&
+            compare_back(rt, b->out[i], v->output[i], v->output_bytes[i], i, -1, f))
+            return -1;
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->updated && v->updated[i] && b->in[i] &&
+            compare_back(rt, b->in[i], v->updated[i], v->input_bytes[i], -1, i, f))
+            return -1;
+    for (int i = 0; i < v->noutputs; i++) /* aliased, but not given back as a new value */
+        if (b->aliased[i] && !(v->updated && v->updated[b->alias_of[i]]) &&
+            compare_back(rt, b->out[i], v->output[i], v->output_bytes[i], i, -1, f))
+            return -1;
     return 0;
 }
 
@@ -469,7 +630,7 @@ static int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Bu
             CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));
     CUDA_OK(rt, cudaEventCreate(&b->start));
     CUDA_OK(rt, cudaEventCreate(&b->stop));
-    return 0;
+    return fill_guards(rt, b);
 }
 
 static int restore_inputs(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
@@ -625,9 +786,18 @@ static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buff
         return -1;
     t->workspace_bytes = e.ctx.workspace_bytes;
     if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||
-        copy_back(rt, v, b))
+        copy_back(rt, v, b) || check_guards(rt, b, 0, &t->fault))
         return -1;
-    return time_variant(rt, v, b, &e, t);
+    /* timed and repeated even after a fault: every rank makes the same
+     * collective calls; the first fault found is the one reported */
+    float ms;
+    if (time_variant(rt, v, b, &e, t) || timed_run(rt, v, b, &e, &ms))
+        return -1;
+    if (t->fault.kind == COCO_RT_FAULT_NONE && check_guards(rt, b, 1, &t->fault))
+        return -1;
+    if (t->fault.kind == COCO_RT_FAULT_NONE)
+        return compare_repeat(rt, v, b, &t->fault);
+    return 0;
 }
 
 static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_t errlen)

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#define COCO_RT_ABI 1
+#define COCO_RT_ABI 2
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct CocoRt CocoRt;
@@ -43,9 +43,28 @@ typedef struct {
     int iters, warmup;        /* timed runs after warm-up runs (iters 0: no timing) */
 } CocoRtVariant;
 
+/* What the runtime's own checks of a variant found (kind NONE: nothing).
+ * GUARD: a guard region just before or after a buffer was written (filled
+ * with a known pattern before the checked run, verified after it and again
+ * after the timed runs and the repeat run). REPEAT: the repeat run (inputs
+ * restored, after the timed runs) gave other bits than the checked run. */
+enum { COCO_RT_FAULT_NONE, COCO_RT_FAULT_GUARD, COCO_RT_FAULT_REPEAT };
+typedef struct {
+    int kind;
+    int output, input;    /* the buffer: an output's or an input's index, or
+                             both -1 for the workspace */
+    int after;            /* GUARD: the guard after the buffer (1) or before it (0) */
+    int late;             /* GUARD: found only after the timed and repeat runs */
+    long long offset;     /* GUARD: the first damaged byte from the buffer's start
+                             (negative: before it); REPEAT: the first differing byte */
+    long long bytes;      /* the buffer's size */
+    unsigned found, expected; /* that byte, and what it should be */
+} CocoRtFault;
+
 typedef struct {
     double median_ms, min_ms, max_ms; /* over the timed runs, CUDA events */
     size_t workspace_bytes;
+    CocoRtFault fault;
 } CocoRtTiming;
 
 typedef struct CocoRtApi {
@@ -56,8 +75,11 @@ typedef struct CocoRtApi {
      * cuBLASLt, the generated object (its NCCL version checked) */
     CocoRt *(*open)(const CocoRtConfig *cfg, char *err, size_t errlen);
     /* Runs v once and copies its outputs and new values back, then times it
-     * (inputs restored before each run). 0, or -1 with a message: the
-     * communicators must then be aborted (close with abort = 1). */
+     * (inputs restored before each run), then runs it once more and compares
+     * its results with the first run's bit for bit; guard bytes around every
+     * buffer are checked after the first run and at the end (t->fault). 0,
+     * or -1 with a message: the communicators must then be aborted (close
+     * with abort = 1). */
     int (*run)(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_t errlen);
     void (*close)(CocoRt *rt, int abort);
     /* the GPU's name and the NCCL library's version, for the report */

@@ -528,6 +528,8 @@ typedef struct {
     double max_abs, max_rel, median_ms, min_ms, max_ms;
     char worst[MAXNAME];
     uint64_t hash[64]; /* of each checked value's bytes (the first 64 checks) */
+    int fault;         /* the runtime's own checks: COCO_RT_FAULT_* (rt/cuda_child.h) */
+    char fault_msg[512];
 } RankRow;
 typedef struct {
     int nranks, nv;
@@ -537,7 +539,8 @@ typedef struct {
     int first_failure; /* the rank that failed first, or -1 */
     int *done;         /* per rank: said DONE */
 } Report;
-/* the lines ranks send: "GPU text", "ROW v ...", "ERR text", "DONE" */
+/* the lines ranks send: "GPU text", "ROW v ...", "FAULT v GUARD|REPEAT text",
+ * "ERR text", "DONE" */
 typedef void (*EmitFn)(void *ctx, const char *line);
 /* cuda_report.c */
 void report_init(Report *r, int nranks, int nv);

@@ -255,6 +255,66 @@ static void check_variant(const CudaJob *job, const CudaVariant *v, int rank, co
     }
 }
 
+/* ---- the runtime's own checks: guard bytes, the repeat run ---- */
+
+static void buffer_name(const CudaVariant *v, const CocoRtFault *f, char *buf, size_t len)
+{
+    Program *vp = v->prog;
+    if (f->output >= 0 && f->output < vp->nexec_out)
+        snprintf(buf, len, "output '%s'", node_of(vp, vp->exec_out[f->output])->name);
+    else if (f->input >= 0 && f->input < vp->nexec_in)
+        snprintf(buf, len, "%sinput '%s'",
+                 node_of(vp, vp->exec_in[f->input])->updated_by >= 0 ? "updated " : "",
+                 node_of(vp, vp->exec_in[f->input])->name);
+    else
+        snprintf(buf, len, "the workspace");
+}
+
+static long long element_size(const CudaVariant *v, const CocoRtFault *f)
+{
+    Program *vp = v->prog;
+    if (f->output >= 0 && f->output < vp->nexec_out)
+        return (long long)type_size(node_of(vp, vp->exec_out[f->output])->type);
+    if (f->input >= 0 && f->input < vp->nexec_in)
+        return (long long)type_size(node_of(vp, vp->exec_in[f->input])->type);
+    return 1;
+}
+
+/* What a fault means, in words (the row's reason, printed under the table). */
+static void cuda_fault_text(const CudaVariant *v, const CocoRtFault *f, char *buf, size_t len)
+{
+    char name[MAXNAME + 32];
+    buffer_name(v, f, name, sizeof name);
+    if (f->kind == COCO_RT_FAULT_GUARD) {
+        long long past = f->offset - f->bytes;
+        char where[96];
+        if (f->after)
+            snprintf(where, sizeof where, "byte %lld past its end", past);
+        else
+            snprintf(where, sizeof where, "byte %lld before its start", -f->offset);
+        snprintf(buf, len, "%s (%lld bytes) was written outside: the guard %s it is damaged, "
+                 "first at %s (offset %lld): 0x%02x where 0x%02x was written; found %s", name,
+                 f->bytes, f->after ? "after" : "before", where, f->offset, f->found & 0xff,
+                 f->expected & 0xff, f->late ? "after the timed runs and the repeat run"
+                                             : "after the checked run");
+    } else {
+        snprintf(buf, len, "%s: a repeat run on the same inputs gave other bits than the "
+                 "checked run, first at byte %lld (element %lld): 0x%02x, not 0x%02x", name,
+                 f->offset, f->offset / element_size(v, f), f->found & 0xff,
+                 f->expected & 0xff);
+    }
+}
+
+static void emit_fault(const CudaVariant *v, const CocoRtFault *f, int vi, EmitFn emit,
+                       void *ctx)
+{
+    char msg[600], line[700];
+    cuda_fault_text(v, f, msg, sizeof msg);
+    snprintf(line, sizeof line, "FAULT %d %s %s", vi,
+             f->kind == COCO_RT_FAULT_GUARD ? "GUARD" : "REPEAT", msg);
+    emit(ctx, line);
+}
+
 /* ---- one rank's work ---- */
 
 void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg)
@@ -296,6 +356,8 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     char line[8192];
     rank_row_line(line, sizeof line, vi, &row, v->ncheck);
     emit(ctx, line);
+    if (t.fault.kind != COCO_RT_FAULT_NONE)
+        emit_fault(v, &t.fault, vi, emit, ctx);
     host_free(&h);
     return 0;
 }

@@ -5,18 +5,24 @@
  *   GPU <description>                      the GPU and NCCL it runs on
  *   ROW v differing elements outside max-abs max-rel median-ms min-ms max-ms
  *       worst n hash1 .. hashn             variant v checked and timed
+ *   FAULT v GUARD|REPEAT <message>         the runtime's own checks of v failed:
+ *                                          a write outside a buffer, or a
+ *                                          repeat run with other bits
  *   ERR <message>                          it failed (and will exit non-zero)
  *   DONE                                   every variant ran
  * The table: the program's CPU reference summarised as the CPU backend
  * does, then one row per variant (the program first) over all ranks:
  * bitwise / rounding (within tolerance) / WRONG / REPLICAS (a Replicated
- * value whose bits differ between the ranks of a group) / FAILED (a rank
- * did not report it), the largest differences from the CPU values, the
+ * value whose bits differ between the ranks of a group) / GUARD (a guard
+ * byte around a buffer was written) / REPEAT (a second run on the same
+ * inputs gave other bits) / FAILED (a rank did not report it), the largest differences from the CPU values, the
  * differing and out-of-tolerance element counts, and the GPU time (the
  * slowest rank's median). */
 #include "coco.h"
 
 #include <inttypes.h>
+
+#include "../rt/cuda_child.h" /* COCO_RT_FAULT_* */
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +97,20 @@ static void parse_row(Report *r, int rank, const char *line)
     r->rows[v * r->nranks + rank] = row;
 }
 
+static void parse_fault(Report *r, int rank, const char *line)
+{
+    int v, used = 0;
+    char kind[16];
+    if (sscanf(line, "FAULT %d %15s %n", &v, kind, &used) != 2 || v < 0 || v >= r->nv ||
+        (strcmp(kind, "GUARD") && strcmp(kind, "REPEAT"))) {
+        report_error(r, rank, "sent a malformed report line");
+        return;
+    }
+    RankRow *row = &r->rows[v * r->nranks + rank];
+    row->fault = strcmp(kind, "GUARD") ? COCO_RT_FAULT_REPEAT : COCO_RT_FAULT_GUARD;
+    snprintf(row->fault_msg, sizeof row->fault_msg, "%s", line + used);
+}
+
 void report_line(Report *r, int rank, const char *line)
 {
     if (rank < 0 || rank >= r->nranks)
@@ -100,6 +120,8 @@ void report_line(Report *r, int rank, const char *line)
             snprintf(r->gpu, sizeof r->gpu, "%s", line + 4);
     } else if (!strncmp(line, "ROW ", 4)) {
         parse_row(r, rank, line);
+    } else if (!strncmp(line, "FAULT ", 6)) {
+        parse_fault(r, rank, line);
     } else if (!strncmp(line, "ERR ", 4)) {
         report_error(r, rank, line + 4);
     } else if (!strcmp(line, "DONE")) {
@@ -157,9 +179,11 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
     const RankRow *rows = &r->rows[vi * r->nranks];
     RankRow all;
     memset(&all, 0, sizeof all);
-    int seen = 0;
+    int seen = 0, guard = 0, repeat = 0;
     for (int rank = 0; rank < r->nranks; rank++) {
         const RankRow *x = &rows[rank];
+        guard |= x->fault == COCO_RT_FAULT_GUARD;
+        repeat |= x->fault == COCO_RT_FAULT_REPEAT;
         if (!x->seen)
             continue;
         seen++;
@@ -173,13 +197,42 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
     const CudaVariant *v = &job->v[vi];
     int agree = seen == r->nranks && replicas_agree(v, rows, r->nranks);
     const char *verdict = seen < r->nranks ? "FAILED"
+                        : guard ? "GUARD"
                         : all.outside ? "WRONG"
+                        : repeat ? "REPEAT"
                         : !agree ? "REPLICAS"
                         : all.differing ? "rounding" : "bitwise";
     fprintf(out, "%-24s %-8s %12.3g %12.3g %10ld/%-10ld %9ld %10.3f ms  %s\n", v->name, verdict,
             all.max_abs, all.max_rel, all.differing, all.elements, all.outside, all.median_ms,
             v->note ? v->note : "");
-    return seen < r->nranks || all.outside || !agree;
+    return seen < r->nranks || all.outside || !agree || guard || repeat;
+}
+
+/* Variants whose every rank reported with no fault. */
+static int variants_clean(const CudaJob *job, const Report *r)
+{
+    int clean = 0;
+    for (int vi = 0; vi < job->nv; vi++) {
+        int ok = 1;
+        for (int rank = 0; rank < r->nranks; rank++) {
+            const RankRow *x = &r->rows[vi * r->nranks + rank];
+            ok &= x->seen && x->fault == COCO_RT_FAULT_NONE;
+        }
+        clean += ok;
+    }
+    return clean;
+}
+
+/* The reasons of GUARD and REPEAT rows, rank by rank. */
+static void print_faults(const CudaJob *job, const Report *r)
+{
+    for (int vi = 0; vi < job->nv; vi++)
+        for (int rank = 0; rank < r->nranks; rank++) {
+            const RankRow *x = &r->rows[vi * r->nranks + rank];
+            if (x->fault != COCO_RT_FAULT_NONE)
+                fprintf(stderr, "coconet: rank %d: %s: %s\n", rank, job->v[vi].name,
+                        x->fault_msg);
+        }
 }
 
 int report_print(const CudaJob *job, const Report *r, FILE *out)
@@ -197,7 +250,10 @@ int report_print(const CudaJob *job, const Report *r, FILE *out)
     if (job->iters > 0)
         fprintf(out, "gpu-time: median of %d runs after %d warm-up runs, the slowest rank's\n",
                 job->iters, job->warmup);
+    fprintf(out, "gpu-checks: guard bytes intact and the repeat run bit for bit the checked "
+            "run's in %d of %d variants, on every rank\n", variants_clean(job, r), job->nv);
     fflush(out);
+    print_faults(job, r);
     for (int rank = 0; rank < r->nranks; rank++) {
         if (r->error[rank])
             fprintf(stderr, "coconet: %s\n", r->error[rank]);

@@ -16,6 +16,8 @@
 #             and schedules, and 30 random programs, under ASan and UBSan;
 #   fused-gen which fused collectives of adam, lamb and tests/gpu/norms.coco
 #             are generated as kernels over the peers' memory (one or two);
+#   bench     bench/*.coco with all schedules, and bench/plot_fig6.py on a
+#             synthetic CSV (tests/bench/check_plot.py, where python3 is);
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
 #             tests/gpu/norms.coco) and all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
@@ -332,6 +334,25 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     rm -rf "$TMP/fused"
 done
 group_end
+# ---- the benchmark's programs and plot ----
+# bench/*.coco run with all their schedules on the CPU backend (P = 4) and
+# match their programs; bench/plot_fig6.py draws the expected SVG from a
+# synthetic CSV (tests/bench/check_plot.py, where python3 is installed).
+group bench
+for f in bench/*.coco; do
+    coco run "$f" --ranks 4 --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
+    else ok; fi
+done
+if sh -n bench/fused.sh 2>"$TMP/err"; then ok; else bad "bench/fused.sh: $(err1)"; fi
+if command -v "$PYTHON" >/dev/null 2>&1; then
+    if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
+        bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
+    fi
+    group_end
+else
+    group_end "plot skipped: no $PYTHON"
+fi
 
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).

@@ -5,10 +5,16 @@
  * (tests/unit/test_cuda_launch.c) run the whole path (build, cache, fork,
  * NCCL id exchange, reports, table, failures) on machines without a GPU.
  *
+ * Like the real runtime it runs each variant twice and compares the second
+ * run's results with the first's bit for bit, and keeps guard bytes after
+ * each input and output (a pattern written before the first run and read
+ * after each), reporting what it finds as a CocoRtFault.
+ *
  * FAKE_RT_MODE makes rank FAKE_RT_RANK (default 1) misbehave:
  *   wrong  changes one output element      crash  dies of SIGSEGV in run
  *   hang   never returns from run          error  returns an error from run
- *   abi    reports another ABI version */
+ *   abi    reports another ABI version     guard  writes 3 bytes past output 0
+ *   repeat changes an element of output 0 in the second run only */
 #define _DEFAULT_SOURCE
 #include <dlfcn.h>
 #include <signal.h>
@@ -59,14 +65,94 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
     return rt;
 }
 
-static void copy_in(const CocoRtVariant *v, void **in)
+enum { GUARD = 64 };
+
+static unsigned char pattern(size_t i)
 {
-    for (int i = 0; i < v->ninputs; i++) {
-        if (!v->input[i])
-            continue;
-        in[i] = malloc(v->input_bytes[i] + 1);
-        memcpy(in[i], v->input[i], v->input_bytes[i]);
-    }
+    return (unsigned char)(0xa5 ^ (i & 0xff));
+}
+
+/* A host buffer of `bytes` followed by GUARD bytes of the pattern. */
+static void *guarded(size_t bytes)
+{
+    unsigned char *p = malloc(bytes + GUARD);
+    for (size_t i = 0; i < GUARD; i++)
+        p[bytes + i] = pattern(i);
+    return p;
+}
+
+/* The first damaged guard byte after p into *f; 1 when there is one. */
+static int guard_damaged(const void *p, size_t bytes, int output, int input, CocoRtFault *f)
+{
+    const unsigned char *g = (const unsigned char *)p + bytes;
+    for (size_t i = 0; i < GUARD; i++)
+        if (g[i] != pattern(i)) {
+            *f = (CocoRtFault){COCO_RT_FAULT_GUARD, output, input, 1, 0,
+                               (long long)(bytes + i), (long long)bytes, g[i], pattern(i)};
+            return 1;
+        }
+    return 0;
+}
+
+/* One run of `run` on fresh copies of the inputs, into out[]; the new
+ * values left in in[]. */
+static int run_once(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
+                    void **out, char *msg, size_t len)
+{
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->input[i])
+            memcpy(in[i], v->input[i], v->input_bytes[i]);
+    coco_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.rank = rt->rank;
+    ctx.nranks = rt->nranks;
+    ctx.group_size = rt->group_size;
+    ctx.err = msg;
+    ctx.errlen = len;
+    coco_cuda_args args = {in, v->scalar, out, v->size, v->seed};
+    int rc = run(&ctx, &args);
+    if (!rc && misbehaves(rt->rank, "wrong") && v->noutputs && v->output_bytes[0])
+        ((unsigned char *)out[0])[0] ^= 0x40; /* in every run: wrong, but repeatably */
+    return rc;
+}
+
+static int check_guards(const CocoRtVariant *v, void **in, void **out, CocoRtFault *f)
+{
+    for (int i = 0; i < v->noutputs; i++)
+        if (guard_damaged(out[i], v->output_bytes[i], i, -1, f))
+            return 1;
+    for (int i = 0; i < v->ninputs; i++)
+        if (in[i] && guard_damaged(in[i], v->input_bytes[i], -1, i, f))
+            return 1;
+    return 0;
+}
+
+static void compare(const void *got, const void *first, size_t bytes, int output, int input,
+                    CocoRtFault *f)
+{
+    const unsigned char *a = got, *b = first;
+    for (size_t i = 0; i < bytes && f->kind == COCO_RT_FAULT_NONE; i++)
+        if (a[i] != b[i])
+            *f = (CocoRtFault){COCO_RT_FAULT_REPEAT, output, input, 0, 0, (long long)i,
+                               (long long)bytes, a[i], b[i]};
+}
+
+/* The second run: guards, then its results against the first's. */
+static int repeat(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
+                  void **out, CocoRtTiming *t, char *msg, size_t len)
+{
+    if (run_once(rt, run, v, in, out, msg, len))
+        return -1;
+    if (misbehaves(rt->rank, "repeat") && v->noutputs && v->output_bytes[0])
+        ((unsigned char *)out[0])[v->output_bytes[0] - 1] ^= 0x01;
+    if (check_guards(v, in, out, &t->fault))
+        return 0;
+    for (int i = 0; i < v->noutputs; i++)
+        compare(out[i], v->output[i], v->output_bytes[i], i, -1, &t->fault);
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->updated && v->updated[i])
+            compare(in[i], v->updated[i], v->input_bytes[i], -1, i, &t->fault);
+    return 0;
 }
 
 static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err,
@@ -88,27 +174,28 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
         snprintf(err, errlen, "rank %d: fake failure in %s", rt->rank, v->name);
         return -1;
     }
-    void *in[256] = {0};
+    void *in[256] = {0}, *out[256] = {0};
     char msg[256] = "";
-    coco_cuda_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.rank = rt->rank;
-    ctx.nranks = rt->nranks;
-    ctx.group_size = rt->group_size;
-    ctx.err = msg;
-    ctx.errlen = sizeof msg;
-    coco_cuda_args args = {in, v->scalar, v->output, v->size, v->seed};
-    copy_in(v, in);
-    int rc = run(&ctx, &args);
-    for (int i = 0; i < v->ninputs; i++) {
-        if (v->updated && v->updated[i])
-            memcpy(v->updated[i], in[i], v->input_bytes[i]);
-        free(in[i]);
-    }
-    if (misbehaves(rt->rank, "wrong") && v->noutputs && v->output_bytes[0])
-        ((unsigned char *)v->output[0])[0] ^= 0x40;
+    for (int i = 0; i < v->ninputs; i++)
+        in[i] = v->input[i] ? guarded(v->input_bytes[i]) : NULL;
+    for (int i = 0; i < v->noutputs; i++)
+        out[i] = guarded(v->output_bytes[i]);
     memset(t, 0, sizeof *t);
     t->median_ms = t->min_ms = t->max_ms = 0.001 * (rt->rank + 1);
+    int rc = run_once(rt, run, v, in, out, msg, sizeof msg);
+    if (!rc && misbehaves(rt->rank, "guard") && v->noutputs)
+        ((unsigned char *)out[0])[v->output_bytes[0] + 3] ^= 0xff;
+    for (int i = 0; i < v->noutputs && !rc; i++)
+        memcpy(v->output[i], out[i], v->output_bytes[i]);
+    for (int i = 0; i < v->ninputs && !rc; i++)
+        if (v->updated && v->updated[i])
+            memcpy(v->updated[i], in[i], v->input_bytes[i]);
+    if (!rc && !check_guards(v, in, out, &t->fault))
+        rc = repeat(rt, run, v, in, out, t, msg, sizeof msg);
+    for (int i = 0; i < v->ninputs; i++)
+        free(in[i]);
+    for (int i = 0; i < v->noutputs; i++)
+        free(out[i]);
     if (rc)
         snprintf(err, errlen, "rank %d: %s", rt->rank, msg);
     return rc ? -1 : 0;

@@ -4,6 +4,7 @@
 #
 #   selftest  the runtime alone, with CUDA written by hand (tests/gpu/*.cu):
 #             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
+#             and faults.cu, which must be caught (a GUARD and a REPEAT row);
 #   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
 #             reductions in a fused collective) x every schedule x P,
 #             at the examples' sizes (pipeline.coco also at every group size);
@@ -13,7 +14,8 @@
 #             that apply: those that split need N divisible by P); NCCL
 #             AllReduce alone (tests/gpu/allreduce.coco) at the same sizes.
 # Each run checks every output and updated tensor against the CPU reference
-# (and Replicated values across ranks); the table of every variant (example,
+# (and Replicated values across ranks), the guard bytes around every buffer
+# and a repeat run's bits (GUARD, REPEAT rows); the table of every variant (example,
 # sizes, P, schedule, result, max error, GPU time) goes to OUT (markdown),
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
@@ -98,7 +100,7 @@ prebuild() {
 table() {
     awk -v ex="$1" -v sizes="$2" -v p="$3" '
         /^schedule +outputs/ { on = 1; next }
-        /^gpu-time:/ { on = 0 }
+        /^gpu-(time|checks):/ { on = 0 }
         on && NF >= 7 {
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                    ex, sizes, p, $1, $2, $3, $4, $6, $7
@@ -123,13 +125,14 @@ run() {
     cat "$TMP/out" "$TMP/err" >>"$LOG"
     table "$name" "$sizes" "$p"
     echo >>"$OUT"
-    rows=$(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding|WRONG|REPLICAS|FAILED) ' "$TMP/out")
+    rows=$(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding|WRONG|REPLICAS|GUARD|REPEAT|FAILED) ' "$TMP/out")
     if [ $rc -eq 0 ] && [ "$rows" -gt 0 ]; then
         pass=$((pass + 1))
         echo "ok   $cmd ($rows variants)"
     else
         fail=$((fail + 1))
-        why=$(grep -h -m 3 -e WRONG -e REPLICAS -e FAILED -e error -e 'rank ' "$TMP/out" "$TMP/err" |
+        why=$(grep -h -m 3 -e WRONG -e REPLICAS -e GUARD -e REPEAT -e FAILED -e error -e 'rank ' \
+              "$TMP/out" "$TMP/err" |
               cut -c 1-300)
         [ $rc -eq 124 ] && why="timed out after $TIMEOUT s"
         echo "FAIL $cmd (status $rc)"
@@ -139,11 +142,37 @@ run() {
     fi
 }
 
+# faults P: tests/gpu/faults.cu writes past a buffer (program) and changes
+# its results after the first run (rsag): the run must fail with a GUARD and
+# a REPEAT row, each explained under the table.
+faults() {
+    [ "$PREBUILD" = 1 ] && return
+    cmd="$COCONET run tests/gpu/selftest.coco --cuda-source tests/gpu/faults.cu --backend cuda --ranks $1 --iters 2"
+    echo "==== $cmd (must fail: GUARD, REPEAT)" >>"$LOG"
+    # shellcheck disable=SC2086 # the command's words
+    timeout "$TIMEOUT" $cmd >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    cat "$TMP/out" "$TMP/err" >>"$LOG"
+    if [ $rc -eq 1 ] && grep -q '^program  *GUARD ' "$TMP/out" && grep -q '^rsag  *REPEAT ' "$TMP/out" &&
+        grep -q "rank 0: program: output 'avg' (2048 bytes) was written outside: the guard after it is damaged, first at byte 0 past its end" "$TMP/err" &&
+        grep -q "rank 0: rsag: output 'p_': a repeat run on the same inputs gave other bits" "$TMP/err"; then
+        pass=$((pass + 1))
+        echo "ok   $cmd (GUARD and REPEAT caught)"
+        echo "Guard bytes and the repeat run, P = $1 (\`tests/gpu/faults.cu\`): GUARD and REPEAT caught." >>"$OUT"
+    else
+        fail=$((fail + 1))
+        echo "FAIL $cmd (status $rc): expected a GUARD and a REPEAT row"
+        echo "**failed**: tests/gpu/faults.cu at P = $1: GUARD and REPEAT not both caught (status $rc)" >>"$OUT"
+    fi
+    echo >>"$OUT"
+}
+
 part_selftest() {
     heading "## Runtime self-test (CUDA written by hand)"
     for p in $RANKS; do
         run selftest "N=1024" "$p" tests/gpu/selftest.coco --cuda-source tests/gpu/selftest.cu
         run group "N=512, G=2" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu
+        faults "$p"
     done
 }
 

@@ -6,7 +6,8 @@
  * the stand-in runtime build/fake/libfake_rt.so and the host-only object
  * tests/gpu/host.cu (only where nvcc is installed, as build/cuda.conf
  * says): build then cache, fork, NCCL id exchange, reports, and a rank that
- * computes wrong, crashes, fails, hangs or is of another ABI.
+ * computes wrong, crashes, fails, hangs, is of another ABI, writes past a
+ * buffer (guard bytes) or gives other bits when run again.
  * Run from the repository root. Prints one "group: N passed, M failed" line
  * per group; exits non-zero when any check fails. */
 #define _DEFAULT_SOURCE
@@ -228,6 +229,16 @@ static void test_report_lines(void)
     check(r.first_failure == 1, "the first rank to fail is remembered");
     report_line(&r, 0, "DONE");
     check(r.done[0] && !r.done[1], "DONE");
+    report_line(&r, 1, "FAULT 1 GUARD output 'y' (8 bytes) was written outside");
+    check(got->seen && got->fault == 1 && !strcmp(got->fault_msg, "output 'y' (8 bytes) was "
+          "written outside"), "FAULT GUARD marks the row and keeps the reason");
+    report_line(&r, 0, "FAULT 2 REPEAT output 'y': other bits");
+    check(r.rows[2 * 2 + 0].fault == 2, "FAULT REPEAT");
+    report_line(&r, 0, "FAULT 1 SOMETHING why");
+    check(r.error[0] != NULL, "an unknown FAULT kind is an error");
+    free(r.error[0]);
+    r.error[0] = NULL;
+    report_line(&r, 0, "ERR rank 0: later");
     report_line(&r, 0, "ROW 7 1 1 1 0 0 0 0 0 x 0");
     check(r.error[0] && !strcmp(r.error[0], "rank 0: later"), "a bad variant index is refused");
     Report r2;
@@ -334,6 +345,9 @@ static void test_launch(void)
     check(strstr(out, "3 ranks on a stand-in runtime") != NULL, "the GPU line of rank 0");
     check(strstr(out, "\nprogram                  bitwise ") && strstr(out, "\nfused "),
           "a row per variant, the program first");
+    check(strstr(out, "\ngpu-checks: guard bytes intact and the repeat run bit for bit the "
+                      "checked run's in 2 of 2 variants, on every rank\n") != NULL,
+          "the runtime's own checks passed, said under the table");
     if (rc)
         printf("%s\n", out);
     rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule fused --reference program");
@@ -343,6 +357,20 @@ static void test_launch(void)
     check(rc == 1 && strstr(out, "no schedule named 'nope'"), "an unknown schedule");
     rc = coconet(out, sizeof out, "wrong", "--ranks 2");
     check(rc == 1 && strstr(out, " WRONG ") != NULL, "a wrong element fails the run");
+    rc = coconet(out, sizeof out, "guard", "--ranks 2");
+    check(rc == 1 && strstr(out, "\nprogram                  GUARD ") &&
+              strstr(out, "\nfused                    GUARD "), "a guard byte written: GUARD rows");
+    check(strstr(out, "rank 1: program: output 'y' (4000 bytes) was written outside: the guard "
+                      "after it is damaged, first at byte 3 past its end (offset 4003): ") &&
+              strstr(out, "found after the checked run"), "which buffer, which side, which byte");
+    check(strstr(out, "run's in 0 of 2 variants") != NULL, "no variant passed the runtime's checks");
+    rc = coconet(out, sizeof out, "repeat", "--ranks 3 --schedule fused");
+    check(rc == 1 && strstr(out, "\nprogram                  REPEAT ") &&
+              strstr(out, "rank 1: fused: output 'y': a repeat run on the same inputs gave "
+                          "other bits than the checked run, first at byte 3999 (element 999)"),
+          "a repeat run with other bits: REPEAT rows");
+    check(!strstr(out, "rank 0: program:") && !strstr(out, "rank 2: program:"),
+          "only the rank that differs is named");
     rc = coconet(out, sizeof out, "crash", "--ranks 3");
     check(rc == 1 && strstr(out, "rank 1 was killed by signal 11") != NULL, "a rank that dies");
     check(strstr(out, "FAILED") != NULL, "its rows say FAILED");
