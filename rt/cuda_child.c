@@ -362,6 +362,7 @@ typedef struct {
     int nin, nout;
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
     int aliased[MAXARGS]; /* out[i] is an input's buffer (coco_output_alias) */
+    void **member[MAXARGS]; /* a scattered input's member buffers (host array), else NULL */
     void *workspace;
     void *arena;
     size_t arena_bytes;
@@ -378,8 +379,10 @@ static int device_alloc(CocoRt *rt, void **p, size_t bytes)
 
 static void free_buffers(Buffers *b)
 {
-    for (int i = 0; i < b->nin; i++)
+    for (int i = 0; i < b->nin; i++) {
         cudaFree(b->pristine[i]);
+        free(b->member[i]);
+    }
     if (b->window)
         ncclCommWindowDeregister(b->window_comm, b->window);
     if (b->window_comm)
@@ -412,13 +415,45 @@ static int agree_sizes(CocoRt *rt, unsigned long long *size, int n)
     return 0;
 }
 
+static int scattered(const CocoRtVariant *v, int i)
+{
+    return v->nmembers && v->nmembers[i] > 0;
+}
+
+/* The arena bytes of input i: a scattered tensor's members each aligned,
+ * with ALIGN bytes between them (no kernel can take them for one buffer). */
+static size_t input_span(const CocoRtVariant *v, int i)
+{
+    if (!v->input[i])
+        return 0;
+    if (!scattered(v, i))
+        return aligned(v->input_bytes[i]);
+    size_t n = 0;
+    for (int m = 0; m < v->nmembers[i]; m++)
+        n += aligned(v->member_bytes[i][m]) + ALIGN;
+    return n;
+}
+
+/* The members of scattered input i, laid out from `at`. */
+static int place_members(CocoRt *rt, const CocoRtVariant *v, int i, char *at, Buffers *b)
+{
+    b->member[i] = calloc((size_t)v->nmembers[i], sizeof(void *));
+    if (!b->member[i])
+        return rt_error(rt, "out of host memory");
+    for (int m = 0; m < v->nmembers[i]; m++) {
+        b->member[i][m] = at;
+        at += aligned(v->member_bytes[i][m]) + ALIGN;
+    }
+    return 0;
+}
+
 /* The arena: inputs, outputs, then `workspace` bytes. */
 static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
     int n = v->ninputs + v->noutputs + 1;
     unsigned long long size[2 * MAXARGS + 1];
     for (int i = 0; i < v->ninputs; i++)
-        size[i] = v->input[i] ? aligned(v->input_bytes[i]) : 0;
+        size[i] = input_span(v, i);
     for (int i = 0; i < v->noutputs; i++)
         size[v->ninputs + i] = aligned(v->output_bytes[i]);
     size[n - 1] = aligned(workspace);
@@ -436,12 +471,16 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
         return -1;
     }
     char *at = (char *)b->arena;
-    for (int i = 0; i < v->ninputs; i++, at += size[i - 1])
+    for (int i = 0; i < v->ninputs; i++, at += size[i - 1]) {
         b->in[i] = v->input[i] ? at : NULL;
+        if (v->input[i] && scattered(v, i) && place_members(rt, v, i, at, b))
+            return -1;
+    }
     const int *alias = (const int *)dlsym(rt->so, "coco_output_alias");
     for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1]) {
         int j = alias ? alias[i] : -1;
         b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
+                        !scattered(v, j) &&
                         v->input_bytes[j] == v->output_bytes[i];
         b->out[i] = b->aliased[i] ? b->in[j] : at;
     }
@@ -472,12 +511,29 @@ static int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Bu
     return 0;
 }
 
+/* Copies input i between its working buffer (or members) and `flat` (the
+ * pristine device copy, or the host buffer of its new value). */
+static int copy_input(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i, void *flat,
+                      int to_input, enum cudaMemcpyKind kind)
+{
+    int nm = scattered(v, i) ? v->nmembers[i] : 1;
+    size_t off = 0;
+    for (int m = 0; m < nm; m++) {
+        void *buf = scattered(v, i) ? b->member[i][m] : b->in[i];
+        size_t bytes = scattered(v, i) ? v->member_bytes[i][m] : v->input_bytes[i];
+        char *f = (char *)flat + off;
+        CUDA_OK(rt, cudaMemcpyAsync(to_input ? buf : f, to_input ? f : buf, bytes, kind,
+                                    rt->stream));
+        off += bytes;
+    }
+    return 0;
+}
+
 static int restore_inputs(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 {
     for (int i = 0; i < v->ninputs; i++)
-        if (b->in[i])
-            CUDA_OK(rt, cudaMemcpyAsync(b->in[i], b->pristine[i], v->input_bytes[i],
-                                        cudaMemcpyDeviceToDevice, rt->stream));
+        if (b->in[i] && copy_input(rt, v, b, i, b->pristine[i], 1, cudaMemcpyDeviceToDevice))
+            return -1;
     return 0;
 }
 
@@ -543,6 +599,7 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
     e->args.output = b->out;
     e->args.size = v->size;
     e->args.seed = v->seed;
+    e->args.members = (void *const *const *)b->member;
     return 0;
 }
 
@@ -560,9 +617,9 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
         CUDA_OK(rt, cudaMemcpyAsync(v->output[i], b->out[i], v->output_bytes[i],
                                     cudaMemcpyDeviceToHost, rt->stream));
     for (int i = 0; i < v->ninputs; i++)
-        if (v->updated && v->updated[i] && b->in[i])
-            CUDA_OK(rt, cudaMemcpyAsync(v->updated[i], b->in[i], v->input_bytes[i],
-                                        cudaMemcpyDeviceToHost, rt->stream));
+        if (v->updated && v->updated[i] && b->in[i] &&
+            copy_input(rt, v, b, i, v->updated[i], 0, cudaMemcpyDeviceToHost))
+            return -1;
     return wait_gpu(rt, rt->stream, NULL, "copying the results back");
 }
 
