@@ -97,7 +97,7 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
     ctx.group_size = rt->group_size;
     ctx.err = msg;
     ctx.errlen = sizeof msg;
-    coco_cuda_args args = {in, v->scalar, v->output, v->size, v->seed};
+    coco_cuda_args args = {in, v->scalar, v->output, v->size, v->seed, NULL}; /* no scattered inputs */
     copy_in(v, in);
     int rc = run(&ctx, &args);
     for (int i = 0; i < v->ninputs; i++) {
