@@ -74,6 +74,10 @@ typedef struct {
     void *const *output;  /* device buffer of each output */
     const long *size;     /* the program's sizes, in the order coconet lists them */
     unsigned long long seed; /* the run's seed: Dropout's masks depend on it */
+    /* per input: a scattered tensor's member buffers in declaration order
+     * (each holding its part of the concatenation), else NULL; may be NULL
+     * when the program has no scattered tensor */
+    void *const *const *members;
 } coco_cuda_args;
 
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);

@@ -383,13 +383,14 @@ typedef struct {
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
     int aliased[MAXARGS]; /* out[i] is an input's buffer (coco_output_alias) */
     int alias_of[MAXARGS]; /* that input, or -1 */
+    void **member[MAXARGS]; /* a scattered input's member buffers (host array), else NULL */
     void *workspace;
     void *arena;
     size_t arena_bytes;
     ncclWindow_t window;
     ncclComm_t window_comm;
     cudaEvent_t start, stop;
-    Guarded guarded[2 * MAXARGS + 1];
+    Guarded *guarded;   /* one per input (or member of a scattered one), output, workspace */
     int nguarded;
     unsigned char *guard_want, *guard_got; /* 2 * GUARD bytes per guarded buffer */
 } Buffers;
@@ -402,8 +403,10 @@ static int device_alloc(CocoRt *rt, void **p, size_t bytes)
 
 static void free_buffers(Buffers *b)
 {
-    for (int i = 0; i < b->nin; i++)
+    for (int i = 0; i < b->nin; i++) {
         cudaFree(b->pristine[i]);
+        free(b->member[i]);
+    }
     if (b->window)
         ncclCommWindowDeregister(b->window_comm, b->window);
     if (b->window_comm)
@@ -414,6 +417,7 @@ static void free_buffers(Buffers *b)
         cudaEventDestroy(b->start);
     if (b->stop)
         cudaEventDestroy(b->stop);
+    free(b->guarded);
     free(b->guard_want);
     free(b->guard_got);
 }
@@ -444,6 +448,11 @@ static int agree_sizes(CocoRt *rt, unsigned long long *size, int n)
     return 0;
 }
 
+static int scattered(const CocoRtVariant *v, int i)
+{
+    return v->nmembers && v->nmembers[i] > 0;
+}
+
 /* Which outputs are given an input's buffer (coco_output_alias): those need
  * no place of their own in the arena. */
 static void find_aliases(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
@@ -452,7 +461,7 @@ static void find_aliases(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
     for (int i = 0; i < v->noutputs; i++) {
         int j = alias ? alias[i] : -1;
         b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
-                        v->input_bytes[j] == v->output_bytes[i];
+                        !scattered(v, j) && v->input_bytes[j] == v->output_bytes[i];
         b->alias_of[i] = b->aliased[i] ? j : -1;
     }
 }
@@ -462,6 +471,34 @@ static void guard(Buffers *b, void *at, size_t bytes, int output, int input)
     b->guarded[b->nguarded++] = (Guarded){(char *)at, bytes, output, input};
 }
 
+/* The arena bytes of input i: a scattered tensor's members each in its
+ * guarded slot, with ALIGN bytes between them (no kernel can take them for one buffer). */
+static size_t input_span(const CocoRtVariant *v, int i)
+{
+    if (!v->input[i])
+        return 0;
+    if (!scattered(v, i))
+        return slot(v->input_bytes[i]);
+    size_t n = 0;
+    for (int m = 0; m < v->nmembers[i]; m++)
+        n += slot(v->member_bytes[i][m]) + ALIGN;
+    return n;
+}
+
+/* The members of scattered input i, laid out from `at`. */
+static int place_members(CocoRt *rt, const CocoRtVariant *v, int i, char *at, Buffers *b)
+{
+    b->member[i] = calloc((size_t)v->nmembers[i], sizeof(void *));
+    if (!b->member[i])
+        return rt_error(rt, "out of host memory");
+    for (int m = 0; m < v->nmembers[i]; m++) {
+        b->member[i][m] = at;
+        guard(b, at, v->member_bytes[i][m], -1, i);
+        at += slot(v->member_bytes[i][m]) + ALIGN;
+    }
+    return 0;
+}
+
 /* The arena: a lead, inputs, outputs, then `workspace` bytes. */
 static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
@@ -469,7 +506,7 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     unsigned long long size[2 * MAXARGS + 1];
     find_aliases(rt, v, b);
     for (int i = 0; i < v->ninputs; i++)
-        size[i] = v->input[i] ? slot(v->input_bytes[i]) : 0;
+        size[i] = input_span(v, i);
     for (int i = 0; i < v->noutputs; i++)
         size[v->ninputs + i] = b->aliased[i] ? 0 : slot(v->output_bytes[i]);
     size[n - 1] = workspace ? slot(workspace) : 0;
@@ -486,10 +523,18 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     } else if (device_alloc(rt, &b->arena, b->arena_bytes)) {
         return -1;
     }
+    size_t nguard = (size_t)v->noutputs + 1;
+    for (int i = 0; i < v->ninputs; i++)
+        nguard += scattered(v, i) ? (size_t)v->nmembers[i] : 1;
+    b->guarded = calloc(nguard, sizeof *b->guarded);
+    if (!b->guarded)
+        return rt_error(rt, "out of host memory");
     char *at = (char *)b->arena + ALIGN;
     for (int i = 0; i < v->ninputs; i++, at += size[i - 1]) {
         b->in[i] = v->input[i] ? at : NULL;
-        if (b->in[i])
+        if (v->input[i] && scattered(v, i) && place_members(rt, v, i, at, b))
+            return -1;
+        if (v->input[i] && !scattered(v, i))
             guard(b, at, v->input_bytes[i], -1, i);
     }
     for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1]) {
@@ -591,6 +636,22 @@ static int compare_back(CocoRt *rt, const void *dev, const void *host, size_t by
     return 0;
 }
 
+/* Input i's new value (member by member when scattered) against the
+ * checked run's. */
+static int compare_updated(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i, CocoRtFault *f)
+{
+    if (!scattered(v, i))
+        return compare_back(rt, b->in[i], v->updated[i], v->input_bytes[i], -1, i, f);
+    size_t off = 0;
+    for (int m = 0; m < v->nmembers[i]; m++) {
+        if (compare_back(rt, b->member[i][m], (const char *)v->updated[i] + off,
+                         v->member_bytes[i][m], -1, i, f))
+            return -1;
+        off += v->member_bytes[i][m];
+    }
+    return 0;
+}
+
 /* Every output and new value of the repeat run against the checked run's
  * (an output in an input's buffer is compared once, as that new value). */
 static int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *f)
@@ -600,8 +661,7 @@ static int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRt
             compare_back(rt, b->out[i], v->output[i], v->output_bytes[i], i, -1, f))
             return -1;
     for (int i = 0; i < v->ninputs; i++)
-        if (v->updated && v->updated[i] && b->in[i] &&
-            compare_back(rt, b->in[i], v->updated[i], v->input_bytes[i], -1, i, f))
+        if (v->updated && v->updated[i] && b->in[i] && compare_updated(rt, v, b, i, f))
             return -1;
     for (int i = 0; i < v->noutputs; i++) /* aliased, but not given back as a new value */
         if (b->aliased[i] && !(v->updated && v->updated[b->alias_of[i]]) &&
@@ -633,12 +693,29 @@ static int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Bu
     return fill_guards(rt, b);
 }
 
+/* Copies input i between its working buffer (or members) and `flat` (the
+ * pristine device copy, or the host buffer of its new value). */
+static int copy_input(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i, void *flat,
+                      int to_input, enum cudaMemcpyKind kind)
+{
+    int nm = scattered(v, i) ? v->nmembers[i] : 1;
+    size_t off = 0;
+    for (int m = 0; m < nm; m++) {
+        void *buf = scattered(v, i) ? b->member[i][m] : b->in[i];
+        size_t bytes = scattered(v, i) ? v->member_bytes[i][m] : v->input_bytes[i];
+        char *f = (char *)flat + off;
+        CUDA_OK(rt, cudaMemcpyAsync(to_input ? buf : f, to_input ? f : buf, bytes, kind,
+                                    rt->stream));
+        off += bytes;
+    }
+    return 0;
+}
+
 static int restore_inputs(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 {
     for (int i = 0; i < v->ninputs; i++)
-        if (b->in[i])
-            CUDA_OK(rt, cudaMemcpyAsync(b->in[i], b->pristine[i], v->input_bytes[i],
-                                        cudaMemcpyDeviceToDevice, rt->stream));
+        if (b->in[i] && copy_input(rt, v, b, i, b->pristine[i], 1, cudaMemcpyDeviceToDevice))
+            return -1;
     return 0;
 }
 
@@ -704,6 +781,7 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
     e->args.output = b->out;
     e->args.size = v->size;
     e->args.seed = v->seed;
+    e->args.members = (void *const *const *)b->member;
     return 0;
 }
 
@@ -721,9 +799,9 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
         CUDA_OK(rt, cudaMemcpyAsync(v->output[i], b->out[i], v->output_bytes[i],
                                     cudaMemcpyDeviceToHost, rt->stream));
     for (int i = 0; i < v->ninputs; i++)
-        if (v->updated && v->updated[i] && b->in[i])
-            CUDA_OK(rt, cudaMemcpyAsync(v->updated[i], b->in[i], v->input_bytes[i],
-                                        cudaMemcpyDeviceToHost, rt->stream));
+        if (v->updated && v->updated[i] && b->in[i] &&
+            copy_input(rt, v, b, i, v->updated[i], 0, cudaMemcpyDeviceToHost))
+            return -1;
     return wait_gpu(rt, rt->stream, NULL, "copying the results back");
 }
 

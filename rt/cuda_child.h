@@ -41,6 +41,10 @@ typedef struct {
     const long *size;         /* the program's sizes */
     unsigned long long seed;  /* the run's seed (Dropout) */
     int iters, warmup;        /* timed runs after warm-up runs (iters 0: no timing) */
+    /* per input: a scattered tensor's number of members and each one's bytes
+     * (their concatenation is input[i]); 0 and NULL for one buffer */
+    const int *nmembers;
+    const size_t *const *member_bytes;
 } CocoRtVariant;
 
 /* What the runtime's own checks of a variant found (kind NONE: nothing).

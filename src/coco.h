@@ -97,6 +97,10 @@ typedef struct Node {
     double value;    /* O_CONST, O_SCALAR with value, O_DROPOUT probability */
     int has_value;   /* O_SCALAR: declared with a value */
     int has_rank;    /* O_INPUT: declared with RANK */
+    /* O_INPUT declared Scattered[...]: a list of tensors, each its own
+     * allocation; its value is their 1-D concatenation (dim[0] = the total) */
+    int nmember;
+    const Dim *member;
     RedOp redop;     /* collectives, O_REDUCE_TENSOR */
     int axis;        /* O_SLICE, O_REDUCESCATTER, O_NORM/O_REDUCE_TENSOR (-1: all) */
     int root;        /* O_REDUCE, O_BROADCAST: rank within the group */
@@ -309,6 +313,7 @@ int is_reserved(const char *s);                    /* a keyword of the language 
 /* ---- infer.c: type, shape and layout of one node from its inputs ---- */
 void infer_node(Program *p, Node *n);      /* user error on a violated rule */
 int layout_equal(Layout a, Layout b);
+int same_members(const Node *a, const Node *b); /* scattered alike (both contiguous: 1) */
 
 /* ---- shape.c: where each rank's part of a value lies ---- */
 long group_size_of(const Program *p, GroupKind g);  /* ranks in one group */

@@ -138,6 +138,8 @@ typedef struct {
     size_t *input_bytes, *output_bytes;
     double *scalar;
     long *size;
+    int *nmembers;          /* per input: members of a scattered tensor, else 0 */
+    size_t **member_bytes;  /* and their sizes in bytes */
 } Host;
 
 static void host_free(Host *h)
@@ -145,7 +147,10 @@ static void host_free(Host *h)
     for (int i = 0; i < h->nin; i++) {
         free(h->input[i]);
         free(h->updated[i]);
+        free(h->member_bytes[i]);
     }
+    free(h->nmembers);
+    free(h->member_bytes);
     for (int i = 0; i < h->nout; i++)
         free(h->output[i]);
     free(h->input);
@@ -180,6 +185,12 @@ static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h
         free(x);
     if (n->updated_by >= 0)
         h->updated[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
+    h->nmembers[i] = n->nmember;
+    if (n->nmember) {
+        h->member_bytes[i] = xcalloc((size_t)n->nmember, sizeof(size_t));
+        for (int m = 0; m < n->nmember; m++)
+            h->member_bytes[i][m] = (size_t)n->member[m].n * type_size(n->type);
+    }
 }
 
 static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
@@ -190,6 +201,8 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
     h->updated = xcalloc((size_t)h->nin + 1, sizeof *h->updated);
     h->input_bytes = xcalloc((size_t)h->nin + 1, sizeof *h->input_bytes);
     h->scalar = xcalloc((size_t)h->nin + 1, sizeof *h->scalar);
+    h->nmembers = xcalloc((size_t)h->nin + 1, sizeof *h->nmembers);
+    h->member_bytes = xcalloc((size_t)h->nin + 1, sizeof *h->member_bytes);
     h->output = xcalloc((size_t)h->nout + 1, sizeof *h->output);
     h->output_bytes = xcalloc((size_t)h->nout + 1, sizeof *h->output_bytes);
     h->size = xcalloc((size_t)vp->nsize + 1, sizeof *h->size);
@@ -339,7 +352,8 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     host_make(job, v->prog, rank, &h);
     CocoRtVariant rv = {v->name, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
                         h.updated, h.nout, h.output, h.output_bytes, h.size,
-                        job->seed, job->iters, job->warmup};
+                        job->seed, job->iters, job->warmup, h.nmembers,
+                        (const size_t *const *)h.member_bytes};
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {

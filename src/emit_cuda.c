@@ -90,6 +90,100 @@ int emit_stored(Emitter *e, int i)
     return 0;
 }
 
+/* ---- scattered tensors (rt/kernels/coco_scatter.cuh) ---- */
+
+/* The scattered input whose members hold node id's value: the input itself,
+ * or the tensor id is the new value of (unless id is computed into an
+ * output buffer, then copied into the members). NULL: one buffer. */
+static const Node *scat_of(Emitter *e, int id)
+{
+    Node *n = node_of(e->p, id);
+    if (n->op == O_INPUT)
+        return n->nmember ? n : NULL;
+    int t = e->state_of[id];
+    if (t >= 0 && e->out_index[id] < 0 && node_of(e->p, t)->nmember)
+        return node_of(e->p, t);
+    return NULL;
+}
+
+static int segment_shape(Emitter *e, int seg);
+static void emit_size_expr(Emitter *e, const char *text);
+
+/* Does scattered value id also need a contiguous copy b<id> in the
+ * workspace? When a library call or collective writes it (then scattered
+ * into the members), or something reads it that cannot address members:
+ * all but elementwise kernels iterating over its shape, widened reductions
+ * (converted from the members) and Slices (copied from the members). */
+static int scat_needs_buffer(Emitter *e, int id)
+{
+    Program *p = e->p;
+    Node *n = node_of(p, id);
+    if ((n->op != O_INPUT && e->segment[id] < 0) || (n->op == O_INPUT && is_output(p, id)))
+        return 1;
+    for (int j = id + 1; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && k < u->nin; k++) {
+            if (u->in[k] != id || (u->op == O_UPDATE && k == 0))
+                continue;
+            int seg = e->segment[j];
+            if (seg >= 0 && segment_shape(e, seg) >= 0 &&
+                emit_same_local_shape(n, node_of(p, segment_shape(e, seg))))
+                continue;
+            if (seg < 0 && (u->op == O_SLICE || u->op == O_ALLREDUCE ||
+                            u->op == O_REDUCESCATTER) &&
+                (u->op == O_SLICE || u->type == T_FP16 || u->type == T_BF16))
+                continue;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The descriptor c<id> of a scattered value (built once per member list
+ * and member pointers, then looked up), and its contiguous copy b<id>. */
+static void emit_scat_buffer(Emitter *e, const Node *n, const Node *t)
+{
+    FILE *o = e->o;
+    int id = n->id;
+    if (n == t) {
+        fprintf(o, "    const long z%d[] = {", id);
+        for (int m = 0; m < t->nmember; m++) {
+            fputs(m ? ", " : "", o);
+            emit_size_expr(e, t->member[m].text);
+        }
+        fprintf(o, "};\n    CocoScat c%d;\n    memset(&c%d, 0, sizeof c%d);\n"
+                   "    if (!dry && coco_scat(ctx, %d, \"%s\", z%d, %d, args->members ? "
+                   "args->members[%d] : NULL, &c%d))\n        return 1;\n",
+                id, id, id, t->pos.line, t->name, id, t->nmember, e->in_index[id], id);
+    } else {
+        fprintf(o, "    CocoScat c%d = c%d;\n", id, t->id);
+    }
+    if (scat_needs_buffer(e, id))
+        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id,
+                type_size(n->type));
+    else /* no b<id>: nothing may address it as one buffer */
+        fprintf(o, "    /* %s: in the members of %s */\n", n->name, t->name);
+}
+
+/* Copies between a scattered value's members and its contiguous copy:
+ * to_members 0 gathers, 1 scatters. */
+static void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members)
+{
+    fprintf(e->o, "    if (coco_scat_copy(ctx, %d, c%d, b%d, %s, 0, coco_count(h%d), %d))\n"
+                  "        return 1;\n",
+            n->pos.line, scat, buf, emit_tname[n->type], n->id, to_members);
+}
+
+/* After node n: a scattered value with a contiguous copy gets the copy
+ * filled (computed into the members) or its members filled (computed into
+ * the copy). */
+static void emit_scat_sync(Emitter *e, const Node *n)
+{
+    if (n->op == O_INPUT || !scat_of(e, n->id) || !scat_needs_buffer(e, n->id))
+        return;
+    emit_scat_copy(e, n->id, n->id, n, e->segment[n->id] < 0);
+}
+
 /* ---- host code: sizes, shapes, buffers ---- */
 
 /* A size expression ("4*H") as C, its names read from the size array. */
@@ -135,7 +229,10 @@ static void emit_buffer(Emitter *e, const Node *n)
     FILE *o = e->o;
     int id = n->id;
     size_t tsize = type_size(n->type);
-    if (n->op == O_INPUT) {
+    const Node *scat = scat_of(e, id);
+    if (scat) {
+        emit_scat_buffer(e, n, scat);
+    } else if (n->op == O_INPUT) {
         fprintf(o, "    void *b%d = dry ? NULL : args->input[%d];\n", id, e->in_index[id]);
     } else if (e->out_index[id] >= 0) {
         fprintf(o, "    void *b%d = dry ? NULL : args->output[%d];\n", id, e->out_index[id]);
@@ -351,38 +448,42 @@ static int needs_coords(Emitter *e, int seg, const int *ins, int nin)
     return 0;
 }
 
-static void emit_segment_kernel(Emitter *e, int seg)
+/* Is operand or stored result x of segment seg's kernel addressed through
+ * a scattered tensor's members (a parameter c<id>)? Flat operands and
+ * stored results are; others read the contiguous copy. */
+static int scat_member(Emitter *e, int seg, int x)
+{
+    return scat_of(e, x) && (e->flat[x] || e->segment[x] == seg);
+}
+
+/* The scattered value whose buckets a segment's kernel iterates over (its
+ * first flat scattered operand or stored result), or -1: a flat kernel. All
+ * others must have the same members. */
+static int segment_scat(Emitter *e, int seg, const int *ins, int nin)
+{
+    Program *p = e->p;
+    int first = -1;
+    for (int k = 0; k < nin + p->nnode; k++) {
+        int x = k < nin ? ins[k] : k - nin;
+        if (k < nin ? !e->flat[x] || !scat_of(e, x)
+                    : e->segment[x] != seg || !emit_stored(e, x) || !scat_of(e, x))
+            continue;
+        if (first < 0)
+            first = x;
+        else if (!same_members(scat_of(e, first), scat_of(e, x)))
+            error_at(node_of(p, x)->pos, "the CUDA backend computes '%s' and '%s' in one kernel: "
+                     "their scattered tensors '%s' and '%s' must have the same members",
+                     node_of(p, first)->name, node_of(p, x)->name, scat_of(e, first)->name,
+                     scat_of(e, x)->name);
+    }
+    return first;
+}
+
+/* The per-element body: each member's value, stored ones into s<id>[v]. */
+static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
-    int nin = segment_inputs(e, seg, ins);
-    mark_flat(e, seg, ins, nin);
-    emit_kernel_comment(e, seg, emit_stored);
-    fprintf(o, "template <int V>\n__global__ void %s_k%d(long n, CocoShape it, "
-               "unsigned long long seed", e->v, seg);
-    for (int k = 0; k < nin; k++) {
-        Node *x = node_of(p, ins[k]);
-        if (x->op == O_SCALAR)
-            fprintf(o, ", double s%d", x->id);
-        else
-            fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
-    }
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i))
-            fprintf(o, ", void *__restrict__ y%d", i);
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
-            fprintf(o, ", CocoShape h%d", i);
-    fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n"
-               "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
-               "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
-    for (int k = 0; k < nin; k++)
-        if (e->flat[ins[k]])
-            fprintf(o, "        alignas(16) CocoRaw<%s> l%d[V];\n"
-                       "        coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
-                    emit_tname[node_of(p, ins[k])->type], ins[k],
-                    emit_tname[node_of(p, ins[k])->type], ins[k], ins[k]);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
             fprintf(o, "        alignas(16) CocoRaw<%s> s%d[V];\n", emit_tname[p->node[i].type], i);
@@ -402,15 +503,88 @@ static void emit_segment_kernel(Emitter *e, int seg)
                     emit_tname[m->type], i);
     }
     fprintf(o, "        }\n");
+}
+
+/* Loads of the flat operands and stores of the stored results around the
+ * body: at i0 of flat buffers, or (scattered) at element mo + j0 of the
+ * bucket's member. */
+static void emit_segment_memory(Emitter *e, int seg, const int *ins, int nin, int scat, int store)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    for (int k = 0; k < (store ? p->nnode : nin); k++) {
+        int x = store ? k : ins[k];
+        Node *n = node_of(p, x);
+        if (store ? e->segment[x] != seg || !emit_stored(e, x) || !n->ndim : !e->flat[x])
+            continue;
+        const char *t = emit_tname[n->type];
+        if (!store)
+            fprintf(o, "        alignas(16) CocoRaw<%s> l%d[V];\n", t, x);
+        if (scat < 0)
+            fprintf(o, store ? "        coco_stv<V, %s>(y%d, i0, n, s%d);\n"
+                             : "        coco_ldv<V, %s>(x%d, i0, n, l%d);\n", t, x, x);
+        else if (scat_member(e, seg, x))
+            fprintf(o, store ? "        coco_stv_any<V, %s>(c%d.member[bk.member], mo + j0, mo + len, s%d);\n"
+                             : "        coco_ldv_any<V, %s>(c%d.member[bk.member], mo + j0, mo + len, l%d);\n",
+                    t, x, x);
+        else
+            fprintf(o, store ? "        coco_stv_any<V, %s>(y%d, i0, f0 + len, s%d);\n"
+                             : "        coco_ldv_any<V, %s>(x%d, i0, f0 + len, l%d);\n", t, x, x);
+    }
+}
+
+static void emit_segment_kernel(Emitter *e, int seg)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int nin = segment_inputs(e, seg, ins);
+    mark_flat(e, seg, ins, nin);
+    int scat = segment_scat(e, seg, ins, nin);
+    emit_kernel_comment(e, seg, emit_stored);
+    fprintf(o, "template <int V>\n__global__ void %s_k%d(long n, CocoShape it, "
+               "unsigned long long seed", e->v, seg);
+    for (int k = 0; k < nin; k++) {
+        Node *x = node_of(p, ins[k]);
+        if (x->op == O_SCALAR)
+            fprintf(o, ", double s%d", x->id);
+        else if (scat >= 0 && scat_member(e, seg, x->id))
+            fprintf(o, ", CocoScat c%d", x->id);
+        else
+            fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
+    }
     for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
-            fprintf(o, "        coco_stv<V, %s>(y%d, i0, n, s%d);\n", emit_tname[p->node[i].type],
-                    i, i);
-    fprintf(o, "    }\n}\n\n");
+        if (e->segment[i] == seg && emit_stored(e, i))
+            fprintf(o, scat >= 0 && p->node[i].ndim && scat_member(e, seg, i) ? ", CocoScat c%d"
+                                                                         : ", void *__restrict__ y%d", i);
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
+            fprintf(o, ", CocoShape h%d", i);
+    fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n");
+    if (scat < 0) {
+        fprintf(o, "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
+                   "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
+    } else {
+        /* a warp per bucket, round robin; its lanes take V elements each */
+        fprintf(o, "    (void)n;\n    const int lane = threadIdx.x & 31;\n"
+                   "    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;\n"
+                   "    for (long b = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5; "
+                   "b < c%d.nbucket; b += nwarp) {\n"
+                   "    const CocoBucket bk = c%d.bucket[b];\n"
+                   "    const long f0 = coco_bflat(bk), len = coco_bflat(c%d.bucket[b + 1]) - f0;\n"
+                   "    const long mo = f0 - c%d.start[bk.member];\n    (void)mo;\n"
+                   "    for (long j0 = lane * V; j0 < len; j0 += 32 * V) {\n"
+                   "        const long i0 = f0 + j0;\n",
+                scat, scat, scat, scat);
+    }
+    emit_segment_memory(e, seg, ins, nin, scat, 0);
+    emit_segment_body(e, seg, ins, nin);
+    emit_segment_memory(e, seg, ins, nin, scat, 1);
+    fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
     free(ins);
 }
 
-static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin)
+static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int scat)
 {
     Program *p = e->p;
     FILE *o = e->o;
@@ -421,12 +595,15 @@ static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin)
             fprintf(o, ", %.17g", x->value);
         else if (x->op == O_SCALAR)
             fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
+        else if (scat >= 0 && scat_member(e, seg, x->id))
+            fprintf(o, ", c%d", x->id);
         else
             fprintf(o, ", b%d, h%d", x->id, x->id);
     }
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i))
-            fprintf(o, ", b%d", i);
+            fprintf(o, scat >= 0 && p->node[i].ndim && scat_member(e, seg, i) ? ", c%d" : ", b%d",
+                    i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
             fprintf(o, ", h%d", i);
@@ -474,16 +651,25 @@ static void emit_segment_launch(Emitter *e, int seg)
     if (shape >= 0)
         fprintf(o, "        it = h%d;\n", shape);
     fprintf(o, "        long n = coco_count(it);\n");
+    int scat = segment_scat(e, seg, ins, nin);
+    if (scat >= 0) { /* V at any alignment: coco_ldv_any tests each bucket */
+        fprintf(o, "        %s_k%d<%d><<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>", e->v, seg,
+                vmax, scat);
+        emit_segment_args(e, seg, ins, nin, scat);
+        fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
+        free(ins);
+        return;
+    }
     if (vmax > 1) {
         int count = emit_flat_buffers(e, seg, ins, nin);
         fprintf(o, "        if (coco_pick_vec(%d, vp, vs, %d) == %d)\n", vmax, count, vmax);
         fprintf(o, "            %s_k%d<%d><<<coco_grid_vec(n, %d), 256, 0, st>>>", e->v, seg, vmax,
                 vmax);
-        emit_segment_args(e, seg, ins, nin);
+        emit_segment_args(e, seg, ins, nin, -1);
         fprintf(o, "        else\n    ");
     }
     fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
-    emit_segment_args(e, seg, ins, nin);
+    emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
     free(ins);
 }
@@ -552,6 +738,14 @@ static void emit_reduction(Emitter *e, const Node *n)
 static void emit_slice(Emitter *e, const Node *n)
 {
     Node *x = node_of(e->p, n->in[0]);
+    if (scat_of(e, x->id)) { /* 1-D: the slice is a range of the members */
+        fprintf(e->o, "    /* line %d: %s = Slice, from the members of %s */\n"
+                      "    if (coco_scat_copy(ctx, %d, c%d, b%d, %s, h%d.off[0], h%d.off[0] + "
+                      "h%d.dim[0], 0))\n        return 1;\n",
+                n->pos.line, n->name, scat_of(e, x->id)->name, n->pos.line, x->id, n->id,
+                emit_tname[n->type], n->id, n->id, n->id);
+        return;
+    }
     fprintf(e->o, "    { /* line %d: %s = Slice */\n        long n = coco_count(h%d);\n"
                   "        coco_slice_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, %s, h%d, b%d, h%d, %d);\n"
                   "        COCO_LAUNCHED(ctx, \"Slice\", %d);\n    }\n",
@@ -570,11 +764,16 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src)
                    "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, emit_tname[n->type]);
         return;
     }
-    fprintf(o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(%s, %s, w%di, "
-               "COCO_FP32, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
+    if (scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi)))
+        fprintf(o, "        coco_scat_convert_kernel<<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>"
+                   "(c%d, %s, w%di, COCO_FP32);\n", xi, xi, emit_tname[n->type], id);
+    else
+        fprintf(o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(%s, %s, "
+                   "w%di, COCO_FP32, coco_count(h%d));\n", xi, src, emit_tname[n->type], id, xi);
+    fprintf(o, "        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
                "        const void *src = w%di;\n        void *dst = w%do;\n"
                "        ncclDataType_t nt = ncclFloat32;\n",
-            xi, src, emit_tname[n->type], id, xi, op_info(n->op)->name, n->pos.line, id, id);
+            op_info(n->op)->name, n->pos.line, id, id);
 }
 
 static void emit_reduce_result(Emitter *e, const Node *n)
@@ -676,6 +875,10 @@ void emit_state_copy(Emitter *e, const Node *n)
     int t = e->state_of[n->id];
     if (t < 0 || e->out_index[n->id] < 0)
         return;
+    if (node_of(e->p, t)->nmember) {
+        emit_scat_copy(e, t, n->id, n, 1);
+        return;
+    }
     fprintf(e->o, "    if (args->input[%d] != b%d) /* not one buffer (coco_output_alias) */\n"
                   "        COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
                   "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
@@ -703,6 +906,7 @@ void emit_node(Emitter *e, const Node *n, int *done_segment)
     } else {
         return;
     }
+    emit_scat_sync(e, n);
     emit_state_copy(e, n);
 }
 
@@ -754,6 +958,9 @@ static void emit_body(Emitter *e, const char *entry)
                "    if (ws > ctx->workspace_bytes)\n"
                "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "
                "ctx->workspace_bytes);\n");
+    for (int i = 0; i < p->nnode; i++) /* scattered inputs some operation reads contiguous */
+        if (p->node[i].op == O_INPUT && p->node[i].nmember && scat_needs_buffer(e, i))
+            emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
     int *fused_done = xcalloc((size_t)p->nfusion + 1, sizeof(int));
@@ -776,6 +983,25 @@ static void emit_body(Emitter *e, const char *entry)
                "    size_t need = 0;\n    coco_cuda_ctx c = *ctx;\n    char msg[256];\n"
                "    c.err = msg;\n    c.errlen = sizeof msg;\n"
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
+}
+
+/* Does fused operation f read or write a scattered tensor? Such a fusion
+ * takes the NCCL path: the one-kernel lowering (emit_lsa.c) addresses
+ * contiguous buffers only. */
+static int fusion_scattered(Emitter *e, int f)
+{
+    Program *p = e->p;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead || n->fusion != f)
+            continue;
+        if (scat_of(e, i))
+            return 1;
+        for (int k = 0; k < n->nin; k++)
+            if (scat_of(e, n->in[k]))
+                return 1;
+    }
+    return 0;
 }
 
 static void emit_variant(FILE *o, Program *p, int vi)
@@ -801,7 +1027,7 @@ static void emit_variant(FILE *o, Program *p, int vi)
     for (int i = 0; i < p->nnode; i++)
         e.lsa_node[i] = -1;
     for (int f = 0; f < p->nfusion; f++)
-        if ((e.lsa[f] = lsa_eligible(&e, f))) {
+        if ((e.lsa[f] = !fusion_scattered(&e, f) && lsa_eligible(&e, f))) {
             lsa_claim(&e, f);
             lsa_emit_kernel(&e, f);
         }
@@ -834,6 +1060,8 @@ static void emit_output_alias(Program **variants, int n, FILE *o)
                "const int coco_output_alias[] = {");
     for (int k = 0; k < p->nexec_out; k++) {
         int j = output_state_input(p, k);
+        if (j >= 0 && p->node[p->exec_in[j]].nmember)
+            j = -1; /* an output is one buffer, a scattered tensor is not */
         for (int v = 1; v < n && j >= 0; v++)
             if (output_state_input(variants[v], k) != j)
                 j = -1;
@@ -847,7 +1075,7 @@ void emit_cuda(Program **variants, int n, FILE *o)
     Program *p = variants[0];
     fprintf(o, "// CUDA code generated by coconet %s for program '%s' of %s: %d variant%s.\n"
                "// Entry points follow include/coconet_cuda.h. Do not edit.\n"
-               "#include <string.h>\n#include \"coco_device.cuh\"\n\n"
+               "#include <string.h>\n#include \"coco_device.cuh\"\n#include \"coco_scatter.cuh\"\n\n"
                "extern \"C\" {\nint coco_nccl_version = NCCL_VERSION_CODE;\n}\n\n",
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++)

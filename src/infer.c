@@ -406,10 +406,47 @@ static void infer_comm(Program *p, Node *n)
                  group_name(x->group), gsize, gsize == 1 ? "" : "s");
 }
 
+int same_members(const Node *a, const Node *b)
+{
+    if (a->nmember != b->nmember)
+        return 0;
+    for (int i = 0; i < a->nmember; i++)
+        if (a->member[i].n != b->member[i].n || strcmp(a->member[i].text, b->member[i].text))
+            return 0;
+    return 1;
+}
+
+/* A scattered tensor is read only where its members can be addressed one
+ * by one: elementwise operations, Slice, Update, AllReduce and
+ * ReduceScatter; two scattered operands of one operation have the same
+ * members. */
+static void check_scattered(Program *p, Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    int ok = k == K_UNARY || k == K_BINARY || k == K_UPDATE || n->op == O_ALLREDUCE ||
+             n->op == O_REDUCESCATTER;
+    for (int i = 0; i < n->nin; i++) {
+        Node *x = input(p, n, i);
+        if (!x->nmember)
+            continue;
+        if (!ok)
+            error_at(n->pos, "%s cannot read scattered tensor '%s' (line %d): a scattered tensor "
+                     "is read only by elementwise operations, Slice, Update, AllReduce and "
+                     "ReduceScatter", op_info(n->op)->name, x->name, x->pos.line);
+        for (int j = 0; j < i; j++) {
+            Node *y = input(p, n, j);
+            if (y->nmember && !same_members(x, y))
+                error_at(n->pos, "scattered tensors '%s' and '%s' have different members",
+                         y->name, x->name);
+        }
+    }
+}
+
 void infer_node(Program *p, Node *n)
 {
     for (int i = 0; i < n->nin; i++)
         ASSERT(n->in[i] < n->id);
+    check_scattered(p, n);
     switch (op_info(n->op)->kind) {
     case K_LEAF:
         return;

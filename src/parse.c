@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXDEPTH = 200 };
+enum { MAXDEPTH = 200, MAX_MEMBERS = 65536 };
 
 typedef struct {
     Program *p;
@@ -30,7 +30,7 @@ static const char *const reserved[] = {
     "RANK", "GroupRank", "FP16", "BF16", "FP32", "FP64", "Sliced", "Replicated", "Local",
     "AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "Send", "Recv",
     "MatMul", "Conv2D", "Dropout", "Tanh", "ReLU", "Sqrt", "Pow", "Norm", "ReduceTensor",
-    "Update", "Cast", "Slice", "PartialReduce", NULL};
+    "Update", "Cast", "Slice", "PartialReduce", "Scattered", NULL};
 
 /* ---- tokens ---- */
 
@@ -432,8 +432,59 @@ static void check_declared_slices(Parser *ps, Node *n, Pos lpos)
                  n->layout.dim, n->name, d.text, d.n, g, group_name(n->group));
 }
 
-/* tensor_decl = "Tensor" NAME "(" type "," "[" [ size_expr { "," size_expr } ] "]" ","
- *               layout "," group_name [ "," "RANK" ] ")" ";" */
+/* scattered = "Scattered" "[" size_expr { "," size_expr } "]": the members
+ * of a scattered tensor; *total gets the 1-D shape of their concatenation
+ * (its text the sum of the members', or the number when all are numbers). */
+static Dim *scattered(Parser *ps, int *nmember, Dim *total)
+{
+    Program *p = ps->p;
+    Pos pos = ps->tok.pos;
+    advance(ps);
+    expect_punct(ps, '[');
+    int cap = 16, n = 0, literal = 1;
+    Dim *m = arena_alloc(p->arena, (size_t)cap * sizeof *m);
+    double sum = 0;
+    do {
+        if (n == MAX_MEMBERS)
+            error_at(ps->tok.pos, "a scattered tensor has at most %d members", MAX_MEMBERS);
+        if (n == cap) {
+            Dim *grown = arena_alloc(p->arena, (size_t)(cap *= 2) * sizeof *m);
+            copy_bytes(grown, m, (size_t)n * sizeof *m);
+            m = grown;
+        }
+        literal = literal && ps->tok.kind == TK_NUM;
+        SizeVal s = positive_size(ps, "member size");
+        m[n].n = s.v;
+        m[n++].text = s.text;
+        sum += (double)s.v;
+        if (!is_punct(ps, ','))
+            break;
+        advance(ps);
+    } while (1);
+    expect_punct(ps, ']');
+    if (sum > (double)MAX_ELEMENTS)
+        error_at(pos, "a scattered tensor of %.3g elements: too large (at most 2^40)", sum);
+    total->n = (long)sum;
+    if (literal || n == 1) {
+        total->text = literal ? arena_printf(p->arena, "%ld", total->n) : m[0].text;
+    } else {
+        size_t len = 3;
+        for (int i = 0; i < n; i++)
+            len += strlen(m[i].text) + 3;
+        char *t = arena_alloc(p->arena, len), *at = t;
+        *at++ = '(';
+        for (int i = 0; i < n; i++)
+            at += sprintf(at, "%s%s", i ? "+" : "", m[i].text); /* + and - associate left */
+        strcpy(at, ")");
+        total->text = t;
+    }
+    *nmember = n;
+    return m;
+}
+
+/* tensor_decl = "Tensor" NAME "(" type "," shape "," layout "," group_name
+ *               [ "," "RANK" ] ")" ";"
+ * shape = "[" [ size_expr { "," size_expr } ] "]" | scattered */
 static void tensor_decl(Parser *ps)
 {
     Program *p = ps->p;
@@ -448,10 +499,16 @@ static void tensor_decl(Parser *ps)
     expect_punct(ps, '(');
     Type t = expect_type(ps);
     expect_punct(ps, ',');
-    expect_punct(ps, '[');
     Dim dims[MAXDIM];
-    int nd = 0;
-    while (!is_punct(ps, ']')) {
+    int nd = 0, nmember = 0;
+    const Dim *member = NULL;
+    if (is_word(ps, "Scattered")) {
+        member = scattered(ps, &nmember, &dims[0]);
+        nd = 1;
+    } else {
+        expect_punct(ps, '[');
+    }
+    while (!member && !is_punct(ps, ']')) {
         if (nd == MAXDIM)
             error_at(ps->tok.pos, "a tensor has at most %d dimensions", MAXDIM);
         SizeVal s = positive_size(ps, "dimension");
@@ -461,7 +518,8 @@ static void tensor_decl(Parser *ps)
             break;
         advance(ps);
     }
-    expect_punct(ps, ']');
+    if (!member)
+        expect_punct(ps, ']');
     expect_punct(ps, ',');
     Pos lpos = ps->tok.pos;
     Layout l = layout(ps);
@@ -489,7 +547,12 @@ static void tensor_decl(Parser *ps)
     n->layout = l;
     n->group = g;
     n->has_rank = has_rank;
+    n->nmember = nmember;
+    n->member = member;
     n->input_index = p->ninput++;
+    if (member && l.kind == L_SLICED)
+        error_at(lpos, "scattered tensor %s is Sliced: a scattered tensor is Replicated or "
+                 "Local (its whole value on each rank)", name);
     if (l.kind != L_REPLICATED && !has_rank)
         error_at(rpos, "a %s tensor is different on each rank: declare it with RANK",
                  l.kind == L_LOCAL ? "Local" : "Sliced");

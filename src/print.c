@@ -204,7 +204,14 @@ static void print_decl(Printer *pr, const Node *n)
         return;
     }
     fprintf(o, "Tensor %s(%s, ", n->name, type_name(n->type));
-    print_dims(o, n);
+    if (n->nmember) {
+        fputs("Scattered[", o);
+        for (int i = 0; i < n->nmember; i++)
+            fprintf(o, "%s%s", i ? "," : "", n->member[i].text);
+        fputc(']', o);
+    } else {
+        print_dims(o, n);
+    }
     fprintf(o, ", %s, %s%s);\n", layout_str(pr->p->arena, n->layout), group_name(n->group),
             n->has_rank ? ", RANK" : "");
 }

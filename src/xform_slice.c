@@ -1,7 +1,8 @@
 /* xform_slice.c: asSlice(t) stores an Updated Replicated tensor (optimizer
  * state) Sliced from then on: valid only after a reorder made its Update
  * sliced and when nothing reads the whole tensor any more (every read is a
- * Slice along the Update's dimension). dead(x) removes a value nothing
+ * Slice along the Update's dimension); a scattered tensor's slice is one
+ * contiguous buffer. dead(x) removes a value nothing
  * reads; refused for program outputs, tensors' new values and used values. */
 #include "coco.h"
 
@@ -46,6 +47,8 @@ void xform_asslice(const Xform *x)
     t->layout.kind = L_SLICED;
     t->layout.dim = d;
     t->has_rank = 1;
+    t->nmember = 0; /* a scattered tensor's slice is stored as one buffer */
+    t->member = NULL;
     for (int i = tid + 1; i < p->nnode; i++) {
         Node *n = &p->node[i];
         if (!n->dead && n->op == O_SLICE && n->in[0] == tid) {

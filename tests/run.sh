@@ -18,6 +18,8 @@
 #             are generated as kernels over the peers' memory (one or two);
 #   bench     bench/*.coco with all schedules, and bench/plot_fig6.py on a
 #             synthetic CSV (tests/bench/check_plot.py, where python3 is);
+#   scattered programs with Scattered[...] tensors equal their contiguous
+#             twins bit for bit (every schedule); their CUDA compiles;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
 #             tests/gpu/norms.coco) and all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
@@ -353,6 +355,40 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
 else
     group_end "plot skipped: no $PYTHON"
 fi
+# ---- scattered tensors: the same results as one contiguous tensor ----
+# Each program with Scattered[...] tensors runs, with all its schedules, bit
+# for bit like its twin in which every scattered tensor is one tensor of the
+# members' total size (Scattered[a, b, c] -> [a+b+c]).
+group scattered
+mkdir -p "$TMP/gen"
+for spec in "examples/adam_scattered.coco" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
+    set -f
+    # shellcheck disable=SC2086 # spec is words
+    set -- $spec
+    set +f
+    f=$1; shift
+    sed -E ':a; s/Scattered\[([^],]*),/Scattered[\1+/; ta; s/Scattered\[/[/g' "$f" >"$TMP/twin.coco"
+    for P in 2 4; do
+        coco run "$f" --ranks "$P" --all-schedules "$@"
+        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "scattered $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
+        sed -n '1,/^time /p' "$TMP/out" | grep -v '^time ' >"$TMP/scat.sum"
+        coco run "$TMP/twin.coco" --ranks "$P" --all-schedules "$@"
+        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "scattered twin of $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
+        sed -n '1,/^time /p' "$TMP/out" | grep -v '^time ' >"$TMP/twin.sum"
+        if cmp -s "$TMP/scat.sum" "$TMP/twin.sum"; then ok; else
+            bad "scattered $f --ranks $P: differs from its contiguous twin:"; diff "$TMP/scat.sum" "$TMP/twin.sum" | head -n 6
+        fi
+    done
+done
+# the CUDA of a scattered program compiles (the cuda-gen group has the example)
+if command -v nvcc >/dev/null 2>&1; then
+    coco gen bench/bert_adam_scattered.coco -o "$TMP/gen/bert" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/bert_adam_scattered.coco: ${why:-exit status $rc}: $(err1)"
+    elif (cd "$TMP/gen/bert" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings -c ./*.cu \
+            -o generated.o) >"$TMP/nvcc.out" 2>&1; then ok
+    else bad "nvcc bench/bert_adam_scattered.coco:"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'; fi
+fi
+group_end
 
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).

@@ -109,7 +109,7 @@ static int run_once(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, vo
     ctx.group_size = rt->group_size;
     ctx.err = msg;
     ctx.errlen = len;
-    coco_cuda_args args = {in, v->scalar, out, v->size, v->seed};
+    coco_cuda_args args = {in, v->scalar, out, v->size, v->seed, NULL}; /* no scattered inputs */
     int rc = run(&ctx, &args);
     if (!rc && misbehaves(rt->rank, "wrong") && v->noutputs && v->output_bytes[0])
         ((unsigned char *)out[0])[0] ^= 0x40; /* in every run: wrong, but repeatably */

@@ -544,6 +544,7 @@ def oracle_pipeline(c):
 
 ORACLES = {
     "adam": oracle_adam,
+    "adam_scattered": oracle_adam,  # the same on a scattered tensor (its 1-D concatenation)
     "lamb": oracle_lamb,
     "sgd_momentum": oracle_sgd_momentum,
     "reduce_broadcast": oracle_reduce_broadcast,

@@ -1,0 +1,32 @@
+#!/bin/sh
+# bench/scattered.sh OUT_DIR: Adam over BERT-large's 398 parameter tensors as
+# scattered tensors (bench/bert_adam_scattered.coco) against the same work on
+# one contiguous tensor of the same total size (bench/bert_adam.coco), on P
+# GPUs (after `make`). Each program runs with its schedules (program,
+# fusedComp, paper), every variant checked against the CPU reference; prints
+# each variant's GPU time for both and the ratio scattered / contiguous.
+#
+#   RANKS=4 ITERS=20 sh bench/scattered.sh OUT
+cd "$(dirname "$0")/.." || exit 2
+OUT=${1:-build/bench}
+RANKS=${RANKS:-4}
+ITERS=${ITERS:-20}
+mkdir -p "$OUT"
+LOG=$OUT/scattered.log
+: >"$LOG"
+status=0
+for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
+    name=$(basename "$f" .coco)
+    cmd="./coconet run $f --backend cuda --ranks $RANKS --reference program --iters $ITERS"
+    echo "==== $cmd" >>"$LOG"
+    $cmd >"$OUT/$name.out" 2>&1 || status=1
+    cat "$OUT/$name.out" >>"$LOG"
+    # variant rows: name, result, ms (the column before "ms")
+    awk '/^schedule +outputs/ { on = 1; next } /^gpu-time:/ { on = 0 }
+         on && NF >= 7 { for (i = 2; i <= NF; i++) if ($i == "ms") { print $1, $2, $(i - 1); break } }' \
+        "$OUT/$name.out" | sort >"$OUT/$name.rows"
+done
+echo "variant          result(scattered) result(contiguous)  scattered ms  contiguous ms  ratio"
+join "$OUT/bert_adam_scattered.rows" "$OUT/bert_adam.rows" |
+    awk '{ r = $5 > 0 ? $3 / $5 : 0; printf "%-16s %-17s %-18s %13.3f %14.3f %6.3f\n", $1, $2, $4, $3, $5, r }'
+exit $status
