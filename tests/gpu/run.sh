@@ -42,7 +42,21 @@ COCONET=${COCONET:-./coconet}
 mkdir -p "$(dirname "$OUT")"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-gpu.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT
-trap 'exit 2' INT TERM
+# killed (a time limit): stop the running coconet too, at once
+child=
+trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 2' INT TERM
+
+# timed CMD...: runs CMD under the time limit, in the background so that a
+# signal is handled at once; its status in rc, its seconds in secs
+timed() {
+    t0=$(date +%s)
+    timeout "$TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &
+    child=$!
+    wait "$child"
+    rc=$?
+    child=
+    secs=$(($(date +%s) - t0))
+}
 pass=0
 fail=0
 skip=0
@@ -120,15 +134,14 @@ run() {
     } >>"$OUT"
     echo "==== $cmd" >>"$LOG"
     # shellcheck disable=SC2086 # the command's words
-    timeout "$TIMEOUT" $cmd >"$TMP/out" 2>"$TMP/err"
-    rc=$?
+    timed $cmd
     cat "$TMP/out" "$TMP/err" >>"$LOG"
     table "$name" "$sizes" "$p"
     echo >>"$OUT"
     rows=$(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding|WRONG|REPLICAS|GUARD|REPEAT|FAILED) ' "$TMP/out")
     if [ $rc -eq 0 ] && [ "$rows" -gt 0 ]; then
         pass=$((pass + 1))
-        echo "ok   $cmd ($rows variants)"
+        echo "ok   $cmd ($rows variants, $secs s)"
     else
         fail=$((fail + 1))
         why=$(grep -h -m 3 -e WRONG -e REPLICAS -e GUARD -e REPEAT -e FAILED -e error -e 'rank ' \
@@ -150,8 +163,7 @@ faults() {
     cmd="$COCONET run tests/gpu/selftest.coco --cuda-source tests/gpu/faults.cu --backend cuda --ranks $1 --iters 2"
     echo "==== $cmd (must fail: GUARD, REPEAT)" >>"$LOG"
     # shellcheck disable=SC2086 # the command's words
-    timeout "$TIMEOUT" $cmd >"$TMP/out" 2>"$TMP/err"
-    rc=$?
+    timed $cmd
     cat "$TMP/out" "$TMP/err" >>"$LOG"
     if [ $rc -eq 1 ] && grep -q '^program  *GUARD ' "$TMP/out" && grep -q '^rsag  *REPEAT ' "$TMP/out" &&
         grep -q "rank 0: program: output 'avg' (2048 bytes) was written outside: the guard after it is damaged, first at byte 0 past its end" "$TMP/err" &&

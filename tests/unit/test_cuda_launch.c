@@ -285,7 +285,7 @@ static void test_job(void)
     coco_program *sp = coco_schedule(p, "sp", err, sizeof err);
     check(sp != NULL, "the schedule applies");
     Program *v[2] = {p, sp};
-    coco_cuda_options o = {1, 1, 5, 10, NULL, NULL, 0};
+    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 5, .timeout_s = 10};
     CudaJob job;
     check(cuda_job_prepare(&job, v, sp ? 2 : 1, &o, err, sizeof err) == 0, "prepare");
     check(job.nv == 2 && !strcmp(job.v[0].name, "program") && !strcmp(job.v[1].name, "sp"),
