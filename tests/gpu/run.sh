@@ -22,9 +22,10 @@
 # Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1048577"),
 # ITERS (20), TIMEOUT (seconds per coconet run, 3600), JOBS (builds at once,
-# 8), REFERENCE (for the
-# paper sizes: program, i.e. every schedule checked against the program's CPU
-# run, which is cheaper than each schedule's own; "each" for that).
+# 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
+# against the program's CPU run, which is cheaper than each schedule's own;
+# "each" for that), COMMIT (the commit named in the table, where the copy
+# run has no git repository).
 
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-build/gpu-results.md}
@@ -67,7 +68,7 @@ gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | un
     echo "# coconet GPU results"
     echo
     echo "Made by \`make test-gpu\` (tests/gpu/run.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'),"
-    echo "$(hostname): ${gpus:-GPUs not listed by nvidia-smi}; commit $(git rev-parse --short HEAD 2>/dev/null)."
+    echo "$(hostname): ${gpus:-GPUs not listed by nvidia-smi}; commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
     echo "Every row: one variant (the program, or a schedule) run on P GPUs, one process"
     echo "each, checked against the CPU reference executor on the same data: \`bitwise\`,"
     echo "or \`rounding\` (every element within the tolerance of the README's GPU section);"
