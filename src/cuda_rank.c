@@ -218,6 +218,61 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
 
 /* ---- checking ---- */
 
+/* One chunk of a value's check: its elements' differences from the
+ * reference, judged by the tolerance. */
+typedef struct {
+    long differing, outside;
+    double max_abs, max_rel;
+    uint64_t hash; /* FNV-1a of the chunk's bytes */
+} CheckStats;
+
+typedef struct {
+    Type type;
+    const void *gpu;
+    const double *ref, *exact;
+    const Tolerance *tol;
+    long count, chunk;
+    CheckStats *stats; /* one per chunk */
+} CheckJob;
+
+enum { CHECK_CHUNK = 1 << 20 };
+
+static void check_chunks(void *ctx, long lo, long hi)
+{
+    CheckJob *j = ctx;
+    for (long c = lo; c < hi; c++) {
+        CheckStats s = {0, 0, 0, 0, 0};
+        long end = (c + 1) * j->chunk < j->count ? (c + 1) * j->chunk : j->count;
+        size_t size = type_size(j->type);
+        s.hash = fnv1a(FNV_INIT, (const char *)j->gpu + (size_t)(c * j->chunk) * size,
+                       (size_t)(end - c * j->chunk) * size);
+        for (long i = c * j->chunk; i < end; i++) {
+            double got = from_type(j->type, j->gpu, i), want = j->ref[i];
+            int same = bits_of(j->type, got) == bits_of(j->type, want);
+            double diff = fabs(got - want);
+            if (!same && (isnan(got) || isnan(want)))
+                diff = INFINITY;
+            s.differing += !same;
+            if (!same && !within_tolerance(j->type, want, got, j->exact[i], j->tol))
+                s.outside++;
+            if (diff > s.max_abs)
+                s.max_abs = diff;
+            double rel = diff / fmax(fabs(want), 1e-30);
+            if (!same && rel > s.max_rel)
+                s.max_rel = rel;
+        }
+        j->stats[c] = s;
+    }
+}
+
+/* Threads of this rank's checks: the executor's, shared by the ranks of
+ * this host (forked ranks all run on it). */
+static int check_threads(const CudaJob *job)
+{
+    int t = job->data->nthreads / (cuda_mpi_active() ? 1 : job->base->nranks);
+    return t > 1 ? t : 1;
+}
+
 static void check_value(const CudaJob *job, const CudaVariant *v, const CudaCheck *c, int rank,
                         const void *gpu, size_t bytes, RankRow *row, uint64_t *hash)
 {
@@ -225,26 +280,23 @@ static void check_value(const CudaJob *job, const CudaVariant *v, const CudaChec
     Node *n = node_of(vp, c->node);
     long count = local_count(vp, n, rank);
     ASSERT((size_t)count * type_size(n->type) == bytes);
-    *hash = fnv1a(FNV_INIT, gpu, bytes);
     int own_ref, own_x;
     double *ref = local_values(c->ref, c->rnode, vp, n, rank, &own_ref);
     double *exact = local_values(job->x64, c->xnode, vp, n, rank, &own_x);
     double before = row->max_abs;
-    for (long i = 0; i < count; i++) {
-        double got = from_type(n->type, gpu, i), want = ref[i];
-        int same = bits_of(n->type, got) == bits_of(n->type, want);
-        double diff = fabs(got - want);
-        if (!same && (isnan(got) || isnan(want)))
-            diff = INFINITY;
-        row->differing += !same;
-        if (!same && !within_tolerance(n->type, want, got, exact[i], &c->tol))
-            row->outside++;
-        if (diff > row->max_abs)
-            row->max_abs = diff;
-        double rel = diff / fmax(fabs(want), 1e-30);
-        if (!same && rel > row->max_rel)
-            row->max_rel = rel;
+    long nchunk = (count + CHECK_CHUNK - 1) / CHECK_CHUNK;
+    CheckJob j = {n->type, gpu, ref, exact, &c->tol, count, CHECK_CHUNK,
+                  xcalloc((size_t)nchunk + 1, sizeof(CheckStats))};
+    parallel_ranges(check_threads(job), nchunk, check_chunks, &j);
+    *hash = FNV_INIT; /* of the chunks' hashes: the same bytes give the same on every rank */
+    for (long k = 0; k < nchunk; k++) {
+        *hash = fnv1a(*hash, &j.stats[k].hash, sizeof j.stats[k].hash);
+        row->differing += j.stats[k].differing;
+        row->outside += j.stats[k].outside;
+        row->max_abs = fmax(row->max_abs, j.stats[k].max_abs);
+        row->max_rel = fmax(row->max_rel, j.stats[k].max_rel);
     }
+    free(j.stats);
     row->elements += count;
     if (row->max_abs > before || !row->worst[0])
         snprintf(row->worst, sizeof row->worst, "%s", c->name);
