@@ -418,16 +418,22 @@ __global__ void coco_reduce_final_kernel(const double *parts, int nparts, int op
 
 // Reduces `len` elements for each of outer x inner outputs; root: square
 // root of the result (Norm). scratch: COCO_RED_BLOCKS doubles of workspace.
+// A whole tensor of more than 256 elements takes the two parallel passes
+// (another summation order than the CPU's: a rounding difference at most);
+// otherwise one thread per output sums in the CPU's order (bitwise).
 static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, void *out, int tout,
                        long outer, long len, long inner, int op, int root, void *scratch)
 {
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    if (outer * inner == 1 && len > 4096) {
-        coco_reduce_parts_kernel<<<COCO_RED_BLOCKS, 256, 0, st>>>(in, tin, len, op,
-                                                                  (double *)scratch);
+    if (outer * inner == 1 && len > 256) {
+        // a block per 4096 elements, at most COCO_RED_BLOCKS: small sizes
+        // take few blocks, so the final pass sums few parts
+        long want = (len + 4095) / 4096;
+        int blocks = want < COCO_RED_BLOCKS ? (int)want : COCO_RED_BLOCKS;
+        coco_reduce_parts_kernel<<<blocks, 256, 0, st>>>(in, tin, len, op, (double *)scratch);
         COCO_LAUNCHED(ctx, "reduction", line);
-        coco_reduce_final_kernel<<<1, 1, 0, st>>>((const double *)scratch, COCO_RED_BLOCKS, op,
-                                                 out, tout, root);
+        coco_reduce_final_kernel<<<1, 1, 0, st>>>((const double *)scratch, blocks, op, out, tout,
+                                                 root);
     } else {
         coco_reduce_kernel<<<coco_grid(outer * inner), 256, 0, st>>>(in, tin, out, tout, outer,
                                                                     len, inner, op, root);
