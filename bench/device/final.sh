@@ -1,4 +1,5 @@
 #!/bin/sh
+# bench/device: the commands given to the lent GPU machine, kept with the results they made.
 # device run: selftest+faults, examples (merged code), paper P=4 (logs to $OUT)
 export COCONET_HOME=$PWD
 T0=$(date +%s)
