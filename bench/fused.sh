@@ -2,7 +2,8 @@
 # bench/fused.sh OUT_DIR: data-parallel Adam and LAMB with the fused
 # collectives, on a machine with P GPUs (after `make`). For each N, one
 # `coconet run` per program runs its schedules (each checked against the CPU
-# reference, its guard bytes and a repeat run) and times them; beside them
+# reference, its guard bytes and a repeat run; from N = 2^UNCHECKED_POW on,
+# guard bytes and repeat run only: `--reference none`) and times them; beside them
 # NCCL AllReduce alone (the program of bench/allreduce_fused*.coco) and the
 # FusedAllReduce with no computation (its schedule `fused`), and PyTorch's
 # all_reduce + optimizer step (bench/torch_opt.py). Appends to
@@ -26,20 +27,31 @@
 #   BIG_POW, BIG_SCHEDULES  from N = 2^BIG_POW on (28), SCHEDULES is
 #              BIG_SCHEDULES (AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4:
 #              the series of bench/plot_fig6.py)
+#   UNCHECKED_POW  from N = 2^UNCHECKED_POW on (29), coconet computes no CPU
+#              reference (`--reference none`): the variants are timed, their
+#              guard bytes and repeat runs checked and their Replicated values
+#              compared across ranks, but no value is compared with the CPU's;
+#              their rows' result is "unchecked". Correctness comes from the
+#              checked runs of the same code at the smaller N.
 #   REF_BYTES  host bytes the CPU reference and the ranks' host copies take
 #              per element and rank for an optimizer (160; measured: ~86 for
 #              the references of adam/lamb, ~32 for the host copies; an
 #              AllReduce takes a quarter); a run that would need more than
 #              MemAvailable is skipped with a "skipped" row (P = 4, N = 2^30:
 #              ~640 GiB, more than an 8-GPU H200 host has)
+#   NONE_BYTES the same without the reference (80: the inputs drawn as
+#              doubles, 32 for Adam/LAMB, and the ~32 of the host copies;
+#              P = 4, N = 2^30: ~320 GiB)
 #   TORCH_LAMB auto (apex FusedLAMB when importable, else foreach), apex, foreach
 #
 # CSV: tool,program,optimizer,precision,N,variant,schedule,result,ms
 #   precision: fp32, mixed (FP16 gradients, FP32 parameters and state), or
 #   fp16 (the FP16 AllReduce); schedule: the paper's name of the variant (the
 #   last column of coconet's table), else the variant's name; result: bitwise,
-#   rounding, WRONG, GUARD, REPEAT, FAILED ... (coconet), measured (torch),
-#   skipped (not enough host memory).
+#   rounding, WRONG, GUARD, REPEAT, FAILED ... (coconet), unchecked (coconet
+#   at N >= 2^UNCHECKED_POW: timed, guard bytes and repeat run intact, values
+#   not compared with a CPU reference), measured (torch), skipped (not enough
+#   host memory).
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:-build/bench}
 RANKS=${RANKS:-4}
@@ -49,7 +61,9 @@ PROGRAMS=${PROGRAMS:-allreduce_fused16 allreduce_fused adam adam_fp32 lamb lamb_
 SCHEDULES=${SCHEDULES:-all}
 BIG_POW=${BIG_POW:-28}
 BIG_SCHEDULES=${BIG_SCHEDULES:-AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4}
+UNCHECKED_POW=${UNCHECKED_POW:-29}
 REF_BYTES=${REF_BYTES:-160}
+NONE_BYTES=${NONE_BYTES:-80}
 TORCH_LAMB=${TORCH_LAMB:-auto}
 mkdir -p "$OUT"
 CSV=$OUT/fused.csv
@@ -106,12 +120,13 @@ selected() {
             }'
 }
 
-# fits NAME N: is there host memory for the CPU reference of N elements a rank?
+# fits NAME N BYTES: is there host memory for a run of N elements a rank,
+# BYTES per element and rank for an optimizer (a quarter for an AllReduce)?
 fits() {
     avail=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo 2>/dev/null)
     [ -z "$avail" ] && return 0
-    b=$REF_BYTES
-    case $1 in allreduce*) b=$((REF_BYTES / 4)) ;; esac
+    b=$3
+    case $1 in allreduce*) b=$(($3 / 4)) ;; esac
     need=$(awk -v n="$2" -v p="$RANKS" -v b="$b" 'BEGIN { printf "%.0f", n * p * b / 1024 }')
     [ "$need" -le "$avail" ] || {
         echo "skipped: needs ~$((need / 1048576)) GiB of host memory, $((avail / 1048576)) GiB available" >>"$LOG"
@@ -122,7 +137,9 @@ fits() {
 run_coconet() {
     prog=$1 p=$2 n=$((1 << $2))
     f=$(file "$prog")
-    cmd="./coconet run $f -D N=$n --backend cuda --ranks $RANKS --reference program --iters $ITERS"
+    ref=program bytes=$REF_BYTES
+    [ "$p" -ge "$UNCHECKED_POW" ] && ref=none bytes=$NONE_BYTES
+    cmd="./coconet run $f -D N=$n --backend cuda --ranks $RANKS --reference $ref --iters $ITERS"
     case $prog in
     allreduce*) ;;
     *)
@@ -138,7 +155,7 @@ run_coconet() {
         ;;
     esac
     echo "==== $cmd" >>"$LOG"
-    if ! fits "$prog" "$n"; then
+    if ! fits "$prog" "$n" "$bytes"; then
         echo "coconet,$prog,$(kind "$prog"),$n,-,-,skipped," >>"$CSV"
         tail -n 1 "$CSV"
         return

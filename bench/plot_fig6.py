@@ -14,7 +14,8 @@ AllReduce alone would give (baseline time / AllReduce time).
   UB               the baseline over PyTorch's all_reduce of the same
                    gradients (NCCL in the gradients' type); without it, over
                    coconet's AllReduce program of that precision
-Only rows whose result is bitwise, rounding or measured count. Several CSVs
+Only rows whose result is bitwise, rounding, unchecked (timed with no CPU
+reference: bench/fused.sh's largest N) or measured count. Several CSVs
 (runs) may be given: for each measured thing the fastest is taken. Besides
 the SVG, the speedups are printed as CSV: panel,N,series,speedup.
 
@@ -32,7 +33,7 @@ COLORS = {"AR-Opt": "#1f77b4", "RS-Opt-AG": "#2ca02c", "fuse(RS-Opt-AG)": "#d627
           "UB": "#7f7f7f"}
 PANELS = (("adam", "fp32"), ("adam", "mixed"), ("lamb", "fp32"), ("lamb", "mixed"))
 TITLE = {"adam": "Adam", "lamb": "LAMB", "fp32": "FP32", "mixed": "mixed precision"}
-GOOD = ("bitwise", "rounding", "measured")
+GOOD = ("bitwise", "rounding", "unchecked", "measured")
 W, H = 380, 280                     # one panel
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 30, 44
 

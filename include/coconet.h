@@ -124,6 +124,17 @@ int coco_run_compare(coco_run *ref, coco_run *other, coco_run *exact, coco_compa
 /* The program with every value computed in FP64 from the same input data. */
 coco_program *coco_program_exact(coco_program *p);
 
+/* The CPU reference of a CUDA run (coco_cuda_options.reference). */
+enum {
+    COCO_REFERENCE_EACH,    /* each schedule's own CPU run (the default) */
+    COCO_REFERENCE_PROGRAM, /* the program's CPU run, for every schedule (less CPU
+                               time and memory) */
+    COCO_REFERENCE_NONE     /* none: the inputs are drawn, nothing is computed on
+                               the CPU and no value is checked against it; only
+                               times, the runtime's guard bytes and repeat run,
+                               and the ranks' agreement on Replicated values */
+};
+
 /* Running on GPUs (the CUDA backend), one process per rank and GPU.
  * coco_run_cuda generates the CUDA code of the program and the chosen
  * schedules, builds it with nvcc (cached), computes the CPU reference, then
@@ -131,7 +142,9 @@ coco_program *coco_program_exact(coco_program *p);
  * rank), runs and times every variant on its GPU, checks outputs and new
  * values of Updated tensors against the CPU reference, and prints a table to
  * out. Returns 0 when every variant passed on every rank, 1 otherwise (a
- * message in err when nothing could be run). */
+ * message in err when nothing could be run). With COCO_REFERENCE_NONE the
+ * rows say "unchecked" and 0 means only that every rank ran and timed every
+ * variant with the GPU-side checks passing. */
 typedef struct {
     uint64_t seed;
     int threads;            /* CPU threads of the reference executor */
@@ -140,8 +153,7 @@ typedef struct {
     const char *schedule;   /* NULL: the program and each of its schedules;
                                else the program and this schedule */
     const char *cuda_source;/* NULL: generate the code; else build this .cu file */
-    int reference_program;  /* 1: check every schedule against the program's CPU
-                               run instead of its own (less CPU time and memory) */
+    int reference;          /* COCO_REFERENCE_*: what the runs are checked against */
     int build_only;         /* 1: build (or find in the cache) the code, run nothing */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,

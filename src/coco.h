@@ -494,7 +494,8 @@ typedef struct {
     int node;          /* in the variant */
     int output;        /* its position among the outputs, or -1 */
     int input;         /* the Execute input holding it, or -1 */
-    Exec *ref;         /* the CPU values it is compared with: node rnode */
+    Exec *ref;         /* the CPU values it is compared with: node rnode
+                          (NULL when the job is unchecked: only its hash) */
     int rnode;
     int xnode;         /* the same value in the FP64 evaluation */
     Tolerance tol;
@@ -510,16 +511,18 @@ typedef struct {
 } CudaVariant;
 typedef struct {
     Program *base;     /* the program: variant 0 */
-    Exec *data;        /* its CPU run, holding every variant's input data */
+    Exec *data;        /* its CPU run, holding every variant's input data
+                          (unchecked: the inputs alone, the program not run) */
     Program *exact;
-    Exec *x64;         /* the FP64 evaluation of the program */
+    Exec *x64;         /* the FP64 evaluation of the program (unchecked: NULL) */
+    int unchecked;     /* --reference none: no CPU reference, no value compared */
     CudaVariant *v;
     int nv;
     char so[CUDA_PATH_MAX + 64];     /* the generated code, built */
     char runtime[CUDA_PATH_MAX + 64];
     int iters, warmup;
     double timeout_s;
-    double cpu_ms;     /* the CPU reference's time */
+    double cpu_ms;     /* the CPU reference's time (unchecked: drawing the inputs) */
     uint64_t seed;
 } CudaJob;
 /* cuda_job.c: the CPU references and the checks, before any fork */

@@ -14,13 +14,21 @@
  * also be off by K * 2^-24 times its scale: the worst-case error of a
  * regrouped FP32 sum of K terms, taking the value's scale for the sum of
  * their magnitudes (2^-53 for FP64 accumulation). It matters for FP32 and
- * FP64 results only; for FP16 and BF16 results it is below an ulp. */
+ * FP64 results only; for FP16 and BF16 results it is below an ulp.
+ *
+ * Unchecked (--reference none, for sizes whose reference the host cannot
+ * hold): the inputs are drawn as for a checked run (the same seeded data),
+ * and nothing else is computed: no CPU run, no FP64 evaluation, no
+ * tolerance. The checks keep where each value is found and whether it is
+ * Replicated; the ranks only hash them (cuda_rank.c). */
+#define _DEFAULT_SOURCE /* sysconf(_SC_PHYS_PAGES) */
 #include "coco.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(void)
 {
@@ -146,13 +154,15 @@ static void add_check(CudaJob *job, CudaVariant *v, KnownErrors *ke, const char 
     c->node = node;
     c->output = output;
     c->input = input;
+    c->replicated = node_of(v->prog, node)->layout.kind == L_REPLICATED;
+    c->xnode = base;
+    if (job->unchecked)
+        return; /* no reference: the ranks hash the value, nothing more */
     c->ref = v->own ? v->own : job->data;
     c->rnode = v->own ? node : base;
-    c->xnode = base;
     c->tol.nranks = v->prog->nranks;
     reference_error(job, ke, c);
     c->tol.slack = contraction_slack(v->prog, node, c->tol.scale);
-    c->replicated = node_of(v->prog, node)->layout.kind == L_REPLICATED;
 }
 
 static void make_checks(CudaJob *job, CudaVariant *v, KnownErrors *ke)
@@ -172,25 +182,102 @@ static void make_checks(CudaJob *job, CudaVariant *v, KnownErrors *ke)
     }
 }
 
+/* ---- the host memory of an unchecked job ---- */
+
+static double gib(double bytes)
+{
+    return bytes / (double)(1 << 30);
+}
+
+/* Bytes of node n on all ranks, each element as `size` bytes. */
+static double all_ranks(Program *p, const Node *n, size_t size)
+{
+    double b = 0;
+    for (int r = 0; r < p->nranks; r++)
+        b += (double)local_count(p, n, r) * (double)size;
+    return b;
+}
+
+/* The host copies the ranks of variant p hold while it runs (cuda_rank.c):
+ * its inputs in their types, the new values of Updated ones, its outputs. */
+static double copies_bytes(Program *p)
+{
+    double b = 0;
+    for (int i = 0; i < p->nexec_in; i++) {
+        const Node *n = node_of(p, p->exec_in[i]);
+        if (n->op == O_INPUT)
+            b += all_ranks(p, n, type_size(n->type)) * (n->updated_by >= 0 ? 2 : 1);
+    }
+    for (int i = 0; i < p->nexec_out; i++) {
+        const Node *n = node_of(p, p->exec_out[i]);
+        b += all_ranks(p, n, type_size(n->type));
+    }
+    return b;
+}
+
+/* coco_run_fits for a job with no reference: the inputs drawn in this
+ * process (doubles on every rank) and the largest variant's host copies
+ * must fit in the host's memory; the program is never run here. */
+static int unchecked_fits(Program **variants, int nv, char *err, size_t errlen)
+{
+    Program *p = variants[0];
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+    double inputs = 0, copies = 0;
+    for (int i = 0; i < p->nnode; i++)
+        if (!p->node[i].dead && p->node[i].op == O_INPUT)
+            inputs += all_ranks(p, &p->node[i], sizeof(double));
+    for (int k = 0; k < nv; k++)
+        copies = fmax(copies, copies_bytes(variants[k]));
+    if (inputs + copies <= mem)
+        return 0;
+    snprintf(err, errlen, "%s: error: --reference none: the inputs drawn on %d ranks need %.3g "
+             "GiB and the ranks' host copies of them and of the outputs %.3g GiB: too large for "
+             "this machine's %.3g GiB\n", p->file, p->nranks, gib(inputs), gib(copies),
+             gib(mem));
+    return -1;
+}
+
 /* ---- the job ---- */
+
+/* The data every variant's inputs are taken from: the program's CPU run,
+ * and its FP64 evaluation; unchecked, the inputs alone. */
+static int make_reference(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
+                          char *err, size_t errlen)
+{
+    Program *base = variants[0];
+    if (job->unchecked ? unchecked_fits(variants, nv, err, errlen)
+                       : coco_run_fits(base, err, errlen))
+        return -1;
+    double t0 = now_ms();
+    if (job->unchecked) {
+        job->data = exec_new(base, o->seed, o->threads);
+        exec_fill_inputs(job->data);
+        job->cpu_ms = now_ms() - t0;
+        return 0;
+    }
+    job->data = cpu_run(base, o->seed, o->threads);
+    job->cpu_ms = now_ms() - t0;
+    job->exact = program_exact(base);
+    job->x64 = exact_run(job, o->threads);
+    return 0;
+}
 
 int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
                      char *err, size_t errlen)
 {
     Program *base = variants[0];
     memset(job, 0, sizeof *job);
-    if (coco_run_fits(base, err, errlen))
-        return -1;
     job->base = base;
     job->seed = o->seed;
     job->iters = o->iters > 0 ? o->iters : 0;
     job->warmup = o->iters > 0 ? 3 : 0;
     job->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
-    double t0 = now_ms();
-    job->data = cpu_run(base, o->seed, o->threads);
-    job->cpu_ms = now_ms() - t0;
-    job->exact = program_exact(base);
-    job->x64 = exact_run(job, o->threads);
+    job->unchecked = o->reference == COCO_REFERENCE_NONE;
+    if (make_reference(job, variants, nv, o, err, errlen)) {
+        memset(job, 0, sizeof *job);
+        return -1;
+    }
     job->nv = nv;
     job->v = xcalloc((size_t)nv, sizeof *job->v);
     KnownErrors ke = {NULL, 0, 0};
@@ -199,7 +286,7 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
         v->prog = variants[i];
         v->name = variants[i]->applied ? variants[i]->applied : "program";
         v->note = schedule_find(base, v->name) ? schedule_find(base, v->name)->note : NULL;
-        if (!o->reference_program)
+        if (o->reference == COCO_REFERENCE_EACH)
             v->own = i == 0 ? job->data : cpu_run(variants[i], o->seed, o->threads);
         make_checks(job, v, &ke);
     }

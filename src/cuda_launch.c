@@ -4,7 +4,8 @@
  *
  * coco_run_cuda: the variants (the program and its schedules), their CUDA
  * source (emit_cuda, or a file given with --cuda-source), built with nvcc
- * into the cache (cuda_build.c), the CPU references (cuda_job.c), then one
+ * into the cache (cuda_build.c), the CPU references (cuda_job.c; none with
+ * --reference none: the inputs alone), then one
  * process per rank: forked here (cuda_launch), or this process itself under
  * mpirun (cuda_mpi.c). Each rank's process runs cuda_rank_work.
  *
@@ -531,6 +532,11 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
 {
     if (errlen)
         err[0] = 0;
+    if (o->reference < COCO_REFERENCE_EACH || o->reference > COCO_REFERENCE_NONE) {
+        snprintf(err, errlen, "coconet: coco_cuda_options.reference is %d, not a "
+                 "COCO_REFERENCE_* value\n", o->reference);
+        return 1;
+    }
     int nv, rc = 1;
     Program **v = collect_variants(p, o->schedule, &nv, err, errlen);
     if (!v)

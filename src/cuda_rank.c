@@ -5,6 +5,8 @@
  * inputs in their element types, run and time it, and check each output and
  * each Updated tensor's new value against the CPU reference that the parent
  * computed before the fork (the job is inherited, nothing is recomputed).
+ * An unchecked job (--reference none) has no reference: each value is only
+ * hashed, for the parent's comparison of Replicated values across ranks.
  *
  * What it finds goes out as text lines through an EmitFn ("GPU ...",
  * "ROW ...", "ERR ...", "DONE"; see report_line in cuda_launch.c). No CUDA
@@ -219,7 +221,7 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
 /* ---- checking ---- */
 
 /* One chunk of a value's check: its elements' differences from the
- * reference, judged by the tolerance. */
+ * reference, judged by the tolerance (no reference: its hash alone). */
 typedef struct {
     long differing, outside;
     double max_abs, max_rel;
@@ -246,7 +248,7 @@ static void check_chunks(void *ctx, long lo, long hi)
         size_t size = type_size(j->type);
         s.hash = fnv1a(FNV_INIT, (const char *)j->gpu + (size_t)(c * j->chunk) * size,
                        (size_t)(end - c * j->chunk) * size);
-        for (long i = c * j->chunk; i < end; i++) {
+        for (long i = c * j->chunk; j->ref && i < end; i++) {
             double got = from_type(j->type, j->gpu, i), want = j->ref[i];
             int same = bits_of(j->type, got) == bits_of(j->type, want);
             double diff = fabs(got - want);
@@ -280,9 +282,12 @@ static void check_value(const CudaJob *job, const CudaVariant *v, const CudaChec
     Node *n = node_of(vp, c->node);
     long count = local_count(vp, n, rank);
     ASSERT((size_t)count * type_size(n->type) == bytes);
-    int own_ref, own_x;
-    double *ref = local_values(c->ref, c->rnode, vp, n, rank, &own_ref);
-    double *exact = local_values(job->x64, c->xnode, vp, n, rank, &own_x);
+    int own_ref = 0, own_x = 0;
+    double *ref = NULL, *exact = NULL;
+    if (c->ref) {
+        ref = local_values(c->ref, c->rnode, vp, n, rank, &own_ref);
+        exact = local_values(job->x64, c->xnode, vp, n, rank, &own_x);
+    }
     double before = row->max_abs;
     long nchunk = (count + CHECK_CHUNK - 1) / CHECK_CHUNK;
     CheckJob j = {n->type, gpu, ref, exact, &c->tol, count, CHECK_CHUNK,
@@ -298,7 +303,7 @@ static void check_value(const CudaJob *job, const CudaVariant *v, const CudaChec
     }
     free(j.stats);
     row->elements += count;
-    if (row->max_abs > before || !row->worst[0])
+    if (c->ref && (row->max_abs > before || !row->worst[0]))
         snprintf(row->worst, sizeof row->worst, "%s", c->name);
     if (own_ref)
         free(ref);

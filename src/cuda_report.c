@@ -15,9 +15,12 @@
  * bitwise / rounding (within tolerance) / WRONG / REPLICAS (a Replicated
  * value whose bits differ between the ranks of a group) / GUARD (a guard
  * byte around a buffer was written) / REPEAT (a second run on the same
- * inputs gave other bits) / FAILED (a rank did not report it), the largest differences from the CPU values, the
- * differing and out-of-tolerance element counts, and the GPU time (the
- * slowest rank's median). */
+ * inputs gave other bits) / FAILED (a rank did not report it), the largest
+ * differences from the CPU values, the differing and out-of-tolerance
+ * element counts, and the GPU time (the slowest rank's median).
+ * Unchecked (--reference none): no CPU reference to summarise (a line says
+ * so) and none to compare with: a row that passes the other checks says
+ * "unchecked", with "-" for the differences and counts. */
 #include "coco.h"
 
 #include <inttypes.h>
@@ -133,6 +136,12 @@ void report_line(Report *r, int rank, const char *line)
 
 static void print_summary(const CudaJob *job, FILE *out)
 {
+    if (job->unchecked) {
+        fprintf(out, "cpu reference: not computed (--reference none): no value below is checked; "
+                "only times, guard bytes, repeat runs and the ranks' agreement on Replicated "
+                "values (inputs drawn in %.1f ms)\n", job->cpu_ms);
+        return;
+    }
     struct coco_run run = {job->base, job->data};
     fprintf(out, "%-12s %-5s %-18s %-12s %-16s %14s %14s\n", "output", "type", "shape",
             "layout", "fnv-1a (cpu)", "sum", "norm");
@@ -156,21 +165,30 @@ static void print_summary(const CudaJob *job, FILE *out)
                                               : "");
 }
 
-/* Do the ranks of each group hold the same bits of every Replicated value? */
-static int replicas_agree(const CudaVariant *v, const RankRow *rows, int nranks)
+/* The first Replicated value whose bits differ between two ranks of a
+ * group: its check's index, with the ranks in *rank and *first (the
+ * group's first); -1 when every group's ranks agree on every one. */
+static int replicas_differ(const CudaVariant *v, const RankRow *rows, int nranks, int *rank,
+                           int *first)
 {
     int cap = (int)(sizeof rows->hash / sizeof *rows->hash);
     for (int k = 0; k < v->ncheck && k < cap; k++) {
         if (!v->check[k].replicated)
             continue;
         GroupKind g = node_of(v->prog, v->check[k].node)->group;
-        for (int rank = 0; rank < nranks; rank++) {
-            int first = rank_of(v->prog, g, group_index(v->prog, g, rank), 0);
-            if (rows[rank].hash[k] != rows[first].hash[k])
-                return 0;
+        for (*rank = 0; *rank < nranks; ++*rank) {
+            *first = rank_of(v->prog, g, group_index(v->prog, g, *rank), 0);
+            if (rows[*rank].hash[k] != rows[*first].hash[k])
+                return k;
         }
     }
-    return 1;
+    return -1;
+}
+
+static int replicas_agree(const CudaVariant *v, const RankRow *rows, int nranks)
+{
+    int rank, first;
+    return replicas_differ(v, rows, nranks, &rank, &first) < 0;
 }
 
 /* One variant's row; 0 when it passed. */
@@ -201,10 +219,15 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
                         : all.outside ? "WRONG"
                         : repeat ? "REPEAT"
                         : !agree ? "REPLICAS"
+                        : job->unchecked ? "unchecked"
                         : all.differing ? "rounding" : "bitwise";
-    fprintf(out, "%-24s %-8s %12.3g %12.3g %10ld/%-10ld %9ld %10.3f ms  %s\n", v->name, verdict,
-            all.max_abs, all.max_rel, all.differing, all.elements, all.outside, all.median_ms,
-            v->note ? v->note : "");
+    if (job->unchecked)
+        fprintf(out, "%-24s %-9s %11s %12s %21s %9s %10.3f ms  %s\n", v->name, verdict, "-", "-",
+                "-", "-", all.median_ms, v->note ? v->note : "");
+    else
+        fprintf(out, "%-24s %-8s %12.3g %12.3g %10ld/%-10ld %9ld %10.3f ms  %s\n", v->name,
+                verdict, all.max_abs, all.max_rel, all.differing, all.elements, all.outside,
+                all.median_ms, v->note ? v->note : "");
     return seen < r->nranks || all.outside || !agree || guard || repeat;
 }
 
@@ -223,16 +246,23 @@ static int variants_clean(const CudaJob *job, const Report *r)
     return clean;
 }
 
-/* The reasons of GUARD and REPEAT rows, rank by rank. */
+/* The reasons of GUARD and REPEAT rows, rank by rank, and of REPLICAS. */
 static void print_faults(const CudaJob *job, const Report *r)
 {
-    for (int vi = 0; vi < job->nv; vi++)
-        for (int rank = 0; rank < r->nranks; rank++) {
-            const RankRow *x = &r->rows[vi * r->nranks + rank];
-            if (x->fault != COCO_RT_FAULT_NONE)
+    for (int vi = 0; vi < job->nv; vi++) {
+        const RankRow *rows = &r->rows[vi * r->nranks];
+        for (int rank = 0; rank < r->nranks; rank++)
+            if (rows[rank].fault != COCO_RT_FAULT_NONE)
                 fprintf(stderr, "coconet: rank %d: %s: %s\n", rank, job->v[vi].name,
-                        x->fault_msg);
-        }
+                        rows[rank].fault_msg);
+        int seen = 0, rank, first, k;
+        for (rank = 0; rank < r->nranks; rank++)
+            seen += rows[rank].seen;
+        if (seen == r->nranks &&
+            (k = replicas_differ(&job->v[vi], rows, r->nranks, &rank, &first)) >= 0)
+            fprintf(stderr, "coconet: %s: the Replicated value '%s' has other bits on rank %d "
+                    "than on rank %d\n", job->v[vi].name, job->v[vi].check[k].name, rank, first);
+    }
 }
 
 int report_print(const CudaJob *job, const Report *r, FILE *out)

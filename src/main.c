@@ -33,7 +33,7 @@ typedef struct {
     int iters;                 /* cuda: timed runs */
     int timeout;               /* cuda: seconds any wait may take */
     const char *cuda_source;   /* cuda: --cuda-source F */
-    int reference_program;     /* cuda: --reference program */
+    int reference;             /* cuda: --reference each|program|none */
     int build_only;            /* cuda: --build-only */
 } Options;
 
@@ -67,7 +67,11 @@ static const char usage[] =
     "  --iters N       cuda: timed runs of each variant, after 3 warm-up runs (default 20)\n"
     "  --timeout S     cuda: the longest any wait may take, in seconds (default 300)\n"
     "  --reference R   cuda: check each schedule against its own CPU run (each, the\n"
-    "                  default) or against the program's (program: faster)\n"
+    "                  default), against the program's (program: faster), or compute\n"
+    "                  no CPU reference (none: times only, for sizes whose reference\n"
+    "                  the host cannot hold; rows say 'unchecked', nothing is proved\n"
+    "                  about the values beyond guard bytes, repeat runs and the ranks'\n"
+    "                  agreement on Replicated values)\n"
     "  --cuda-source F cuda: build and run this CUDA file instead of generated code\n"
     "  --help, --version\n";
 
@@ -142,9 +146,11 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->cuda_source = option_value(argc, argv, i);
     } else if (!strcmp(a, "--reference")) {
         const char *r = option_value(argc, argv, i);
-        if (strcmp(r, "each") && strcmp(r, "program"))
-            bad_usage("--reference expects 'each' or 'program', not '%s'", r);
-        o->reference_program = !strcmp(r, "program");
+        if (strcmp(r, "each") && strcmp(r, "program") && strcmp(r, "none"))
+            bad_usage("--reference expects 'each', 'program' or 'none', not '%s'", r);
+        o->reference = !strcmp(r, "none")      ? COCO_REFERENCE_NONE
+                       : !strcmp(r, "program") ? COCO_REFERENCE_PROGRAM
+                                               : COCO_REFERENCE_EACH;
     } else if (!strcmp(a, "--all-schedules")) {
         o->all_schedules = 1;
     } else if (!strcmp(a, "--schedule")) {
@@ -581,10 +587,25 @@ static int use_cuda(Options *o)
     return 1;
 }
 
+/* --reference none anywhere but on the cuda backend */
+static _Noreturn void refuse_no_reference(const Options *o)
+{
+    char why[256];
+    if (strcmp(o->cmd, "run"))
+        snprintf(why, sizeof why, "not with `coconet %s`", o->cmd);
+    else if (!strcmp(o->backend, "cpu"))
+        snprintf(why, sizeof why, "not on --backend cpu, which always computes the program "
+                 "and checks every schedule against it");
+    else
+        snprintf(why, sizeof why, "but --backend auto chose the cpu backend (no CUDA runtime "
+                 "built, or fewer GPUs than ranks)");
+    bad_usage("--reference none goes with `run --backend cuda`, %s", why);
+}
+
 static int run_cuda(const Options *o, coco_program *p)
 {
     coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
-                            o->cuda_source, o->reference_program, o->build_only};
+                            o->cuda_source, o->reference, o->build_only};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);
@@ -598,6 +619,8 @@ int main(int argc, char **argv)
     Options o;
     parse_args(&o, argc, argv);
     int cuda = use_cuda(&o);
+    if (o.reference == COCO_REFERENCE_NONE && !cuda)
+        refuse_no_reference(&o);
     coco_program *p = load(&o);
     int rc = 0;
     if (!strcmp(o.cmd, "print") && o.schedule) {

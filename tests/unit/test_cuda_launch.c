@@ -7,7 +7,8 @@
  * tests/gpu/host.cu (only where nvcc is installed, as build/cuda.conf
  * says): build then cache, fork, NCCL id exchange, reports, and a rank that
  * computes wrong, crashes, fails, hangs, is of another ABI, writes past a
- * buffer (guard bytes) or gives other bits when run again.
+ * buffer (guard bytes) or gives other bits when run again; and the same
+ * with no CPU reference (--reference none).
  * Run from the repository root. Prints one "group: N passed, M failed" line
  * per group; exits non-zero when any check fails. */
 #define _DEFAULT_SOURCE
@@ -264,6 +265,60 @@ static coco_program *load(const char *text, int nranks)
     return p;
 }
 
+/* --reference none: the same inputs, nothing computed, the checks kept
+ * (where each value is, whether it is Replicated) without a reference. */
+static void test_job_unchecked(Program **v, int nv)
+{
+    Program *p = v[0];
+    char err[1024];
+    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 5, .timeout_s = 10};
+    CudaJob checked, job;
+    check(cuda_job_prepare(&checked, v, nv, &o, err, sizeof err) == 0, "prepare (each)");
+    o.reference = COCO_REFERENCE_NONE;
+    check(cuda_job_prepare(&job, v, nv, &o, err, sizeof err) == 0, "prepare (none)");
+    check(job.unchecked && !checked.unchecked, "none: the job is unchecked");
+    check(job.x64 == NULL && job.exact == NULL, "none: no FP64 evaluation");
+    check(job.v[0].own == NULL && (nv < 2 || job.v[1].own == NULL), "none: no variant's CPU run");
+    int a = program_input(p, "a"), y = p->exec_out[0];
+    long na, nc;
+    const double *da = exec_data(job.data, a, 2, &na), *ca = exec_data(checked.data, a, 2, &nc);
+    check(da && ca && na == nc && na > 0 && !memcmp(da, ca, (size_t)na * sizeof *da),
+          "none: the inputs are the checked run's, bit for bit");
+    check(exec_data(job.data, y, 0, NULL) == NULL, "none: the program is not run");
+    check(job.v[0].ncheck == 3 && job.v[0].check[0].ref == NULL && job.v[0].check[0].output == 0 &&
+          job.v[0].check[2].input == 3, "none: the values are kept, with no reference");
+    check(job.v[0].check[0].replicated && job.v[0].check[1].replicated,
+          "none: Replicated values still compared across ranks");
+    cuda_job_free(&job);
+    cuda_job_free(&checked);
+    /* a product too large for the CPU reference, from inputs that fit */
+    coco_program *big = load("Size M = 1048576;\n"
+                             "Tensor x(FP32, [M,1], Replicated, WORLD);\n"
+                             "Tensor w(FP32, [1,M], Replicated, WORLD);\n"
+                             "Var y = Norm(MatMul(x, w));\n"
+                             "Execute t({x,w}, {y});\n", 4);
+    check(big != NULL, "the large program loads");
+    if (!big)
+        return;
+    Program *bv[1] = {big};
+    o.reference = COCO_REFERENCE_PROGRAM;
+    check(cuda_job_prepare(&job, bv, 1, &o, err, sizeof err) == -1 && strstr(err, "too large"),
+          "a reference that cannot be held is refused");
+    o.reference = COCO_REFERENCE_NONE;
+    check(cuda_job_prepare(&job, bv, 1, &o, err, sizeof err) == 0,
+          "none: only the inputs and the host copies need to fit");
+    cuda_job_free(&job);
+    coco_program_free(big);
+    coco_program *huge = load("Size M = 1099511627776;\n"
+                              "Tensor x(FP32, [M], Replicated, WORLD);\n"
+                              "Execute t({x}, {x});\n", 4);
+    Program *hv[1] = {huge};
+    check(huge && cuda_job_prepare(&job, hv, 1, &o, err, sizeof err) == -1 &&
+              strstr(err, "--reference none: the inputs drawn on 4 ranks need 3.28e+04 GiB"),
+          "none: inputs too large for the host are refused");
+    coco_program_free(huge);
+}
+
 static void test_job(void)
 {
     coco_program *p = load("Size M = 8, K = 64, N = 4;\n"
@@ -302,11 +357,12 @@ static void test_job(void)
     check(job.v[1].own != NULL && job.v[1].own != job.data, "each variant's own CPU run");
     check(job.v[1].check[0].ref == job.v[1].own, "checked against its own run");
     cuda_job_free(&job);
-    o.reference_program = 1;
+    o.reference = COCO_REFERENCE_PROGRAM;
     check(cuda_job_prepare(&job, v, sp ? 2 : 1, &o, err, sizeof err) == 0, "prepare (program)");
     check(job.v[1].own == NULL && job.v[1].check[0].ref == job.data &&
           job.v[1].check[0].rnode == p->exec_out[0], "checked against the program's run");
     cuda_job_free(&job);
+    test_job_unchecked(v, sp ? 2 : 1);
     coco_program_free(sp);
     coco_program_free(p);
     group_end("job");
@@ -321,6 +377,42 @@ static int coconet(char *out, size_t len, const char *mode, const char *extra)
              "--cuda-source tests/gpu/host.cu --iters 3 %s", mode, extra);
     char *argv[] = {"sh", "-c", cmd, NULL};
     return run_capture(argv, NULL, out, len, 120);
+}
+
+/* --reference none: times and the GPU-side checks, no value compared */
+static void test_launch_unchecked(char *out, size_t len)
+{
+    int rc = coconet(out, len, "ok", "--ranks 3 --reference none");
+    check(rc == 0, "none: every rank ran every variant: exit status 0");
+    check(strstr(out, "\ncpu reference: not computed (--reference none): no value below is "
+                      "checked") && !strstr(out, "fnv-1a (cpu)"),
+          "none: a line says so where the outputs' summary was");
+    check(strstr(out, "\nprogram                  unchecked           -            -   ") &&
+              strstr(out, "\nfused                    unchecked ") && !strstr(out, "bitwise"),
+          "none: the rows say unchecked, with no differences");
+    check(strstr(out, " 0.003 ms") != NULL, "none: the slowest rank's time");
+    check(strstr(out, "checked run's in 2 of 2 variants, on every rank\n") != NULL,
+          "none: the runtime's own checks are still made");
+    if (rc)
+        printf("%s\n", out);
+    rc = coconet(out, len, "wrong", "--ranks 2 --reference none");
+    check(rc == 1 && strstr(out, "\nprogram                  REPLICAS ") &&
+              strstr(out, "program: the Replicated value 'y' has other bits on rank 1 than on "
+                          "rank 0"), "none: ranks that disagree on a Replicated value: REPLICAS");
+    rc = coconet(out, len, "guard", "--ranks 2 --reference none --schedule fused");
+    check(rc == 1 && strstr(out, "\nfused                    GUARD ") &&
+              strstr(out, "rank 1: fused: output 'y' (4000 bytes) was written outside"),
+          "none: a guard byte written: GUARD");
+    rc = coconet(out, len, "repeat", "--ranks 2 --reference none");
+    check(rc == 1 && strstr(out, "\nprogram                  REPEAT "), "none: REPEAT");
+    rc = coconet(out, len, "crash", "--ranks 2 --reference none");
+    check(rc == 1 && strstr(out, "\nprogram                  FAILED "), "none: a rank that dies");
+    rc = coconet(out, len, "ok", "--ranks 2 --reference none --backend cpu");
+    check(rc == 2 && strstr(out, "--reference none goes with `run --backend cuda`, not on "
+                                 "--backend cpu"), "none: refused on the cpu backend");
+    rc = coconet(out, len, "ok", "--ranks 2 --reference nothing");
+    check(rc == 2 && strstr(out, "--reference expects 'each', 'program' or 'none'"),
+          "an unknown --reference");
 }
 
 static void test_launch(void)
@@ -382,6 +474,7 @@ static void test_launch(void)
     check(now_s() - t0 < 30, "within the time limit");
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
+    test_launch_unchecked(out, sizeof out);
     setenv("COCONET_CUDA_RUNTIME", "/nonexistent/libcoconet_cuda.so", 1);
     rc = coconet(out, sizeof out, "ok", "--ranks 2");
     check(rc == 1 && strstr(out, "is not built"), "no runtime: --backend cuda refuses");
