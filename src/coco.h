@@ -321,7 +321,7 @@ int ngroups_of(const Program *p, GroupKind g);      /* number of groups */
 int group_index(const Program *p, GroupKind g, int rank); /* which group */
 int group_rank(const Program *p, GroupKind g, int rank);  /* index within it */
 int rank_of(const Program *p, GroupKind g, int group, int index);
-/* balanced blocks: the first n % parts blocks hold one element more */
+/* blocks of c = ceil(n/parts): part idx is [min(n, idx*c), min(n, (idx+1)*c)) */
 void slice_range(long n, long parts, long idx, long *lo, long *hi);
 /* the shape one rank holds, and where it starts in the logical tensor */
 void local_shape(const Program *p, const Node *n, int rank, long *shape, long *offset);

@@ -212,12 +212,9 @@ static void emit_shape(Emitter *e, const Node *n)
         fprintf(o, ");\n");
         if (n->layout.kind == L_SLICED && n->layout.dim == k) {
             const char *g = group_name(n->group);
-            fprintf(o, "    if (h%d.gdim[%d] %% G_%s)\n        COCO_FAIL(ctx, \"%s\", %d, "
-                    "\"dimension %d of %s (%%ld) does not divide among %%ld ranks\", "
-                    "h%d.gdim[%d], G_%s);\n",
-                    n->id, k, g, op_info(n->op)->name, n->pos.line, k, n->name, n->id, k, g);
-            fprintf(o, "    h%d.dim[%d] = h%d.gdim[%d] / G_%s;\n    h%d.off[%d] = R_%s * h%d.dim[%d];\n",
-                    n->id, k, n->id, k, g, n->id, k, g, n->id, k);
+            fprintf(o, "    h%d.dim[%d] = coco_part_len(h%d.gdim[%d], G_%s, R_%s);\n"
+                       "    h%d.off[%d] = coco_part_lo(h%d.gdim[%d], G_%s, R_%s);\n",
+                    n->id, k, n->id, k, g, g, n->id, k, n->id, k, g, g);
         } else {
             fprintf(o, "    h%d.dim[%d] = h%d.gdim[%d];\n", n->id, k, n->id, k);
         }
@@ -261,13 +258,22 @@ static void emit_scratch(Emitter *e, const Node *n)
     int id = n->id;
     if (op_info(n->op)->kind == K_REDUCTION)
         fprintf(o, "    void *t%d = coco_ws(&ws, ctx, COCO_RED_BLOCKS * sizeof(double));\n", id);
-    if (n->op == O_REDUCESCATTER && n->axis != 0)
-        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, n->in[0],
-                type_size(n->type));
-    if (n->op == O_ALLGATHER && node_of(e->p, n->in[0])->layout.dim != 0)
-        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id,
-                type_size(n->type));
-    if (widened(n))
+    int sliced = n->op == O_REDUCESCATTER ? id : n->op == O_ALLGATHER ? n->in[0] : -1;
+    int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
+    const char *g = group_name(n->group);
+    size_t ts = type_size(n->type);
+    /* padded: the G blocks of ceil(extent/G) NCCL moves (language.md 6) */
+    char padded[96];
+    snprintf(padded, sizeof padded, "coco_padded_count(h%d, %d, G_%s)", sliced, d, g);
+    if (sliced >= 0 && d != 0) /* the parts along d, in padded blocks */
+        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, %s * %zu);\n", id, padded, ts);
+    if (sliced >= 0 && d == 0 && !widened(n)) /* uneven slices only */
+        fprintf(o, "    void *u%d = coco_ws(&ws, ctx, coco_even(h%d, 0, G_%s) ? 0 : %s * %zu);\n",
+                id, sliced, g, padded, ts);
+    if (widened(n) && n->op == O_REDUCESCATTER)
+        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
+                   "    void *w%do = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n", id, padded, id, id);
+    else if (widened(n))
         fprintf(o, "    void *w%di = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n"
                    "    void *w%do = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n",
                 id, n->in[0], id, id);
@@ -695,13 +701,19 @@ static void emit_matmul(Emitter *e, const Node *n)
                  "Cast one of them", type_name(a->type), type_name(b->type));
     int ka = a->ndim - 1;
     fprintf(e->o, "    { /* line %d: %s = MatMul */\n", n->pos.line, n->name);
+    /* an empty slice of an operand (language.md 6): an empty result, or
+     * zeros (the sum over an empty contraction) */
+    fprintf(e->o, "    if (coco_count(h%d) == 0 || coco_count(h%d) == 0)\n"
+                  "        COCO_CUDA(ctx, \"MatMul\", %d, cudaMemsetAsync(b%d, 0, coco_count(h%d) * "
+                  "%zu, st));\n    else {\n", a->id, b->id, n->pos.line, n->id, n->id,
+            type_size(n->type));
     fprintf(e->o, "        long K = h%d.dim[%d], N = h%d.dim[%d];\n", a->id, ka, b->id, b->ndim - 1);
     fprintf(e->o, "        long rows = coco_count(h%d) / K, bmats = coco_count(h%d) / (K * N);\n",
             a->id, b->id);
     fprintf(e->o, "        long M = bmats > 1 ? h%d.dim[%d] : rows, batch = bmats > 1 ? rows / M : 1;\n",
             a->id, a->ndim - 2);
     fprintf(e->o, "        if (coco_matmul(ctx, %d, %s, b%d, b%d, b%d, M, N, K, batch, "
-                  "bmats > 1 ? K * N : 0))\n            return 1;\n    }\n",
+                  "bmats > 1 ? K * N : 0))\n            return 1;\n    }\n    }\n",
             n->pos.line, emit_tname[n->type], a->id, b->id, n->id);
 }
 
@@ -754,8 +766,8 @@ static void emit_slice(Emitter *e, const Node *n)
 }
 
 /* The source, destination and NCCL type of a reducing collective; FP16/BF16
- * are widened to FP32 copies first (see widened). */
-static void emit_reduce_operands(Emitter *e, const Node *n, const char *src)
+ * are widened to FP32 copies first (see widened): count elements of src. */
+static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, const char *count)
 {
     FILE *o = e->o;
     int id = n->id, xi = n->in[0];
@@ -768,8 +780,8 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src)
         fprintf(o, "        coco_scat_convert_kernel<<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>"
                    "(c%d, %s, w%di, COCO_FP32);\n", xi, xi, emit_tname[n->type], id);
     else
-        fprintf(o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(%s, %s, "
-                   "w%di, COCO_FP32, coco_count(h%d));\n", xi, src, emit_tname[n->type], id, xi);
+        fprintf(o, "        coco_convert_kernel<<<coco_grid(%s), 256, 0, st>>>(%s, %s, "
+                   "w%di, COCO_FP32, %s);\n", count, src, emit_tname[n->type], id, count);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
                "        const void *src = w%di;\n        void *dst = w%do;\n"
                "        ncclDataType_t nt = ncclFloat32;\n",
@@ -806,6 +818,93 @@ static void emit_send(Emitter *e, const Node *n)
             name, l, id, id, t, name, l);
 }
 
+/* ReduceScatter along d. Equal slices: ncclReduceScatter (along d > 0 the
+ * parts are first put in order, t<id>). Uneven slices (language.md 6: G
+ * blocks of ceil(extent/G), the last ones shorter or empty): NCCL needs
+ * equal counts, so the input goes into a padded buffer of G blocks of cs
+ * elements -- along dimension 0 that is the input followed by zeros, since
+ * block q starts at q*cs, its logical offset; along d > 0 the parts kernel
+ * writes that layout -- reduced in place, and the rank's block (its first
+ * count(h<id>) elements) is copied out. The padding's sums are never read. */
+static void emit_reduce_scatter(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = redop_code(n->redop);
+    const char *g = group_name(n->group), *t = emit_tname[n->type];
+    size_t es = widened(n) ? 4 : type_size(n->type);
+    char src[32], count[64];
+    snprintf(src, sizeof src, d ? "t%d" : "b%d", d ? id : xi);
+    snprintf(count, sizeof count, d ? "coco_padded_count(h%d, %d, G_%s)" : "coco_count(h%d)",
+             d ? id : xi, d, g);
+    fprintf(o, "        const int even = coco_even(h%d, %d, G_%s);\n"
+               "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n",
+            id, d, g, id, d, g, g);
+    if (d) {
+        fprintf(o, "        if (!even)\n            COCO_CUDA(ctx, \"ReduceScatter\", %d, "
+                   "cudaMemsetAsync(t%d, 0, G_%s * cs * %zu, st));\n", l, id, g, type_size(n->type));
+        fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, "
+                   "t%d, %s, %d, coco_chunk(h%d.gdim[%d], G_%s), 1);\n"
+                   "        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d);\n",
+                xi, xi, xi, id, t, d, id, d, g, l);
+    }
+    emit_reduce_operands(e, n, src, count);
+    fprintf(o, "        if (even) {\n            COCO_NCCL(ctx, \"ReduceScatter\", %d, "
+               "ncclReduceScatter(src, dst, coco_count(h%d), nt, coco_nccl_op(%d), %s, st));\n"
+               "        } else {\n", l, id, rop, comm_of(n));
+    if (widened(n))
+        fprintf(o, "            char *pad = (char *)w%di;\n", id);
+    else if (d)
+        fprintf(o, "            char *pad = (char *)t%d;\n", id);
+    else
+        fprintf(o, "            char *pad = (char *)u%d;\n            COCO_CUDA(ctx, \"ReduceScatter\", "
+                   "%d, cudaMemcpyAsync(pad, src, %s * %zu, cudaMemcpyDeviceToDevice, st));\n",
+                id, l, count, es);
+    if (!d)
+        fprintf(o, "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemsetAsync(pad + %s * %zu, "
+                   "0, (G_%s * cs - %s) * %zu, st));\n", l, count, es, g, count, es);
+    fprintf(o, "            char *mine = pad + R_%s * cs * %zu;\n"
+               "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(pad, mine, cs, nt, "
+               "coco_nccl_op(%d), %s, st));\n"
+               "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemcpyAsync(dst, mine, "
+               "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n        }\n",
+            g, es, l, rop, comm_of(n), l, id, es);
+    emit_reduce_result(e, n);
+}
+
+/* AllGather of a value sliced along d. Equal slices: ncclAllGather (along
+ * d > 0 into t<id>, then put in order). Uneven slices: the rank's slice is
+ * copied into its block of a padded buffer of G blocks of cs elements,
+ * gathered in place, and the logical elements copied out (along dimension
+ * 0 the first count(h<id>): block q starts at its logical offset q*cs), so
+ * the result is never written beyond its elements. */
+static void emit_all_gather(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    int l = n->pos.line, xi = n->in[0], id = n->id, d = node_of(e->p, xi)->layout.dim;
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(n);
+    size_t es = type_size(n->type);
+    fprintf(o, "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n"
+               "        if (coco_even(h%d, %d, G_%s)) {\n", xi, d, g, g, xi, d, g);
+    fprintf(o, "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, %s%d, cs, "
+               "coco_nccl_type(%s), %s, st));\n        } else {\n", l, xi, d ? "t" : "b", id, t,
+            comm);
+    fprintf(o, "            char *pad = (char *)%s%d, *mine = pad + R_%s * cs * %zu;\n"
+               "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(mine, b%d, coco_count(h%d) "
+               "* %zu, cudaMemcpyDeviceToDevice, st));\n"
+               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(mine, pad, cs, "
+               "coco_nccl_type(%s), %s, st));\n",
+            d ? "t" : "u", id, g, es, l, xi, xi, es, l, t, comm);
+    if (!d)
+        fprintf(o, "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(b%d, pad, "
+                   "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n", l, id, id, es);
+    fprintf(o, "        }\n");
+    if (d)
+        fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, t%d, "
+                   "%s, %d, coco_chunk(h%d.gdim[%d], G_%s), 0);\n"
+                   "        COCO_LAUNCHED(ctx, \"AllGather\", %d);\n",
+                id, id, id, id, t, d, xi, d, g, l);
+}
+
 static void emit_comm(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
@@ -817,37 +916,19 @@ static void emit_comm(Emitter *e, const Node *n)
     fprintf(o, "    { /* line %d: %s = %s */\n", l, n->name, name);
     switch (n->op) {
     case O_ALLREDUCE:
-        emit_reduce_operands(e, n, src);
+        emit_reduce_operands(e, n, src, arena_printf(e->p->arena, "coco_count(h%d)", xi));
         fprintf(o, "        COCO_NCCL(ctx, \"AllReduce\", %d, ncclAllReduce(src, dst, coco_count(h%d), "
                    "nt, coco_nccl_op(%d), %s, st));\n", l, id, rop, comm);
         emit_reduce_result(e, n);
         break;
     case O_REDUCESCATTER:
-        if (n->axis != 0) {
-            fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, "
-                       "t%d, %s, %d, h%d.dim[%d], 1);\n        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d);\n",
-                    xi, xi, xi, id, t, n->axis, id, n->axis, l);
-            snprintf(src, sizeof src, "t%d", id);
-        }
-        emit_reduce_operands(e, n, src);
-        fprintf(o, "        COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(src, dst, "
-                   "coco_count(h%d), nt, coco_nccl_op(%d), %s, st));\n", l, id, rop, comm);
-        emit_reduce_result(e, n);
+        emit_reduce_scatter(e, n);
         break;
     case O_ALLGATHER:
-        if (x->layout.dim == 0) {
-            fprintf(o, "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, b%d, coco_count(h%d), "
-                       "coco_nccl_type(%s), %s, st));\n", l, xi, id, xi, t, comm);
-        } else {
-            fprintf(o, "        COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, t%d, coco_count(h%d), "
-                       "coco_nccl_type(%s), %s, st));\n"
-                       "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, t%d, "
-                       "%s, %d, h%d.dim[%d], 0);\n        COCO_LAUNCHED(ctx, \"AllGather\", %d);\n",
-                    l, xi, id, xi, t, comm, id, id, id, id, t, x->layout.dim, xi, x->layout.dim, l);
-        }
+        emit_all_gather(e, n);
         break;
     case O_REDUCE:
-        emit_reduce_operands(e, n, src);
+        emit_reduce_operands(e, n, src, arena_printf(e->p->arena, "coco_count(h%d)", xi));
         fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(dst, 0, coco_count(h%d) * "
                    "(nt == ncclFloat32 ? 4 : coco_type_size(%s)), st));\n"
                    "        COCO_NCCL(ctx, \"Reduce\", %d, ncclReduce(src, dst, coco_count(h%d), nt, "

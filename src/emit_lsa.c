@@ -197,9 +197,9 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     int w = 1; /* lo[] index of the next window buffer */
     int x0 = nd(e, l->rs)->in[0];
     static const char *const head[] = {
-        "ncclDevComm dc, ncclWindow_t win, long n, CocoShape it, unsigned long long seed, "
-        "int rank, size_t o%d",
-        "dc, win, n, it, args->seed, rank, lo[0]", "dc, win, n, it, seed, rank, o%d"};
+        "ncclDevComm dc, ncclWindow_t win, long cs, long nall, CocoShape it, "
+        "unsigned long long seed, int rank, size_t o%d",
+        "dc, win, cs, nall, it, args->seed, rank, lo[0]", "dc, win, cs, nall, it, seed, rank, o%d"};
     fprintf(o, head[mode], x0);
     for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_ALLGATHER) {
@@ -357,8 +357,12 @@ static void emit_scalars(Emitter *e, const Lsa *l, int kn)
 static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
 {
     FILE *o = e->o;
+    /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
     fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
-               "        const long base = part * n;\n        (void)base;\n"
+               "        const long base = part * cs;\n"
+               "        const long n = base >= nall ? 0 : nall - base < cs ? nall - base : cs;\n"
+               "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
+               "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n"
                "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
                "             i0 += (long)gridDim.x * blockDim.x * V) {\n");
     emit_loads(e, l, kn, ins, nin);
@@ -579,13 +583,13 @@ static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin
                                  used ? ", " : "", (size_t)(size));                               \
     } while (0)
     fprintf(o, "        const void *vp[] = {");
-    ADD("(const char *)b%d + n * %zu", x, type_size(nd(e, x)->type));
+    ADD("(const char *)b%d + cs * %zu", x, type_size(nd(e, x)->type));
     for (int k = 0; k < nz; k++)
-        ADD("(const char *)b%d + n * %zu", zs[k], type_size(nd(e, zs[k])->type));
+        ADD("(const char *)b%d + cs * %zu", zs[k], type_size(nd(e, zs[k])->type));
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if (n->op == O_ALLGATHER)
-            ADD("(const char *)b%d + n * %zu", n->id, type_size(n->type));
+            ADD("(const char *)b%d + cs * %zu", n->id, type_size(n->type));
         else if (stores_local(e, l, n->id) && n->ndim)
             ADD("(const char *)b%d + 0 * %zu", n->id, type_size(n->type));
         if (l->carry[n->id])
@@ -612,14 +616,17 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     int nwin = emit_window_buffers(e, &l);
     fprintf(o, "        if (coco_lsa_usable(ctx, G_WORLD, lb, lbytes, lo, %d) && (G_WORLD == 2 || "
                "G_WORLD == 4 || G_WORLD == 8)) {\n", nwin);
-    fprintf(o, "        CocoShape it = h%d;\n        long n = coco_count(it);\n", rs->id);
+    fprintf(o, "        CocoShape it = h%d;\n"
+               "        const long cs = coco_padded_count(it, 0, G_WORLD) / G_WORLD, nall = "
+               "coco_count(h%d);\n", rs->id, rs->in[0]);
     int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
     fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec, vmax,
             vmax);
     fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, lbytes[0]);\n", one);
-    /* the grid from vmax, not V: every rank must sync each barrier (one per
-     * block) equally often, even were V to differ between ranks */
-    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, n, %d, "
+    /* the grid from vmax, not V, and from cs, not the rank's own slice (the
+     * last ones may be shorter): every rank must sync each barrier (one per
+     * block) equally often */
+    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, cs, %d, "
                "&grid, &block);\n"
                "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n", vmax);

@@ -3,7 +3,9 @@
  * Groups are runs of consecutive ranks: G_WORLD is one group of all
  * p->nranks ranks, G_GROUP groups have p->group_size ranks (which divides
  * nranks, as the checker ensures).  A Sliced(d) value is cut along d into
- * balanced blocks, one per rank of its group, in group-rank order; the
+ * blocks of c = ceil(n/G) indices, one per rank of its group, in group-rank
+ * order: block k is [min(n, k*c), min(n, (k+1)*c)), so the last blocks may
+ * be shorter or empty (language.md, section 6, says why this form); the
  * other layouts hold the whole logical shape on every rank. */
 #include "coco.h"
 
@@ -38,9 +40,9 @@ int rank_of(const Program *p, GroupKind g, int group, int index)
 void slice_range(long n, long parts, long idx, long *lo, long *hi)
 {
     ASSERT(parts > 0 && idx >= 0 && idx < parts);
-    long base = n / parts, extra = n % parts;
-    *lo = idx * base + (idx < extra ? idx : extra);
-    *hi = *lo + base + (idx < extra ? 1 : 0);
+    long c = n / parts + (n % parts != 0);
+    *lo = idx * c < n ? idx * c : n;
+    *hi = *lo + c < n ? *lo + c : n;
 }
 
 void local_shape(const Program *p, const Node *n, int rank, long *shape, long *offset)

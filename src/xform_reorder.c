@@ -146,7 +146,9 @@ static int slice_input(Reorder *r, int v, int d, int user, int fusion)
     if (y->ndim == 0 || (y->layout.kind != L_REPLICATED && y->layout.kind != L_LOCAL))
         return v;
     int yd = d - (u->ndim - y->ndim);
-    if (yd < 0 || y->dim[yd].n == 1)
+    /* extent 1 broadcasts, unless the sliced dimension itself has extent 1
+     * (then y spans it: slicing it keeps asSlice possible) */
+    if (yd < 0 || (y->dim[yd].n == 1 && u->dim[d].n != 1))
         return v;
     if (y->layout.kind == L_LOCAL)
         refuse(r->x, "'%s' reads Local '%s', which cannot be sliced", u->name, y->name);

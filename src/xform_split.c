@@ -3,7 +3,7 @@
  * (Sliced along dimension 0) + AllGather; split(x, ARSliceAG) keeps the
  * AllReduce and follows it with Slice + AllGather, so that a reorder can
  * then move the AllGather (the schedule AR-C-P2P-AG). Always valid on an
- * AllReduce whose dimension 0 divides among the group's ranks. */
+ * AllReduce of at least one dimension: slices may be uneven (shape.c). */
 #include "coco.h"
 
 #include <string.h>
@@ -17,10 +17,6 @@ static void check_splittable(const Xform *x, Node *ar)
                x->p->fusion[ar->fusion].name);
     if (ar->ndim == 0)
         refuse(x, "'%s' is a single value: there is nothing to scatter", ar->name);
-    long g = group_size_of(x->p, ar->group);
-    if (ar->dim[0].n % g)
-        refuse(x, "dimension 0 of '%s' (%s = %ld) is not divisible by the %ld ranks of %s",
-               ar->name, ar->dim[0].text, ar->dim[0].n, g, group_name(ar->group));
 }
 
 /* A statement such as 'Var avg = AllReduce("+", g) / n;' names its one

@@ -10,6 +10,8 @@
 #   roundtrip `coconet print` output prints to itself and runs the same;
 #   schedules every program x every enumerated schedule x P in 1 2 3 4 8 runs
 #             and matches the program (bit for bit, or within rounding);
+#   ragged    adam, lamb and sgd_momentum at N = 1 ... 1000003 (not divisible
+#             by P: uneven and empty slices) x P in 2 3 4 8 x every schedule;
 #   fuzz      200 random programs (tests/fuzz/gen.py) x all their schedules,
 #             and the kept regressions (tests/fuzz/regressions/);
 #   sanitize  the examples with all their schedules, the refused programs
@@ -22,7 +24,8 @@
 #   scattered programs with Scattered[...] tensors equal their contiguous
 #             twins bit for bit (every schedule); their CUDA compiles;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
-#             tests/gpu/norms.coco) and all its schedules compiles (object code only).
+#             tests/gpu/norms.coco, tests/oracle/programs/ragged.coco) and all
+#             its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -257,6 +260,29 @@ for f in examples/*.coco tests/oracle/programs/*.coco; do
 done
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
 
+# ---- uneven slices: sizes that do not divide among the ranks ----
+# Every schedule of the optimizers at sizes from 1 (fewer elements than
+# ranks: empty slices) to 1000003, none divisible by every P: each must run
+# and match the program, and as many schedules must apply as at N = 1008
+# (divisible by 2, 3, 4 and 8): none may be refused for the size.
+group ragged
+nsched=0
+for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco; do
+    for P in 2 3 4 8; do
+        coco schedules "$f" -D N=1008 --ranks "$P"
+        want=$(grep -c '^Schedule ' "$TMP/out")
+        for N in 1 2 3 5 1001 1000003; do
+            coco schedules "$f" -D "N=$N" --ranks "$P"
+            got=$(grep -c '^Schedule ' "$TMP/out")
+            if [ "$got" -eq "$want" ] && [ "$want" -gt 1 ]; then ok; else
+                bad "schedules $f -D N=$N --ranks $P: $got schedules, $want at N=1008"
+            fi
+            run_schedules "$f" -D "N=$N" --ranks "$P"
+        done
+    done
+done
+group_end "$nsched schedule runs checked"
+
 # ---- fuzz: random well-formed programs x all their schedules ----
 # tests/fuzz/gen.py SEED writes a program whose first line gives its ranks and
 # data seed; failures found once are kept in tests/fuzz/regressions/.
@@ -411,7 +437,7 @@ group_end
 group cuda-gen
 mkdir -p "$TMP/gen"
 if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco tests/gpu/norms.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         dir=$TMP/gen/$name
         coco gen "$f" -o "$dir" --all-schedules

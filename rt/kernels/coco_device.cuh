@@ -39,6 +39,44 @@ static inline long coco_count(const CocoShape &s)
     return c;
 }
 
+// ---- uneven slices (doc/language.md, section 6) ----
+// A dimension of n cut among g ranks: blocks of coco_chunk(n, g) = ceil(n/g)
+// indices; rank r's block is [min(n, r*chunk), min(n, (r+1)*chunk)), so the
+// last blocks may be shorter or empty. Every rank computes every block the
+// same way from n and g alone.
+__host__ __device__ static inline long coco_chunk(long n, long g)
+{
+    return n / g + (n % g != 0);
+}
+
+__host__ __device__ static inline long coco_part_lo(long n, long g, long r)
+{
+    long lo = r * coco_chunk(n, g);
+    return lo < n ? lo : n;
+}
+
+__host__ __device__ static inline long coco_part_len(long n, long g, long r)
+{
+    long lo = coco_part_lo(n, g, r), hi = lo + coco_chunk(n, g);
+    return (hi < n ? hi : n) - lo;
+}
+
+// A value sliced along d (shape s) as g blocks of equal size, chunk indices
+// each (what ncclReduceScatter and ncclAllGather move): the elements of all
+// g blocks. Equals the logical count when d divides evenly (coco_even).
+static inline long coco_padded_count(const CocoShape &s, int d, long g)
+{
+    long c = g * coco_chunk(s.gdim[d], g);
+    for (int k = 0; k < s.nd; k++)
+        c *= k == d ? 1 : s.dim[k];
+    return c;
+}
+
+static inline int coco_even(const CocoShape &s, int d, long g)
+{
+    return s.gdim[d] % g == 0;
+}
+
 // ---- errors: a message naming rank, operation and program line ----
 #define COCO_FAIL(ctx, op, line, ...)                                                   \
     do {                                                                                \
@@ -183,24 +221,26 @@ __global__ void coco_slice_kernel(const void *in, int t, CocoShape i, void *out,
     }
 }
 
-// parts[p] holds part p (along dim d, `loc` long) of full; to_parts copies
-// full -> parts, otherwise parts -> full.
-__global__ void coco_parts_kernel(void *full, CocoShape f, void *parts, int t, int d, long loc,
+// parts[p] holds part p of full (shape f) along dim d: rows [p*chunk,
+// min(f.dim[d], (p+1)*chunk)), laid out as a tensor of that many rows at the
+// start of a block of chunk rows (the last parts' blocks end in padding);
+// to_parts copies full -> parts, otherwise parts -> full.
+__global__ void coco_parts_kernel(void *full, CocoShape f, void *parts, int t, int d, long chunk,
                                   int to_parts)
 {
     long n = 1;
     for (int k = 0; k < f.nd; k++)
         n *= f.dim[k];
-    long part_count = n / (f.dim[d] / loc);
+    long block = chunk * (n / f.dim[d]);
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
          e += (long)gridDim.x * blockDim.x) {
         long c[COCO_MAXDIM], q = 0;
         coco_coords(f, e, c);
-        long p = c[d] / loc;
-        c[d] -= p * loc;
+        long p = c[d] / chunk, len = f.dim[d] - p * chunk < chunk ? f.dim[d] - p * chunk : chunk;
+        c[d] -= p * chunk;
         for (int k = 0; k < f.nd; k++)
-            q = q * (k == d ? loc : f.dim[k]) + c[k];
-        q += p * part_count;
+            q = q * (k == d ? len : f.dim[k]) + c[k];
+        q += p * block;
         if (to_parts)
             coco_st(parts, q, t, coco_ld(full, e, t));
         else

@@ -6,12 +6,13 @@
 #             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
 #             and faults.cu, which must be caught (a GUARD and a REPEAT row);
 #   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
-#             reductions in a fused collective) x every schedule x P,
+#             reductions in a fused collective; tests/oracle/programs/ragged.coco:
+#             uneven slices along dimensions 0 and 1) x every schedule x P,
 #             at the examples' sizes (pipeline.coco also at every group size);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
-#             N = 2^10 ... 2^28 (every schedule) and at odd N (the schedules
-#             that apply: those that split need N divisible by P); NCCL
+#             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
+#             slices at odd N); NCCL
 #             AllReduce alone (tests/gpu/allreduce.coco) at the same sizes.
 # Each run checks every output and updated tensor against the CPU reference
 # (and Replicated values across ranks), the guard bytes around every buffer
@@ -191,7 +192,7 @@ part_selftest() {
 
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
-    for f in examples/*.coco tests/gpu/norms.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             if ! allowed "$f" "$p"; then
@@ -211,22 +212,11 @@ part_examples() {
     done
 }
 
-# optimizer FILE N P: every schedule when they apply, else each that does
+# optimizer FILE N P: every schedule, at any N (uneven slices when P does
+# not divide N: doc/language.md, section 6)
 optimizer() {
     f=$1; n=$2; p=$3
-    name=$(basename "$f" .coco)
-    if [ $((n % p)) -eq 0 ]; then
-        run "$name" "N=$n" "$p" "$f" -D "N=$n" --all-schedules --reference "$REFERENCE"
-        return
-    fi
-    names=$($COCONET schedules "$f" -D "N=$n" --ranks "$p" |
-            sed -n 's/^Schedule \([A-Za-z0-9_]*\).*/\1/p')
-    if [ -z "$names" ]; then # none applies: the program alone
-        run "$name" "N=$n" "$p" "$f" -D "N=$n" --reference "$REFERENCE"
-    fi
-    for s in $names; do
-        run "$name" "N=$n" "$p" "$f" -D "N=$n" --all-schedules --schedule "$s" --reference "$REFERENCE"
-    done
+    run "$(basename "$f" .coco)" "N=$n" "$p" "$f" -D "N=$n" --all-schedules --reference "$REFERENCE"
 }
 
 part_paper() {

@@ -181,10 +181,9 @@ class Dump:
 
 
 def slice_bounds(n, parts, k):
-    """Balanced blocks: the first n % parts blocks hold one element more."""
-    base, extra = divmod(n, parts)
-    lo = k * base + min(k, extra)
-    return lo, lo + base + (1 if k < extra else 0)
+    """Blocks of c = ceil(n / parts): [min(n, k*c), min(n, (k+1)*c))."""
+    c = -(-n // parts)
+    return min(n, k * c), min(n, (k + 1) * c)
 
 
 def groups(P, G):
@@ -385,7 +384,7 @@ class Ctx:
 
 
 def sliced_parts(x, dim, ranks):
-    """Each rank's part of logical tensor x cut along dim (balanced blocks)."""
+    """Each rank's part of logical tensor x cut along dim (blocks of ceil(n/G))."""
     out = {}
     for k, r in enumerate(ranks):
         lo, hi = slice_bounds(x.shape[dim], len(ranks), k)

@@ -149,4 +149,19 @@ def oracles(C):
                 out["sc"][r] = parts[r]
         return out, None
 
-    return {"collectives": collectives, "layers": layers, "pointwise": pointwise, "groups": groups}
+    # ---- ragged.coco: slices of N = 1001 and H = 3 (uneven for most P) ----
+    def ragged(c):
+        P, seed, r = c.P, c.seed, c.replicated("r")
+        g = [c.rank_data("g", k) for k in range(P)]
+        h = [c.rank_data("h", k) for k in range(P)]
+        q = [c.rank_data("q", k) for k in range(P)]
+        # FP16 sum rounded once, times FP32 r: FP32; the mask on the whole tensor
+        d0 = C.dropout(r32(r16(C.fold(g)) * r), 0.25, 0, "FP32", seed)
+        return {
+            "ag0": c.everywhere(d0),
+            "ag1": c.everywhere(rbf(C.ltanh(rbf(C.fold(h))))),
+            "agq": c.everywhere(r32(r32(C.fold(q, "max")) + 1)),
+        }, None
+
+    return {"collectives": collectives, "layers": layers, "pointwise": pointwise, "groups": groups,
+            "ragged": ragged}

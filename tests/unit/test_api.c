@@ -172,7 +172,7 @@ static void test_reducescatter_allgather(void)
     set(r, "y", 1, (double[]){2.5, 3.5}, 2);
     set(r, "y", 2, (double[]){4.5, 5.5}, 2);
     execute(p, r);
-    /* sums 111 222 333 444 555 cut in balanced blocks of 2, 2, 1 */
+    /* sums 111 222 333 444 555 cut in blocks of ceil(5/3) = 2: 2, 2, 1 */
     expect(r, "rs", 0, (double[]){111, 222}, 2, "ReduceScatter rank 0 block [0,2)");
     expect(r, "rs", 1, (double[]){333, 444}, 2, "ReduceScatter rank 1 block [2,4)");
     expect(r, "rs", 2, (double[]){555}, 1, "ReduceScatter rank 2 block [4,5)");

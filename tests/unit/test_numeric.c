@@ -205,9 +205,15 @@ static void test_slices(void)
     slice_range(10, 3, 0, &lo, &hi);
     check(lo == 0 && hi == 4, "slice 10/3 part 0");
     slice_range(10, 3, 1, &lo, &hi);
-    check(lo == 4 && hi == 7, "slice 10/3 part 1");
+    check(lo == 4 && hi == 8, "slice 10/3 part 1");
     slice_range(10, 3, 2, &lo, &hi);
-    check(lo == 7 && hi == 10, "slice 10/3 part 2");
+    check(lo == 8 && hi == 10, "slice 10/3 part 2");
+    slice_range(9, 8, 4, &lo, &hi);
+    check(lo == 8 && hi == 9, "slice 9/8 part 4");
+    slice_range(9, 8, 5, &lo, &hi);
+    check(lo == 9 && hi == 9, "slice 9/8 part 5 empty");
+    slice_range(1001, 8, 7, &lo, &hi);
+    check(lo == 882 && hi == 1001, "slice 1001/8 part 7");
     slice_range(2, 4, 3, &lo, &hi);
     check(lo == 2 && hi == 2, "slice 2/4 part 3 empty");
     slice_range(2, 4, 1, &lo, &hi);
