@@ -854,28 +854,46 @@ static int time_variant(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e
     return rc;
 }
 
+/* With COCONET_TRACE set: the seconds of each step of a variant's run since
+ * *since, on stderr; *since moves to now. */
+static void trace_step(const CocoRt *rt, const CocoRtVariant *v, const char *step,
+                       struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: %s: %s %.2f s\n", rt->rank, v->name, step,
+                (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) * 1e-9);
+    *since = now;
+}
+
 static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buffers *b)
 {
     Entry e;
     memset(&e, 0, sizeof e);
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
     if (v->ninputs > MAXARGS || v->noutputs > MAXARGS)
         return rt_error(rt, "%s: more than %d inputs or outputs", v->name, MAXARGS);
     if (find_entry(rt, v->name, &e) || setup_entry(rt, v, b, &e))
         return -1;
+    trace_step(rt, v, "buffers and inputs on the GPU", &at);
     t->workspace_bytes = e.ctx.workspace_bytes;
     if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||
         copy_back(rt, v, b) || check_guards(rt, b, 0, &t->fault))
         return -1;
+    trace_step(rt, v, "checked run and copy back", &at);
     /* timed and repeated even after a fault: every rank makes the same
      * collective calls; the first fault found is the one reported */
     float ms;
     if (time_variant(rt, v, b, &e, t) || timed_run(rt, v, b, &e, &ms))
         return -1;
+    trace_step(rt, v, "timed runs and the repeat run", &at);
     if (t->fault.kind == COCO_RT_FAULT_NONE && check_guards(rt, b, 1, &t->fault))
         return -1;
-    if (t->fault.kind == COCO_RT_FAULT_NONE)
-        return compare_repeat(rt, v, b, &t->fault);
-    return 0;
+    int rc = t->fault.kind == COCO_RT_FAULT_NONE ? compare_repeat(rt, v, b, &t->fault) : 0;
+    trace_step(rt, v, "guards and the repeat run compared", &at);
+    return rc;
 }
 
 static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_t errlen)

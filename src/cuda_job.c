@@ -240,6 +240,14 @@ static int unchecked_fits(Program **variants, int nv, char *err, size_t errlen)
 
 /* ---- the job ---- */
 
+/* With COCONET_TRACE set: how long a step of the preparation took, since
+ * `since` (now_ms), on stderr. */
+static void trace_ms(const char *what, double since)
+{
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: %s %.2f s\n", what, (now_ms() - since) * 1e-3);
+}
+
 /* The data every variant's inputs are taken from: the program's CPU run,
  * and its FP64 evaluation; unchecked, the inputs alone. */
 static int make_reference(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
@@ -258,8 +266,10 @@ static int make_reference(CudaJob *job, Program **variants, int nv, const coco_c
     }
     job->data = cpu_run(base, o->seed, o->threads);
     job->cpu_ms = now_ms() - t0;
+    trace_ms("the CPU reference", t0);
     job->exact = program_exact(base);
     job->x64 = exact_run(job, o->threads);
+    trace_ms("the FP64 evaluation", t0 + job->cpu_ms);
     return 0;
 }
 
@@ -281,6 +291,7 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
     job->nv = nv;
     job->v = xcalloc((size_t)nv, sizeof *job->v);
     KnownErrors ke = {NULL, 0, 0};
+    double t0 = now_ms();
     for (int i = 0; i < nv; i++) {
         CudaVariant *v = &job->v[i];
         v->prog = variants[i];
@@ -291,6 +302,7 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
         make_checks(job, v, &ke);
     }
     free(ke.k);
+    trace_ms("the schedules' CPU runs and the checks' tolerances", t0);
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../rt/cuda_child.h"
@@ -400,13 +401,23 @@ void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg)
     emit(ctx, line);
 }
 
+/* Seconds on a monotonic clock. */
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi, int rank,
                    EmitFn emit, void *ctx)
 {
     const CudaVariant *v = &job->v[vi];
     Host h;
     memset(&h, 0, sizeof h);
+    double t0 = seconds_now();
     host_make(job, v->prog, rank, &h);
+    double t1 = seconds_now();
     CocoRtVariant rv = {v->name, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
                         h.updated, h.nout, h.output, h.output_bytes, h.size,
                         job->seed, job->iters, job->warmup, h.nmembers,
@@ -418,9 +429,13 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
         host_free(&h);
         return -1;
     }
+    double t2 = seconds_now();
     RankRow row;
     memset(&row, 0, sizeof row);
     check_variant(job, v, rank, &h, &row);
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: %s: host inputs %.2f s, runtime %.2f s, "
+                        "checks %.2f s\n", rank, v->name, t1 - t0, t2 - t1, seconds_now() - t2);
     row.median_ms = t.median_ms;
     row.min_ms = t.min_ms;
     row.max_ms = t.max_ms;
