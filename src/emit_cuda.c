@@ -8,7 +8,10 @@
  *     the kernels of rt/kernels/coco_device.cuh;
  *   - collectives: NCCL on WORLD or on the GROUP communicator; Send/Recv:
  *     ncclSend/ncclRecv on WORLD; a FusedAllReduce is ReduceScatter + one
- *     fused kernel + AllGather; overlapped chains run in order on the stream.
+ *     fused kernel + AllGather (or kernels over the peers' memory:
+ *     emit_lsa.c), a fused Send its kernels + ncclSend/ncclRecv (or one
+ *     kernel storing into the receiver: emit_send.c); overlapped chains run
+ *     in order on the stream.
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
  * comment naming the program statements it computes. */

@@ -77,17 +77,27 @@ static int scattered(Emitter *e, int id)
            (e->state_of[id] >= 0 && nd(e, e->state_of[id])->nmember);
 }
 
-/* Slices and 0-dim computations outside any fusion that only members read
- * join the kernel (a Slice is then a load at the slice's start). */
+/* A Slice the kernel can load at the slice's start: along dimension 0 of a
+ * whole tensor computed outside, with the Send's local shape. */
+static int loadable_slice(Emitter *e, const SendPlan *s, const Node *send, const Node *n)
+{
+    Node *x = nd(e, n->in[0]);
+    return n->op == O_SLICE && n->axis == 0 && x->layout.kind != L_SLICED &&
+           x->ndim == n->ndim && !is_member(s, x->id) && emit_same_local_shape(n, send);
+}
+
+/* Such Slices and 0-dim computations outside any fusion that only members
+ * read join the kernel. */
 static void absorb_helpers(Emitter *e, SendPlan *s)
 {
+    Node *send = nd(e, s->send);
     for (int k = 0; k < s->nm; k++) { /* s->nm grows: absorbed nodes are scanned too */
         Node *n = nd(e, s->m[k]);
         for (int j = 0; j < n->nin; j++) {
             Node *x = nd(e, n->in[j]);
             if (x->fusion >= 0 || x->dead || is_member(s, x->id) ||
-                !(x->op == O_SLICE || (emit_is_elementwise(x) && x->ndim == 0 &&
-                                       x->op != O_UPDATE)))
+                !(loadable_slice(e, s, send, x) ||
+                  (emit_is_elementwise(x) && x->ndim == 0 && x->op != O_UPDATE)))
                 continue;
             s->m[s->nm++] = x->id;
             if (kept(e, s, x->id))
@@ -110,11 +120,8 @@ static int member_allowed(Emitter *e, const SendPlan *s, const Node *send, const
     for (int j = 0; j < n->nin; j++)
         if (n->in[j] == send->id)
             return 0; /* it needs the received value */
-    if (n->op == O_SLICE) {
-        Node *x = nd(e, n->in[0]);
-        return n->axis == 0 && x->layout.kind != L_SLICED && x->ndim == n->ndim &&
-               !is_member(s, x->id) && emit_same_local_shape(n, send);
-    }
+    if (n->op == O_SLICE)
+        return loadable_slice(e, s, send, n);
     if (emit_is_elementwise(n))
         return n->ndim == 0 || emit_same_local_shape(n, send);
     return 0;
@@ -274,17 +281,17 @@ static void emit_loads(Emitter *e, const SendPlan *s)
     for (int k = 0; k < s->nin; k++)
         if (e->flat[s->ins[k]]) {
             const char *t = emit_tname[nd(e, s->ins[k])->type];
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv<V, %s>"
+            fprintf(o, "        alignas(16) CocoRaw<%s> l%d[V];\n        coco_ldv<V, %s>"
                        "(x%d, i0, n, l%d);\n", t, s->ins[k], t, s->ins[k], s->ins[k]);
         }
     for (int k = 0; k < s->nm; k++) {
         Node *n = nd(e, s->m[k]);
         const char *t = emit_tname[n->type];
         if (n->op == O_SLICE)
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv<V, %s>"
+            fprintf(o, "        alignas(16) CocoRaw<%s> l%d[V];\n        coco_ldv<V, %s>"
                        "(z%d, i0, n, l%d);\n", t, n->id, t, n->id, n->id);
         if (n->id == s->send || (stores_local(e, s, n->id) && n->ndim))
-            fprintf(o, "            alignas(16) CocoRaw<%s> g%d[V];\n", t, n->id);
+            fprintf(o, "        alignas(16) CocoRaw<%s> g%d[V];\n", t, n->id);
     }
 }
 
@@ -294,17 +301,17 @@ static void emit_member(Emitter *e, const SendPlan *s, const Node *n)
     FILE *o = e->o;
     const char *t = emit_tname[n->type];
     if (n->id == s->send) {
-        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, t, n->in[0]);
+        fprintf(o, "            coco_st(g%d, v, %s, r%d);\n", n->id, t, n->in[0]);
         return;
     }
     if (n->op == O_SLICE)
-        fprintf(o, "                double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id, t);
+        fprintf(o, "            double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id, t);
     else
         emit_value_statement(e, s->seg, n);
     if (stores_local(e, s, n->id) && n->ndim)
-        fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, t, n->id);
+        fprintf(o, "            coco_st(g%d, v, %s, r%d);\n", n->id, t, n->id);
     else if (stores_local(e, s, n->id))
-        fprintf(o, "                if (i == 0)\n                    coco_st(y%d, 0, %s, r%d);\n",
+        fprintf(o, "            if (i == 0)\n                coco_st(y%d, 0, %s, r%d);\n",
                 n->id, t, n->id);
 }
 
@@ -315,9 +322,9 @@ static void emit_stores(Emitter *e, const SendPlan *s)
         Node *n = nd(e, s->m[k]);
         const char *t = emit_tname[n->type];
         if (n->id == s->send)
-            fprintf(o, "            coco_stv<V, %s>(out, i0, n, g%d);\n", t, n->id);
+            fprintf(o, "        coco_stv<V, %s>(out, i0, n, g%d);\n", t, n->id);
         else if (stores_local(e, s, n->id) && n->ndim)
-            fprintf(o, "            coco_stv<V, %s>(y%d, i0, n, g%d);\n", t, n->id, n->id);
+            fprintf(o, "        coco_stv<V, %s>(y%d, i0, n, g%d);\n", t, n->id, n->id);
     }
 }
 
@@ -340,20 +347,20 @@ static void emit_kernel(Emitter *e, int f, const SendPlan *s)
             e->v, f);
     emit_params(e, s, TYPED);
     fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n"
-               "    CocoSendSync<PEER> sync(dc);\n"
-               "    void *out = sync.target(win, off, to, dl);\n"
-               "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
-               "             i0 += (long)gridDim.x * blockDim.x * V) {\n");
+               "    CocoSendSync<PEER> xfer(dc);\n"
+               "    void *out = xfer.target(win, off, to, dl);\n"
+               "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
+               "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
     emit_loads(e, s);
-    fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
-               "                const long i = i0 + v;\n                (void)i;\n");
+    fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
+               "            const long i = i0 + v;\n            (void)i;\n");
     if (needs_coords(e, s))
-        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
+        fprintf(o, "            long c[COCO_MAXDIM];\n            coco_coords(it, i, c);\n");
     for (int k = 0; k < s->nm; k++)
         emit_member(e, s, nd(e, s->m[k]));
-    fprintf(o, "            }\n");
+    fprintf(o, "        }\n");
     emit_stores(e, s);
-    fprintf(o, "        }\n    sync.finish();\n}\n\n");
+    fprintf(o, "    }\n    xfer.finish();\n}\n\n");
 }
 
 /* The host's dispatch over the instances. */

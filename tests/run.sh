@@ -343,8 +343,8 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
-    bars=$(grep -c 'CocoSendSync<PEER> sync(dc);' "$cu")
-    ends=$(grep -c 'sync.finish();' "$cu")
+    bars=$(grep -c 'CocoSendSync<PEER> xfer(dc);' "$cu")
+    ends=$(grep -c 'xfer.finish();' "$cu")
     falls=$(awk '/^    [{] [/][*] line [0-9]+: fused Send / { inb = 1; nccl = 0 }
                  inb && /ncclSend\(/ { nccl = 1 }
                  inb && /^    } [/][*] fused Send / { n += nccl; inb = 0 }

@@ -25,10 +25,10 @@
 #include <nccl_device.h>
 
 // The kernel's two barriers and where the Send's value goes. In a kernel:
-//   CocoSendSync<PEER> sync(dc);                 (PEER: the start barrier)
-//   void *out = sync.target(win, off, to, local);
+//   CocoSendSync<PEER> xfer(dc);                 (PEER: the start barrier)
+//   void *out = xfer.target(win, off, to, local);
 //   ... stores into out ...
-//   sync.finish();                               (PEER: the end barrier)
+//   xfer.finish();                               (PEER: the end barrier)
 // PEER: out is the receiver's buffer (the window at off, in rank `to`);
 // otherwise (a Send to the rank itself) the local buffer, with no barrier.
 template <int PEER> struct CocoSendSync {
