@@ -1,6 +1,7 @@
-/* emit_cuda.h: what the two halves of the CUDA code generator share:
- * emit_cuda.c (the entry points, elementwise kernels, library calls) and
- * emit_lsa.c (a FusedAllReduce as kernels over peers' memory). */
+/* emit_cuda.h: what the parts of the CUDA code generator share:
+ * emit_cuda.c (the entry points, elementwise kernels, library calls),
+ * emit_lsa.c (a FusedAllReduce as kernels over peers' memory) and
+ * emit_send.c (a fused Send as one kernel storing into the receiver). */
 #ifndef COCO_EMIT_CUDA_H
 #define COCO_EMIT_CUDA_H
 
@@ -16,8 +17,9 @@ typedef struct {
     int *in_index;  /* per input node: index in Execute inputs, or -1 */
     int *state_of;  /* per node: the input it is the new value of, or -1 */
     char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
-    int *lsa;       /* per fusion: generated as one kernel over peers' memory */
-    int *lsa_node;  /* per node: the fusion whose one kernel computes it, or -1 */
+    int *lsa;       /* per fusion: generated as kernels over peers' memory
+                       (a FusedAllReduce: emit_lsa.c; a fused Send: emit_send.c) */
+    int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
 } Emitter;
 
 extern const char *const emit_tname[NTYPE];
@@ -41,5 +43,12 @@ void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel co
 void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) */
 void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
+
+
+/* emit_send.c: a fused Send as one kernel storing into the receiver */
+int send_eligible(Emitter *e, int f);          /* can fusion f be that kernel? */
+void send_claim(Emitter *e, int f);            /* marks the nodes it computes */
+void send_emit_kernel(Emitter *e, int f);      /* the kernel (before the body) */
+void send_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
 #endif

@@ -17,15 +17,18 @@
 #   sanitize  the examples with all their schedules, the refused programs
 #             and schedules, and 30 random programs, under ASan and UBSan;
 #   fused-gen which fused collectives of adam, lamb and tests/gpu/norms.coco
-#             are generated as kernels over the peers' memory (one or two);
+#             are generated as kernels over the peers' memory (one or two),
+#             and which fused Sends of pipeline and tests/gpu/send.coco as one
+#             kernel storing into the receiver (with barriers and the NCCL path);
 #   bench     bench/*.coco (but BERT) with all schedules, and bench/plot_fig6.py on a
 #             synthetic CSV (tests/bench/check_plot.py, where python3 is) and
 #             on unchecked rows (--reference none);
 #   scattered programs with Scattered[...] tensors equal their contiguous
 #             twins bit for bit (every schedule); their CUDA compiles;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
-#             tests/gpu/norms.coco, tests/oracle/programs/ragged.coco) and all
-#             its schedules compiles (object code only).
+#             tests/gpu/norms.coco, tests/gpu/send.coco,
+#             tests/oracle/programs/ragged.coco) and all its schedules compiles
+#             (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -337,18 +340,22 @@ else
     group_end "skipped: build/asan/coconet was not built"
 fi
 
-# ---- which FusedAllReduces become kernels over the peers' memory ----
-# (src/emit_lsa.c; generation only, no nvcc): "VARIANT one|two" per fused
-# collective generated so, compared with the expected list.
+# ---- which fused collectives become kernels over the peers' memory ----
+# (src/emit_lsa.c, src/emit_send.c; generation only, no nvcc): "VARIANT
+# one|two" per FusedAllReduce and "VARIANT send" per fused Send generated so,
+# compared with the expected list.
 group fused-gen
 fused_kinds() {
     awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
          /^\/\/ FusedAllReduce .* as two kernels/ { print v, "two" }
-         /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }' "$1"
+         /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }
+         /^\/\/ fused Send .* as one kernel/ { print v, "send" }' "$1"
 }
 for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,fuse_RS_Opt_AG_4 two" \
          "tests/gpu/norms.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two" \
-         "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one"; do
+         "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one" \
+         "examples/pipeline.coco|paper send,AR_fuse_C_P2P send,RS_AG_fuse_C_P2P send,AR_AG_fuse_C_P2P send,ol_AR_fuse_C_P2P send,RS_fuse_C_P2P_AG send,fuse_RS_AG_fuse_C_P2P send,RS_fuse_C_P2P_AG_2 send,fuse_RS_AG_fuse_C_P2P_2 send,ol_RS_AG_fuse_C_P2P send,ol_RS_AG_fuse_C_P2P_2 send,RS_ol_AG_fuse_C_P2P send,AR_fuse_C_P2P_AG send,AR_fuse_C_P2P_AG_2 send,AR_ol_AG_fuse_C_P2P send,RS_ol_fuse_C_P2P_AG send,ol_RS_fuse_C_P2P_AG send,ol_RS_fuse_C_P2P_AG_2 send,ol_fuse_RS_AG_fuse_C_P2P send,RS_ol_fuse_C_P2P_AG_2 send,ol_RS_fuse_C_P2P_AG_3 send,ol_RS_fuse_C_P2P_AG_4 send,ol_fuse_RS_AG_fuse_C_P2P_2 send,AR_ol_fuse_C_P2P_AG send,AR_ol_fuse_C_P2P_AG_2 send" \
+         "tests/gpu/send.coco|both send,both send"; do
     f=${c%%|*}
     coco gen "$f" -o "$TMP/fused" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
@@ -360,6 +367,17 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     two=$(grep -c 'as two kernels' "$cu")
     ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
     if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    # every one-kernel Send syncs before and after its stores, and keeps its
+    # NCCL lowering (the run-time fallback) in the same entry point
+    sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
+    bars=$(grep -c 'CocoSendSync<PEER> xfer(dc);' "$cu")
+    ends=$(grep -c 'xfer.finish();' "$cu")
+    falls=$(awk '/^    [{] [/][*] line [0-9]+: fused Send / { inb = 1; nccl = 0 }
+                 inb && /ncclSend\(/ { nccl = 1 }
+                 inb && /^    } [/][*] fused Send / { n += nccl; inb = 0 }
+                 END { print n + 0 }' "$cu")
+    if [ "$sends" -eq "$bars" ] && [ "$sends" -eq "$ends" ] && [ "$falls" -eq "$sends" ]; then ok
+    else bad "$f: $sends one-kernel Sends, $bars start barriers, $ends end barriers, $falls fallbacks"; fi
     rm -rf "$TMP/fused"
 done
 group_end
@@ -437,7 +455,8 @@ group_end
 group cuda-gen
 mkdir -p "$TMP/gen"
 if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco tests/gpu/norms.coco tests/oracle/programs/ragged.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco \
+             tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         dir=$TMP/gen/$name
         coco gen "$f" -o "$dir" --all-schedules

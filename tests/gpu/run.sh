@@ -6,9 +6,11 @@
 #             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
 #             and faults.cu, which must be caught (a GUARD and a REPEAT row);
 #   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
-#             reductions in a fused collective; tests/oracle/programs/ragged.coco:
-#             uneven slices along dimensions 0 and 1) x every schedule x P,
-#             at the examples' sizes (pipeline.coco also at every group size);
+#             reductions in a fused collective; tests/gpu/send.coco: fused
+#             Sends; tests/oracle/programs/ragged.coco: uneven slices along
+#             dimensions 0 and 1) x every schedule x P, at the examples' sizes
+#             (pipeline.coco and send.coco at every group size, also with
+#             COCONET_FUSED=nccl);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
@@ -192,18 +194,24 @@ part_selftest() {
 
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
-    for f in examples/*.coco tests/gpu/norms.coco tests/oracle/programs/ragged.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco \
+             tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             if ! allowed "$f" "$p"; then
                 [ "$PREBUILD" = 1 ] || skip=$((skip + 1))
                 continue
             fi
-            if [ "$name" = pipeline ]; then
+            if [ "$name" = pipeline ] || [ "$name" = send ]; then
                 for g in 1 2 4 8; do
                     [ $((p % g)) -eq 0 ] || continue
                     allowed "$f" "$p" --group-size "$g" || continue
                     run "$name" "G=$g" "$p" "$f" --all-schedules --group-size "$g"
+                    # the fused Sends' NCCL lowering (the run-time fallback) too
+                    plain=$COCONET
+                    COCONET="env COCONET_FUSED=nccl $plain"
+                    run "$name" "G=$g, COCONET_FUSED=nccl" "$p" "$f" --all-schedules --group-size "$g"
+                    COCONET=$plain
                 done
             else
                 run "$name" "file's" "$p" "$f" --all-schedules
