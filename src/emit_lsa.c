@@ -272,7 +272,7 @@ static const char *any(const Lsa *l)
 static const char *at_slice(Emitter *e, const Lsa *l, int id, const char *p)
 {
     if (lsa_scattered(e, l, id))
-        return arena_printf(e->p->arena, "mb%d[bk.member], m0, mlim", id);
+        return arena_printf(e->p->arena, "mp%d, m0, mlim", id);
     return arena_printf(e->p->arena, "(const char *)%s + base * %zu, i0, lim", p,
                         type_size(nd(e, id)->type));
 }
@@ -405,13 +405,23 @@ static void emit_scalars(Emitter *e, const Lsa *l, int kn)
     }
 }
 
+/* Is id a scattered operand kernel code addresses in the peers' windows
+ * (the ReduceScatter's input, a gathered value: w<id>), or in the local
+ * members (a whole tensor read at the slice: mp<id>)? */
+static int peer_member(Emitter *e, const Lsa *l, int id)
+{
+    return lsa_scattered(e, l, id) &&
+           (id == nd(e, l->rs)->in[0] || (lsa_is_member(l, id) && nd(e, id)->op == O_ALLGATHER));
+}
+
 /* The loop heads: over the part's elements, V a thread, grid-stride; or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
- * the first), a warp each, clipped to the part: elements [lo, lim) of the
- * part, part-local indices (i0) for contiguous operands, member-local ones
- * (m0 = i0 - ms) for scattered ones, and each peer-addressed member's
- * window offset (w<id>). */
-static void emit_loop_head(Emitter *e, const Lsa *l)
+ * the first), a warp each, in batches of 32 (coco_lsa_bucket, lane j
+ * describing the warp's j-th), clipped to the part: elements [lo, lim) of
+ * the part, part-local indices (i0) for contiguous operands, member-local
+ * ones (m0 = i0 - ms) for scattered ones, at window offset w<id> (peers)
+ * or address mp<id> (local). */
+static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
     if (l->scat < 0) {
@@ -420,26 +430,40 @@ static void emit_loop_head(Emitter *e, const Lsa *l)
                    "i0 < lim;\n             i0 += (long)gridDim.x * blockDim.x * V) {\n");
         return;
     }
-    fprintf(o, "        for (long b = pb.first[part] + warp; n > 0 && b < sc.nbucket; b += nwarp) {\n"
-               "            const CocoBucket bk = sc.bucket[b];\n"
-               "            const long f0 = coco_bflat(bk) - base;\n"
-               "            if (f0 >= n)\n                break;\n"
-               "            const long f1 = coco_bflat(sc.bucket[b + 1]) - base;\n"
-               "            const long lo = f0 > 0 ? f0 : 0, lim = f1 < n ? f1 : n;\n"
-               "            const long ms = sc.start[bk.member] - base;\n");
-    int x = nd(e, l->rs)->in[0];
-    for (int k = -1; k < l->nm; k++) {
-        int id = k < 0 ? x : l->m[k];
-        if ((k < 0 || nd(e, id)->op == O_ALLGATHER) && lsa_scattered(e, l, id))
-            fprintf(o, "            const size_t w%d = coco_lsa_member_off(mb%d, bk.member, "
-                       "lbase);\n", id, id);
-    }
+    int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0;
+    count = emit_add_once(ids, count, nd(e, l->rs)->in[0]);
+    for (int k = 0; k < l->nm; k++)
+        count = emit_add_once(ids, count, l->m[k]);
+    for (int k = 0; k < nz; k++)
+        count = emit_add_once(ids, count, zs[k]);
+    fprintf(o, "        for (long b0 = pb.first[part] + warp; n > 0 && b0 < sc.nbucket; "
+               "b0 += 32 * nwarp) {\n"
+               "        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);\n");
+    for (int k = 0; k < count; k++)
+        if (peer_member(e, l, ids[k]))
+            fprintf(o, "        const size_t dw%d = coco_lsa_member_off(mb%d, d.member, lbase);\n",
+                    ids[k], ids[k]);
+        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
+            fprintf(o, "        const void *dp%d = mb%d[d.member];\n", ids[k], ids[k]);
+    fprintf(o, "        for (int j = 0; j < 32; j++) {\n"
+               "            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);\n"
+               "            if (lo >= n)\n                break;\n"
+               "            const long ms = coco_shfl(d.ms, j);\n");
+    for (int k = 0; k < count; k++)
+        if (peer_member(e, l, ids[k]))
+            fprintf(o, "            const size_t w%d = (size_t)coco_shfl((long)dw%d, j);\n"
+                       "            (void)w%d;\n", ids[k], ids[k], ids[k]);
+        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
+            fprintf(o, "            const void *mp%d = coco_shfl_ptr(dp%d, j);\n"
+                       "            (void)mp%d;\n", ids[k], ids[k], ids[k]);
     fprintf(o, "        for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {\n"
                "            const long m0 = i0 - ms, mlim = lim - ms;\n"
                "            (void)m0;\n            (void)mlim;\n");
+    free(ids);
 }
 
-static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
+static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin, const int *zs,
+                      int nz)
 {
     FILE *o = e->o;
     if (l->scat >= 0) /* a warp a bucket: whole warps (coco_lsa_scat_grid) */
@@ -452,7 +476,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
                "        const long n = base >= nall ? 0 : nall - base < cs ? nall - base : cs;\n"
                "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
                "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
-    emit_loop_head(e, l);
+    emit_loop_head(e, l, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
@@ -464,7 +488,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
         emit_partials(e, l);
     fprintf(o, "            }\n");
     emit_stores(e, l, kn);
-    fprintf(o, l->scat >= 0 ? "        }\n        }\n    }\n" : "        }\n    }\n");
+    fprintf(o, l->scat >= 0 ? "        }\n        }\n        }\n    }\n" : "        }\n    }\n");
 }
 
 /* Kernel 1's start: the ranks' values of every reduction, in red[]. */
@@ -538,7 +562,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     }
     emit_scalars(e, l, kn);
     if (kn == 0 || loop_in_k1(l, e))
-        emit_loop(e, l, kn, ins, nin);
+        emit_loop(e, l, kn, ins, nin, zs, nz);
     if (kn == 0 && l->nred && gathers_in_k0(e, l))
         fprintf(o, "    __threadfence_system(); /* stores into peers: seen after kernel 1's "
                    "barriers */\n");

@@ -16,15 +16,18 @@
 #             and the kept regressions (tests/fuzz/regressions/);
 #   sanitize  the examples with all their schedules, the refused programs
 #             and schedules, and 30 random programs, under ASan and UBSan;
-#   fused-gen which fused collectives of adam, lamb and tests/gpu/norms.coco
-#             are generated as kernels over the peers' memory (one or two);
+#   fused-gen which fused collectives of adam, lamb, tests/gpu/norms.coco and
+#             the scattered adam_scattered, tests/gpu/lamb_scattered.coco and
+#             bench/bert_adam_scattered.coco are generated as kernels over the
+#             peers' memory (one or two; scattered: over buckets, no gather);
 #   bench     bench/*.coco (but BERT) with all schedules, and bench/plot_fig6.py on a
 #             synthetic CSV (tests/bench/check_plot.py, where python3 is) and
 #             on unchecked rows (--reference none);
 #   scattered programs with Scattered[...] tensors equal their contiguous
 #             twins bit for bit (every schedule); their CUDA compiles;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
-#             tests/gpu/norms.coco, tests/oracle/programs/ragged.coco) and all
+#             tests/gpu/norms.coco, tests/gpu/lamb_scattered.coco,
+#             tests/oracle/programs/ragged.coco) and all
 #             its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
@@ -348,7 +351,10 @@ fused_kinds() {
 }
 for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,fuse_RS_Opt_AG_4 two" \
          "tests/gpu/norms.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two" \
-         "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one"; do
+         "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one" \
+         "examples/adam_scattered.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one" \
+         "tests/gpu/lamb_scattered.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,fuse_RS_Opt_AG_4 two" \
+         "bench/bert_adam_scattered.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one"; do
     f=${c%%|*}
     coco gen "$f" -o "$TMP/fused" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
@@ -360,6 +366,19 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     two=$(grep -c 'as two kernels' "$cu")
     ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
     if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    # over scattered tensors every kernel takes buckets (each part's first
+    # found on the host), and the kernels' path gathers no member into one
+    # buffer: the only copies between a fusion's launch and its NCCL path
+    # scatter an output into an updated tensor's members (1)
+    case $f in *scattered*)
+        kernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
+        buckets=$(grep -c 'coco_lsa_bucket(sc, ' "$cu")
+        parts=$(grep -c 'CocoLsaParts pb = coco_lsa_parts(' "$cu")
+        gathers=$(awk '/FusedAllReduce .* \*\/$/ { on = 1 } on && /} else {$/ { on = 0 }
+                       on && /coco_scat_copy\(.*, 0\)\)$/ { n++ } END { print n + 0 }' "$cu")
+        if [ "$kernels" -gt 0 ] && [ "$buckets" -eq "$kernels" ] && [ "$parts" -ge 1 ] && [ "$gathers" -eq 0 ]; then ok
+        else bad "$f: $kernels fused kernels, $buckets over buckets, $parts part tables, $gathers gathers on the kernels' path"; fi ;;
+    esac
     rm -rf "$TMP/fused"
 done
 group_end
@@ -403,7 +422,8 @@ fi
 # members' total size (Scattered[a, b, c] -> [a+b+c]).
 group scattered
 mkdir -p "$TMP/gen"
-for spec in "examples/adam_scattered.coco" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
+for spec in "examples/adam_scattered.coco" "examples/adam_scattered.coco -D W=41" \
+            "tests/gpu/lamb_scattered.coco -D W=41" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
     set -f
     # shellcheck disable=SC2086 # spec is words
     set -- $spec
@@ -437,7 +457,8 @@ group_end
 group cuda-gen
 mkdir -p "$TMP/gen"
 if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco tests/gpu/norms.coco tests/oracle/programs/ragged.coco; do
+    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/lamb_scattered.coco \
+             tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         dir=$TMP/gen/$name
         coco gen "$f" -o "$dir" --all-schedules

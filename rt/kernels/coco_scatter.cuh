@@ -272,7 +272,11 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
 // The kernels (src/emit_lsa.c) take, a warp each, the buckets of one
 // scattered operand that intersect a part (part q: flat elements
 // [q*cs, min(n, (q+1)*cs)), language.md 6), clipped to the part, so a bucket
-// straddling two parts is computed half by each rank. Every other scattered
+// straddling two parts is computed half by each rank. Warp w takes buckets
+// first + w, first + w + nwarp, ... (first: the bucket holding the part's
+// first element, found on the host); its lanes read 32 of them at once
+// (coco_lsa_bucket, one latency for 32 buckets) and the warp takes them in
+// turn, each lane's share broadcast by shuffles. Every other scattered
 // operand has the same members, so the bucket's member and offset serve it
 // too. A member of a peer is addressed at the member's offset in the local
 // window (its address minus ctx->lsa_base): the runtime lays each variant's
@@ -343,6 +347,41 @@ __device__ __forceinline__ size_t coco_lsa_member_off(void *const *member, unsig
                                                       const char *lbase)
 {
     return (size_t)((const char *)member[m] - lbase);
+}
+
+// Bucket b as a fused kernel takes it for a part starting at flat element
+// base with n elements: part-local [lo, lim) (clipped to the part), its
+// member and the member's first element (part-local, maybe negative).
+// Past the table or the part: lo = n.
+struct CocoLsaBucket {
+    long lo, lim, ms;
+    unsigned member;
+};
+
+__device__ __forceinline__ CocoLsaBucket coco_lsa_bucket(const CocoScat &sc, long b, long base,
+                                                         long n)
+{
+    CocoLsaBucket d = {n, n, 0, 0};
+    if (b < sc.nbucket) {
+        const CocoBucket bk = sc.bucket[b];
+        const long f0 = coco_bflat(bk) - base, f1 = coco_bflat(sc.bucket[b + 1]) - base;
+        d.lo = f0 > 0 ? f0 : 0;
+        d.lim = f1 < n ? f1 : n;
+        d.member = bk.member;
+        d.ms = sc.start[bk.member] - base;
+    }
+    return d;
+}
+
+// Lane j's x, for the whole warp (every lane calls it).
+__device__ __forceinline__ long coco_shfl(long x, int j)
+{
+    return (long)__shfl_sync(0xffffffffu, (long long)x, j);
+}
+
+__device__ __forceinline__ const void *coco_shfl_ptr(const void *x, int j)
+{
+    return (const void *)(uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)x, j);
 }
 
 // coco_lsa_reduce and coco_lsa_store at any alignment (coco_ldv_any,
