@@ -31,7 +31,15 @@
  * One-shot is generated only when no member is kept locally, none reads a
  * sliced operand, none is a Dropout (whose mask depends on the slice) and
  * there is no cross-rank reduction. 0-dim members are computed once per
- * thread, before the element loop. */
+ * thread, before the element loop.
+ *
+ * With scattered operands (Lsa.scat, emit_lsa_plan.c) the same kernels
+ * iterate over the buckets of the part instead of its elements, a warp a
+ * bucket (emit_loop_head; rt/kernels/coco_scatter.cuh): the ReduceScatter's
+ * input is reduced from the peers' members and gathered values are stored
+ * into the peers' members at the member's window offset; whole tensors are
+ * read from the local members; contiguous operands as before, at the
+ * part-local index, at any alignment. */
 #include "emit_lsa.h"
 
 #include <stdlib.h>

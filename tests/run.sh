@@ -394,7 +394,9 @@ for f in bench/*.coco; do
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 done
-if sh -n bench/fused.sh 2>"$TMP/err"; then ok; else bad "bench/fused.sh: $(err1)"; fi
+for sh in bench/fused.sh bench/scattered.sh; do
+    if sh -n "$sh" 2>"$TMP/err"; then ok; else bad "$sh: $(err1)"; fi
+done
 if command -v "$PYTHON" >/dev/null 2>&1; then
     if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
         bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
