@@ -496,7 +496,11 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
         emit_partials(e, l);
     fprintf(o, "            }\n");
     emit_stores(e, l, kn);
-    fprintf(o, l->scat >= 0 ? "        }\n        }\n        }\n    }\n" : "        }\n    }\n");
+    if (l->scat >= 0) /* lane 31's bucket past the part: so are all later ones */
+        fprintf(o, "        }\n        }\n        if (coco_shfl(d.lo, 31) >= n)\n            break;\n"
+                   "        }\n    }\n");
+    else
+        fprintf(o, "        }\n    }\n");
 }
 
 /* Kernel 1's start: the ranks' values of every reduction, in red[]. */
