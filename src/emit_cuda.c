@@ -112,34 +112,69 @@ static const Node *scat_of(Emitter *e, int id)
 static int segment_shape(Emitter *e, int seg);
 static void emit_size_expr(Emitter *e, const char *text);
 
+/* Does node j, reading scattered value id as its input k, need id's
+ * contiguous copy? All but elementwise kernels iterating over its shape,
+ * widened reductions (converted from the members) and Slices (copied from
+ * the members) do. */
+static int reads_contiguous(Emitter *e, int id, int j, int k)
+{
+    Program *p = e->p;
+    Node *u = &p->node[j];
+    if (u->dead || u->in[k] != id || (u->op == O_UPDATE && k == 0))
+        return 0;
+    int seg = e->segment[j];
+    if (seg >= 0 && segment_shape(e, seg) >= 0 &&
+        emit_same_local_shape(node_of(p, id), node_of(p, segment_shape(e, seg))))
+        return 0;
+    if (seg < 0 && (u->op == O_SLICE || u->op == O_ALLREDUCE || u->op == O_REDUCESCATTER) &&
+        (u->op == O_SLICE || u->type == T_FP16 || u->type == T_BF16))
+        return 0;
+    return 1;
+}
+
 /* Does scattered value id also need a contiguous copy b<id> in the
  * workspace? When a library call or collective writes it (then scattered
- * into the members), or something reads it that cannot address members:
- * all but elementwise kernels iterating over its shape, widened reductions
- * (converted from the members) and Slices (copied from the members). */
+ * into the members), or something reads it that cannot address members. */
 static int scat_needs_buffer(Emitter *e, int id)
 {
     Program *p = e->p;
     Node *n = node_of(p, id);
     if ((n->op != O_INPUT && e->segment[id] < 0) || (n->op == O_INPUT && is_output(p, id)))
         return 1;
-    for (int j = id + 1; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && k < u->nin; k++) {
-            if (u->in[k] != id || (u->op == O_UPDATE && k == 0))
-                continue;
-            int seg = e->segment[j];
-            if (seg >= 0 && segment_shape(e, seg) >= 0 &&
-                emit_same_local_shape(n, node_of(p, segment_shape(e, seg))))
-                continue;
-            if (seg < 0 && (u->op == O_SLICE || u->op == O_ALLREDUCE ||
-                            u->op == O_REDUCESCATTER) &&
-                (u->op == O_SLICE || u->type == T_FP16 || u->type == T_BF16))
-                continue;
-            return 1;
-        }
-    }
+    for (int j = id + 1; j < p->nnode; j++)
+        for (int k = 0; k < p->node[j].nin; k++)
+            if (reads_contiguous(e, id, j, k))
+                return 1;
     return 0;
+}
+
+/* The fusion generated over the peers' memory (emit_lsa.c) whose nodes are
+ * the only readers of scattered input i's contiguous copy, or -1. Its
+ * kernels address the members; only its NCCL path gathers the copy
+ * (emit_scat_gather_for), not the entry point's start. Only for inputs
+ * never updated, whose members hold the same values all along. */
+static int scat_gather_fusion(Emitter *e, int i)
+{
+    Program *p = e->p;
+    Node *n = node_of(p, i);
+    if (n->op != O_INPUT || !n->nmember || n->updated_by >= 0 || is_output(p, i) ||
+        !e->lsa_node || !scat_needs_buffer(e, i))
+        return -1;
+    int f = -1;
+    for (int j = i + 1; j < p->nnode; j++)
+        for (int k = 0; k < p->node[j].nin; k++) {
+            if (!reads_contiguous(e, i, j, k))
+                continue;
+            if (e->lsa_node[j] < 0 || (f >= 0 && e->lsa_node[j] != f))
+                return -1;
+            f = e->lsa_node[j];
+        }
+    return f;
+}
+
+const Node *emit_scat_of(Emitter *e, int id)
+{
+    return scat_of(e, id);
 }
 
 /* The descriptor c<id> of a scattered value (built once per member list
@@ -175,6 +210,16 @@ static void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_
     fprintf(e->o, "    if (coco_scat_copy(ctx, %d, c%d, b%d, %s, 0, coco_count(h%d), %d))\n"
                   "        return 1;\n",
             n->pos.line, scat, buf, emit_tname[n->type], n->id, to_members);
+}
+
+/* The contiguous copies of the scattered inputs only fusion f's NCCL path
+ * reads (scat_gather_fusion), gathered at the start of that path. */
+void emit_scat_gather_for(Emitter *e, int f)
+{
+    Program *p = e->p;
+    for (int i = 0; i < p->nnode; i++)
+        if (scat_gather_fusion(e, i) == f)
+            emit_scat_copy(e, i, i, &p->node[i], 0);
 }
 
 /* After node n: a scattered value with a contiguous copy gets the copy
@@ -1043,7 +1088,8 @@ static void emit_body(Emitter *e, const char *entry)
                "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "
                "ctx->workspace_bytes);\n");
     for (int i = 0; i < p->nnode; i++) /* scattered inputs some operation reads contiguous */
-        if (p->node[i].op == O_INPUT && p->node[i].nmember && scat_needs_buffer(e, i))
+        if (p->node[i].op == O_INPUT && p->node[i].nmember && scat_needs_buffer(e, i) &&
+            scat_gather_fusion(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
@@ -1071,25 +1117,6 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
-/* Does fused operation f read or write a scattered tensor? Such a fusion
- * takes the NCCL path: the one-kernel lowering (emit_lsa.c) addresses
- * contiguous buffers only. */
-static int fusion_scattered(Emitter *e, int f)
-{
-    Program *p = e->p;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *n = &p->node[i];
-        if (n->dead || n->fusion != f)
-            continue;
-        if (scat_of(e, i))
-            return 1;
-        for (int k = 0; k < n->nin; k++)
-            if (scat_of(e, n->in[k]))
-                return 1;
-    }
-    return 0;
-}
-
 static void emit_variant(FILE *o, Program *p, int vi)
 {
     Emitter e;
@@ -1113,7 +1140,7 @@ static void emit_variant(FILE *o, Program *p, int vi)
     for (int i = 0; i < p->nnode; i++)
         e.lsa_node[i] = -1;
     for (int f = 0; f < p->nfusion; f++)
-        if ((e.lsa[f] = !fusion_scattered(&e, f) && lsa_eligible(&e, f))) {
+        if ((e.lsa[f] = lsa_eligible(&e, f))) {
             lsa_claim(&e, f);
             lsa_emit_kernel(&e, f);
         } else if ((e.lsa[f] = !fusion_scattered(&e, f) && send_eligible(&e, f))) {

@@ -36,6 +36,10 @@ int emit_stored(Emitter *e, int i);
  * of a new value into its tensor */
 void emit_node(Emitter *e, const Node *n, int *done_segment);
 void emit_state_copy(Emitter *e, const Node *n);
+/* the scattered input whose members hold node id's value, or NULL */
+const Node *emit_scat_of(Emitter *e, int id);
+/* fusion f's NCCL path: gathers the scattered inputs only it reads whole */
+void emit_scat_gather_for(Emitter *e, int f);
 
 /* emit_lsa.c, emit_lsa_plan.c */
 int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */

@@ -31,7 +31,15 @@
  * One-shot is generated only when no member is kept locally, none reads a
  * sliced operand, none is a Dropout (whose mask depends on the slice) and
  * there is no cross-rank reduction. 0-dim members are computed once per
- * thread, before the element loop. */
+ * thread, before the element loop.
+ *
+ * With scattered operands (Lsa.scat, emit_lsa_plan.c) the same kernels
+ * iterate over the buckets of the part instead of its elements, a warp a
+ * bucket (emit_loop_head; rt/kernels/coco_scatter.cuh): the ReduceScatter's
+ * input is reduced from the peers' members and gathered values are stored
+ * into the peers' members at the member's window offset; whole tensors are
+ * read from the local members; contiguous operands as before, at the
+ * part-local index, at any alignment. */
 #include "emit_lsa.h"
 
 #include <stdlib.h>
@@ -188,32 +196,52 @@ static int prepare(Emitter *e, int f, Lsa *l, int **ins, int **zs, int *nz)
 
 /* ---- the kernels ---- */
 
+/* A buffer the kernels address in the peers' windows: its offset o<id>
+ * (the entry point's lo[*w]), or, scattered, its member table mb<id>. */
+static void window_param(Emitter *e, const Lsa *l, int id, int mode, int *w)
+{
+    FILE *o = e->o;
+    if (lsa_scattered(e, l, id))
+        fprintf(o, mode == TYPED ? ", void *const *mb%d" : mode == HOST ? ", c%d.member" : ", mb%d",
+                id);
+    else if (mode == HOST)
+        fprintf(o, ", lo[%d]", (*w)++);
+    else
+        fprintf(o, mode == TYPED ? ", size_t o%d" : ", o%d", id);
+}
+
 /* The kernels' parameters (TYPED), the entry point's arguments (HOST) or
  * _go's arguments to the kernels (FORWARD); every kernel takes them all. */
 static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz,
                         int mode)
 {
     FILE *o = e->o;
-    int w = 1; /* lo[] index of the next window buffer */
-    int x0 = nd(e, l->rs)->in[0];
+    int w = 0; /* lo[] index of the next window buffer */
     static const char *const head[] = {
         "ncclDevComm dc, ncclWindow_t win, long cs, long nall, CocoShape it, "
-        "unsigned long long seed, int rank, size_t o%d",
-        "dc, win, cs, nall, it, args->seed, rank, lo[0]", "dc, win, cs, nall, it, seed, rank, o%d"};
-    fprintf(o, head[mode], x0);
+        "unsigned long long seed, int rank",
+        "dc, win, cs, nall, it, args->seed, rank", "dc, win, cs, nall, it, seed, rank"};
+    fputs(head[mode], o);
+    if (l->scat >= 0 && mode == HOST) /* the buckets: of c<scat>, each part's first in pb */
+        fprintf(o, ", (const char *)ctx->lsa_base, c%d, pb", l->scat);
+    else if (l->scat >= 0)
+        fputs(mode == TYPED ? ", const char *lbase, CocoScat sc, CocoLsaParts pb"
+                            : ", lbase, sc, pb", o);
+    window_param(e, l, nd(e, l->rs)->in[0], mode, &w);
     for (int k = 0; k < l->nm; k++)
-        if (nd(e, l->m[k])->op == O_ALLGATHER) {
-            if (mode == HOST)
-                fprintf(o, ", lo[%d]", w++);
-            else
-                fprintf(o, mode == TYPED ? ", size_t o%d" : ", o%d", l->m[k]);
-        }
+        if (nd(e, l->m[k])->op == O_ALLGATHER)
+            window_param(e, l, l->m[k], mode, &w);
     if (l->nred && mode == HOST)
         fprintf(o, ", lo[%d], (double *)fp%d", w, l->rs);
     else if (l->nred)
         fprintf(o, mode == TYPED ? ", size_t ored, double *blk" : ", ored, blk");
     for (int k = 0; k < nz; k++)
-        fprintf(o, mode == TYPED ? ", const void *z%d" : mode == HOST ? ", b%d" : ", z%d", zs[k]);
+        if (lsa_scattered(e, l, zs[k]))
+            fprintf(o, mode == TYPED ? ", void *const *mb%d" : mode == HOST ? ", c%d.member"
+                                                                             : ", mb%d", zs[k]);
+        else
+            fprintf(o, mode == TYPED ? ", const void *z%d" : mode == HOST ? ", b%d" : ", z%d",
+                    zs[k]);
     for (int k = 0; k < nin; k++) {
         Node *x = nd(e, ins[k]);
         if (x->op == O_SCALAR && mode == TYPED)
@@ -239,25 +267,52 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
             fprintf(o, mode == TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
 }
 
+/* Over buckets, every load and store takes its vector path only where the
+ * address allows (coco_ldv_any): a bucket starts anywhere in a part. */
+static const char *any(const Lsa *l)
+{
+    return l->scat >= 0 ? "_any" : "";
+}
+
+/* Where kernel code finds element i0 of operand id read at the slice:
+ * "PTR, INDEX, BOUND" -- in the bucket's member (scattered) or at the
+ * part's start of one buffer (contiguous, p: the buffer's expression). */
+static const char *at_slice(Emitter *e, const Lsa *l, int id, const char *p)
+{
+    if (lsa_scattered(e, l, id))
+        return arena_printf(e->p->arena, "mp%d, m0, mlim", id);
+    return arena_printf(e->p->arena, "(const char *)%s + base * %zu, i0, lim", p,
+                        type_size(nd(e, id)->type));
+}
+
+/* The same for a buffer of the peers' windows: "OFFSET, FIRST, INDEX, BOUND"
+ * (elements FIRST + INDEX at the window offset). */
+static const char *at_window(Emitter *e, const Lsa *l, int id)
+{
+    if (lsa_scattered(e, l, id))
+        return arena_printf(e->p->arena, "w%d, 0, m0, mlim", id);
+    return arena_printf(e->p->arena, "o%d, base, i0, lim", id);
+}
+
 static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
 {
     FILE *o = e->o;
     Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
     int bit = kn ? LSA_K1 : LSA_K0;
     if (kn == 0 && (l->need[rs->id] & LSA_K0))
-        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce<V, %s, P>(win, o%d, "
-                   "base, i0, n, %d, l%d);\n", rs->id, emit_tname[x->type], x->id, (int)rs->redop,
-                rs->id);
+        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce%s<V, %s, P>(win, %s, "
+                   "%d, l%d);\n", rs->id, any(l), emit_tname[x->type], at_window(e, l, x->id),
+                (int)rs->redop, rs->id);
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (n->op == O_SLICE && (l->need[n->id] & bit))
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv<V, %s>("
-                       "(const char *)z%d + base * %zu, i0, n, l%d);\n", t, n->id, t, n->in[0],
-                    type_size(n->type), n->id);
+            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv%s<V, %s>("
+                       "%s, l%d);\n", t, n->id, any(l), t,
+                    at_slice(e, l, n->in[0], arena_printf(e->p->arena, "z%d", n->in[0])), n->id);
         else if (kn == 1 && l->carry[n->id])
-            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv<V, %s>("
-                       "c%d, i0, n, q%d);\n", t, n->id, t, n->id, n->id);
+            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv%s<V, %s>("
+                       "c%d, i0, lim, q%d);\n", t, n->id, any(l), t, n->id, n->id);
         else if (kn == 0 && l->carry[n->id])
             fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n", t, n->id);
         if (l->level[n->id] == kn && in_loop(l, n, kn) &&
@@ -267,16 +322,17 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     for (int k = 0; kn == 0 && k < l->nred; k++) {
         Node *z = nd(e, lsa_red_source(e, l, k));
         if (nd(e, l->red[k])->op != O_ALLREDUCE)
-            fprintf(o, "            alignas(16) CocoRaw<%s> k%d[V];\n            coco_ldv<V, %s>("
-                       "(const char *)z%d + base * %zu, i0, n, k%d);\n", emit_tname[z->type],
-                    l->red[k], emit_tname[z->type], z->id, type_size(z->type), l->red[k]);
+            fprintf(o, "            alignas(16) CocoRaw<%s> k%d[V];\n            coco_ldv%s<V, %s>("
+                       "%s, k%d);\n", emit_tname[z->type], l->red[k], any(l),
+                    emit_tname[z->type],
+                    at_slice(e, l, z->id, arena_printf(e->p->arena, "z%d", z->id)), l->red[k]);
     }
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]] && reads_in_loop(e, l, kn, ins[k]))
             fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n"
-                       "            coco_ldv<V, %s>(x%d, i0, n, l%d);\n",
-                    emit_tname[nd(e, ins[k])->type], ins[k], emit_tname[nd(e, ins[k])->type],
-                    ins[k], ins[k]);
+                       "            coco_ldv%s<V, %s>(x%d, i0, lim, l%d);\n",
+                    emit_tname[nd(e, ins[k])->type], ins[k], any(l),
+                    emit_tname[nd(e, ins[k])->type], ins[k], ins[k]);
 }
 
 /* Member n's statements inside the element loop of kernel kn. */
@@ -307,7 +363,7 @@ static void emit_partials(Emitter *e, const Lsa *l)
 {
     for (int k = 0; k < l->nred; k++) {
         int src = lsa_red_source(e, l, k), r = l->red[k];
-        fprintf(e->o, "                if (i < n)\n                    a%d = coco_red_step(%d, "
+        fprintf(e->o, "                if (i < lim)\n                    a%d = coco_red_step(%d, "
                       "a%d, ", r, lsa_red_step(e, l, k), r);
         if (nd(e, r)->op == O_ALLREDUCE)
             fprintf(e->o, "r%d);\n", src);
@@ -323,14 +379,17 @@ static void emit_stores(Emitter *e, const Lsa *l, int kn)
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (kn == 0 && l->carry[n->id])
-            fprintf(o, "            coco_stv<V, %s>(c%d, i0, n, q%d);\n", t, n->id, n->id);
+            fprintf(o, "            coco_stv%s<V, %s>(c%d, i0, lim, q%d);\n", any(l), t, n->id,
+                    n->id);
         if (l->level[n->id] != kn || !in_loop(l, n, kn))
             continue;
         if (n->op == O_ALLGATHER)
-            fprintf(o, "            coco_lsa_store<V, %s, P>(win, o%d, base, i0, n, ONESHOT ? "
-                       "rank : 0, ONESHOT ? rank : P - 1, g%d);\n", t, n->id, n->id);
+            fprintf(o, "            coco_lsa_store%s<V, %s, P>(win, %s, ONESHOT ? rank : 0, "
+                       "ONESHOT ? rank : P - 1, g%d);\n", any(l), t, at_window(e, l, n->id),
+                    n->id);
         else if (stores_local(e, l, n->id))
-            fprintf(o, "            coco_stv<V, %s>(y%d, i0, n, g%d);\n", t, n->id, n->id);
+            fprintf(o, "            coco_stv%s<V, %s>(y%d, i0, lim, g%d);\n", any(l), t, n->id,
+                    n->id);
     }
 }
 
@@ -354,17 +413,78 @@ static void emit_scalars(Emitter *e, const Lsa *l, int kn)
     }
 }
 
-static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
+/* Is id a scattered operand kernel code addresses in the peers' windows
+ * (the ReduceScatter's input, a gathered value: w<id>), or in the local
+ * members (a whole tensor read at the slice: mp<id>)? */
+static int peer_member(Emitter *e, const Lsa *l, int id)
+{
+    return lsa_scattered(e, l, id) &&
+           (id == nd(e, l->rs)->in[0] || (lsa_is_member(l, id) && nd(e, id)->op == O_ALLGATHER));
+}
+
+/* The loop heads: over the part's elements, V a thread, grid-stride; or
+ * over the buckets of c<scat> that intersect the part (pb.first[part] is
+ * the first), a warp each, in batches of 32 (coco_lsa_bucket, lane j
+ * describing the warp's j-th), clipped to the part: elements [lo, lim) of
+ * the part, part-local indices (i0) for contiguous operands, member-local
+ * ones (m0 = i0 - ms) for scattered ones, at window offset w<id> (peers)
+ * or address mp<id> (local). */
+static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
+    if (l->scat < 0) {
+        fprintf(o, "        const long lim = n;\n"
+                   "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; "
+                   "i0 < lim;\n             i0 += (long)gridDim.x * blockDim.x * V) {\n");
+        return;
+    }
+    int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0;
+    count = emit_add_once(ids, count, nd(e, l->rs)->in[0]);
+    for (int k = 0; k < l->nm; k++)
+        count = emit_add_once(ids, count, l->m[k]);
+    for (int k = 0; k < nz; k++)
+        count = emit_add_once(ids, count, zs[k]);
+    fprintf(o, "        for (long b0 = pb.first[part] + warp; n > 0 && b0 < sc.nbucket; "
+               "b0 += 32 * nwarp) {\n"
+               "        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);\n");
+    for (int k = 0; k < count; k++)
+        if (peer_member(e, l, ids[k]))
+            fprintf(o, "        const size_t dw%d = coco_lsa_member_off(mb%d, d.member, lbase);\n",
+                    ids[k], ids[k]);
+        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
+            fprintf(o, "        const void *dp%d = mb%d[d.member];\n", ids[k], ids[k]);
+    fprintf(o, "        for (int j = 0; j < 32; j++) {\n"
+               "            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);\n"
+               "            if (lo >= n)\n                break;\n"
+               "            const long ms = coco_shfl(d.ms, j);\n");
+    for (int k = 0; k < count; k++)
+        if (peer_member(e, l, ids[k]))
+            fprintf(o, "            const size_t w%d = (size_t)coco_shfl((long)dw%d, j);\n"
+                       "            (void)w%d;\n", ids[k], ids[k], ids[k]);
+        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
+            fprintf(o, "            const void *mp%d = coco_shfl_ptr(dp%d, j);\n"
+                       "            (void)mp%d;\n", ids[k], ids[k], ids[k]);
+    fprintf(o, "        for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {\n"
+               "            const long m0 = i0 - ms, mlim = lim - ms;\n"
+               "            (void)m0;\n            (void)mlim;\n");
+    free(ids);
+}
+
+static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin, const int *zs,
+                      int nz)
+{
+    FILE *o = e->o;
+    if (l->scat >= 0) /* a warp a bucket: whole warps (coco_lsa_scat_grid) */
+        fprintf(o, "    const int lane = threadIdx.x & 31;\n"
+                   "    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;\n"
+                   "    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;\n");
     /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
     fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
                "        const long base = part * cs;\n"
                "        const long n = base >= nall ? 0 : nall - base < cs ? nall - base : cs;\n"
                "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
-               "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n"
-               "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
-               "             i0 += (long)gridDim.x * blockDim.x * V) {\n");
+               "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
+    emit_loop_head(e, l, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
@@ -376,7 +496,11 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
         emit_partials(e, l);
     fprintf(o, "            }\n");
     emit_stores(e, l, kn);
-    fprintf(o, "        }\n    }\n");
+    if (l->scat >= 0) /* lane 31's bucket past the part: so are all later ones */
+        fprintf(o, "        }\n        }\n        if (coco_shfl(d.lo, 31) >= n)\n            break;\n"
+                   "        }\n    }\n");
+    else
+        fprintf(o, "        }\n    }\n");
 }
 
 /* Kernel 1's start: the ranks' values of every reduction, in red[]. */
@@ -450,7 +574,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     }
     emit_scalars(e, l, kn);
     if (kn == 0 || loop_in_k1(l, e))
-        emit_loop(e, l, kn, ins, nin);
+        emit_loop(e, l, kn, ins, nin, zs, nz);
     if (kn == 0 && l->nred && gathers_in_k0(e, l))
         fprintf(o, "    __threadfence_system(); /* stores into peers: seen after kernel 1's "
                    "barriers */\n");
@@ -485,7 +609,8 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
     emit_params(e, l, ins, nin, zs, nz, TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {2, 4, 8};
-    for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
+    /* over buckets, V = vmax at any alignment (coco_ldv_any) */
+    for (int vi = 0; vi < (vmax > 1 && l->scat < 0 ? 2 : 1); vi++)
         for (int pi = 0; pi < 3; pi++)
             for (int os = 0; os <= one; os++) {
                 int v = vi ? 1 : vmax;
@@ -543,29 +668,56 @@ void lsa_emit_workspace(Emitter *e, int f)
     lsa_free(&l);
 }
 
-/* The buffers of the window: the reduced input first, then the gathered,
- * then the published values. */
+/* The buffers of the window (lb[], their offsets to lo[]): the reduced
+ * input first, then the gathered, then the published values; scattered
+ * ones are not among them (their members are checked apart). */
 static int emit_window_buffers(Emitter *e, const Lsa *l)
 {
     FILE *o = e->o;
-    int x = nd(e, l->rs)->in[0], count = 1;
-    fprintf(o, "        const void *lb[] = {b%d", x);
-    for (int k = 0; k < l->nm; k++)
-        if (nd(e, l->m[k])->op == O_ALLGATHER)
-            fprintf(o, ", b%d", l->m[k]), count++;
-    if (l->nred)
-        fprintf(o, ", fr%d", l->rs), count++;
-    fprintf(o, "};\n        const size_t lbytes[] = {(size_t)coco_count(h%d) * %zu", x,
-            type_size(nd(e, x)->type));
-    for (int k = 0; k < l->nm; k++) {
-        Node *n = nd(e, l->m[k]);
-        if (n->op == O_ALLGATHER)
-            fprintf(o, ", (size_t)coco_count(h%d) * %zu", n->id, type_size(n->type));
+    int *ids = xmalloc((size_t)(l->nm + 1) * sizeof(int)), count = 0;
+    int x = nd(e, l->rs)->in[0];
+    for (int k = -1; k < l->nm; k++) {
+        int id = k < 0 ? x : l->m[k];
+        if ((k < 0 || nd(e, id)->op == O_ALLGATHER) && !lsa_scattered(e, l, id))
+            ids[count++] = id;
     }
+    if (!count && !l->nred) {
+        free(ids);
+        return 0;
+    }
+    fprintf(o, "        const void *lb[] = {");
+    for (int k = 0; k < count; k++)
+        fprintf(o, "%sb%d", k ? ", " : "", ids[k]);
     if (l->nred)
-        fprintf(o, ", %d * COCO_LSA_MAXBLOCKS * sizeof(double)", l->nred);
-    fprintf(o, "};\n        size_t lo[%d];\n", count);
-    return count;
+        fprintf(o, "%sfr%d", count ? ", " : "", l->rs);
+    fprintf(o, "};\n        const size_t lbytes[] = {");
+    for (int k = 0; k < count; k++)
+        fprintf(o, "%s(size_t)coco_count(h%d) * %zu", k ? ", " : "", ids[k],
+                type_size(nd(e, ids[k])->type));
+    if (l->nred)
+        fprintf(o, "%s%d * COCO_LSA_MAXBLOCKS * sizeof(double)", count ? ", " : "", l->nred);
+    fprintf(o, "};\n        size_t lo[%d];\n", count + (l->nred > 0));
+    free(ids);
+    return count + (l->nred > 0);
+}
+
+/* The condition of the kernels' path: peers reachable, every window
+ * buffer in the window, and every peer-addressed member too. */
+static void emit_usable(Emitter *e, const Lsa *l, int nwin)
+{
+    FILE *o = e->o;
+    int x = nd(e, l->rs)->in[0];
+    if (nwin)
+        fprintf(o, "        if (coco_lsa_usable(ctx, G_WORLD, lb, lbytes, lo, %d)", nwin);
+    else
+        fprintf(o, "        if (coco_lsa_usable(ctx, G_WORLD, NULL, NULL, NULL, 0)");
+    for (int k = -1; k < l->nm; k++) {
+        int id = k < 0 ? x : l->m[k];
+        if ((k < 0 || nd(e, id)->op == O_ALLGATHER) && lsa_scattered(e, l, id))
+            fprintf(o, " &&\n            coco_lsa_members_usable(ctx, c%d, %zu)", id,
+                    type_size(nd(e, id)->type));
+    }
+    fprintf(o, " && (G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
 }
 
 /* Pointers whose alignment decides V: every vector operand at a slice's start. */
@@ -610,26 +762,34 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     Lsa l;
     int *ins, *zs, nz;
     int nin = prepare(e, f, &l, &ins, &zs, &nz);
-    Node *rs = nd(e, l.rs);
+    Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
     int vmax = widest(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);
-    int nwin = emit_window_buffers(e, &l);
-    fprintf(o, "        if (coco_lsa_usable(ctx, G_WORLD, lb, lbytes, lo, %d) && (G_WORLD == 2 || "
-               "G_WORLD == 4 || G_WORLD == 8)) {\n", nwin);
+    emit_usable(e, &l, emit_window_buffers(e, &l));
     fprintf(o, "        CocoShape it = h%d;\n"
                "        const long cs = coco_padded_count(it, 0, G_WORLD) / G_WORLD, nall = "
-               "coco_count(h%d);\n", rs->id, rs->in[0]);
-    int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
-    fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec, vmax,
-            vmax);
-    fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, lbytes[0]);\n", one);
-    /* the grid from vmax, not V, and from cs, not the rank's own slice (the
-     * last ones may be shorter): every rank must sync each barrier (one per
-     * block) equally often */
-    fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, cs, %d, "
-               "&grid, &block);\n"
-               "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
-               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n", vmax);
+               "coco_count(h%d);\n", rs->id, x->id);
+    if (l.scat < 0) {
+        int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
+        fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec,
+                vmax, vmax);
+    } else { /* V at any alignment; the first bucket of each part, found on the host */
+        fprintf(o, "        int V = %d;\n"
+                   "        CocoLsaParts pb = coco_lsa_parts(c%d, cs, G_WORLD);\n", vmax, l.scat);
+    }
+    fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, (size_t)nall * %zu);\n", one,
+            type_size(x->type));
+    /* the grid from vmax, not V, and from cs or the bucket count, not the
+     * rank's own slice (the last ones may be shorter): every rank must sync
+     * each barrier (one per block) equally often */
+    if (l.scat < 0)
+        fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, cs, %d, &grid, &block);\n",
+                vmax);
+    else
+        fprintf(o, "        dim3 grid, block;\n        coco_lsa_scat_grid(ctx, c%d, G_WORLD, &grid, "
+                   "&block);\n", l.scat);
+    fprintf(o, "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
+               "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
     fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, grid, block, st, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
@@ -638,6 +798,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     for (int k = 0; k < l.nm; k++)
         emit_state_copy(e, nd(e, l.m[k]));
     fprintf(o, "        } else {\n");
+    emit_scat_gather_for(e, f);
     for (int k = 0; k < l.nm; k++)
         emit_node(e, nd(e, l.m[k]), done_segment);
     fprintf(o, "        }\n    }\n");

@@ -26,6 +26,7 @@ typedef struct {
     char *carry; /* per node: computed in kernel 0, stored for kernel 1 */
     int red[LSA_MAXRED]; /* the cross-rank reductions, in program order */
     int nred;
+    int scat;    /* a scattered operand whose buckets the kernels take (c<scat>), or -1 */
 } Lsa;
 
 int lsa_plan(Emitter *e, int f, Lsa *l); /* fills l (free with lsa_free); qualifies? */
@@ -41,5 +42,7 @@ int lsa_red_step(Emitter *e, const Lsa *l, int k);
 int lsa_red_combine(Emitter *e, const Lsa *l, int k);
 int lsa_red_across(Emitter *e, const Lsa *l, int k); /* the fold of the ranks' values */
 int lsa_red_partial_type(Emitter *e, const Lsa *l, int k);
+/* Is operand id addressed through its scattered tensor's members? */
+int lsa_scattered(Emitter *e, const Lsa *l, int id);
 
 #endif

@@ -12,7 +12,15 @@
  * Members depending on no reduction are level 0 (kernel 0), the others
  * level 1 (kernel 1). Kernel 1 recomputes the level-0 Slices and 0-dim
  * values it reads (loads and scalar arithmetic) and reads every other
- * level-0 value it needs from a workspace buffer kernel 0 stores (carry). */
+ * level-0 value it needs from a workspace buffer kernel 0 stores (carry).
+ *
+ * Scattered tensors (language.md 7.1) qualify where the kernels address
+ * their members: the ReduceScatter's input (loaded from the peers'
+ * members), the whole tensors read at the slice (Slices' inputs and the
+ * inputs of whole-tensor reductions: the local members) and AllGathers
+ * whose value lives in a scattered tensor's members (stored into the
+ * peers' members), all with the same members, whose buckets the kernels
+ * then take. Any other scattered operand keeps the NCCL path. */
 #include "emit_lsa.h"
 
 #include <stdlib.h>
@@ -221,6 +229,44 @@ static void needs(Emitter *e, Lsa *l)
     }
 }
 
+/* Does member n address operand j (-1: its own value) through members?
+ * See the top. */
+static int member_addressed(const Node *n, int j)
+{
+    if (j < 0)
+        return n->op == O_ALLGATHER;
+    return j == 0 && (n->op == O_REDUCESCATTER || n->op == O_SLICE || n->op == O_NORM ||
+                      n->op == O_REDUCE_TENSOR);
+}
+
+int lsa_scattered(Emitter *e, const Lsa *l, int id)
+{
+    return l->scat >= 0 && emit_scat_of(e, id) != NULL;
+}
+
+/* l->scat, the first scattered operand; 0 when a scattered operand is not
+ * one the kernels address through members, or has other members. */
+static int scattered_operands(Emitter *e, Lsa *l)
+{
+    Program *p = e->p;
+    for (int k = 0; k < l->nm; k++) {
+        Node *n = node_of(p, l->m[k]);
+        for (int j = -1; j < n->nin; j++) {
+            int x = j < 0 ? n->id : n->in[j];
+            const Node *t = emit_scat_of(e, x);
+            if (!t || (n->op == O_UPDATE && j == 0))
+                continue;
+            if (!member_addressed(n, j))
+                return 0;
+            if (l->scat < 0)
+                l->scat = x;
+            else if (!same_members(emit_scat_of(e, l->scat), t))
+                return 0;
+        }
+    }
+    return 1;
+}
+
 int lsa_plan(Emitter *e, int f, Lsa *l)
 {
     Program *p = e->p;
@@ -232,6 +278,7 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
     l->nm = members(e, f, l->m);
     l->rs = l->nm ? l->m[0] : -1;
     l->seg = e->nsegment + 1 + f;
+    l->scat = -1;
     if (p->fusion[f].kind != F_ALLREDUCE || p->fusion[f].dead || l->nm < 2)
         return 0;
     absorb_helpers(e, l);
@@ -250,7 +297,7 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
                 return 0;
         }
     }
-    if (!levels(e, l))
+    if (!levels(e, l) || !scattered_operands(e, l))
         return 0;
     needs(e, l);
     return 1;

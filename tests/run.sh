@@ -16,8 +16,10 @@
 #             and the kept regressions (tests/fuzz/regressions/);
 #   sanitize  the examples with all their schedules, the refused programs
 #             and schedules, and 30 random programs, under ASan and UBSan;
-#   fused-gen which fused collectives of adam, lamb and tests/gpu/norms.coco
-#             are generated as kernels over the peers' memory (one or two),
+#   fused-gen which fused collectives of adam, lamb, tests/gpu/norms.coco and
+#             the scattered adam_scattered, tests/gpu/lamb_scattered.coco and
+#             bench/bert_adam_scattered.coco are generated as kernels over the
+#             peers' memory (one or two; scattered: over buckets, no gather),
 #             and which fused Sends of pipeline and tests/gpu/send.coco as one
 #             kernel storing into the receiver (with barriers and the NCCL path);
 #   bench     bench/*.coco (but BERT) with all schedules, and bench/plot_fig6.py on a
@@ -27,8 +29,8 @@
 #             twins bit for bit (every schedule); their CUDA compiles;
 #   cuda-gen  where nvcc is installed, the CUDA source of every example (and
 #             tests/gpu/norms.coco, tests/gpu/send.coco,
-#             tests/oracle/programs/ragged.coco) and all its schedules compiles
-#             (object code only).
+#             tests/gpu/lamb_scattered.coco, tests/oracle/programs/ragged.coco)
+#             and all its schedules compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -355,7 +357,10 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
          "tests/gpu/norms.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two" \
          "examples/adam.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one" \
          "examples/pipeline.coco|paper send,AR_fuse_C_P2P send,RS_AG_fuse_C_P2P send,AR_AG_fuse_C_P2P send,ol_AR_fuse_C_P2P send,RS_fuse_C_P2P_AG send,fuse_RS_AG_fuse_C_P2P send,RS_fuse_C_P2P_AG_2 send,fuse_RS_AG_fuse_C_P2P_2 send,ol_RS_AG_fuse_C_P2P send,ol_RS_AG_fuse_C_P2P_2 send,RS_ol_AG_fuse_C_P2P send,AR_fuse_C_P2P_AG send,AR_fuse_C_P2P_AG_2 send,AR_ol_AG_fuse_C_P2P send,RS_ol_fuse_C_P2P_AG send,ol_RS_fuse_C_P2P_AG send,ol_RS_fuse_C_P2P_AG_2 send,ol_fuse_RS_AG_fuse_C_P2P send,RS_ol_fuse_C_P2P_AG_2 send,ol_RS_fuse_C_P2P_AG_3 send,ol_RS_fuse_C_P2P_AG_4 send,ol_fuse_RS_AG_fuse_C_P2P_2 send,AR_ol_fuse_C_P2P_AG send,AR_ol_fuse_C_P2P_AG_2 send" \
-         "tests/gpu/send.coco|both send,both send"; do
+         "tests/gpu/send.coco|both send,both send" \
+         "examples/adam_scattered.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one" \
+         "tests/gpu/lamb_scattered.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,fuse_RS_Opt_AG_4 two" \
+         "bench/bert_adam_scattered.coco|paper one,fuse_RS_AG_Opt one,fuse_RS_Opt_AG one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,fuse_RS_Opt_AG_4 one"; do
     f=${c%%|*}
     coco gen "$f" -o "$TMP/fused" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
@@ -378,6 +383,19 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
                  END { print n + 0 }' "$cu")
     if [ "$sends" -eq "$bars" ] && [ "$sends" -eq "$ends" ] && [ "$falls" -eq "$sends" ]; then ok
     else bad "$f: $sends one-kernel Sends, $bars start barriers, $ends end barriers, $falls fallbacks"; fi
+    # over scattered tensors every kernel takes buckets (each part's first
+    # found on the host), and the kernels' path gathers no member into one
+    # buffer: the only copies between a fusion's launch and its NCCL path
+    # scatter an output into an updated tensor's members (1)
+    case $f in *scattered*)
+        kernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
+        buckets=$(grep -c 'coco_lsa_bucket(sc, ' "$cu")
+        parts=$(grep -c 'CocoLsaParts pb = coco_lsa_parts(' "$cu")
+        gathers=$(awk '/FusedAllReduce .* \*\/$/ { on = 1 } on && /} else {$/ { on = 0 }
+                       on && /coco_scat_copy\(.*, 0\)\)$/ { n++ } END { print n + 0 }' "$cu")
+        if [ "$kernels" -gt 0 ] && [ "$buckets" -eq "$kernels" ] && [ "$parts" -ge 1 ] && [ "$gathers" -eq 0 ]; then ok
+        else bad "$f: $kernels fused kernels, $buckets over buckets, $parts part tables, $gathers gathers on the kernels' path"; fi ;;
+    esac
     rm -rf "$TMP/fused"
 done
 group_end
@@ -393,7 +411,9 @@ for f in bench/*.coco; do
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 done
-if sh -n bench/fused.sh 2>"$TMP/err"; then ok; else bad "bench/fused.sh: $(err1)"; fi
+for sh in bench/fused.sh bench/scattered.sh; do
+    if sh -n "$sh" 2>"$TMP/err"; then ok; else bad "$sh: $(err1)"; fi
+done
 if command -v "$PYTHON" >/dev/null 2>&1; then
     if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
         bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
@@ -421,7 +441,8 @@ fi
 # members' total size (Scattered[a, b, c] -> [a+b+c]).
 group scattered
 mkdir -p "$TMP/gen"
-for spec in "examples/adam_scattered.coco" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
+for spec in "examples/adam_scattered.coco" "examples/adam_scattered.coco -D W=41" \
+            "tests/gpu/lamb_scattered.coco -D W=41" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
     set -f
     # shellcheck disable=SC2086 # spec is words
     set -- $spec
@@ -455,7 +476,7 @@ group_end
 group cuda-gen
 mkdir -p "$TMP/gen"
 if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco \
+    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         dir=$TMP/gen/$name

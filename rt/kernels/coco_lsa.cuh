@@ -19,13 +19,28 @@
 // in a workspace array; kernel 1 folds them (coco_lsa_rank_fold), publishes
 // the rank's value in the window, and after a barrier folds the ranks'
 // values in rank order (coco_lsa_peer_fold). Every fold has a fixed order,
-// so every block of every rank gets the same bits.
+// so every block of every rank gets the same bits. Scattered operands:
+// the helpers at the end of coco_scatter.cuh.
 #pragma once
 
 #include <nccl_device.h>
 
 enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL };
 enum { COCO_LSA_MAXBLOCKS = 1024 }; // the most blocks of a fused kernel (slots per reduction)
+
+// acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_fold(const CocoRaw<T> (*x)[V], int op, double *acc)
+{
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        double a = coco_ld(x[0], v, T);
+#pragma unroll
+        for (int q = 1; q < P; q++)
+            a = coco_red_step(op, a, coco_ld(x[q], v, T));
+        acc[v] = a;
+    }
+}
 
 // acc[v] = the reduction, over the P peers in rank order, of element
 // base + i0 + v of the window buffer at offset off (type T). All P loads are
@@ -38,14 +53,7 @@ __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, lo
 #pragma unroll
     for (int q = 0; q < P; q++)
         coco_ldv<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, x[q]);
-#pragma unroll
-    for (int v = 0; v < V; v++) {
-        double a = coco_ld(x[0], v, T);
-#pragma unroll
-        for (int q = 1; q < P; q++)
-            a = coco_red_step(op, a, coco_ld(x[q], v, T));
-        acc[v] = a;
-    }
+    coco_lsa_fold<V, T, P>(x, op, acc);
 }
 
 // Stores raw[V] at base + i0 of the window buffer at offset off, in the

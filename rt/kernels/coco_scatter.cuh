@@ -12,6 +12,10 @@
 // member sizes (and member pointers) and kept on the device for the
 // process's lifetime: an optimizer calls the same entry point on the same
 // tensors every step.
+//
+// A FusedAllReduce over the peers' memory (src/emit_lsa.c) addresses
+// scattered operands through the same table: the helpers at the end of
+// this file (after coco_lsa.cuh's, which coco_device.cuh includes first).
 #pragma once
 
 enum { COCO_BUCKET = 1024 };
@@ -21,12 +25,17 @@ struct __align__(4) CocoBucket {
     unsigned member;
 };
 
-// One scattered tensor as kernels see it (passed by value).
+struct CocoScatLayout;
+
+// One scattered tensor as kernels see it (passed by value; the last two
+// fields are for the host).
 struct CocoScat {
     const CocoBucket *bucket; // nbucket + 1 entries (device)
     long nbucket;
     const long *start;        // flat index of each member's first element (device)
     void *const *member;      // each member's buffer (device array of device pointers)
+    const CocoScatLayout *layout; // host: the member sizes and starts
+    void *const *host_member; // host: the member pointers
 };
 
 __device__ __forceinline__ long coco_bflat(const CocoBucket &b)
@@ -40,6 +49,7 @@ struct CocoScatLayout {
     CocoBucket *bucket;       // device
     long nbucket;
     long *start;              // device
+    long *hstart, *hbucket;   // host: each member's first flat index and first bucket (nm + 1)
     CocoScatLayout *next;
 };
 struct CocoScatPtrs {
@@ -63,15 +73,17 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
         nb += (size[m] + COCO_BUCKET - 1) / COCO_BUCKET;
     CocoBucket *hb = (CocoBucket *)malloc((size_t)(nb + 1) * sizeof *hb);
     long *hs = (long *)malloc((size_t)(nm + 1) * sizeof *hs);
+    long *hk = (long *)malloc((size_t)(nm + 1) * sizeof *hk);
     CocoScatLayout *l = (CocoScatLayout *)calloc(1, sizeof *l);
     long *sz = (long *)malloc((size_t)nm * sizeof *sz);
-    if (!hb || !hs || !l || !sz) {
-        free(hb), free(hs), free(l), free(sz);
+    if (!hb || !hs || !hk || !l || !sz) {
+        free(hb), free(hs), free(hk), free(l), free(sz);
         COCO_FAIL(ctx, "scattered tensor", line, "out of host memory for %ld buckets", nb);
     }
     long b = 0, flat = 0;
     for (long m = 0; m < nm; m++) {
         hs[m] = flat;
+        hk[m] = b;
         for (long o = 0; o < size[m]; o += COCO_BUCKET, b++) {
             unsigned long long f = (unsigned long long)(flat + o);
             hb[b].flat_lo = (unsigned)f;
@@ -81,6 +93,7 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
         flat += size[m];
     }
     hs[nm] = flat;
+    hk[nm] = nb;
     hb[nb].flat_lo = (unsigned)(unsigned long long)flat;
     hb[nb].flat_hi = (unsigned)((unsigned long long)flat >> 32);
     hb[nb].member = (unsigned)nm;
@@ -92,14 +105,15 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
     if (e == cudaSuccess)
         e = cudaMemcpy(l->start, hs, (size_t)(nm + 1) * sizeof *hs, cudaMemcpyHostToDevice);
     free(hb);
-    free(hs);
     if (e != cudaSuccess) {
-        cudaFree(l->bucket), cudaFree(l->start), free(l), free(sz);
+        cudaFree(l->bucket), cudaFree(l->start), free(hs), free(hk), free(l), free(sz);
         COCO_FAIL(ctx, "scattered tensor", line, "bucket table: %s", cudaGetErrorString(e));
     }
     memcpy(sz, size, (size_t)nm * sizeof *sz);
     l->nm = nm;
     l->size = sz;
+    l->hstart = hs;
+    l->hbucket = hk;
     l->nbucket = nb;
     l->next = coco_scat_layouts;
     coco_scat_layouts = l;
@@ -108,11 +122,11 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
 }
 
 static int coco_scat_ptrs_of(coco_cuda_ctx *ctx, int line, void *const *ptr, long nm,
-                             void *const **out)
+                             CocoScatPtrs **out)
 {
     for (CocoScatPtrs *q = coco_scat_ptrs; q; q = q->next)
         if (q->nm == nm && !memcmp(q->host, ptr, (size_t)nm * sizeof *ptr)) {
-            *out = q->dev;
+            *out = q;
             return 0;
         }
     CocoScatPtrs *q = (CocoScatPtrs *)calloc(1, sizeof *q);
@@ -133,7 +147,7 @@ static int coco_scat_ptrs_of(coco_cuda_ctx *ctx, int line, void *const *ptr, lon
     q->host = h;
     q->next = coco_scat_ptrs;
     coco_scat_ptrs = q;
-    *out = q->dev;
+    *out = q;
     return 0;
 }
 
@@ -149,11 +163,15 @@ static int coco_scat(coco_cuda_ctx *ctx, int line, const char *name, const long 
         if (!ptr[m])
             COCO_FAIL(ctx, "scattered tensor", line, "member %ld of '%s' is NULL", m, name);
     CocoScatLayout *l;
-    if (coco_scat_layout(ctx, line, size, nm, &l) || coco_scat_ptrs_of(ctx, line, ptr, nm, &d->member))
+    CocoScatPtrs *q;
+    if (coco_scat_layout(ctx, line, size, nm, &l) || coco_scat_ptrs_of(ctx, line, ptr, nm, &q))
         return 1;
     d->bucket = l->bucket;
     d->nbucket = l->nbucket;
     d->start = l->start;
+    d->member = q->dev;
+    d->layout = l;
+    d->host_member = q->host;
     return 0;
 }
 
@@ -248,4 +266,144 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
                                                                           to_members);
     COCO_LAUNCHED(ctx, to_members ? "scatter into members" : "gather from members", line);
     return 0;
+}
+
+// ---- scattered operands of a FusedAllReduce over the peers' memory ----
+// The kernels (src/emit_lsa.c) take, a warp each, the buckets of one
+// scattered operand that intersect a part (part q: flat elements
+// [q*cs, min(n, (q+1)*cs)), language.md 6), clipped to the part, so a bucket
+// straddling two parts is computed half by each rank. Warp w takes buckets
+// first + w, first + w + nwarp, ... (first: the bucket holding the part's
+// first element, found on the host); its lanes read 32 of them at once
+// (coco_lsa_bucket, one latency for 32 buckets) and the warp takes them in
+// turn, each lane's share broadcast by shuffles. Every other scattered
+// operand has the same members, so the bucket's member and offset serve it
+// too. A member of a peer is addressed at the member's offset in the local
+// window (its address minus ctx->lsa_base): the runtime lays each variant's
+// arena out alike on every rank and members have the same sizes on every
+// rank, so the offsets agree.
+
+// The first bucket of each part (P <= 8), computed on the host.
+struct CocoLsaParts {
+    long first[8];
+};
+
+// The bucket holding flat element f of d (d.nbucket at or past the end): a
+// binary search over the member starts kept on the host with the layout.
+static long coco_scat_bucket_of(const CocoScat &d, long f)
+{
+    const CocoScatLayout *l = d.layout;
+    if (f >= l->hstart[l->nm])
+        return l->nbucket;
+    long lo = 0, hi = l->nm - 1; /* the last member starting at or before f */
+    while (lo < hi) {
+        long mid = (lo + hi + 1) / 2;
+        if (l->hstart[mid] <= f)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return l->hbucket[lo] + (f - l->hstart[lo]) / COCO_BUCKET;
+}
+
+static CocoLsaParts coco_lsa_parts(const CocoScat &d, long cs, long nparts)
+{
+    CocoLsaParts p;
+    for (long q = 0; q < 8; q++)
+        p.first[q] = q < nparts ? coco_scat_bucket_of(d, q * cs) : d.nbucket;
+    return p;
+}
+
+// Blocks and threads of a fused kernel over buckets: a warp for each bucket
+// of an average part, in whole warps (COCONET_FUSED_THREADS rounded down to
+// a multiple of 32); the same on every rank (it syncs a barrier per block).
+static inline void coco_lsa_scat_grid(const coco_cuda_ctx *ctx, const CocoScat &d, long nparts,
+                                      dim3 *grid, dim3 *block)
+{
+    coco_cuda_ctx c = *ctx;
+    c.fused_threads = c.fused_threads >= 32 && c.fused_threads <= 512 ? c.fused_threads / 32 * 32
+                                                                       : 512;
+    coco_lsa_grid(&c, (d.nbucket + nparts - 1) / nparts * 32, 1, grid, block);
+}
+
+// Do the members of d (elements of esize bytes) lie in the window? A C
+// caller's may lie anywhere: then the NCCL path.
+static inline int coco_lsa_members_usable(const coco_cuda_ctx *ctx, const CocoScat &d,
+                                          size_t esize)
+{
+    const char *base = (const char *)ctx->lsa_base;
+    if (!ctx->lsa_comm || !d.layout || !d.host_member)
+        return 0;
+    for (long m = 0; m < d.layout->nm; m++) {
+        const char *b = (const char *)d.host_member[m];
+        if (b < base || b + (size_t)d.layout->size[m] * esize > base + ctx->lsa_bytes)
+            return 0;
+    }
+    return 1;
+}
+
+// The offset in the window of member m (of a member table, device).
+__device__ __forceinline__ size_t coco_lsa_member_off(void *const *member, unsigned m,
+                                                      const char *lbase)
+{
+    return (size_t)((const char *)member[m] - lbase);
+}
+
+// Bucket b as a fused kernel takes it for a part starting at flat element
+// base with n elements: part-local [lo, lim) (clipped to the part), its
+// member and the member's first element (part-local, maybe negative).
+// Past the table or the part: lo = n.
+struct CocoLsaBucket {
+    long lo, lim, ms;
+    unsigned member;
+};
+
+__device__ __forceinline__ CocoLsaBucket coco_lsa_bucket(const CocoScat &sc, long b, long base,
+                                                         long n)
+{
+    CocoLsaBucket d = {n, n, 0, 0};
+    if (b < sc.nbucket) {
+        const CocoBucket bk = sc.bucket[b];
+        const long f0 = coco_bflat(bk) - base, f1 = coco_bflat(sc.bucket[b + 1]) - base;
+        d.lo = f0 > 0 ? f0 : 0;
+        d.lim = f1 < n ? f1 : n;
+        d.member = bk.member;
+        d.ms = sc.start[bk.member] - base;
+    }
+    return d;
+}
+
+// Lane j's x, for the whole warp (every lane calls it).
+__device__ __forceinline__ long coco_shfl(long x, int j)
+{
+    return (long)__shfl_sync(0xffffffffu, (long long)x, j);
+}
+
+__device__ __forceinline__ const void *coco_shfl_ptr(const void *x, int j)
+{
+    return (const void *)(uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)x, j);
+}
+
+// coco_lsa_reduce and coco_lsa_store at any alignment (coco_ldv_any,
+// coco_stv_any: vector operations where the address allows).
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_reduce_any(ncclWindow_t win, size_t off, long base,
+                                                    long i0, long n, int op, double *acc)
+{
+    alignas(16) CocoRaw<T> x[P][V];
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        coco_ldv_any<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, x[q]);
+    coco_lsa_fold<V, T, P>(x, op, acc);
+}
+
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off, long base,
+                                                   long i0, long n, int first, int last,
+                                                   const CocoRaw<T> *raw)
+{
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        if (q >= first && q <= last)
+            coco_stv_any<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
 }

@@ -6,7 +6,8 @@
 #             AllReduce, ReduceScatter + AllGather, an Update, GROUP communicators;
 #             and faults.cu, which must be caught (a GUARD and a REPEAT row);
 #   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
-#             reductions in a fused collective; tests/gpu/send.coco: fused
+#             reductions in a fused collective; tests/gpu/lamb_scattered.coco:
+#             the same over scattered tensors; tests/gpu/send.coco: fused
 #             Sends; tests/oracle/programs/ragged.coco: uneven slices along
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
@@ -194,7 +195,7 @@ part_selftest() {
 
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
-    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco \
+    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
@@ -216,6 +217,28 @@ part_examples() {
             else
                 run "$name" "file's" "$p" "$f" --all-schedules
             fi
+        done
+    done
+    scattered_fused
+}
+
+# Fused collectives over scattered tensors (kernels over the peers' memory
+# addressing members through the bucket table), two-shot: at W = 41 (P = 4:
+# uneven parts whose edges cut members and buckets; member starts at odd
+# offsets, so vector and single-element paths), and at W = 401 on one block
+# of 3 warps (every warp takes many batches of 32 buckets).
+scattered_fused() {
+    for f in examples/adam_scattered.coco tests/gpu/lamb_scattered.coco; do
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            COCONET_FUSED=twoshot
+            export COCONET_FUSED
+            run "$name" "W=41, twoshot" "$p" "$f" -D W=41 --all-schedules
+            COCONET_FUSED_BLOCKS=1
+            COCONET_FUSED_THREADS=96
+            export COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
+            run "$name" "W=401, twoshot, 1 block of 96" "$p" "$f" -D W=401 --all-schedules
+            unset COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
         done
     done
 }
