@@ -1117,6 +1117,24 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
+/* Does fusion f read or write a scattered tensor? (A fused Send over one
+ * keeps its NCCL lowering: its kernel addresses contiguous buffers.) */
+static int fusion_scattered(Emitter *e, int f)
+{
+    Program *p = e->p;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead || n->fusion != f)
+            continue;
+        if (scat_of(e, i))
+            return 1;
+        for (int k = 0; k < n->nin; k++)
+            if (scat_of(e, n->in[k]))
+                return 1;
+    }
+    return 0;
+}
+
 static void emit_variant(FILE *o, Program *p, int vi)
 {
     Emitter e;
