@@ -93,149 +93,10 @@ int emit_stored(Emitter *e, int i)
     return 0;
 }
 
-/* ---- scattered tensors (rt/kernels/coco_scatter.cuh) ---- */
-
-/* The scattered input whose members hold node id's value: the input itself,
- * or the tensor id is the new value of (unless id is computed into an
- * output buffer, then copied into the members). NULL: one buffer. */
-static const Node *scat_of(Emitter *e, int id)
-{
-    Node *n = node_of(e->p, id);
-    if (n->op == O_INPUT)
-        return n->nmember ? n : NULL;
-    int t = e->state_of[id];
-    if (t >= 0 && e->out_index[id] < 0 && node_of(e->p, t)->nmember)
-        return node_of(e->p, t);
-    return NULL;
-}
-
-static int segment_shape(Emitter *e, int seg);
-static void emit_size_expr(Emitter *e, const char *text);
-
-/* Does node j, reading scattered value id as its input k, need id's
- * contiguous copy? All but elementwise kernels iterating over its shape,
- * widened reductions (converted from the members) and Slices (copied from
- * the members) do. */
-static int reads_contiguous(Emitter *e, int id, int j, int k)
-{
-    Program *p = e->p;
-    Node *u = &p->node[j];
-    if (u->dead || u->in[k] != id || (u->op == O_UPDATE && k == 0))
-        return 0;
-    int seg = e->segment[j];
-    if (seg >= 0 && segment_shape(e, seg) >= 0 &&
-        emit_same_local_shape(node_of(p, id), node_of(p, segment_shape(e, seg))))
-        return 0;
-    if (seg < 0 && (u->op == O_SLICE || u->op == O_ALLREDUCE || u->op == O_REDUCESCATTER) &&
-        (u->op == O_SLICE || u->type == T_FP16 || u->type == T_BF16))
-        return 0;
-    return 1;
-}
-
-/* Does scattered value id also need a contiguous copy b<id> in the
- * workspace? When a library call or collective writes it (then scattered
- * into the members), or something reads it that cannot address members. */
-static int scat_needs_buffer(Emitter *e, int id)
-{
-    Program *p = e->p;
-    Node *n = node_of(p, id);
-    if ((n->op != O_INPUT && e->segment[id] < 0) || (n->op == O_INPUT && is_output(p, id)))
-        return 1;
-    for (int j = id + 1; j < p->nnode; j++)
-        for (int k = 0; k < p->node[j].nin; k++)
-            if (reads_contiguous(e, id, j, k))
-                return 1;
-    return 0;
-}
-
-/* The fusion generated over the peers' memory (emit_lsa.c) whose nodes are
- * the only readers of scattered input i's contiguous copy, or -1. Its
- * kernels address the members; only its NCCL path gathers the copy
- * (emit_scat_gather_for), not the entry point's start. Only for inputs
- * never updated, whose members hold the same values all along. */
-static int scat_gather_fusion(Emitter *e, int i)
-{
-    Program *p = e->p;
-    Node *n = node_of(p, i);
-    if (n->op != O_INPUT || !n->nmember || n->updated_by >= 0 || is_output(p, i) ||
-        !e->lsa_node || !scat_needs_buffer(e, i))
-        return -1;
-    int f = -1;
-    for (int j = i + 1; j < p->nnode; j++)
-        for (int k = 0; k < p->node[j].nin; k++) {
-            if (!reads_contiguous(e, i, j, k))
-                continue;
-            if (e->lsa_node[j] < 0 || (f >= 0 && e->lsa_node[j] != f))
-                return -1;
-            f = e->lsa_node[j];
-        }
-    return f;
-}
-
-const Node *emit_scat_of(Emitter *e, int id)
-{
-    return scat_of(e, id);
-}
-
-/* The descriptor c<id> of a scattered value (built once per member list
- * and member pointers, then looked up), and its contiguous copy b<id>. */
-static void emit_scat_buffer(Emitter *e, const Node *n, const Node *t)
-{
-    FILE *o = e->o;
-    int id = n->id;
-    if (n == t) {
-        fprintf(o, "    const long z%d[] = {", id);
-        for (int m = 0; m < t->nmember; m++) {
-            fputs(m ? ", " : "", o);
-            emit_size_expr(e, t->member[m].text);
-        }
-        fprintf(o, "};\n    CocoScat c%d;\n    memset(&c%d, 0, sizeof c%d);\n"
-                   "    if (!dry && coco_scat(ctx, %d, \"%s\", z%d, %d, args->members ? "
-                   "args->members[%d] : NULL, &c%d))\n        return 1;\n",
-                id, id, id, t->pos.line, t->name, id, t->nmember, e->in_index[id], id);
-    } else {
-        fprintf(o, "    CocoScat c%d = c%d;\n", id, t->id);
-    }
-    if (scat_needs_buffer(e, id))
-        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id,
-                type_size(n->type));
-    else /* no b<id>: nothing may address it as one buffer */
-        fprintf(o, "    /* %s: in the members of %s */\n", n->name, t->name);
-}
-
-/* Copies between a scattered value's members and its contiguous copy:
- * to_members 0 gathers, 1 scatters. */
-static void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members)
-{
-    fprintf(e->o, "    if (coco_scat_copy(ctx, %d, c%d, b%d, %s, 0, coco_count(h%d), %d))\n"
-                  "        return 1;\n",
-            n->pos.line, scat, buf, emit_tname[n->type], n->id, to_members);
-}
-
-/* The contiguous copies of the scattered inputs only fusion f's NCCL path
- * reads (scat_gather_fusion), gathered at the start of that path. */
-void emit_scat_gather_for(Emitter *e, int f)
-{
-    Program *p = e->p;
-    for (int i = 0; i < p->nnode; i++)
-        if (scat_gather_fusion(e, i) == f)
-            emit_scat_copy(e, i, i, &p->node[i], 0);
-}
-
-/* After node n: a scattered value with a contiguous copy gets the copy
- * filled (computed into the members) or its members filled (computed into
- * the copy). */
-static void emit_scat_sync(Emitter *e, const Node *n)
-{
-    if (n->op == O_INPUT || !scat_of(e, n->id) || !scat_needs_buffer(e, n->id))
-        return;
-    emit_scat_copy(e, n->id, n->id, n, e->segment[n->id] < 0);
-}
-
 /* ---- host code: sizes, shapes, buffers ---- */
 
 /* A size expression ("4*H") as C, its names read from the size array. */
-static void emit_size_expr(Emitter *e, const char *text)
+void emit_size_expr(Emitter *e, const char *text)
 {
     for (const char *c = text; *c;) {
         if (isalpha((unsigned char)*c) || *c == '_') {
@@ -274,7 +135,7 @@ static void emit_buffer(Emitter *e, const Node *n)
     FILE *o = e->o;
     int id = n->id;
     size_t tsize = type_size(n->type);
-    const Node *scat = scat_of(e, id);
+    const Node *scat = emit_scat_of(e, id);
     if (scat) {
         emit_scat_buffer(e, n, scat);
     } else if (n->op == O_INPUT) {
@@ -413,6 +274,39 @@ void emit_value_statement(Emitter *e, int seg, const Node *n)
 }
 
 /* Appends id to ids[0..n) unless it is there; the new count. */
+void emit_program_order(int *ids, int n)
+{
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && ids[b - 1] > ids[b]; b--) {
+            int t = ids[b];
+            ids[b] = ids[b - 1];
+            ids[b - 1] = t;
+        }
+}
+
+void emit_param(Emitter *e, int mode, const char *typed, const char *host, const char *forward,
+                int id)
+{
+    fprintf(e->o, mode == EMIT_TYPED ? typed : mode == EMIT_HOST ? host : forward, id);
+}
+
+void emit_input_param(Emitter *e, const Node *x, int mode)
+{
+    FILE *o = e->o;
+    if (x->op == O_SCALAR && mode == EMIT_TYPED)
+        fprintf(o, ", double s%d", x->id);
+    else if (x->op == O_SCALAR && mode == EMIT_FORWARD)
+        fprintf(o, ", s%d", x->id);
+    else if (x->op == O_SCALAR && x->has_value)
+        fprintf(o, ", %.17g", x->value);
+    else if (x->op == O_SCALAR)
+        fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
+    else
+        fprintf(o, mode == EMIT_TYPED  ? ", const void *x%d, CocoShape h%d"
+                   : mode == EMIT_HOST ? ", b%d, h%d"
+                                       : ", x%d, h%d", x->id, x->id);
+}
+
 int emit_add_once(int *ids, int n, int id)
 {
     for (int j = 0; j < n; j++)
@@ -443,7 +337,7 @@ static int segment_inputs(Emitter *e, int seg, int *ids)
 }
 
 /* The member whose shape the segment iterates over (0-dim only: -1). */
-static int segment_shape(Emitter *e, int seg)
+int emit_segment_shape(Emitter *e, int seg)
 {
     int best = -1;
     for (int i = 0; i < e->p->nnode; i++)
@@ -473,7 +367,7 @@ void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int))
 static int mark_flat(Emitter *e, int seg, const int *ins, int nin)
 {
     Program *p = e->p;
-    int shape = segment_shape(e, seg);
+    int shape = emit_segment_shape(e, seg);
     size_t narrow = 0;
     memset(e->flat, 0, (size_t)p->nnode);
     for (int k = 0; k < nin && shape >= 0; k++) {
@@ -500,37 +394,6 @@ static int needs_coords(Emitter *e, int seg, const int *ins, int nin)
         if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
             return 1;
     return 0;
-}
-
-/* Is operand or stored result x of segment seg's kernel addressed through
- * a scattered tensor's members (a parameter c<id>)? Flat operands and
- * stored results are; others read the contiguous copy. */
-static int scat_member(Emitter *e, int seg, int x)
-{
-    return scat_of(e, x) && (e->flat[x] || e->segment[x] == seg);
-}
-
-/* The scattered value whose buckets a segment's kernel iterates over (its
- * first flat scattered operand or stored result), or -1: a flat kernel. All
- * others must have the same members. */
-static int segment_scat(Emitter *e, int seg, const int *ins, int nin)
-{
-    Program *p = e->p;
-    int first = -1;
-    for (int k = 0; k < nin + p->nnode; k++) {
-        int x = k < nin ? ins[k] : k - nin;
-        if (k < nin ? !e->flat[x] || !scat_of(e, x)
-                    : e->segment[x] != seg || !emit_stored(e, x) || !scat_of(e, x))
-            continue;
-        if (first < 0)
-            first = x;
-        else if (!same_members(scat_of(e, first), scat_of(e, x)))
-            error_at(node_of(p, x)->pos, "the CUDA backend computes '%s' and '%s' in one kernel: "
-                     "their scattered tensors '%s' and '%s' must have the same members",
-                     node_of(p, first)->name, node_of(p, x)->name, scat_of(e, first)->name,
-                     scat_of(e, x)->name);
-    }
-    return first;
 }
 
 /* The per-element body: each member's value, stored ones into s<id>[v]. */
@@ -577,7 +440,7 @@ static void emit_segment_memory(Emitter *e, int seg, const int *ins, int nin, in
         if (scat < 0)
             fprintf(o, store ? "        coco_stv<V, %s>(y%d, i0, n, s%d);\n"
                              : "        coco_ldv<V, %s>(x%d, i0, n, l%d);\n", t, x, x);
-        else if (scat_member(e, seg, x))
+        else if (emit_scat_member(e, seg, x))
             fprintf(o, store ? "        coco_stv_any<V, %s>(c%d.member[bk.member], mo + j0, mo + len, s%d);\n"
                              : "        coco_ldv_any<V, %s>(c%d.member[bk.member], mo + j0, mo + len, l%d);\n",
                     t, x, x);
@@ -594,7 +457,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     int *ins = xmalloc((size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     mark_flat(e, seg, ins, nin);
-    int scat = segment_scat(e, seg, ins, nin);
+    int scat = emit_segment_scat(e, seg, ins, nin);
     emit_kernel_comment(e, seg, emit_stored);
     fprintf(o, "template <int V>\n__global__ void %s_k%d(long n, CocoShape it, "
                "unsigned long long seed", e->v, seg);
@@ -602,14 +465,14 @@ static void emit_segment_kernel(Emitter *e, int seg)
         Node *x = node_of(p, ins[k]);
         if (x->op == O_SCALAR)
             fprintf(o, ", double s%d", x->id);
-        else if (scat >= 0 && scat_member(e, seg, x->id))
+        else if (scat >= 0 && emit_scat_member(e, seg, x->id))
             fprintf(o, ", CocoScat c%d", x->id);
         else
             fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
     }
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i))
-            fprintf(o, scat >= 0 && p->node[i].ndim && scat_member(e, seg, i) ? ", CocoScat c%d"
+            fprintf(o, scat >= 0 && p->node[i].ndim && emit_scat_member(e, seg, i) ? ", CocoScat c%d"
                                                                          : ", void *__restrict__ y%d", i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
@@ -649,14 +512,14 @@ static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int 
             fprintf(o, ", %.17g", x->value);
         else if (x->op == O_SCALAR)
             fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
-        else if (scat >= 0 && scat_member(e, seg, x->id))
+        else if (scat >= 0 && emit_scat_member(e, seg, x->id))
             fprintf(o, ", c%d", x->id);
         else
             fprintf(o, ", b%d, h%d", x->id, x->id);
     }
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i))
-            fprintf(o, scat >= 0 && p->node[i].ndim && scat_member(e, seg, i) ? ", c%d" : ", b%d",
+            fprintf(o, scat >= 0 && p->node[i].ndim && emit_scat_member(e, seg, i) ? ", c%d" : ", b%d",
                     i);
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
@@ -696,7 +559,7 @@ static void emit_segment_launch(Emitter *e, int seg)
     int *ins = xmalloc((size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     int vmax = mark_flat(e, seg, ins, nin);
-    int shape = segment_shape(e, seg);
+    int shape = emit_segment_shape(e, seg);
     int line = 0;
     for (int i = 0; i < p->nnode && !line; i++)
         if (e->segment[i] == seg)
@@ -705,7 +568,7 @@ static void emit_segment_launch(Emitter *e, int seg)
     if (shape >= 0)
         fprintf(o, "        it = h%d;\n", shape);
     fprintf(o, "        long n = coco_count(it);\n");
-    int scat = segment_scat(e, seg, ins, nin);
+    int scat = emit_segment_scat(e, seg, ins, nin);
     if (scat >= 0) { /* V at any alignment: coco_ldv_any tests each bucket */
         fprintf(o, "        %s_k%d<%d><<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>", e->v, seg,
                 vmax, scat);
@@ -798,11 +661,11 @@ static void emit_reduction(Emitter *e, const Node *n)
 static void emit_slice(Emitter *e, const Node *n)
 {
     Node *x = node_of(e->p, n->in[0]);
-    if (scat_of(e, x->id)) { /* 1-D: the slice is a range of the members */
+    if (emit_scat_of(e, x->id)) { /* 1-D: the slice is a range of the members */
         fprintf(e->o, "    /* line %d: %s = Slice, from the members of %s */\n"
                       "    if (coco_scat_copy(ctx, %d, c%d, b%d, %s, h%d.off[0], h%d.off[0] + "
                       "h%d.dim[0], 0))\n        return 1;\n",
-                n->pos.line, n->name, scat_of(e, x->id)->name, n->pos.line, x->id, n->id,
+                n->pos.line, n->name, emit_scat_of(e, x->id)->name, n->pos.line, x->id, n->id,
                 emit_tname[n->type], n->id, n->id, n->id);
         return;
     }
@@ -824,7 +687,7 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, con
                    "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, emit_tname[n->type]);
         return;
     }
-    if (scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi)))
+    if (emit_scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi)))
         fprintf(o, "        coco_scat_convert_kernel<<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>"
                    "(c%d, %s, w%di, COCO_FP32);\n", xi, xi, emit_tname[n->type], id);
     else
@@ -1088,8 +951,8 @@ static void emit_body(Emitter *e, const char *entry)
                "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "
                "ctx->workspace_bytes);\n");
     for (int i = 0; i < p->nnode; i++) /* scattered inputs some operation reads contiguous */
-        if (p->node[i].op == O_INPUT && p->node[i].nmember && scat_needs_buffer(e, i) &&
-            scat_gather_fusion(e, i) < 0)
+        if (p->node[i].op == O_INPUT && p->node[i].nmember && emit_scat_needs_buffer(e, i) &&
+            emit_scat_gather_fusion(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
@@ -1115,24 +978,6 @@ static void emit_body(Emitter *e, const char *entry)
                "    size_t need = 0;\n    coco_cuda_ctx c = *ctx;\n    char msg[256];\n"
                "    c.err = msg;\n    c.errlen = sizeof msg;\n"
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
-}
-
-/* Does fusion f read or write a scattered tensor? (A fused Send over one
- * keeps its NCCL lowering: its kernel addresses contiguous buffers.) */
-static int fusion_scattered(Emitter *e, int f)
-{
-    Program *p = e->p;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *n = &p->node[i];
-        if (n->dead || n->fusion != f)
-            continue;
-        if (scat_of(e, i))
-            return 1;
-        for (int k = 0; k < n->nin; k++)
-            if (scat_of(e, n->in[k]))
-                return 1;
-    }
-    return 0;
 }
 
 static void emit_variant(FILE *o, Program *p, int vi)
@@ -1161,7 +1006,7 @@ static void emit_variant(FILE *o, Program *p, int vi)
         if ((e.lsa[f] = lsa_eligible(&e, f))) {
             lsa_claim(&e, f);
             lsa_emit_kernel(&e, f);
-        } else if ((e.lsa[f] = !fusion_scattered(&e, f) && send_eligible(&e, f))) {
+        } else if ((e.lsa[f] = !emit_fusion_scattered(&e, f) && send_eligible(&e, f))) {
             send_claim(&e, f);
             send_emit_kernel(&e, f);
         }

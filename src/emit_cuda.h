@@ -26,6 +26,16 @@ extern const char *const emit_tname[NTYPE];
 
 int emit_is_elementwise(const Node *n);
 int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */
+void emit_program_order(int *ids, int n);   /* sorts node ids ascending */
+/* The parameter lists of the peer-memory kernels (emit_lsa.c, emit_send.c):
+ * the kernel's typed parameters, the entry point's arguments, or the
+ * launcher's (_go) arguments forwarded to the kernel. */
+enum { EMIT_TYPED, EMIT_HOST, EMIT_FORWARD };
+/* the format of that mode (typed, host or forward) with id */
+void emit_param(Emitter *e, int mode, const char *typed, const char *host, const char *forward,
+                int id);
+/* ", PARAM" of an input x read from outside the kernel, in that mode */
+void emit_input_param(Emitter *e, const Node *x, int mode);
 int emit_same_local_shape(const Node *a, const Node *b);
 /* r<id> = the value of elementwise node n (a statement inside the v loop) */
 void emit_value_statement(Emitter *e, int seg, const Node *n);
@@ -36,10 +46,28 @@ int emit_stored(Emitter *e, int i);
  * of a new value into its tensor */
 void emit_node(Emitter *e, const Node *n, int *done_segment);
 void emit_state_copy(Emitter *e, const Node *n);
+/* the node whose shape segment seg's kernel iterates over, or -1 */
+int emit_segment_shape(Emitter *e, int seg);
+void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
+
+/* emit_scatter.c: scattered tensors */
 /* the scattered input whose members hold node id's value, or NULL */
 const Node *emit_scat_of(Emitter *e, int id);
+int emit_scat_needs_buffer(Emitter *e, int id); /* does it also need a contiguous b<id>? */
+/* the fusion whose NCCL path alone reads input i whole (it gathers it), or -1 */
+int emit_scat_gather_fusion(Emitter *e, int i);
+/* the descriptor c<id> of scattered value n (t: its tensor), and b<id> */
+void emit_scat_buffer(Emitter *e, const Node *n, const Node *t);
+/* copies between members c<scat> and b<buf>: to_members 0 gathers, 1 scatters */
+void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members);
 /* fusion f's NCCL path: gathers the scattered inputs only it reads whole */
 void emit_scat_gather_for(Emitter *e, int f);
+void emit_scat_sync(Emitter *e, const Node *n); /* after n: members and copy agree */
+/* is operand or result x of segment seg's kernel addressed in members? */
+int emit_scat_member(Emitter *e, int seg, int x);
+/* the scattered value whose buckets segment seg's kernel takes, or -1 */
+int emit_segment_scat(Emitter *e, int seg, const int *ins, int nin);
+int emit_fusion_scattered(Emitter *e, int f); /* does fusion f touch one? */
 
 /* emit_lsa.c, emit_lsa_plan.c */
 int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */

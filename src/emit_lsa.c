@@ -45,7 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TYPED, HOST, FORWARD }; /* emit_params: the kernels', the entry point's call, _go's */
 
 static Node *nd(Emitter *e, int id)
 {
@@ -202,16 +201,16 @@ static void window_param(Emitter *e, const Lsa *l, int id, int mode, int *w)
 {
     FILE *o = e->o;
     if (lsa_scattered(e, l, id))
-        fprintf(o, mode == TYPED ? ", void *const *mb%d" : mode == HOST ? ", c%d.member" : ", mb%d",
-                id);
-    else if (mode == HOST)
+        emit_param(e, mode, ", void *const *mb%d", ", c%d.member", ", mb%d", id);
+    else if (mode == EMIT_HOST)
         fprintf(o, ", lo[%d]", (*w)++);
     else
-        fprintf(o, mode == TYPED ? ", size_t o%d" : ", o%d", id);
+        fprintf(o, mode == EMIT_TYPED ? ", size_t o%d" : ", o%d", id);
 }
 
-/* The kernels' parameters (TYPED), the entry point's arguments (HOST) or
- * _go's arguments to the kernels (FORWARD); every kernel takes them all. */
+/* The kernels' parameters (EMIT_TYPED), the entry point's arguments
+ * (EMIT_HOST) or _go's arguments to the kernels (EMIT_FORWARD); every kernel
+ * takes them all. */
 static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz,
                         int mode)
 {
@@ -222,49 +221,37 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
         "unsigned long long seed, int rank",
         "dc, win, cs, nall, it, args->seed, rank", "dc, win, cs, nall, it, seed, rank"};
     fputs(head[mode], o);
-    if (l->scat >= 0 && mode == HOST) /* the buckets: of c<scat>, each part's first in pb */
+    if (l->scat >= 0 && mode == EMIT_HOST) /* the buckets: of c<scat>, each part's first in pb */
         fprintf(o, ", (const char *)ctx->lsa_base, c%d, pb", l->scat);
     else if (l->scat >= 0)
-        fputs(mode == TYPED ? ", const char *lbase, CocoScat sc, CocoLsaParts pb"
+        fputs(mode == EMIT_TYPED ? ", const char *lbase, CocoScat sc, CocoLsaParts pb"
                             : ", lbase, sc, pb", o);
     window_param(e, l, nd(e, l->rs)->in[0], mode, &w);
     for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_ALLGATHER)
             window_param(e, l, l->m[k], mode, &w);
-    if (l->nred && mode == HOST)
+    if (l->nred && mode == EMIT_HOST)
         fprintf(o, ", lo[%d], (double *)fp%d", w, l->rs);
     else if (l->nred)
-        fprintf(o, mode == TYPED ? ", size_t ored, double *blk" : ", ored, blk");
+        fprintf(o, mode == EMIT_TYPED ? ", size_t ored, double *blk" : ", ored, blk");
     for (int k = 0; k < nz; k++)
         if (lsa_scattered(e, l, zs[k]))
-            fprintf(o, mode == TYPED ? ", void *const *mb%d" : mode == HOST ? ", c%d.member"
-                                                                             : ", mb%d", zs[k]);
+            emit_param(e, mode, ", void *const *mb%d", ", c%d.member", ", mb%d", zs[k]);
         else
-            fprintf(o, mode == TYPED ? ", const void *z%d" : mode == HOST ? ", b%d" : ", z%d",
-                    zs[k]);
+            emit_param(e, mode, ", const void *z%d", ", b%d", ", z%d", zs[k]);
     for (int k = 0; k < nin; k++) {
         Node *x = nd(e, ins[k]);
-        if (x->op == O_SCALAR && mode == TYPED)
-            fprintf(o, ", double s%d", x->id);
-        else if (x->op == O_SCALAR && mode == FORWARD)
-            fprintf(o, ", s%d", x->id);
-        else if (x->op == O_SCALAR && x->has_value)
-            fprintf(o, ", %.17g", x->value);
-        else if (x->op == O_SCALAR)
-            fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
-        else
-            fprintf(o, mode == TYPED ? ", const void *x%d, CocoShape h%d"
-                                     : mode == HOST ? ", b%d, h%d" : ", x%d, h%d", x->id, x->id);
+        emit_input_param(e, x, mode);
     }
     for (int k = 0; k < l->nm; k++)
         if (stores_local(e, l, l->m[k]))
-            fprintf(o, mode == TYPED ? ", void *y%d" : mode == HOST ? ", b%d" : ", y%d", l->m[k]);
+            emit_param(e, mode, ", void *y%d", ", b%d", ", y%d", l->m[k]);
     for (int k = 0; k < l->nm; k++)
         if (l->carry[l->m[k]])
-            fprintf(o, mode == TYPED ? ", void *c%d" : mode == HOST ? ", fc%d" : ", c%d", l->m[k]);
+            emit_param(e, mode, ", void *c%d", ", fc%d", ", c%d", l->m[k]);
     for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_DROPOUT && nd(e, l->m[k])->ndim)
-            fprintf(o, mode == TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
+            fprintf(o, mode == EMIT_TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
 }
 
 /* Over buckets, every load and store takes its vector path only where the
@@ -561,7 +548,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     FILE *o = e->o;
     fprintf(o, "template <int V, int P, int ONESHOT>\n__global__ void __launch_bounds__(512) "
                "%s_f%d%s(", e->v, f, kn ? "_b" : "");
-    emit_params(e, l, ins, nin, zs, nz, TYPED);
+    emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
     if (kn == 0) {
@@ -606,7 +593,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
     int vmax = widest(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
     fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, dim3 grid, dim3 block, "
                "cudaStream_t st, ", e->v, f);
-    emit_params(e, l, ins, nin, zs, nz, TYPED);
+    emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {2, 4, 8};
     /* over buckets, V = vmax at any alignment (coco_ldv_any) */
@@ -618,7 +605,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                 for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
                     fprintf(o, "        %s_f%d%s<%d, %d, %d><<<grid, block, 0, st>>>(", e->v, f,
                             kn ? "_b" : "", v, peers[pi], os);
-                    emit_params(e, l, ins, nin, zs, nz, FORWARD);
+                    emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
                     fprintf(o, ");\n");
                 }
                 fprintf(o, "    } else\n");
@@ -791,7 +778,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     fprintf(o, "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
     fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, grid, block, st, ", e->v, f);
-    emit_params(e, &l, ins, nin, zs, nz, HOST);
+    emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
                "%%ld ranks\", G_WORLD);\n        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",
             rs->pos.line, rs->pos.line);

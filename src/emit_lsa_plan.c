@@ -158,12 +158,7 @@ static void absorb_helpers(Emitter *e, Lsa *l)
                 l->nm--;
         }
     }
-    for (int a = 1; a < l->nm; a++) /* program order */
-        for (int b = a; b > 0 && l->m[b - 1] > l->m[b]; b--) {
-            int t = l->m[b];
-            l->m[b] = l->m[b - 1];
-            l->m[b - 1] = t;
-        }
+    emit_program_order(l->m, l->nm);
 }
 
 /* Levels and the list of cross-rank reductions; 0 when a reduction folds a

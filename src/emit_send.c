@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TYPED, HOST, FORWARD }; /* emit_params: the kernel's, the entry point's call, _go's */
 
 typedef struct {
     int *m;   /* members in program order (absorbed helpers included) */
@@ -104,12 +103,7 @@ static void absorb_helpers(Emitter *e, SendPlan *s)
                 s->nm--;
         }
     }
-    for (int a = 1; a < s->nm; a++) /* program order */
-        for (int b = a; b > 0 && s->m[b - 1] > s->m[b]; b--) {
-            int t = s->m[b];
-            s->m[b] = s->m[b - 1];
-            s->m[b - 1] = t;
-        }
+    emit_program_order(s->m, s->nm);
 }
 
 /* May member n be computed in the kernel of Send `send`? */
@@ -220,8 +214,8 @@ static int widest(Emitter *e, const SendPlan *s)
 
 /* ---- the kernel ---- */
 
-/* The kernel's parameters (TYPED), the entry point's arguments (HOST) or
- * _go's arguments to the kernel (FORWARD). */
+/* The kernel's parameters (EMIT_TYPED), the entry point's arguments (EMIT_HOST) or
+ * _go's arguments to the kernel (EMIT_FORWARD). */
 static void emit_params(Emitter *e, const SendPlan *s, int mode)
 {
     FILE *o = e->o;
@@ -234,31 +228,21 @@ static void emit_params(Emitter *e, const SendPlan *s, int mode)
     fprintf(o, head[mode], s->send);
     for (int k = 0; k < s->nin; k++) {
         Node *x = nd(e, s->ins[k]);
-        if (x->op == O_SCALAR && mode == TYPED)
-            fprintf(o, ", double s%d", x->id);
-        else if (x->op == O_SCALAR && mode == FORWARD)
-            fprintf(o, ", s%d", x->id);
-        else if (x->op == O_SCALAR && x->has_value)
-            fprintf(o, ", %.17g", x->value);
-        else if (x->op == O_SCALAR)
-            fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
-        else
-            fprintf(o, mode == TYPED ? ", const void *x%d, CocoShape h%d"
-                                     : mode == HOST ? ", b%d, h%d" : ", x%d, h%d", x->id, x->id);
+        emit_input_param(e, x, mode);
     }
     for (int k = 0; k < s->nm; k++) {
         Node *n = nd(e, s->m[k]);
-        if (n->op == O_SLICE && mode == HOST)
+        if (n->op == O_SLICE && mode == EMIT_HOST)
             fprintf(o, ", coco_send_slice(b%d, h%d, %zu)", n->in[0], n->id, type_size(n->type));
         else if (n->op == O_SLICE)
-            fprintf(o, mode == TYPED ? ", const void *z%d" : ", z%d", n->id);
+            fprintf(o, mode == EMIT_TYPED ? ", const void *z%d" : ", z%d", n->id);
     }
     for (int k = 0; k < s->nm; k++)
         if (stores_local(e, s, s->m[k]))
-            fprintf(o, mode == TYPED ? ", void *y%d" : mode == HOST ? ", b%d" : ", y%d", s->m[k]);
+            emit_param(e, mode, ", void *y%d", ", b%d", ", y%d", s->m[k]);
     for (int k = 0; k < s->nm; k++)
         if (nd(e, s->m[k])->op == O_DROPOUT && nd(e, s->m[k])->ndim)
-            fprintf(o, mode == TYPED ? ", CocoShape h%d" : ", h%d", s->m[k]);
+            fprintf(o, mode == EMIT_TYPED ? ", CocoShape h%d" : ", h%d", s->m[k]);
 }
 
 static int needs_coords(Emitter *e, const SendPlan *s)
@@ -345,7 +329,7 @@ static void emit_kernel(Emitter *e, int f, const SendPlan *s)
     FILE *o = e->o;
     fprintf(o, "template <int V, int PEER>\n__global__ void __launch_bounds__(512, 2) %s_s%d(",
             e->v, f);
-    emit_params(e, s, TYPED);
+    emit_params(e, s, EMIT_TYPED);
     fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n"
                "    CocoSendSync<PEER> xfer(dc);\n"
                "    void *out = xfer.target(win, off, to, dl);\n"
@@ -370,13 +354,13 @@ static void emit_go(Emitter *e, int f, const SendPlan *s)
     int vmax = widest(e, s);
     fprintf(o, "static int %s_s%d_go(int V, int PEER, dim3 grid, dim3 block, cudaStream_t st, ",
             e->v, f);
-    emit_params(e, s, TYPED);
+    emit_params(e, s, EMIT_TYPED);
     fprintf(o, ")\n{\n");
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
         for (int peer = 0; peer < 2; peer++) {
             fprintf(o, "    if (V == %d && PEER == %d)\n        %s_s%d<%d, %d><<<grid, block, 0, "
                        "st>>>(", vi ? 1 : vmax, peer, e->v, f, vi ? 1 : vmax, peer);
-            emit_params(e, s, FORWARD);
+            emit_params(e, s, EMIT_FORWARD);
             fprintf(o, ");\n    else\n");
         }
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");
@@ -500,7 +484,7 @@ void send_emit_launch(Emitter *e, int f, int *done_segment)
                "        if (peer)\n            coco_lsa_grid(ctx, most, %d, &grid, &block);\n"
                "        (void)most;\n", vmax);
     fprintf(o, "        if (%s_s%d_go(V, peer, grid, block, st, ", e->v, f);
-    emit_params(e, &s, HOST);
+    emit_params(e, &s, EMIT_HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"Send\", %d, \"no kernel instance for V = %%d\", "
                "V);\n        COCO_LAUNCHED(ctx, \"Send\", %d);\n", l, l);
     for (int k = 0; k < s.nm; k++)
