@@ -138,6 +138,7 @@ static double *local_values(Exec *e, int id, Program *vp, const Node *vn, int ra
 typedef struct {
     int nin, nout;
     void **input, **updated, **output;
+    int *shared;            /* per input: input[i] is the rank's shared copy (InputCache) */
     size_t *input_bytes, *output_bytes;
     double *scalar;
     long *size;
@@ -148,10 +149,12 @@ typedef struct {
 static void host_free(Host *h)
 {
     for (int i = 0; i < h->nin; i++) {
-        free(h->input[i]);
+        if (!h->shared[i])
+            free(h->input[i]);
         free(h->updated[i]);
         free(h->member_bytes[i]);
     }
+    free(h->shared);
     free(h->nmembers);
     free(h->member_bytes);
     for (int i = 0; i < h->nout; i++)
@@ -170,6 +173,50 @@ static size_t local_bytes(Program *p, const Node *n, int rank)
     return (size_t)local_count(p, n, rank) * type_size(n->type);
 }
 
+/* The rank's inputs in their element types, laid out as the program lays
+ * them out, made once and shared by every variant that lays them out the
+ * same way (the runtime only reads them): at N = 2^28 converting every
+ * input again for each of a dozen variants cost seconds each. Indexed by
+ * the program's node id; freed by input_cache_free. */
+typedef struct {
+    void **buf;
+    int n;
+} InputCache;
+
+static InputCache input_cache;
+
+static void input_cache_free(void)
+{
+    for (int i = 0; i < input_cache.n; i++)
+        free(input_cache.buf[i]);
+    free(input_cache.buf);
+    memset(&input_cache, 0, sizeof input_cache);
+}
+
+/* Input node n (of variant vp) as base program input b, in n's type and
+ * layout on this rank: shared from the cache when n is laid out as b is. */
+static void *input_bytes_of(const CudaJob *job, Program *vp, const Node *n, int b, int rank,
+                            size_t bytes, int *shared)
+{
+    const Node *bn = node_of(job->base, b);
+    *shared = same_place(bn, n) && bn->type == n->type && job->base->nranks == vp->nranks;
+    if (*shared && !input_cache.buf) {
+        input_cache.n = job->base->nnode;
+        input_cache.buf = xcalloc((size_t)input_cache.n, sizeof *input_cache.buf);
+    }
+    if (*shared && input_cache.buf[b])
+        return input_cache.buf[b];
+    int owned;
+    double *x = local_values(job->data, b, vp, n, rank, &owned);
+    void *out = xmalloc(bytes ? bytes : 1);
+    to_type(n->type, x, local_count(vp, n, rank), out);
+    if (owned)
+        free(x);
+    if (*shared)
+        input_cache.buf[b] = out;
+    return out;
+}
+
 static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h)
 {
     Node *n = node_of(vp, vp->exec_in[i]);
@@ -179,13 +226,8 @@ static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h
         h->scalar[i] = exec_data(job->data, b, rank, NULL)[0];
         return;
     }
-    int owned;
-    double *x = local_values(job->data, b, vp, n, rank, &owned);
     h->input_bytes[i] = local_bytes(vp, n, rank);
-    h->input[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
-    to_type(n->type, x, local_count(vp, n, rank), h->input[i]);
-    if (owned)
-        free(x);
+    h->input[i] = input_bytes_of(job, vp, n, b, rank, h->input_bytes[i], &h->shared[i]);
     if (n->updated_by >= 0)
         h->updated[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
     h->nmembers[i] = n->nmember;
@@ -201,6 +243,7 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
     h->nin = vp->nexec_in;
     h->nout = vp->nexec_out;
     h->input = xcalloc((size_t)h->nin + 1, sizeof *h->input);
+    h->shared = xcalloc((size_t)h->nin + 1, sizeof *h->shared);
     h->updated = xcalloc((size_t)h->nin + 1, sizeof *h->updated);
     h->input_bytes = xcalloc((size_t)h->nin + 1, sizeof *h->input_bytes);
     h->scalar = xcalloc((size_t)h->nin + 1, sizeof *h->scalar);
@@ -456,6 +499,7 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
                         job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
                         job->so, job->timeout_s};
     char err[4096], line[1024];
+    input_cache_free(); /* of another job run by this process, if any */
     cuda_watchdog(rank, job->timeout_s + 10, "joining the NCCL communicators");
     CocoRt *rt = api->open(&cfg, err, sizeof err);
     if (!rt) {
@@ -469,11 +513,13 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
         /* each wait inside has its own limit; this one covers the CPU side */
         cuda_watchdog(rank, job->timeout_s * 2 + 10, job->v[vi].name);
         if (run_one(job, api, rt, vi, rank, emit, ctx)) {
+            input_cache_free();
             cuda_watchdog(rank, 60, "aborting the communicators");
             api->close(rt, 1);
             return 1;
         }
     }
+    input_cache_free();
     cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
     api->close(rt, 0);
     cuda_watchdog(rank, 0, NULL);
