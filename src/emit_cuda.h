@@ -76,7 +76,6 @@ void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) 
 void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
-
 /* emit_send.c: a fused Send as one kernel storing into the receiver */
 int send_eligible(Emitter *e, int f);          /* can fusion f be that kernel? */
 void send_claim(Emitter *e, int f);            /* marks the nodes it computes */

@@ -45,7 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static Node *nd(Emitter *e, int id)
 {
     return node_of(e->p, id);

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef struct {
     int *m;   /* members in program order (absorbed helpers included) */
     int nm;
