@@ -284,6 +284,45 @@ void emit_program_order(int *ids, int n)
         }
 }
 
+int emit_in_list(const int *ids, int n, int id)
+{
+    for (int k = 0; k < n; k++)
+        if (ids[k] == id)
+            return 1;
+    return 0;
+}
+
+int emit_needed_outside(Emitter *e, const int *m, int nm, int id)
+{
+    Program *p = e->p;
+    if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
+        return 1;
+    for (int j = 0; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && !emit_in_list(m, nm, j) && k < u->nin; k++)
+            if (u->in[k] == id)
+                return 1;
+    }
+    return 0;
+}
+
+int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids)
+{
+    int n = 0;
+    for (int k = 0; k < nm; k++) {
+        Node *x = node_of(e->p, m[k]);
+        if (!emit_is_elementwise(x))
+            continue;
+        for (int j = 0; j < x->nin; j++) {
+            Node *in = node_of(e->p, x->in[j]);
+            if (emit_in_list(m, nm, in->id) || in->op == O_CONST || (x->op == O_UPDATE && j == 0))
+                continue;
+            n = emit_add_once(ids, n, in->id);
+        }
+    }
+    return n;
+}
+
 void emit_param(Emitter *e, int mode, const char *typed, const char *host, const char *forward,
                 int id)
 {

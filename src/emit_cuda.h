@@ -27,6 +27,13 @@ extern const char *const emit_tname[NTYPE];
 int emit_is_elementwise(const Node *n);
 int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */
 void emit_program_order(int *ids, int n);   /* sorts node ids ascending */
+int emit_in_list(const int *ids, int n, int id); /* is id one of ids[0..n)? */
+/* Of the members m[0..nm) of a kernel: is member id needed outside it (an
+ * output, a tensor's new value, or read by a node that is not a member)? */
+int emit_needed_outside(Emitter *e, const int *m, int nm, int id);
+/* The operands (memory or Scalars) that the elementwise members read from
+ * outside, each once, into ids; their count */
+int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids);
 /* The parameter lists of the peer-memory kernels (emit_lsa.c, emit_send.c):
  * the kernel's typed parameters, the entry point's arguments, or the
  * launcher's (_go) arguments forwarded to the kernel. */

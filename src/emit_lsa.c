@@ -56,24 +56,6 @@ static int stores_local(Emitter *e, const Lsa *l, int id)
     return nd(e, id)->op != O_ALLGATHER && lsa_kept(e, l, id);
 }
 
-/* Memory and scalar operands the elementwise members read from outside. */
-static int outside_inputs(Emitter *e, const Lsa *l, int *ids)
-{
-    int n = 0;
-    for (int k = 0; k < l->nm; k++) {
-        Node *m = nd(e, l->m[k]);
-        if (!emit_is_elementwise(m))
-            continue;
-        for (int j = 0; j < m->nin; j++) {
-            int x = m->in[j];
-            if (lsa_is_member(l, x) || nd(e, x)->op == O_CONST || (m->op == O_UPDATE && j == 0))
-                continue;
-            n = emit_add_once(ids, n, x);
-        }
-    }
-    return n;
-}
-
 /* Whole tensors read at the slice's start: Slices' inputs and the inputs
  * of whole-tensor reductions, each once. */
 static int slice_sources(Emitter *e, const Lsa *l, int *ids)
@@ -186,7 +168,7 @@ static int prepare(Emitter *e, int f, Lsa *l, int **ins, int **zs, int *nz)
     lsa_plan(e, f, l);
     *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
     *zs = xmalloc((size_t)e->p->nnode * sizeof(int));
-    int nin = outside_inputs(e, l, *ins);
+    int nin = emit_outside_operands(e, l->m, l->nm, *ins);
     *nz = slice_sources(e, l, *zs);
     mark_flat(e, l, *ins, nin);
     return nin;

@@ -37,26 +37,13 @@ static int members(Emitter *e, int f, int *m)
 
 int lsa_is_member(const Lsa *l, int id)
 {
-    for (int k = 0; k < l->nm; k++)
-        if (l->m[k] == id)
-            return 1;
-    return 0;
+    return emit_in_list(l->m, l->nm, id);
 }
 
-/* Is a member needed outside the kernels (an output, a tensor's new value,
- * or read by a node outside the fusion)? AllGathers store into the window. */
+/* Is a member needed outside the kernels? AllGathers store into the window. */
 int lsa_kept(Emitter *e, const Lsa *l, int id)
 {
-    Program *p = e->p;
-    if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
-        return 1;
-    for (int j = 0; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && !lsa_is_member(l, j) && k < u->nin; k++)
-            if (u->in[k] == id)
-                return 1;
-    }
-    return 0;
+    return emit_needed_outside(e, l->m, l->nm, id);
 }
 
 int lsa_red_index(const Lsa *l, int id)

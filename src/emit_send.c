@@ -38,26 +38,12 @@ static Node *nd(Emitter *e, int id)
 
 static int is_member(const SendPlan *s, int id)
 {
-    for (int k = 0; k < s->nm; k++)
-        if (s->m[k] == id)
-            return 1;
-    return 0;
+    return emit_in_list(s->m, s->nm, id);
 }
 
-/* Is member id needed outside the kernel (an output, a tensor's new value,
- * or read by a node that is not a member)? */
 static int kept(Emitter *e, const SendPlan *s, int id)
 {
-    Program *p = e->p;
-    if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
-        return 1;
-    for (int j = 0; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && !is_member(s, j) && k < u->nin; k++)
-            if (u->in[k] == id)
-                return 1;
-    }
-    return 0;
+    return emit_needed_outside(e, s->m, s->nm, id);
 }
 
 /* Members stored to local memory: kept ones, but the Send (its value goes
@@ -161,18 +147,11 @@ static void plan_inputs(Emitter *e, SendPlan *s)
 {
     Node *send = nd(e, s->send);
     memset(e->flat, 0, (size_t)e->p->nnode);
-    for (int k = 0; k < s->nm; k++) {
-        Node *m = nd(e, s->m[k]);
-        if (!emit_is_elementwise(m))
-            continue;
-        for (int j = 0; j < m->nin; j++) {
-            int x = m->in[j];
-            if (is_member(s, x) || nd(e, x)->op == O_CONST || (m->op == O_UPDATE && j == 0))
-                continue;
-            s->nin = emit_add_once(s->ins, s->nin, x);
-            if (nd(e, x)->op != O_SCALAR && emit_same_local_shape(nd(e, x), send))
-                e->flat[x] = 1;
-        }
+    s->nin = emit_outside_operands(e, s->m, s->nm, s->ins);
+    for (int k = 0; k < s->nin; k++) {
+        Node *x = nd(e, s->ins[k]);
+        if (x->op != O_SCALAR && emit_same_local_shape(x, send))
+            e->flat[x->id] = 1;
     }
 }
 
