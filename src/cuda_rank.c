@@ -146,19 +146,83 @@ typedef struct {
     size_t **member_bytes;  /* and their sizes in bytes */
 } Host;
 
+/* Host buffers the GPU's results are copied into, kept from one variant to
+ * the next: pages a copy writes for the first time fault in one by one,
+ * which took 3.5 s of each variant's 6.5 s at N = 2^28 (Adam, 2 ranks). The
+ * runtime copies every byte of each result, so nothing of the variant
+ * before can remain. A request takes the smallest free buffer that fits;
+ * when none fits, the largest free one is let go first, so the pool holds
+ * no more buffers than one variant uses at once. */
+typedef struct {
+    void *p;
+    size_t bytes;
+    int busy;
+} Kept;
+
+static struct {
+    Kept *k;
+    int n;
+} result_pool;
+
+static void *result_buffer(size_t bytes)
+{
+    Kept *fit = NULL, *spare = NULL;
+    for (int i = 0; i < result_pool.n; i++) {
+        Kept *k = &result_pool.k[i];
+        if (k->busy || !k->p)
+            continue;
+        if (k->bytes >= bytes && (!fit || k->bytes < fit->bytes))
+            fit = k;
+        if (!spare || k->bytes > spare->bytes)
+            spare = k;
+    }
+    if (!fit) {
+        if (spare) {
+            free(spare->p);
+            fit = spare;
+        } else {
+            Kept *grown = xcalloc((size_t)result_pool.n + 1, sizeof *grown);
+            if (result_pool.n)
+                memcpy(grown, result_pool.k, (size_t)result_pool.n * sizeof *grown);
+            free(result_pool.k);
+            result_pool.k = grown;
+            fit = &result_pool.k[result_pool.n++];
+        }
+        fit->bytes = bytes ? bytes : 1;
+        fit->p = xmalloc(fit->bytes);
+    }
+    fit->busy = 1;
+    return fit->p;
+}
+
+static void result_release(void *p)
+{
+    for (int i = 0; p && i < result_pool.n; i++)
+        if (result_pool.k[i].p == p)
+            result_pool.k[i].busy = 0;
+}
+
+static void result_pool_free(void)
+{
+    for (int i = 0; i < result_pool.n; i++)
+        free(result_pool.k[i].p);
+    free(result_pool.k);
+    memset(&result_pool, 0, sizeof result_pool);
+}
+
 static void host_free(Host *h)
 {
     for (int i = 0; i < h->nin; i++) {
         if (!h->shared[i])
             free(h->input[i]);
-        free(h->updated[i]);
+        result_release(h->updated[i]);
         free(h->member_bytes[i]);
     }
     free(h->shared);
     free(h->nmembers);
     free(h->member_bytes);
     for (int i = 0; i < h->nout; i++)
-        free(h->output[i]);
+        result_release(h->output[i]);
     free(h->input);
     free(h->updated);
     free(h->output);
@@ -229,7 +293,7 @@ static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h
     h->input_bytes[i] = local_bytes(vp, n, rank);
     h->input[i] = input_bytes_of(job, vp, n, b, rank, h->input_bytes[i], &h->shared[i]);
     if (n->updated_by >= 0)
-        h->updated[i] = xmalloc(h->input_bytes[i] ? h->input_bytes[i] : 1);
+        h->updated[i] = result_buffer(h->input_bytes[i]);
     h->nmembers[i] = n->nmember;
     if (n->nmember) {
         h->member_bytes[i] = xcalloc((size_t)n->nmember, sizeof(size_t));
@@ -258,7 +322,7 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
         host_input(job, vp, i, rank, h);
     for (int i = 0; i < h->nout; i++) {
         h->output_bytes[i] = local_bytes(vp, node_of(vp, vp->exec_out[i]), rank);
-        h->output[i] = xmalloc(h->output_bytes[i] ? h->output_bytes[i] : 1);
+        h->output[i] = result_buffer(h->output_bytes[i]);
     }
 }
 
@@ -500,6 +564,7 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
                         job->so, job->timeout_s};
     char err[4096], line[1024];
     input_cache_free(); /* of another job run by this process, if any */
+    result_pool_free();
     cuda_watchdog(rank, job->timeout_s + 10, "joining the NCCL communicators");
     CocoRt *rt = api->open(&cfg, err, sizeof err);
     if (!rt) {
@@ -514,12 +579,14 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
         cuda_watchdog(rank, job->timeout_s * 2 + 10, job->v[vi].name);
         if (run_one(job, api, rt, vi, rank, emit, ctx)) {
             input_cache_free();
+            result_pool_free();
             cuda_watchdog(rank, 60, "aborting the communicators");
             api->close(rt, 1);
             return 1;
         }
     }
     input_cache_free();
+    result_pool_free();
     cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
     api->close(rt, 0);
     cuda_watchdog(rank, 0, NULL);

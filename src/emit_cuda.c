@@ -130,6 +130,20 @@ static void emit_shape(Emitter *e, const Node *n)
     }
 }
 
+/* The elements every rank reserves in the workspace for node n's value:
+ * its count, or for a value sliced along d the longest part (every rank's
+ * chunk). Workspace sizes must not depend on the rank: NCCL's collectives
+ * on symmetric windows and the peer-memory kernels address a buffer by its
+ * offset, which has to be the same on every rank. */
+const char *emit_room(Emitter *e, const Node *n)
+{
+    if (n->layout.kind != L_SLICED)
+        return arena_printf(e->p->arena, "coco_count(h%d)", n->id);
+    const char *g = group_name(n->group);
+    return arena_printf(e->p->arena, "(coco_padded_count(h%d, %d, G_%s) / G_%s)", n->id,
+                        n->layout.dim, g, g);
+}
+
 static void emit_buffer(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
@@ -146,7 +160,7 @@ static void emit_buffer(Emitter *e, const Node *n)
         fprintf(o, "    void *b%d = dry ? NULL : args->input[%d];\n", id,
                 e->in_index[e->state_of[id]]);
     } else {
-        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", id, id, tsize);
+        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, %s * %zu);\n", id, emit_room(e, n), tsize);
     }
 }
 
@@ -181,11 +195,17 @@ static void emit_scratch(Emitter *e, const Node *n)
                 id, sliced, g, padded, ts);
     if (widened(n) && n->op == O_REDUCESCATTER)
         fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
-                   "    void *w%do = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n", id, padded, id, id);
+                   "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n", id, padded, id, emit_room(e, n));
     else if (widened(n))
-        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n"
-                   "    void *w%do = coco_ws(&ws, ctx, coco_count(h%d) * 4);\n",
-                id, n->in[0], id, id);
+        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
+                   "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n",
+                id, emit_room(e, node_of(e->p, n->in[0])), id, emit_room(e, n));
+    /* uneven slices: the rank's block as NCCL moves it (chunk elements),
+     * at one offset on every rank, unlike the block inside the padded
+     * buffer (see emit_reduce_scatter) */
+    if (sliced >= 0)
+        fprintf(o, "    void *q%d = coco_ws(&ws, ctx, coco_even(h%d, %d, G_%s) ? 0 : %s / G_%s * %zu);\n",
+                id, sliced, d, g, padded, g, widened(n) ? (size_t)4 : ts);
 }
 
 /* ---- elementwise kernels ---- */
@@ -774,8 +794,11 @@ static void emit_send(Emitter *e, const Node *n)
  * equal counts, so the input goes into a padded buffer of G blocks of cs
  * elements -- along dimension 0 that is the input followed by zeros, since
  * block q starts at q*cs, its logical offset; along d > 0 the parts kernel
- * writes that layout -- reduced in place, and the rank's block (its first
- * count(h<id>) elements) is copied out. The padding's sums are never read. */
+ * writes that layout -- reduced into q<id> (cs elements), and the rank's
+ * first count(h<id>) elements are copied out. The padding's sums are never
+ * read. Not in place: NCCL's kernels for symmetric windows want every
+ * rank's buffers at one offset, and a rank's block in the padded buffer is
+ * at R*cs. */
 static void emit_reduce_scatter(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
@@ -812,21 +835,21 @@ static void emit_reduce_scatter(Emitter *e, const Node *n)
     if (!d)
         fprintf(o, "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemsetAsync(pad + %s * %zu, "
                    "0, (G_%s * cs - %s) * %zu, st));\n", l, count, es, g, count, es);
-    fprintf(o, "            char *mine = pad + R_%s * cs * %zu;\n"
-               "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(pad, mine, cs, nt, "
+    fprintf(o, "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(pad, q%d, cs, nt, "
                "coco_nccl_op(%d), %s, st));\n"
-               "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemcpyAsync(dst, mine, "
+               "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemcpyAsync(dst, q%d, "
                "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n        }\n",
-            g, es, l, rop, comm_of(n), l, id, es);
+            l, id, rop, comm_of(n), l, id, id, es);
     emit_reduce_result(e, n);
 }
 
 /* AllGather of a value sliced along d. Equal slices: ncclAllGather (along
  * d > 0 into t<id>, then put in order). Uneven slices: the rank's slice is
- * copied into its block of a padded buffer of G blocks of cs elements,
- * gathered in place, and the logical elements copied out (along dimension
- * 0 the first count(h<id>): block q starts at its logical offset q*cs), so
- * the result is never written beyond its elements. */
+ * copied into q<id> (cs elements; at one offset on every rank, see
+ * emit_reduce_scatter), gathered into a padded buffer of G blocks of cs
+ * elements, and the logical elements copied out (along dimension 0 the
+ * first count(h<id>): block q starts at its logical offset q*cs), so the
+ * result is never written beyond its elements. */
 static void emit_all_gather(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
@@ -838,12 +861,12 @@ static void emit_all_gather(Emitter *e, const Node *n)
     fprintf(o, "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, %s%d, cs, "
                "coco_nccl_type(%s), %s, st));\n        } else {\n", l, xi, d ? "t" : "b", id, t,
             comm);
-    fprintf(o, "            char *pad = (char *)%s%d, *mine = pad + R_%s * cs * %zu;\n"
-               "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(mine, b%d, coco_count(h%d) "
+    fprintf(o, "            char *pad = (char *)%s%d;\n"
+               "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(q%d, b%d, coco_count(h%d) "
                "* %zu, cudaMemcpyDeviceToDevice, st));\n"
-               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(mine, pad, cs, "
+               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(q%d, pad, cs, "
                "coco_nccl_type(%s), %s, st));\n",
-            d ? "t" : "u", id, g, es, l, xi, xi, es, l, t, comm);
+            d ? "t" : "u", id, l, id, xi, xi, es, l, id, t, comm);
     if (!d)
         fprintf(o, "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(b%d, pad, "
                    "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n", l, id, id, es);

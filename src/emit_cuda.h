@@ -56,6 +56,9 @@ void emit_state_copy(Emitter *e, const Node *n);
 /* the node whose shape segment seg's kernel iterates over, or -1 */
 int emit_segment_shape(Emitter *e, int seg);
 void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
+/* the elements every rank reserves for node n's value in the workspace (the
+ * same on every rank: its count, or a sliced value's chunk), as C */
+const char *emit_room(Emitter *e, const Node *n);
 
 /* emit_scatter.c: scattered tensors */
 /* the scattered input whose members hold node id's value, or NULL */

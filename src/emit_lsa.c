@@ -631,8 +631,8 @@ void lsa_emit_workspace(Emitter *e, int f)
                       "COCO_LSA_MAXBLOCKS * sizeof(double));\n", l.rs, l.nred, l.rs, l.nred);
     for (int k = 0; k < l.nm; k++)
         if (l.carry[l.m[k]])
-            fprintf(e->o, "    void *fc%d = coco_ws(&ws, ctx, coco_count(h%d) * %zu);\n", l.m[k],
-                    l.m[k], type_size(nd(e, l.m[k])->type));
+            fprintf(e->o, "    void *fc%d = coco_ws(&ws, ctx, %s * %zu);\n", l.m[k],
+                    emit_room(e, nd(e, l.m[k])), type_size(nd(e, l.m[k])->type));
     lsa_free(&l);
 }
 
