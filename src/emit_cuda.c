@@ -185,14 +185,11 @@ static void emit_scratch(Emitter *e, const Node *n)
     int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
     const char *g = group_name(n->group);
     size_t ts = type_size(n->type);
-    /* padded: the G blocks of ceil(extent/G) NCCL moves (language.md 6) */
+    /* the G blocks of ceil(extent/G) indices along d (language.md 6) */
     char padded[96];
     snprintf(padded, sizeof padded, "coco_padded_count(h%d, %d, G_%s)", sliced, d, g);
-    if (sliced >= 0 && d != 0) /* the parts along d, in padded blocks */
+    if (sliced >= 0 && d != 0) /* the parts along d, block q at q * chunk */
         fprintf(o, "    void *t%d = coco_ws(&ws, ctx, %s * %zu);\n", id, padded, ts);
-    if (sliced >= 0 && d == 0 && !widened(n)) /* uneven slices only */
-        fprintf(o, "    void *u%d = coco_ws(&ws, ctx, coco_even(h%d, 0, G_%s) ? 0 : %s * %zu);\n",
-                id, sliced, g, padded, ts);
     if (widened(n) && n->op == O_REDUCESCATTER)
         fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
                    "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n", id, padded, id, emit_room(e, n));
@@ -200,12 +197,6 @@ static void emit_scratch(Emitter *e, const Node *n)
         fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
                    "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n",
                 id, emit_room(e, node_of(e->p, n->in[0])), id, emit_room(e, n));
-    /* uneven slices: the rank's block as NCCL moves it (chunk elements),
-     * at one offset on every rank, unlike the block inside the padded
-     * buffer (see emit_reduce_scatter) */
-    if (sliced >= 0)
-        fprintf(o, "    void *q%d = coco_ws(&ws, ctx, coco_even(h%d, %d, G_%s) ? 0 : %s / G_%s * %zu);\n",
-                id, sliced, d, g, padded, g, widened(n) ? (size_t)4 : ts);
 }
 
 /* ---- elementwise kernels ---- */
@@ -788,89 +779,79 @@ static void emit_send(Emitter *e, const Node *n)
             name, l, id, id, t, name, l);
 }
 
-/* ReduceScatter along d. Equal slices: ncclReduceScatter (along d > 0 the
- * parts are first put in order, t<id>). Uneven slices (language.md 6: G
- * blocks of ceil(extent/G), the last ones shorter or empty): NCCL needs
- * equal counts, so the input goes into a padded buffer of G blocks of cs
- * elements -- along dimension 0 that is the input followed by zeros, since
- * block q starts at q*cs, its logical offset; along d > 0 the parts kernel
- * writes that layout -- reduced into q<id> (cs elements), and the rank's
- * first count(h<id>) elements are copied out. The padding's sums are never
- * read. Not in place: NCCL's kernels for symmetric windows want every
- * rank's buffers at one offset, and a rank's block in the padded buffer is
- * at R*cs. */
+/* The blocks of a ReduceScatter or AllGather along d: block q (rank q's
+ * part, language.md 6) starts at q*cs elements, cs = the padded count / G;
+ * it holds coco_part_len(extent, G, q) * inner elements, inner being the
+ * elements of one index along d. One ncclReduceScatter or ncclAllGather
+ * moves them when every block is whole and a multiple of 16 bytes
+ * (coco_nccl_direct); otherwise one ncclReduce or ncclBroadcast per block,
+ * grouped, moves each block's exact elements: NCCL's kernels for symmetric
+ * windows gave wrong sums and gathers with 2004-byte blocks. */
+static void emit_block_sizes(Emitter *e, int sliced, int d, const char *g, size_t es)
+{
+    fprintf(e->o, "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n"
+                  "        const long inner = cs / coco_chunk(h%d.gdim[%d], G_%s);\n"
+                  "        const int direct = coco_nccl_direct(h%d, %d, G_%s, %zu);\n",
+            sliced, d, g, g, sliced, d, g, sliced, d, g, es);
+}
+
+/* ReduceScatter along d (along d > 0 the parts are first put in order,
+ * t<id>); the blocks as emit_block_sizes says. */
 static void emit_reduce_scatter(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = redop_code(n->redop);
-    const char *g = group_name(n->group), *t = emit_tname[n->type];
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(n);
     size_t es = widened(n) ? 4 : type_size(n->type);
     char src[32], count[64];
     snprintf(src, sizeof src, d ? "t%d" : "b%d", d ? id : xi);
     snprintf(count, sizeof count, d ? "coco_padded_count(h%d, %d, G_%s)" : "coco_count(h%d)",
              d ? id : xi, d, g);
-    fprintf(o, "        const int even = coco_even(h%d, %d, G_%s);\n"
-               "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n",
-            id, d, g, id, d, g, g);
-    if (d) {
-        fprintf(o, "        if (!even)\n            COCO_CUDA(ctx, \"ReduceScatter\", %d, "
-                   "cudaMemsetAsync(t%d, 0, G_%s * cs * %zu, st));\n", l, id, g, type_size(n->type));
+    emit_block_sizes(e, id, d, g, es);
+    if (d)
         fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, "
                    "t%d, %s, %d, coco_chunk(h%d.gdim[%d], G_%s), 1);\n"
                    "        COCO_LAUNCHED(ctx, \"ReduceScatter\", %d);\n",
                 xi, xi, xi, id, t, d, id, d, g, l);
-    }
     emit_reduce_operands(e, n, src, count);
-    fprintf(o, "        if (even) {\n            COCO_NCCL(ctx, \"ReduceScatter\", %d, "
+    fprintf(o, "        if (direct) {\n            COCO_NCCL(ctx, \"ReduceScatter\", %d, "
                "ncclReduceScatter(src, dst, coco_count(h%d), nt, coco_nccl_op(%d), %s, st));\n"
-               "        } else {\n", l, id, rop, comm_of(n));
-    if (widened(n))
-        fprintf(o, "            char *pad = (char *)w%di;\n", id);
-    else if (d)
-        fprintf(o, "            char *pad = (char *)t%d;\n", id);
-    else
-        fprintf(o, "            char *pad = (char *)u%d;\n            COCO_CUDA(ctx, \"ReduceScatter\", "
-                   "%d, cudaMemcpyAsync(pad, src, %s * %zu, cudaMemcpyDeviceToDevice, st));\n",
-                id, l, count, es);
-    if (!d)
-        fprintf(o, "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemsetAsync(pad + %s * %zu, "
-                   "0, (G_%s * cs - %s) * %zu, st));\n", l, count, es, g, count, es);
-    fprintf(o, "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduceScatter(pad, q%d, cs, nt, "
-               "coco_nccl_op(%d), %s, st));\n"
-               "            COCO_CUDA(ctx, \"ReduceScatter\", %d, cudaMemcpyAsync(dst, q%d, "
-               "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n        }\n",
-            l, id, rop, comm_of(n), l, id, id, es);
+               "        } else {\n"
+               "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclGroupStart());\n"
+               "            for (int q = 0; q < G_%s; q++) {\n"
+               "                const long len = coco_part_len(h%d.gdim[%d], G_%s, q) * inner;\n"
+               "                if (len > 0)\n"
+               "                    COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduce((const char *)src "
+               "+ q * cs * %zu, dst, len, nt, coco_nccl_op(%d), q, %s, st));\n"
+               "            }\n"
+               "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclGroupEnd());\n        }\n",
+            l, id, rop, comm, l, g, id, d, g, l, es, rop, comm, l);
     emit_reduce_result(e, n);
 }
 
-/* AllGather of a value sliced along d. Equal slices: ncclAllGather (along
- * d > 0 into t<id>, then put in order). Uneven slices: the rank's slice is
- * copied into q<id> (cs elements; at one offset on every rank, see
- * emit_reduce_scatter), gathered into a padded buffer of G blocks of cs
- * elements, and the logical elements copied out (along dimension 0 the
- * first count(h<id>): block q starts at its logical offset q*cs), so the
- * result is never written beyond its elements. */
+/* AllGather of a value sliced along d (along d > 0 into t<id>, then put in
+ * order); the blocks as emit_block_sizes says, each broadcast from its rank
+ * when they are not sent whole. */
 static void emit_all_gather(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = node_of(e->p, xi)->layout.dim;
     const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(n);
     size_t es = type_size(n->type);
-    fprintf(o, "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n"
-               "        if (coco_even(h%d, %d, G_%s)) {\n", xi, d, g, g, xi, d, g);
-    fprintf(o, "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, %s%d, cs, "
-               "coco_nccl_type(%s), %s, st));\n        } else {\n", l, xi, d ? "t" : "b", id, t,
-            comm);
-    fprintf(o, "            char *pad = (char *)%s%d;\n"
-               "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(q%d, b%d, coco_count(h%d) "
-               "* %zu, cudaMemcpyDeviceToDevice, st));\n"
-               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(q%d, pad, cs, "
-               "coco_nccl_type(%s), %s, st));\n",
-            d ? "t" : "u", id, l, id, xi, xi, es, l, id, t, comm);
-    if (!d)
-        fprintf(o, "            COCO_CUDA(ctx, \"AllGather\", %d, cudaMemcpyAsync(b%d, pad, "
-                   "coco_count(h%d) * %zu, cudaMemcpyDeviceToDevice, st));\n", l, id, id, es);
-    fprintf(o, "        }\n");
+    emit_block_sizes(e, xi, d, g, es);
+    fprintf(o, "        char *out = (char *)%s%d;\n"
+               "        if (direct) {\n            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, "
+               "out, cs, coco_nccl_type(%s), %s, st));\n"
+               "        } else {\n"
+               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclGroupStart());\n"
+               "            for (int q = 0; q < G_%s; q++) {\n"
+               "                const long len = coco_part_len(h%d.gdim[%d], G_%s, q) * inner;\n"
+               "                if (len > 0)\n"
+               "                    COCO_NCCL(ctx, \"AllGather\", %d, ncclBroadcast(b%d, out + q * cs * "
+               "%zu, len, coco_nccl_type(%s), q, %s, st));\n"
+               "            }\n"
+               "            COCO_NCCL(ctx, \"AllGather\", %d, ncclGroupEnd());\n        }\n",
+            d ? "t" : "b", id, l, xi, t, comm, l, g, xi, d, g, l, xi, es, t, comm, l);
     if (d)
         fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, t%d, "
                    "%s, %d, coco_chunk(h%d.gdim[%d], G_%s), 0);\n"

@@ -77,6 +77,14 @@ static inline int coco_even(const CocoShape &s, int d, long g)
     return s.gdim[d] % g == 0;
 }
 
+// May one ncclReduceScatter or ncclAllGather move the g blocks of a value
+// sliced along d (elements of es bytes)? When every block is whole and a
+// multiple of 16 bytes; else the generated code moves each block by itself.
+static inline int coco_nccl_direct(const CocoShape &s, int d, long g, size_t es)
+{
+    return coco_even(s, d, g) && coco_padded_count(s, d, g) / g * es % 16 == 0;
+}
+
 // ---- errors: a message naming rank, operation and program line ----
 #define COCO_FAIL(ctx, op, line, ...)                                                   \
     do {                                                                                \
