@@ -112,7 +112,9 @@ static uint64_t bits_of(Type t, double x)
 /* Rank's local elements of node vn (of variant program vp) taken from
  * node id of the run e, which may lay the value out differently (asSlice
  * stores a Replicated tensor Sliced): a pointer into e when the layouts
- * agree, else a copy (*owned set) gathered by logical index. */
+ * agree or when vn is a slice along dimension 0 of a value e holds whole
+ * on the rank (its elements are then one run of e's), else a copy
+ * (*owned set) gathered by logical index. */
 static double *local_values(Exec *e, int id, Program *vp, const Node *vn, int rank, int *owned)
 {
     Node *n = node_of(e->prog, id);
@@ -124,9 +126,16 @@ static double *local_values(Exec *e, int id, Program *vp, const Node *vn, int ra
         ASSERT(d && have == count);
         return d;
     }
-    double *out = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *out);
     GlobalIter it;
     global_iter_start(&it, vp, vn, rank);
+    if (n->layout.kind != L_SLICED && vn->layout.kind == L_SLICED && vn->layout.dim == 0 &&
+        e->prog->nranks == vp->nranks) {
+        long have;
+        double *d = exec_data(e, id, rank, &have);
+        if (d && it.gidx + count <= have)
+            return d + it.gidx;
+    }
+    double *out = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *out);
     for (long i = 0; i < count; i++, global_iter_next(&it))
         out[i] = exec_value_at(e, n, rank, it.gidx);
     *owned = 1;
