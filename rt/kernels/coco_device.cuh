@@ -62,8 +62,9 @@ __host__ __device__ static inline long coco_part_len(long n, long g, long r)
 }
 
 // A value sliced along d (shape s) as g blocks of equal size, chunk indices
-// each (what ncclReduceScatter and ncclAllGather move): the elements of all
-// g blocks. Equals the logical count when d divides evenly (coco_even).
+// each (block q starts at q / g of it, where rank q's part lies): the
+// elements of all g blocks. Equals the logical count when d divides evenly
+// (coco_even).
 static inline long coco_padded_count(const CocoShape &s, int d, long g)
 {
     long c = g * coco_chunk(s.gdim[d], g);
