@@ -75,17 +75,32 @@ int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t er
 
 /* ---- element types (the executor's fast conversions, interp_fast.c) ---- */
 
-static void to_type(Type t, const double *x, long n, void *out)
+typedef struct {
+    Type t;
+    const double *x;
+    void *out;
+} Conversion;
+
+static void convert_range(void *ctx, long lo, long hi)
 {
-    for (long i = 0; i < n; i++) {
-        switch (t) {
+    const Conversion *c = ctx;
+    for (long i = lo; i < hi; i++) {
+        switch (c->t) {
         case T_FP16:
-        case T_BF16: ((uint16_t *)out)[i] = exec_bits16(t, x[i]); break;
-        case T_FP32: ((float *)out)[i] = (float)x[i]; break;
-        case T_FP64: ((double *)out)[i] = x[i]; break;
+        case T_BF16: ((uint16_t *)c->out)[i] = exec_bits16(c->t, c->x[i]); break;
+        case T_FP32: ((float *)c->out)[i] = (float)c->x[i]; break;
+        case T_FP64: ((double *)c->out)[i] = c->x[i]; break;
         default: BUG("bad type");
         }
     }
+}
+
+/* n values into type t, on threads of this rank (an input of 2^28 elements
+ * took over a second on one) */
+static void to_type(Type t, const double *x, long n, void *out, int threads)
+{
+    Conversion c = {t, x, out};
+    parallel_ranges(n >= 1L << 20 ? threads : 1, n, convert_range, &c);
 }
 
 static double from_type(Type t, const void *p, long i)
@@ -266,6 +281,14 @@ static void input_cache_free(void)
     memset(&input_cache, 0, sizeof input_cache);
 }
 
+/* Threads of this rank's conversions and checks: the executor's, shared by the ranks of
+ * this host (forked ranks all run on it). */
+static int check_threads(const CudaJob *job)
+{
+    int t = job->data->nthreads / (cuda_mpi_active() ? 1 : job->base->nranks);
+    return t > 1 ? t : 1;
+}
+
 /* Input node n (of variant vp) as base program input b, in n's type and
  * layout on this rank: shared from the cache when n is laid out as b is. */
 static void *input_bytes_of(const CudaJob *job, Program *vp, const Node *n, int b, int rank,
@@ -282,7 +305,7 @@ static void *input_bytes_of(const CudaJob *job, Program *vp, const Node *n, int 
     int owned;
     double *x = local_values(job->data, b, vp, n, rank, &owned);
     void *out = xmalloc(bytes ? bytes : 1);
-    to_type(n->type, x, local_count(vp, n, rank), out);
+    to_type(n->type, x, local_count(vp, n, rank), out, check_threads(job));
     if (owned)
         free(x);
     if (*shared)
@@ -382,14 +405,6 @@ static void check_chunks(void *ctx, long lo, long hi)
         }
         j->stats[c] = s;
     }
-}
-
-/* Threads of this rank's checks: the executor's, shared by the ranks of
- * this host (forked ranks all run on it). */
-static int check_threads(const CudaJob *job)
-{
-    int t = job->data->nthreads / (cuda_mpi_active() ? 1 : job->base->nranks);
-    return t > 1 ? t : 1;
 }
 
 static void check_value(const CudaJob *job, const CudaVariant *v, const CudaCheck *c, int rank,

@@ -24,7 +24,8 @@
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
 # Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
-# B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1048577"),
+# B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1002 1048577":
+# uneven slices, and at P = 2 whole slices of 2004 bytes, not a multiple of 16),
 # ITERS (20), TIMEOUT (seconds per coconet run, 3600), JOBS (builds at once,
 # 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
 # against the program's CPU run, which is cheaper than each schedule's own;
@@ -38,7 +39,7 @@ RANKS=${RANKS:-2 4}
 PARTS=${PARTS:-selftest examples paper}
 B_SIZES=${B_SIZES:-8 16}
 N_POW=${N_POW:-10 16 20 24 28}
-N_ODD=${N_ODD:-1001 1048577}
+N_ODD=${N_ODD:-1001 1002 1048577}
 ITERS=${ITERS:-20}
 TIMEOUT=${TIMEOUT:-3600}
 JOBS=${JOBS:-8}

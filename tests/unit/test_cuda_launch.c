@@ -456,6 +456,15 @@ static void test_launch(void)
                       "after it is damaged, first at byte 3 past its end (offset 4003): ") &&
               strstr(out, "found after the checked run"), "which buffer, which side, which byte");
     check(strstr(out, "run's in 0 of 2 variants") != NULL, "no variant passed the runtime's checks");
+    rc = coconet(out, sizeof out, "ok", "--ranks 2 --threads 4 -D N=3000001");
+    check(rc == 0 && strstr(out, "\nfused                    bitwise             0            0 "
+                                 "         0/12000004 "),
+          "3 million elements: inputs converted and values checked on threads, result buffers "
+          "kept for the next variant");
+    rc = coconet(out, sizeof out, "wrong", "--ranks 2 --threads 4 -D N=3000001");
+    check(rc == 1 && strstr(out, "\nprogram                  WRONG ") &&
+              strstr(out, "\nfused                    WRONG "),
+          "a wrong element among 3 million is found in each variant");
     rc = coconet(out, sizeof out, "repeat", "--ranks 3 --schedule fused");
     check(rc == 1 && strstr(out, "\nprogram                  REPEAT ") &&
               strstr(out, "rank 1: fused: output 'y': a repeat run on the same inputs gave "
