@@ -785,8 +785,9 @@ static void emit_send(Emitter *e, const Node *n)
  * elements of one index along d. One ncclReduceScatter or ncclAllGather
  * moves them when every block is whole and a multiple of 16 bytes
  * (coco_nccl_direct); otherwise one ncclReduce or ncclBroadcast per block,
- * grouped, moves each block's exact elements: NCCL's kernels for symmetric
- * windows gave wrong sums and gathers with 2004-byte blocks. */
+ * grouped, moves each block's exact elements: on a symmetric window NCCL
+ * 2.28's ReduceScatter and AllGather gave wrong results with 2004-byte
+ * blocks (doc/design.md). */
 static void emit_block_sizes(Emitter *e, int sliced, int d, const char *g, size_t es)
 {
     fprintf(e->o, "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n"

@@ -27,10 +27,11 @@
 #             on unchecked rows (--reference none);
 #   scattered programs with Scattered[...] tensors equal their contiguous
 #             twins bit for bit (every schedule); their CUDA compiles;
-#   cuda-gen  where nvcc is installed, the CUDA source of every example (and
-#             tests/gpu/norms.coco, tests/gpu/send.coco,
-#             tests/gpu/lamb_scattered.coco, tests/oracle/programs/ragged.coco)
-#             and all its schedules compiles (object code only).
+#   cuda-gen  the CUDA source of every example (and tests/gpu/norms.coco,
+#             tests/gpu/send.coco, tests/gpu/lamb_scattered.coco,
+#             tests/oracle/programs/ragged.coco) and all its schedules has one
+#             workspace layout on every rank (tests/gen/workspace.py) and,
+#             where nvcc is installed, compiles (object code only).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -475,24 +476,25 @@ group_end
 # Only where nvcc is installed; object code only (no GPU is needed).
 group cuda-gen
 mkdir -p "$TMP/gen"
-if command -v nvcc >/dev/null 2>&1; then
-    for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-             tests/oracle/programs/ragged.coco; do
-        name=$(basename "$f" .coco)
-        dir=$TMP/gen/$name
-        coco gen "$f" -o "$dir" --all-schedules
-        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
-        if (cd "$dir" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings -c ./*.cu \
-                -o generated.o) >"$TMP/nvcc.out" 2>&1; then
-            ok
-        else
-            bad "nvcc $f (all schedules):"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'
-        fi
-    done
-    group_end
-else
-    group_end "skipped: no nvcc"
-fi
+for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
+         tests/oracle/programs/ragged.coco; do
+    name=$(basename "$f" .coco)
+    dir=$TMP/gen/$name
+    coco gen "$f" -o "$dir" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    # one workspace layout on every rank (offsets in the symmetric window)
+    if ! command -v "$PYTHON" >/dev/null 2>&1; then :
+    elif "$PYTHON" tests/gen/workspace.py "$dir"/*.cu >"$TMP/ws.out" 2>&1; then ok
+    else bad "workspace of $f depends on the rank:"; head -n 5 "$TMP/ws.out" | sed 's/^/  /'; fi
+    command -v nvcc >/dev/null 2>&1 || continue
+    if (cd "$dir" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings -c ./*.cu \
+            -o generated.o) >"$TMP/nvcc.out" 2>&1; then
+        ok
+    else
+        bad "nvcc $f (all schedules):"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'
+    fi
+done
+if command -v nvcc >/dev/null 2>&1; then group_end; else group_end "nvcc skipped: not installed"; fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
