@@ -66,12 +66,13 @@ build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a src/coc
 	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
 
 # The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
-build/rt/cuda_child.o: rt/cuda_child.c rt/cuda_child.h include/coconet_cuda.h | build
+RT_OBJ := build/rt/cuda_child.o build/rt/arena.o build/rt/run.o
+build/rt/%.o: rt/%.c rt/rt_internal.h rt/cuda_child.h include/coconet_cuda.h | build
 	@mkdir -p build/rt
 	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
 
-build/libcoconet_cuda.so: build/rt/cuda_child.o
-	$(CC) -shared -o $@ $< -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -L$(CUDA_LIB) \
+build/libcoconet_cuda.so: $(RT_OBJ)
+	$(CC) -shared -o $@ $(RT_OBJ) -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -L$(CUDA_LIB) \
 	    -Wl,-rpath,$(CUDA_LIB) $(NCCL_LINK) -lcublasLt -lcudart -ldl
 
 build/cuda.conf: FORCE | build

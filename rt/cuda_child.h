@@ -1,7 +1,8 @@
 /* cuda_child.h: the interface between the launcher (src/cuda_launch.c,
  * src/cuda_rank.c: plain C, no CUDA) and the GPU runtime of one rank
- * (rt/cuda_child.c, built into build/libcoconet_cuda.so and loaded with
- * dlopen by each rank's process, never by the parent that forks them).
+ * (rt/cuda_child.c, arena.c and run.c, built into build/libcoconet_cuda.so
+ * and loaded with dlopen by each rank's process, never by the parent that
+ * forks them).
  *
  * The runtime exports one symbol, coco_rt_api: a table of functions whose
  * `abi` must equal COCO_RT_ABI. Host data cross this interface as bytes in

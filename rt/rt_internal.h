@@ -1,0 +1,130 @@
+/* rt_internal.h: what the files of the GPU runtime (build/libcoconet_cuda.so)
+ * share: the rank's state (CocoRt), one variant's device buffers (Buffers),
+ * the checks that name the failing call, and the functions one file gives
+ * another. Not an interface: rt/cuda_child.h is. */
+#ifndef COCONET_RT_INTERNAL_H
+#define COCONET_RT_INTERNAL_H
+
+#include "cuda_child.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stddef.h>
+
+#include "coconet_cuda.h"
+
+/* shared between the runtime's files, not exported from the library */
+#define RT_INTERNAL __attribute__((visibility("hidden")))
+
+enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
+enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
+       ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
+       ALIGN = 4096,                  /* of every buffer in the arena */
+       GUARD = 256,                   /* guard bytes before and after each buffer */
+       STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */
+
+struct CocoRt {
+    int rank, nranks, group_size, device;
+    double timeout_s;
+    ncclComm_t world, group;
+    cudaStream_t stream, side;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    float *barrier;      /* one float on the device, for lining ranks up */
+    unsigned char *stage; /* STAGE pinned bytes: results of the repeat run, in chunks */
+    void *so;            /* the generated shared object */
+    void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
+    int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
+    long fused_oneshot_bytes;
+    int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
+    int nccl_built, nccl_loaded;
+    char gpu[320];
+    char *err;           /* where the current call's message goes */
+    size_t errlen;
+};
+
+/* A buffer of the arena, with GUARD bytes before and after it that nothing
+ * may write: an input's working copy, an output (not an input's buffer) or
+ * the workspace. */
+typedef struct {
+    char *at;
+    size_t bytes;       /* this rank's own size */
+    int output, input;  /* whose it is: as in CocoRtFault */
+} Guarded;
+
+/* Device buffers of one variant, all in one arena (a symmetric NCCL window
+ * when the ranks reach each other's memory): after a lead of ALIGN bytes,
+ * the working copy of each input, each output and the workspace, each
+ * ALIGN-aligned and followed by at least GUARD bytes, at the same offsets
+ * on every rank. Pristine copies of the inputs are apart. All freed by
+ * free_buffers. */
+typedef struct {
+    int nin, nout;
+    void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
+    int aliased[MAXARGS]; /* out[i] is an input's buffer (coco_output_alias) */
+    int alias_of[MAXARGS]; /* that input, or -1 */
+    void **member[MAXARGS]; /* a scattered input's member buffers (host array), else NULL */
+    void *workspace;
+    void *arena;
+    size_t arena_bytes;
+    ncclWindow_t window;
+    ncclComm_t window_comm;
+    cudaEvent_t start, stop;
+    Guarded *guarded;   /* one per input (or member of a scattered one), output, workspace */
+    int nguarded;
+    unsigned char *guard_want, *guard_got; /* 2 * GUARD bytes per guarded buffer */
+} Buffers;
+
+/* ---- errors (cuda_child.c): each returns -1 after writing rt->err ---- */
+RT_INTERNAL int rt_fail(CocoRt *rt, const char *call, const char *file, int line,
+                        const char *why);
+RT_INTERNAL int rt_error(CocoRt *rt, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
+
+#define CUDA_OK(rt, call)                                                                      \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            return rt_fail(rt, #call, __FILE__, __LINE__, cudaGetErrorString(e_));             \
+    } while (0)
+#define NCCL_OK(rt, call)                                                                      \
+    do {                                                                                       \
+        ncclResult_t e_ = (call);                                                              \
+        char why_[512];                                                                        \
+        if (e_ != ncclSuccess)                                                                 \
+            return rt_fail(rt, #call, __FILE__, __LINE__, nccl_why(e_, why_, sizeof why_));    \
+    } while (0)
+#define LT_OK(rt, call)                                                                        \
+    do {                                                                                       \
+        cublasStatus_t e_ = (call);                                                            \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            return rt_fail(rt, #call, __FILE__, __LINE__, cublasLtGetStatusString(e_));        \
+    } while (0)
+
+/* ---- bounded waits (cuda_child.c) ---- */
+/* until `event` (or, when NULL, `stream`) has completed, polling NCCL's
+ * error state; fails after the time limit */
+RT_INTERNAL int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what);
+RT_INTERNAL int wait_streams(CocoRt *rt, const char *what); /* both streams */
+
+/* ---- one variant's buffers (arena.c) ---- */
+/* the arena, the inputs' pristine copies, outputs poisoned, guards written */
+RT_INTERNAL int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b);
+RT_INTERNAL void free_buffers(Buffers *b);
+/* input i between its working buffer (or members) and `flat` */
+RT_INTERNAL int copy_input(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i, void *flat,
+                           int to_input, enum cudaMemcpyKind kind);
+RT_INTERNAL int restore_inputs(CocoRt *rt, const CocoRtVariant *v, Buffers *b);
+/* the first damaged guard into *f (late: found at the end, not after the
+ * checked run) */
+RT_INTERNAL int check_guards(CocoRt *rt, Buffers *b, int late, CocoRtFault *f);
+/* the repeat run's results against the checked run's (on the host) */
+RT_INTERNAL int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *f);
+
+/* ---- running a variant (run.c) ---- */
+RT_INTERNAL int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err,
+                       size_t errlen);
+
+#endif

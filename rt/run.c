@@ -1,0 +1,202 @@
+/* run.c: running one variant on one rank: its entry points found in the
+ * generated code, the context and arguments set up, one checked run whose
+ * results are copied back, timed runs (CUDA events, inputs restored and
+ * ranks lined up before each), then a repeat run compared with the checked
+ * one, and the guard bytes checked (arena.c). */
+#include "rt_internal.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    coco_cuda_run_fn run;
+    coco_cuda_workspace_fn workspace;
+    coco_cuda_ctx ctx;
+    coco_cuda_args args;
+    char msg[2048];
+} Entry;
+
+static int find_entry(CocoRt *rt, const char *name, Entry *e)
+{
+    char sym[256];
+    snprintf(sym, sizeof sym, "coco_run__%s", name);
+    e->run = (coco_cuda_run_fn)(size_t)dlsym(rt->so, sym);
+    snprintf(sym, sizeof sym, "coco_workspace__%s", name);
+    e->workspace = (coco_cuda_workspace_fn)(size_t)dlsym(rt->so, sym);
+    if (!e->run || !e->workspace)
+        return rt_error(rt, "the generated code has no entry point %s for '%s'",
+                        e->run ? sym : "coco_run__NAME", name);
+    return 0;
+}
+
+static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
+{
+    c->rank = rt->rank;
+    c->nranks = rt->nranks;
+    c->group_size = rt->group_size;
+    c->world = rt->world;
+    c->group = rt->group;
+    c->stream = rt->stream;
+    c->side_stream = rt->side;
+    c->lt = rt->lt;
+    c->lt_workspace = rt->lt_workspace;
+    c->lt_workspace_bytes = LT_WORKSPACE;
+    c->err = msg;
+    c->errlen = len;
+    c->lsa_blocks = LSA_BLOCKS;
+    c->fused_algo = rt->fused_algo;
+    c->fused_blocks = rt->fused_blocks;
+    c->fused_threads = rt->fused_threads;
+    c->fused_oneshot_bytes = (size_t)rt->fused_oneshot_bytes;
+}
+
+static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
+{
+    coco_cuda_ctx *c = &e->ctx;
+    setup_ctx(rt, c, e->msg, sizeof e->msg);
+    size_t workspace = e->workspace(c, v->size);
+    if (make_buffers(rt, v, workspace, b))
+        return -1;
+    c->workspace = b->workspace;
+    c->workspace_bytes = workspace;
+    if (b->window) {
+        c->lsa_comm = rt->lsa;
+        c->lsa_window = b->window;
+        c->lsa_base = b->arena;
+        c->lsa_bytes = b->arena_bytes;
+    }
+    e->args.input = b->in;
+    e->args.scalar = v->scalar;
+    e->args.output = b->out;
+    e->args.size = v->size;
+    e->args.seed = v->seed;
+    e->args.members = (void *const *const *)b->member;
+    return 0;
+}
+
+static int call_entry(CocoRt *rt, const CocoRtVariant *v, Entry *e)
+{
+    e->msg[0] = 0;
+    if (e->run(&e->ctx, &e->args))
+        return rt_error(rt, "%s: %s", v->name, e->msg[0] ? e->msg : "failed (no message)");
+    return 0;
+}
+
+static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
+{
+    for (int i = 0; i < v->noutputs; i++)
+        CUDA_OK(rt, cudaMemcpyAsync(v->output[i], b->out[i], v->output_bytes[i],
+                                    cudaMemcpyDeviceToHost, rt->stream));
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->updated && v->updated[i] && b->in[i] &&
+            copy_input(rt, v, b, i, v->updated[i], 0, cudaMemcpyDeviceToHost))
+            return -1;
+    return wait_gpu(rt, rt->stream, NULL, "copying the results back");
+}
+
+/* Restore the inputs, line the ranks up, then one run between two events. */
+static int timed_run(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, float *ms)
+{
+    if (restore_inputs(rt, v, b))
+        return -1;
+    NCCL_OK(rt, ncclAllReduce(rt->barrier, rt->barrier, 1, ncclFloat, ncclSum, rt->world,
+                              rt->stream));
+    if (wait_gpu(rt, rt->stream, NULL, "lining the ranks up before a timed run"))
+        return -1;
+    CUDA_OK(rt, cudaEventRecord(b->start, rt->stream));
+    if (call_entry(rt, v, e))
+        return -1;
+    CUDA_OK(rt, cudaEventRecord(b->stop, rt->stream));
+    if (wait_gpu(rt, rt->stream, b->stop, v->name) || wait_streams(rt, v->name))
+        return -1;
+    CUDA_OK(rt, cudaEventElapsedTime(ms, b->start, b->stop));
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int time_variant(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e,
+                        CocoRtTiming *t)
+{
+    int n = v->iters < MAXTIMED ? v->iters : MAXTIMED;
+    float *ms = calloc((size_t)(n > 0 ? n : 1), sizeof *ms);
+    if (!ms)
+        return rt_error(rt, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < v->warmup + n && !rc; i++) {
+        float dt = 0;
+        rc = timed_run(rt, v, b, e, &dt);
+        if (i >= v->warmup)
+            ms[i - v->warmup] = dt;
+    }
+    if (!rc && n > 0) {
+        qsort(ms, (size_t)n, sizeof *ms, cmp_float);
+        t->min_ms = ms[0];
+        t->max_ms = ms[n - 1];
+        t->median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    }
+    free(ms);
+    return rc;
+}
+
+/* With COCONET_TRACE set: the seconds of each step of a variant's run since
+ * *since, on stderr; *since moves to now. */
+static void trace_step(const CocoRt *rt, const CocoRtVariant *v, const char *step,
+                       struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: %s: %s %.2f s\n", rt->rank, v->name, step,
+                (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) * 1e-9);
+    *since = now;
+}
+
+static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buffers *b)
+{
+    Entry e;
+    memset(&e, 0, sizeof e);
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    if (v->ninputs > MAXARGS || v->noutputs > MAXARGS)
+        return rt_error(rt, "%s: more than %d inputs or outputs", v->name, MAXARGS);
+    if (find_entry(rt, v->name, &e) || setup_entry(rt, v, b, &e))
+        return -1;
+    trace_step(rt, v, "buffers and inputs on the GPU", &at);
+    t->workspace_bytes = e.ctx.workspace_bytes;
+    if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||
+        copy_back(rt, v, b) || check_guards(rt, b, 0, &t->fault))
+        return -1;
+    trace_step(rt, v, "checked run and copy back", &at);
+    /* timed and repeated even after a fault: every rank makes the same
+     * collective calls; the first fault found is the one reported */
+    float ms;
+    if (time_variant(rt, v, b, &e, t) || timed_run(rt, v, b, &e, &ms))
+        return -1;
+    trace_step(rt, v, "timed runs and the repeat run", &at);
+    if (t->fault.kind == COCO_RT_FAULT_NONE && check_guards(rt, b, 1, &t->fault))
+        return -1;
+    int rc = t->fault.kind == COCO_RT_FAULT_NONE ? compare_repeat(rt, v, b, &t->fault) : 0;
+    trace_step(rt, v, "guards and the repeat run compared", &at);
+    return rc;
+}
+
+int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_t errlen)
+{
+    Buffers b;
+    memset(&b, 0, sizeof b);
+    memset(t, 0, sizeof *t);
+    rt->err = err;
+    rt->errlen = errlen;
+    int rc = run_variant(rt, v, t, &b);
+    if (!rc) /* after a failure the buffers may still be in use: leave them to exit */
+        free_buffers(&b);
+    return rc;
+}
