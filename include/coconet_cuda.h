@@ -60,6 +60,8 @@ typedef struct {
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
+    int fused_vec;     /* 0: the widest vectors the buffers' alignment allows; 1: one element */
+    int fused_peers;   /* peers' loads in flight when reducing: 0 all of them, 1 one */
 } coco_cuda_ctx;
 
 /* Arguments, in the order of the program's Execute lists. Every buffer holds

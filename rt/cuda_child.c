@@ -191,8 +191,20 @@ static long env_long(const char *name, long fallback)
     return v && *v ? strtol(v, NULL, 10) : fallback;
 }
 
+/* A knob that is 0 (unset) or 1, or an error naming it */
+static int env_flag(CocoRt *rt, const char *name, int *out)
+{
+    const char *v = getenv(name);
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return rt_error(rt, "%s=%s: expected 0 or 1", name, v);
+    *out = v && !strcmp(v, "1");
+    return 0;
+}
+
 /* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|nccl,
- * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES;
+ * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
+ * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
+ * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * and COCONET_NO_ALIAS=1 (every output in a buffer of its own). */
 static int read_knobs(CocoRt *rt)
 {
@@ -208,7 +220,8 @@ static int read_knobs(CocoRt *rt)
     rt->fused_threads = (int)env_long("COCONET_FUSED_THREADS", 0);
     rt->fused_oneshot_bytes = env_long("COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES);
     rt->no_alias = (int)env_long("COCONET_NO_ALIAS", 0);
-    return 0;
+    return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
+           env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers);
 }
 
 /* The device communicator of the one-kernel fused collectives, made by the

@@ -36,6 +36,7 @@ struct CocoRt {
     void *so;            /* the generated shared object */
     void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
+    int fused_vec, fused_peers;
     long fused_oneshot_bytes;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int nccl_built, nccl_loaded;

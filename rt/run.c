@@ -51,6 +51,8 @@ static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->fused_blocks = rt->fused_blocks;
     c->fused_threads = rt->fused_threads;
     c->fused_oneshot_bytes = (size_t)rt->fused_oneshot_bytes;
+    c->fused_vec = rt->fused_vec;
+    c->fused_peers = rt->fused_peers;
 }
 
 static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)

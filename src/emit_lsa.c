@@ -268,7 +268,7 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
     int bit = kn ? LSA_K1 : LSA_K0;
     if (kn == 0 && (l->need[rs->id] & LSA_K0))
-        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce%s<V, %s, P>(win, %s, "
+        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce%s<V, %s, P, U>(win, %s, "
                    "%d, l%d);\n", rs->id, any(l), emit_tname[x->type], at_window(e, l, x->id),
                 (int)rs->redop, rs->id);
     for (int k = 0; k < l->nm; k++) {
@@ -527,7 +527,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
-    fprintf(o, "template <int V, int P, int ONESHOT>\n__global__ void __launch_bounds__(512) "
+    fprintf(o, "template <int V, int P, int ONESHOT, int U>\n__global__ void __launch_bounds__(512) "
                "%s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
@@ -572,25 +572,28 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
 {
     FILE *o = e->o;
     int vmax = widest(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
-    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, dim3 grid, dim3 block, "
+    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, dim3 grid, dim3 block, "
                "cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {2, 4, 8};
-    /* over buckets, V = vmax at any alignment (coco_ldv_any) */
-    for (int vi = 0; vi < (vmax > 1 && l->scat < 0 ? 2 : 1); vi++)
+    /* V: vmax, or 1 (misaligned buffers, or ctx->fused_vec); U: every
+     * peer's loads in flight, or one's (ctx->fused_peers) */
+    for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
         for (int pi = 0; pi < 3; pi++)
-            for (int os = 0; os <= one; os++) {
-                int v = vi ? 1 : vmax;
-                fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d) {\n", v, peers[pi], os);
-                for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
-                    fprintf(o, "        %s_f%d%s<%d, %d, %d><<<grid, block, 0, st>>>(", e->v, f,
-                            kn ? "_b" : "", v, peers[pi], os);
-                    emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
-                    fprintf(o, ");\n");
+            for (int os = 0; os <= one; os++)
+                for (int u = 0; u < 2; u++) {
+                    int v = vi ? 1 : vmax;
+                    fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d) {\n", v,
+                            peers[pi], os, u);
+                    for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
+                        fprintf(o, "        %s_f%d%s<%d, %d, %d, %d><<<grid, block, 0, st>>>(",
+                                e->v, f, kn ? "_b" : "", v, peers[pi], os, u);
+                        emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
+                        fprintf(o, ");\n");
+                    }
+                    fprintf(o, "    } else\n");
                 }
-                fprintf(o, "    } else\n");
-            }
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");
 }
 
@@ -739,10 +742,10 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                "coco_count(h%d);\n", rs->id, x->id);
     if (l.scat < 0) {
         int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
-        fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec,
-                vmax, vmax);
+        fprintf(o, "        int V = !ctx->fused_vec && coco_pick_vec(%d, vp, vs, %d) == %d ? "
+                   "%d : 1;\n", vmax, nvec, vmax, vmax);
     } else { /* V at any alignment; the first bucket of each part, found on the host */
-        fprintf(o, "        int V = %d;\n"
+        fprintf(o, "        int V = ctx->fused_vec ? 1 : %d;\n"
                    "        CocoLsaParts pb = coco_lsa_parts(c%d, cs, G_WORLD);\n", vmax, l.scat);
     }
     fprintf(o, "        int one = coco_lsa_oneshot(ctx, %d, (size_t)nall * %zu);\n", one,
@@ -758,7 +761,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                    "&block);\n", l.scat);
     fprintf(o, "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
-    fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, grid, block, st, ", e->v, f);
+    fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, ctx->fused_peers, grid, block, st, ",
+            e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
                "%%ld ranks\", G_WORLD);\n        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",

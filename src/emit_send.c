@@ -453,8 +453,8 @@ void send_emit_launch(Emitter *e, int f, int *done_segment)
             send->id, send->id, type_size(send->type));
     fprintf(o, "        CocoShape it = h%d;\n        long n = coco_count(it);\n", send->id);
     int nvec = emit_vector_buffers(e, &s);
-    fprintf(o, "        int V = coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n", vmax, nvec, vmax,
-            vmax);
+    fprintf(o, "        int V = !ctx->fused_vec && coco_pick_vec(%d, vp, vs, %d) == %d ? %d : 1;\n",
+            vmax, nvec, vmax, vmax);
     emit_grid_count(e, send);
     /* with barriers, the grid from vmax and the logical sizes: the same on
      * every rank, so every rank syncs each barrier equally often */

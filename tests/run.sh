@@ -373,6 +373,17 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     two=$(grep -c 'as two kernels' "$cu")
     ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
     if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    # the autotuner's knobs reach every fused launch: vector width and the
+    # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
+    # with a kernel instance
+    launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
+    peers=$(grep -c '_go(V, (int)G_WORLD, one, ctx->fused_peers, ' "$cu")
+    vecs=$(grep -c 'int V = .*ctx->fused_vec' "$cu")
+    sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
+    u1=$(grep -c '&& U == 1) {$' "$cu")
+    if [ "$peers" -eq "$launches" ] && [ "$vecs" -eq $((launches + sends)) ] &&
+        { [ "$launches" -eq 0 ] || [ "$u1" -gt 0 ]; }; then ok
+    else bad "$f: $launches fused launches, $peers with fused_peers, $vecs V choices with fused_vec ($sends Sends), $u1 U=1 instances"; fi
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")

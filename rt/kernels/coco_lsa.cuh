@@ -14,6 +14,10 @@
 //             computes, and stores the gathered results into every peer;
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
+// Other instances of every kernel, for an autotuner: V = 1 (one element a
+// step, ctx->fused_vec) and U = 1 (one peer's loads in flight when reducing,
+// ctx->fused_peers); grid and block sizes come from ctx->fused_blocks and
+// ctx->fused_threads.
 // A fusion with cross-rank reductions (a Norm of the whole tensor) is two
 // kernels on one grid (src/emit_lsa.c): kernel 0 leaves each block's fold
 // in a workspace array; kernel 1 folds them (coco_lsa_rank_fold), publishes
@@ -42,18 +46,50 @@ __device__ __forceinline__ void coco_lsa_fold(const CocoRaw<T> (*x)[V], int op, 
     }
 }
 
+// Loads of V elements from buffers aligned for them (coco_ldv); the loads at
+// any alignment are CocoLdAny (coco_scatter.cuh).
+struct CocoLdAligned {
+    template <int V, int T>
+    __device__ static __forceinline__ void ld(const void *p, long i0, long n, CocoRaw<T> *raw)
+    {
+        coco_ldv<V, T>(p, i0, n, raw);
+    }
+};
+
 // acc[v] = the reduction, over the P peers in rank order, of element
-// base + i0 + v of the window buffer at offset off (type T). All P loads are
-// issued before the first sum.
-template <int V, int T, int P>
+// base + i0 + v of the window buffer at offset off (type T), loaded by L.
+// U = 0: all P loads are issued before the first sum; U = 1: one peer's at a
+// time (fewer registers, fewer loads in flight: ctx->fused_peers). The same
+// bits either way: the sums are made in the same order.
+template <class L, int V, int T, int P, int U>
+__device__ __forceinline__ void coco_lsa_reduce_with(ncclWindow_t win, size_t off, long base,
+                                                     long i0, long n, int op, double *acc)
+{
+    if constexpr (U == 0) {
+        alignas(16) CocoRaw<T> x[P][V];
+#pragma unroll
+        for (int q = 0; q < P; q++)
+            L::template ld<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n,
+                                 x[q]);
+        coco_lsa_fold<V, T, P>(x, op, acc);
+    } else {
+        alignas(16) CocoRaw<T> x[V];
+#pragma unroll
+        for (int q = 0; q < P; q++) {
+            L::template ld<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n,
+                                 x);
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                acc[v] = q ? coco_red_step(op, acc[v], coco_ld(x, v, T)) : coco_ld(x, v, T);
+        }
+    }
+}
+
+template <int V, int T, int P, int U>
 __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, long base, long i0,
                                                 long n, int op, double *acc)
 {
-    alignas(16) CocoRaw<T> x[P][V];
-#pragma unroll
-    for (int q = 0; q < P; q++)
-        coco_ldv<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, x[q]);
-    coco_lsa_fold<V, T, P>(x, op, acc);
+    coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
 }
 
 // Stores raw[V] at base + i0 of the window buffer at offset off, in the

@@ -386,15 +386,19 @@ __device__ __forceinline__ const void *coco_shfl_ptr(const void *x, int j)
 
 // coco_lsa_reduce and coco_lsa_store at any alignment (coco_ldv_any,
 // coco_stv_any: vector operations where the address allows).
-template <int V, int T, int P>
+struct CocoLdAny {
+    template <int V, int T>
+    __device__ static __forceinline__ void ld(const void *p, long i0, long n, CocoRaw<T> *raw)
+    {
+        coco_ldv_any<V, T>(p, i0, n, raw);
+    }
+};
+
+template <int V, int T, int P, int U>
 __device__ __forceinline__ void coco_lsa_reduce_any(ncclWindow_t win, size_t off, long base,
                                                     long i0, long n, int op, double *acc)
 {
-    alignas(16) CocoRaw<T> x[P][V];
-#pragma unroll
-    for (int q = 0; q < P; q++)
-        coco_ldv_any<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, x[q]);
-    coco_lsa_fold<V, T, P>(x, op, acc);
+    coco_lsa_reduce_with<CocoLdAny, V, T, P, U>(win, off, base, i0, n, op, acc);
 }
 
 template <int V, int T, int P>

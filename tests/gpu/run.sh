@@ -11,7 +11,8 @@
 #             Sends; tests/oracle/programs/ragged.coco: uneven slices along
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
-#             COCONET_FUSED=nccl);
+#             COCONET_FUSED=nccl; the fused kernels' other instances with
+#             COCONET_FUSED_VEC=1 and COCONET_FUSED_PEERS=1);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
@@ -221,6 +222,39 @@ part_examples() {
         done
     done
     scattered_fused
+    tuning_knobs
+}
+
+# The fused kernels' other instances, which the autotuner may pick: one
+# element a step instead of 16-byte vectors, and one peer's loads in flight
+# instead of all (COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1), in both
+# algorithms, at a size whose slices are uneven at P = 2 and 4.
+tuning_knobs() {
+    for f in examples/adam.coco examples/lamb.coco examples/adam_scattered.coco; do
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            allowed "$f" "$p" || continue
+            size=
+            case $name in adam | lamb) size="-D N=1001" ;; esac
+            for algo in oneshot twoshot; do
+                COCONET_FUSED=$algo COCONET_FUSED_VEC=1 COCONET_FUSED_PEERS=1
+                export COCONET_FUSED COCONET_FUSED_VEC COCONET_FUSED_PEERS
+                # shellcheck disable=SC2086 # the size's words
+                run "$name" "${size:+${size#-D } }$algo, VEC=1, PEERS=1" "$p" "$f" $size --all-schedules
+                COCONET_FUSED_VEC=0
+                # shellcheck disable=SC2086
+                run "$name" "${size:+${size#-D } }$algo, PEERS=1" "$p" "$f" $size --all-schedules
+                unset COCONET_FUSED COCONET_FUSED_VEC COCONET_FUSED_PEERS
+            done
+        done
+    done
+    for p in $RANKS; do # the fused Send: only the vector width applies
+        allowed tests/gpu/send.coco "$p" || continue
+        COCONET_FUSED_VEC=1
+        export COCONET_FUSED_VEC
+        run send "file's group, VEC=1" "$p" tests/gpu/send.coco --all-schedules
+        unset COCONET_FUSED_VEC
+    done
 }
 
 # Fused collectives over scattered tensors (kernels over the peers' memory
