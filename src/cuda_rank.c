@@ -281,8 +281,8 @@ static void input_cache_free(void)
     memset(&input_cache, 0, sizeof input_cache);
 }
 
-/* Threads of this rank's conversions and checks: the executor's, shared by the ranks of
- * this host (forked ranks all run on it). */
+/* Threads of this rank's conversions and checks: the executor's, shared by
+ * the ranks of this host (forked ranks all run on it). */
 static int check_threads(const CudaJob *job)
 {
     int t = job->data->nthreads / (cuda_mpi_active() ? 1 : job->base->nranks);
