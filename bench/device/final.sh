@@ -23,7 +23,7 @@ echo "built in $(($(date +%s) - T0)) s"
 [ "${SKIP_EXAMPLES:-0}" = 1 ] ||
     RANKS=${R:-4} PARTS="selftest examples" JOBS=12 TIMEOUT=150 timeout $(($(left) - ${PAPERT:-330})) \
         sh tests/gpu/run.sh "$OUT/ex.md" >"$LOGS/ex.out" 2>&1
-RANKS=${R:-4} PARTS=paper B_SIZES=" " N_POW="${NP:-20 24 28}" JOBS=12 TIMEOUT=200 timeout "$(left)" \
+RANKS=${R:-4} PARTS=paper B_SIZES=" " N_POW="${NP:-20 24 28}" JOBS=12 TIMEOUT=300 timeout "$(left)" \
     sh tests/gpu/run.sh "$OUT/paper.md" >"$LOGS/paper.out" 2>&1
 touch "$LOGS/ex.out"
 grep -h -A2 FAIL "$LOGS/ex.out" "$LOGS/paper.out" | cut -c1-200 | head -20
