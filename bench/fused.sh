@@ -42,6 +42,8 @@
 #   NONE_BYTES the same without the reference (80: the inputs drawn as
 #              doubles, 32 for Adam/LAMB, and the ~32 of the host copies;
 #              P = 4, N = 2^30: ~320 GiB)
+#   BUILD_ONLY 1: every coconet run's code built into the cache
+#              (`--build-only`), nothing timed, no CSV rows, no PyTorch
 #   TORCH_LAMB auto (apex FusedLAMB when importable, else foreach), apex, foreach
 #
 # CSV: tool,program,optimizer,precision,N,variant,schedule,result,ms
@@ -154,6 +156,11 @@ run_coconet() {
         fi
         ;;
     esac
+    if [ "${BUILD_ONLY:-0}" = 1 ]; then
+        echo "==== $cmd --build-only" >>"$LOG"
+        $cmd --build-only >>"$LOG" 2>&1
+        return
+    fi
     echo "==== $cmd" >>"$LOG"
     if ! fits "$prog" "$n" "$bytes"; then
         echo "coconet,$prog,$(kind "$prog"),$n,-,-,skipped," >>"$CSV"
@@ -184,6 +191,7 @@ for p in $POWS; do
         [ "$prog" = torch ] || run_coconet "$prog" "$p"
     done
 done
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 for prog in $PROGRAMS; do
     [ "$prog" = torch ] && run_torch
 done

@@ -24,7 +24,8 @@
 # sizes, P, schedule, result, max error, GPU time) goes to OUT (markdown),
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
-# Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
+# Variables: RANKS (default "2 4"), BUILD_ONLY=1 (the parts' builds into the
+# cache, no runs and no table: to build ahead while other work runs), PARTS (default "selftest examples paper"),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1002 1048577":
 # uneven slices, and at P = 2 whole slices of 2004 bytes, not a multiple of 16),
 # ITERS (20), TIMEOUT (seconds per coconet run, 3600), JOBS (builds at once,
@@ -331,9 +332,11 @@ for part in $PARTS; do
     "part_$part"
     wait
     nbuilding=0
+    [ "${BUILD_ONLY:-0}" = 1 ] && continue
     PREBUILD=0
     "part_$part"
 done
+[ "${BUILD_ONLY:-0}" = 1 ] && { echo "built (BUILD_ONLY=1): $LOG.build"; exit 0; }
 echo "$pass runs passed, $fail failed, $skip example x P combinations skipped (P not allowed)" |
     tee -a "$OUT"
 echo "table: $OUT, every run's output: $LOG"
