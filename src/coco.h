@@ -546,15 +546,19 @@ typedef struct {
     char **error;      /* per rank: why it failed, or NULL */
     int first_failure; /* the rank that failed first, or -1 */
     int *done;         /* per rank: said DONE */
+    int *at;           /* per rank: the step it said it began (REPORT_AT_*, or a variant) */
 } Report;
-/* the lines ranks send: "GPU text", "ROW v ...", "FAULT v GUARD|REPEAT text",
- * "ERR text", "DONE" */
+/* the lines ranks send: "GPU text", "AT step", "ROW v ...", "FAULT v GUARD|REPEAT
+ * text", "ERR text", "DONE"; a step is a variant's index, or one of: */
+enum { REPORT_AT_OPEN = -1, REPORT_AT_CLOSE = -2 };
 typedef void (*EmitFn)(void *ctx, const char *line);
 /* cuda_report.c */
 void report_init(Report *r, int nranks, int nv);
 void report_free(Report *r);
 void report_line(Report *r, int rank, const char *line);
 void report_error(Report *r, int rank, const char *msg); /* the first one counts */
+/* where rank was by its last AT line, e.g. "in variant 'fused'" */
+void report_where(const CudaJob *job, const Report *r, int rank, char *buf, size_t len);
 int report_print(const CudaJob *job, const Report *r, FILE *out); /* 0: all passed */
 void rank_row_line(char *buf, size_t len, int v, const RankRow *row, int nhash);
 /* cuda_rank.c: in a rank's process, load the runtime, run every variant, check it */

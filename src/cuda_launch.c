@@ -14,7 +14,10 @@
  * then every rank sends its lines (cuda_report.c) up and exits. The parent
  * watches all of them with poll(): a rank that exits before DONE, or
  * silence longer than the time limit, stops every other rank (SIGTERM,
- * then SIGKILL) and says which rank failed. */
+ * then SIGKILL) and says which rank failed and where it was (each rank
+ * says "AT step" as it begins a variant). So does SIGINT, SIGTERM or SIGHUP
+ * sent to this process: the ranks are stopped and the table printed with
+ * what they had reported. A child dies with the parent (PR_SET_PDEATHSIG). */
 #define _DEFAULT_SOURCE
 #include "coco.h"
 
@@ -27,6 +30,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "../rt/cuda_child.h"
 
@@ -130,8 +136,18 @@ static int child_get_id(const CocoRtApi *api, int rank, int up, int down, double
     return 0;
 }
 
-static _Noreturn void child_main(const CudaJob *job, int rank, int up, int down)
+static void default_stop_signals(void);
+
+static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, int up, int down)
 {
+    default_stop_signals(); /* the launcher's handlers are not the rank's */
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives the launcher, holding its GPU */
+    if (getppid() != launcher)
+        _exit(1); /* the launcher died before that */
+#else
+    (void)launcher;
+#endif
     dup2(2, 1); /* whatever a library prints must not mix with the table */
     char err[4096];
     unsigned char id[COCO_RT_ID_BYTES];
@@ -182,16 +198,19 @@ static void stop_all(Child *c, int n)
         reap(&c[i], 3);
 }
 
-static void exit_reason(const Child *c, int rank, const Report *rep, char *buf, size_t len)
+static void exit_reason(const CudaJob *job, const Child *c, int rank, const Report *rep,
+                        char *buf, size_t len)
 {
+    char where[256];
+    report_where(job, rep, rank, where, sizeof where);
     if (WIFSIGNALED(c->status))
-        snprintf(buf, len, "rank %d was killed by signal %d (%s) before it finished", rank,
-                 WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
+        snprintf(buf, len, "rank %d was killed by signal %d (%s) %s", rank,
+                 WTERMSIG(c->status), strsignal(WTERMSIG(c->status)), where);
     else if (WEXITSTATUS(c->status))
-        snprintf(buf, len, "rank %d exited with status %d before it finished", rank,
-                 WEXITSTATUS(c->status));
+        snprintf(buf, len, "rank %d exited with status %d %s", rank, WEXITSTATUS(c->status),
+                 where);
     else
-        snprintf(buf, len, "rank %d exited before it finished%s", rank,
+        snprintf(buf, len, "rank %d exited %s%s", rank, where,
                  rep->done[rank] ? "" : " (no DONE)");
 }
 
@@ -235,7 +254,7 @@ static int on_readable(Child *c, int n, int rank, Report *rep)
 }
 
 /* A rank whose pipe closed: failed unless it said DONE and exited 0. */
-static int on_eof(Child *c, int rank, Report *rep)
+static int on_eof(const CudaJob *job, Child *c, int rank, Report *rep)
 {
     c[rank].eof = 1;
     close(c[rank].up);
@@ -243,26 +262,79 @@ static int on_eof(Child *c, int rank, Report *rep)
     int ok = rep->done[rank] && WIFEXITED(c[rank].status) && !WEXITSTATUS(c[rank].status);
     if (!ok) {
         char why[512];
-        exit_reason(&c[rank], rank, rep, why, sizeof why);
+        exit_reason(job, &c[rank], rank, rep, why, sizeof why);
         report_error(rep, rank, why);
     }
     return ok;
 }
 
-static void on_silence(Child *c, int n, Report *rep, double seconds)
+static void on_silence(const CudaJob *job, Child *c, int n, Report *rep, double seconds)
 {
     for (int i = 0; i < n; i++) {
         if (c[i].eof)
             continue;
-        char why[256];
-        snprintf(why, sizeof why, "rank %d said nothing for %.0f s: stopped (--timeout sets "
-                 "the limit)", i, seconds);
+        char why[512], where[256];
+        report_where(job, rep, i, where, sizeof where);
+        snprintf(why, sizeof why, "rank %d said nothing for %.0f s, %s: stopped (--timeout "
+                 "sets the limit)", i, seconds, where);
         report_error(rep, i, why);
     }
 }
 
-/* The parent's loop: until every pipe is closed, a rank fails, or silence. */
-static void watch(Child *c, int n, Report *rep, double limit_s)
+/* ---- a signal to the launcher: stop the ranks, print what they said ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+enum { NSTOP = (int)(sizeof stop_signals / sizeof *stop_signals) };
+
+/* While watching: the first such signal interrupts poll() (no SA_RESTART);
+ * a second one acts as if none was caught (SA_RESETHAND). */
+static void catch_stop_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    for (int i = 0; i < NSTOP; i++)
+        sigaction(stop_signals[i], &sa, &old[i]);
+}
+
+static void default_stop_signals(void)
+{
+    for (int i = 0; i < NSTOP; i++)
+        signal(stop_signals[i], SIG_DFL);
+}
+
+static void restore_stop_signals(const struct sigaction *old)
+{
+    for (int i = 0; i < NSTOP; i++)
+        sigaction(stop_signals[i], &old[i], NULL);
+}
+
+static void on_stop(const CudaJob *job, Child *c, int n, Report *rep)
+{
+    for (int i = 0; i < n; i++) {
+        if (c[i].eof)
+            continue;
+        char why[512], where[256];
+        report_where(job, rep, i, where, sizeof where);
+        snprintf(why, sizeof why, "rank %d stopped %s: coconet received signal %d (%s)", i,
+                 where, (int)stop_signal, strsignal((int)stop_signal));
+        report_error(rep, i, why);
+    }
+}
+
+/* The parent's loop: until every pipe is closed, a rank fails, silence, or
+ * a signal. */
+static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit_s)
 {
     struct pollfd *p = xcalloc((size_t)n, sizeof *p);
     int *who = xcalloc((size_t)n, sizeof *who);
@@ -276,9 +348,13 @@ static void watch(Child *c, int n, Report *rep, double limit_s)
             }
         if (!np)
             break;
+        if (stop_signal) {
+            on_stop(job, c, n, rep);
+            break;
+        }
         double left = last + limit_s - now_s();
         if (left <= 0) {
-            on_silence(c, n, rep, limit_s);
+            on_silence(job, c, n, rep, limit_s);
             break;
         }
         int r = poll(p, (nfds_t)np, (int)(left * 1000) + 1);
@@ -290,7 +366,7 @@ static void watch(Child *c, int n, Report *rep, double limit_s)
                 continue;
             last = now_s();
             if (on_readable(c, n, who[k], rep))
-                failed |= !on_eof(c, who[k], rep);
+                failed |= !on_eof(job, c, who[k], rep);
         }
         if (failed)
             break;
@@ -301,6 +377,7 @@ static void watch(Child *c, int n, Report *rep, double limit_s)
 
 static int fork_ranks(const CudaJob *job, Child *c, int n)
 {
+    pid_t launcher = getpid();
     for (int r = 0; r < n; r++) {
         int up[2], down[2];
         if (pipe(up))
@@ -321,7 +398,7 @@ static int fork_ranks(const CudaJob *job, Child *c, int n)
             }
             close(up[0]);
             close(down[1]);
-            child_main(job, r, up[1], down[0]);
+            child_main(job, launcher, r, up[1], down[0]);
         }
         close(up[1]);
         close(down[0]);
@@ -335,6 +412,8 @@ int cuda_launch(const CudaJob *job, Report *rep)
     int n = job->base->nranks;
     Child *c = xcalloc((size_t)n, sizeof *c);
     void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a dead child's pipe must not kill us */
+    struct sigaction old_stop[NSTOP];
+    catch_stop_signals(old_stop);
     int rc = fork_ranks(job, c, n);
     int started = 0;
     while (started < n && c[started].pid > 0)
@@ -343,8 +422,9 @@ int cuda_launch(const CudaJob *job, Report *rep)
         for (int i = started; i < n; i++)
             report_error(rep, i, "could not be started (fork or pipe failed)");
     else
-        watch(c, started, rep, job->timeout_s * 1.5 + 5); /* after the ranks' own limits */
+        watch(job, c, started, rep, job->timeout_s * 1.5 + 5); /* after the ranks' own limits */
     stop_all(c, started);
+    restore_stop_signals(old_stop);
     for (int i = 0; i < started; i++) {
         if (!c[i].eof)
             close(c[i].up);

@@ -599,6 +599,8 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
     api->describe(rt, line + 4, sizeof line - 4);
     emit(ctx, line);
     for (int vi = 0; vi < job->nv; vi++) {
+        snprintf(line, sizeof line, "AT %d", vi); /* where this rank is, should it stop */
+        emit(ctx, line);
         /* each wait inside has its own limit; this one covers the CPU side */
         cuda_watchdog(rank, job->timeout_s * 2 + 10, job->v[vi].name);
         if (run_one(job, api, rt, vi, rank, emit, ctx)) {
@@ -611,6 +613,8 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, int rank, int local
     }
     input_cache_free();
     result_pool_free();
+    snprintf(line, sizeof line, "AT %d", REPORT_AT_CLOSE);
+    emit(ctx, line);
     cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
     api->close(rt, 0);
     cuda_watchdog(rank, 0, NULL);

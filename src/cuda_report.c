@@ -37,6 +37,9 @@ void report_init(Report *r, int nranks, int nv)
     r->rows = xcalloc((size_t)(nranks * nv + 1), sizeof *r->rows);
     r->error = xcalloc((size_t)nranks, sizeof *r->error);
     r->done = xcalloc((size_t)nranks, sizeof *r->done);
+    r->at = xcalloc((size_t)nranks, sizeof *r->at);
+    for (int i = 0; i < nranks; i++)
+        r->at[i] = REPORT_AT_OPEN;
     r->first_failure = -1;
 }
 
@@ -46,6 +49,7 @@ void report_free(Report *r)
         free(r->error[i]);
     free(r->error);
     free(r->done);
+    free(r->at);
     free(r->rows);
     memset(r, 0, sizeof *r);
 }
@@ -127,9 +131,24 @@ void report_line(Report *r, int rank, const char *line)
         parse_fault(r, rank, line);
     } else if (!strncmp(line, "ERR ", 4)) {
         report_error(r, rank, line + 4);
+    } else if (!strncmp(line, "AT ", 3)) {
+        int step = atoi(line + 3);
+        if (step >= REPORT_AT_CLOSE && step < r->nv)
+            r->at[rank] = step;
     } else if (!strcmp(line, "DONE")) {
         r->done[rank] = 1;
     }
+}
+
+void report_where(const CudaJob *job, const Report *r, int rank, char *buf, size_t len)
+{
+    int at = rank >= 0 && rank < r->nranks ? r->at[rank] : REPORT_AT_OPEN;
+    if (at == REPORT_AT_OPEN)
+        snprintf(buf, len, "starting (loading the runtime, joining the NCCL communicators)");
+    else if (at == REPORT_AT_CLOSE)
+        snprintf(buf, len, "closing the communicators, after its last variant");
+    else
+        snprintf(buf, len, "in variant '%s'", job->v[at].name);
 }
 
 /* ---- the table ---- */

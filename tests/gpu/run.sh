@@ -30,7 +30,11 @@
 # cache, no runs and no table: to build ahead while other work runs), PARTS (default "selftest examples paper"),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1002 1048577":
 # uneven slices, and at P = 2 whole slices of 2004 bytes, not a multiple of 16),
-# ITERS (20), TIMEOUT (seconds per coconet run, 3600), JOBS (builds at once,
+# ITERS (20), TIMEOUT (seconds per coconet run, 3600; coconet's own limits,
+# `--timeout`, are set to a third of it, at most 300 s, so that a run that
+# hangs is stopped by coconet, which names the rank, the variant and the
+# operation, before this script's limit; at its limit coconet gets SIGTERM,
+# stops its ranks and prints its table and where each rank was), JOBS (builds at once,
 # 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
 # against the program's CPU run, which is cheaper than each schedule's own;
 # "each" for that), COMMIT (the commit named in the table, where the copy
@@ -46,6 +50,9 @@ N_POW=${N_POW:-10 16 20 24 28}
 N_ODD=${N_ODD:-1001 1002 1048577}
 ITERS=${ITERS:-20}
 TIMEOUT=${TIMEOUT:-3600}
+LIMIT=$((TIMEOUT / 3))
+[ $LIMIT -gt 300 ] && LIMIT=300
+[ $LIMIT -lt 20 ] && LIMIT=20
 JOBS=${JOBS:-8}
 REFERENCE=${REFERENCE:-program}
 COCONET=${COCONET:-./coconet}
@@ -60,7 +67,7 @@ trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 2' INT TERM
 # signal is handled at once; its status in rc, its seconds in secs
 timed() {
     t0=$(date +%s)
-    timeout "$TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &
+    timeout -k 20 "$TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &
     child=$!
     wait "$child"
     rc=$?
@@ -135,7 +142,7 @@ table() {
 run() {
     name=$1; sizes=$2; p=$3; shift 3
     if [ "$PREBUILD" = 1 ]; then prebuild "$@" --ranks "$p"; return; fi
-    cmd="$COCONET run $* --backend cuda --ranks $p --iters $ITERS"
+    cmd="$COCONET run $* --backend cuda --ranks $p --iters $ITERS --timeout $LIMIT"
     {
         echo "\`$cmd\`"
         echo
@@ -157,7 +164,8 @@ run() {
         why=$(grep -h -m 3 -e WRONG -e REPLICAS -e GUARD -e REPEAT -e FAILED -e error -e 'rank ' \
               "$TMP/out" "$TMP/err" |
               cut -c 1-300)
-        [ $rc -eq 124 ] && why="timed out after $TIMEOUT s"
+        [ $rc -eq 124 ] && why="timed out after $TIMEOUT s: $(grep -h -m 2 -e ' stopped ' \
+            -e ' killed by ' "$TMP/err" | tr '\n' ' ')"
         echo "FAIL $cmd (status $rc)"
         echo "$why" | sed 's/^/     /'
         echo "**failed** (status $rc): $(echo "$why" | head -n 1)" >>"$OUT"

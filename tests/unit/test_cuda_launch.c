@@ -479,8 +479,20 @@ static void test_launch(void)
     check(rc == 1 && strstr(out, "rank 1: fake failure in program"), "a rank's own error");
     double t0 = now_s();
     rc = coconet(out, sizeof out, "hang", "--ranks 2 --timeout 1");
-    check(rc == 1 && strstr(out, "rank 1 said nothing for"), "a rank that hangs is stopped");
+    check(rc == 1 && strstr(out, "rank 1 said nothing for ") &&
+              strstr(out, " s, in variant 'program': stopped"),
+          "a rank that hangs is stopped, and where it was is said");
     check(now_s() - t0 < 30, "within the time limit");
+    t0 = now_s();
+    rc = coconet(out, sizeof out, "hang", "--ranks 3 --timeout 100 & pid=$!; sleep 2; "
+                 "kill -TERM $pid; wait $pid");
+    check(rc == 1 && strstr(out, "rank 1 stopped in variant 'program': coconet received signal "
+                                 "15 (Terminated)") &&
+              strstr(out, "\nprogram                  FAILED "),
+          "SIGTERM to coconet: the ranks stopped, where each was said, the table printed");
+    check(!strstr(out, "rank 0 stopped") || strstr(out, "rank 0 stopped in variant"),
+          "each rank's place is its own");
+    check(now_s() - t0 < 30, "at once, not after the time limit");
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
     test_launch_unchecked(out, sizeof out);
