@@ -463,6 +463,7 @@ typedef struct {
     char home[CUDA_PATH_MAX];     /* coco_home(): include/, rt/kernels/ */
     char cache[CUDA_PATH_MAX];
     double timeout_s;             /* for nvcc */
+    FILE *progress;               /* where a build says it begins (flushed), or NULL */
     uint64_t key;                 /* results of cuda_build: */
     char so[CUDA_PATH_MAX + 64];
     int cached;

@@ -510,6 +510,10 @@ int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen
     b->cached = is_file(b->so);
     if (b->cached)
         return 0;
+    if (b->progress) { /* said at once: a build of many variants takes minutes */
+        fprintf(b->progress, "cuda: building %s with nvcc (once for this source)\n", b->so);
+        fflush(b->progress);
+    }
     double t0 = now_s();
     if (write_atomic(cu, src, n, err, errlen) || compile(b, cu, b->so, err, errlen))
         return -1;

@@ -573,6 +573,7 @@ static int build(const char *src, size_t n, const coco_cuda_options *o, CudaBuil
         return -1;
     int mpi = cuda_mpi_active(), first = !mpi || cuda_mpi_local_rank() == 0, rc = 0;
     char e[8192] = "";
+    b->progress = !mpi || cuda_mpi_rank() == 0 ? out : NULL;
     if (first)
         rc = cuda_build(b, src, n, e, sizeof e);
     if (mpi && !cuda_mpi_all_ok(!rc)) {

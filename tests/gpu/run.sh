@@ -34,7 +34,9 @@
 # `--timeout`, are set to a third of it, at most 300 s, so that a run that
 # hangs is stopped by coconet, which names the rank, the variant and the
 # operation, before this script's limit; at its limit coconet gets SIGTERM,
-# stops its ranks and prints its table and where each rank was), JOBS (builds at once,
+# stops its ranks and prints its table and where each rank was),
+# BUILD_TIMEOUT (seconds per build, 1200: nvcc takes minutes for a program
+# of many schedules, e.g. ragged.coco's 27, when many build at once), JOBS (builds at once,
 # 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
 # against the program's CPU run, which is cheaper than each schedule's own;
 # "each" for that), COMMIT (the commit named in the table, where the copy
@@ -50,6 +52,7 @@ N_POW=${N_POW:-10 16 20 24 28}
 N_ODD=${N_ODD:-1001 1002 1048577}
 ITERS=${ITERS:-20}
 TIMEOUT=${TIMEOUT:-3600}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-1200}
 LIMIT=$((TIMEOUT / 3))
 [ $LIMIT -gt 300 ] && LIMIT=300
 [ $LIMIT -lt 20 ] && LIMIT=20
@@ -122,7 +125,7 @@ prebuild() {
     case "$built_keys" in *" $key "*) return ;; esac
     built_keys="$built_keys$key "
     # shellcheck disable=SC2086 # the command's words
-    timeout "$TIMEOUT" $COCONET run "$@" --backend cuda --build-only >>"$LOG.build" 2>&1 &
+    timeout "$BUILD_TIMEOUT" $COCONET run "$@" --backend cuda --build-only >>"$LOG.build" 2>&1 &
     nbuilding=$((nbuilding + 1))
     if [ $nbuilding -ge "$JOBS" ]; then wait; nbuilding=0; fi
 }

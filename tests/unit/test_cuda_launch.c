@@ -433,7 +433,8 @@ static void test_launch(void)
     static char out[65536];
     int rc = coconet(out, sizeof out, "ok", "--ranks 3");
     check(rc == 0, "3 ranks run and pass");
-    check(strstr(out, "cuda: built ") != NULL, "the first run builds");
+    check(strstr(out, "cuda: building ") && strstr(out, "cuda: built "),
+          "the first run builds, and says so before it starts");
     check(strstr(out, "3 ranks on a stand-in runtime") != NULL, "the GPU line of rank 0");
     check(strstr(out, "\nprogram                  bitwise ") && strstr(out, "\nfused "),
           "a row per variant, the program first");
