@@ -28,6 +28,8 @@
 #include "rt_internal.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,10 +187,23 @@ static int open_comms(CocoRt *rt, const CocoRtConfig *cfg)
     return 0;
 }
 
-static long env_long(const char *name, long fallback)
+/* A whole-number knob in [lo, hi] and a multiple of step, fallback when
+ * unset, or an error naming it */
+static int env_number(CocoRt *rt, const char *name, long fallback, long lo, long hi, long step,
+                      long *out)
 {
     const char *v = getenv(name);
-    return v && *v ? strtol(v, NULL, 10) : fallback;
+    *out = fallback;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi || x % step)
+        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld%s", name, v, lo, hi,
+                        step > 1 ? ", a multiple of 32 (whole warps)" : "");
+    *out = x;
+    return 0;
 }
 
 /* A knob that is 0 (unset) or 1, or an error naming it */
@@ -216,12 +231,17 @@ static int read_knobs(CocoRt *rt)
             rt->fused_algo = v && *v ? k : 0;
     if (rt->fused_algo < 0)
         return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot or nccl", v);
-    rt->fused_blocks = (int)env_long("COCONET_FUSED_BLOCKS", 0);
-    rt->fused_threads = (int)env_long("COCONET_FUSED_THREADS", 0);
-    rt->fused_oneshot_bytes = env_long("COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES);
-    rt->no_alias = (int)env_long("COCONET_NO_ALIAS", 0);
+    long blocks, threads;
+    if (env_number(rt, "COCONET_FUSED_BLOCKS", 0, 0, LSA_BLOCKS, 1, &blocks) ||
+        env_number(rt, "COCONET_FUSED_THREADS", 0, 0, 512, 32, &threads) ||
+        env_number(rt, "COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES, 0, LONG_MAX, 1,
+                   &rt->fused_oneshot_bytes))
+        return -1;
+    rt->fused_blocks = (int)blocks; /* 0: the runtime's choice */
+    rt->fused_threads = (int)threads;
     return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
-           env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers);
+           env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
+           env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias);
 }
 
 /* The device communicator of the one-kernel fused collectives, made by the
