@@ -357,7 +357,8 @@ static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit
             on_silence(job, c, n, rep, limit_s);
             break;
         }
-        int r = poll(p, (nfds_t)np, (int)(left * 1000) + 1);
+        /* at most a second: a signal caught just before poll() is not left waiting */
+        int r = poll(p, (nfds_t)np, left < 1 ? (int)(left * 1000) + 1 : 1000);
         if (r < 0 && errno != EINTR)
             BUG("poll: %s", strerror(errno));
         int failed = 0;
