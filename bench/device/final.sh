@@ -18,7 +18,12 @@
 export COCONET_HOME=$PWD
 export COCONET_CACHE=$PWD/build/cache
 T0=$(date +%s)
-left() { echo $((${DEADLINE:-565} - $(date +%s) + T0)); }
+# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
+# would mean no limit at all)
+left() {
+    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
+    [ "$l" -gt 0 ] && echo "$l" || echo 1
+}
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS"
 pack() {
@@ -47,7 +52,7 @@ done
 [ "${SKIP_EXAMPLES:-0}" = 1 ] ||
     for p in ${EXR:-${R:-4}}; do
         RANKS=$p PARTS="selftest examples" JOBS=12 TIMEOUT=150 \
-            timeout $(($(left) - ${PAPERT:-330})) \
+            timeout $(left ${PAPERT:-330}) \
             sh tests/gpu/run.sh "$OUT/ex-p$p.md" >>"$LOGS/ex.out" 2>&1
     done
 [ "${SKIP_PAPER:-0}" = 1 ] ||

@@ -16,7 +16,12 @@ export COCONET_HOME=$PWD
 export COCONET_CACHE=$PWD/build/cache
 export RANKS=4 SCHEDULES="AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4"
 T0=$(date +%s)
-left() { echo $((${DEADLINE:-565} - $(date +%s) + T0)); }
+# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
+# would mean no limit at all)
+left() {
+    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
+    [ "$l" -gt 0 ] && echo "$l" || echo 1
+}
 W=$(mktemp -d)/logs
 mkdir -p "$W"
 trap 'cp "$W/fused.csv" "$OUT/" 2>/dev/null; tar -C "$(dirname "$W")" -czf "$OUT/logs.tgz" logs' EXIT
@@ -37,7 +42,7 @@ say "built at $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
     --iters 20 --timeout 60 >"$W/ragged.out" 2>&1
 say "ragged P=4: status $? ($(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding) ' "$W/ragged.out") variants passed)"
 # 2
-timeout "$(($(left) - 300))" sh bench/scattered.sh "$W" >"$W/scattered.txt" 2>&1
+timeout "$(left 300)" sh bench/scattered.sh "$W" >"$W/scattered.txt" 2>&1
 tee -a "$OUT/remaining.txt" <"$W/scattered.txt"
 # 3
 for n in 67108864 268435456; do
@@ -48,12 +53,12 @@ for n in 67108864 268435456; do
     done
 done
 # 4
-timeout "$(($(left) - 170))" env PROGRAMS=lamb_fp32 POWS=28 sh bench/fused.sh "$W" >/dev/null 2>&1
+timeout "$(left 170)" env PROGRAMS=lamb_fp32 POWS=28 sh bench/fused.sh "$W" >/dev/null 2>&1
 for p in 29 30; do
-    timeout "$(($(left) - 20))" env PROGRAMS="adam_fp32 adam lamb_fp32 lamb" POWS=$p \
+    timeout "$(left 20)" env PROGRAMS="adam_fp32 adam lamb_fp32 lamb" POWS=$p \
         sh bench/fused.sh "$W" >/dev/null 2>&1
 done
-timeout "$(($(left) - 5))" python3 bench/torch_opt.py --ranks 4 --pow 29 30 --iters 20 \
+timeout "$(left 5)" python3 bench/torch_opt.py --ranks 4 --pow 29 30 --iters 20 \
     >>"$W/fused.csv" 2>"$W/torch.err"
 say "fused.csv rows: $(grep -c '' "$W/fused.csv")"
 cut -d, -f2,4,5,7,8,9 "$W/fused.csv" | tail -n 30
