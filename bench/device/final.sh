@@ -52,7 +52,7 @@ done
 [ "${SKIP_EXAMPLES:-0}" = 1 ] ||
     for p in ${EXR:-${R:-4}}; do
         RANKS=$p PARTS="selftest examples" JOBS=12 TIMEOUT=150 \
-            timeout $(left ${PAPERT:-330}) \
+            timeout "$(left ${PAPERT:-330})" \
             sh tests/gpu/run.sh "$OUT/ex-p$p.md" >>"$LOGS/ex.out" 2>&1
     done
 [ "${SKIP_PAPER:-0}" = 1 ] ||

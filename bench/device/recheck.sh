@@ -68,7 +68,7 @@ for e in ${N_POW:-28}; do
 done
 
 # 3. every example and test program x every schedule
-RANKS=$R PARTS="selftest examples" JOBS=12 TIMEOUT=120 timeout $(left 5) \
+RANKS=$R PARTS="selftest examples" JOBS=12 TIMEOUT=120 timeout "$(left 5)" \
     sh tests/gpu/run.sh "$OUT/examples.md" >"$LOGS/examples.out" 2>&1
 echo "examples status $? $(($(date +%s) - T0)) s" >>"$OUT/summary"
 

@@ -20,7 +20,7 @@ make -j16 >"$OUT/make.log" 2>&1 || { tail -30 "$OUT/make.log"; exit 1; }
 
 # 1. every example and test program x every schedule (send, norms,
 #    lamb_scattered, ragged, pipeline with and without COCONET_FUSED=nccl)
-RANKS=$R PARTS="selftest examples" JOBS=12 TIMEOUT=150 timeout $(left 240) \
+RANKS=$R PARTS="selftest examples" JOBS=12 TIMEOUT=150 timeout "$(left 240)" \
     sh tests/gpu/run.sh "$OUT/examples.md" >"$OUT/examples.out" 2>&1
 
 # 2. uneven slices and scattered parts cutting buckets, on both fused paths
@@ -47,7 +47,7 @@ done
 one none-2p24 ./coconet run bench/adam_fp32.coco -D N=16777216 --reference none
 
 # 3. where a run at 2^28 spends its time
-[ "$(left)" -gt 120 ] && COCONET_TRACE=1 timeout $(left 10) ./coconet run examples/adam.coco \
+[ "$(left)" -gt 120 ] && COCONET_TRACE=1 timeout "$(left 10)" ./coconet run examples/adam.coco \
     -D N=268435456 --backend cuda --ranks "$R" --all-schedules --reference program \
     >"$OUT/adam-2p28.log" 2>&1
 echo "adam 2^28 status $? ($(grep -c 'coconet trace' "$OUT/adam-2p28.log") trace lines)" >>"$OUT/summary"
