@@ -508,6 +508,8 @@ static Program **collect_variants(Program *p, const char *only, int *nv, char *e
     Program **v = xcalloc((size_t)p->nsched + 1, sizeof *v);
     v[0] = p;
     *nv = 1;
+    if (only && !strcmp(only, "program"))
+        return v; /* the program alone, as on the cpu backend */
     for (int i = 0; i < p->nsched; i++) {
         const char *name = p->sched[i].name;
         if (only && strcmp(only, name))

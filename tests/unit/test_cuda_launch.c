@@ -446,6 +446,9 @@ static void test_launch(void)
     rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule fused --reference program");
     check(rc == 0 && strstr(out, "cuda: cached ") != NULL, "the second run finds the cache");
     check(strstr(out, "checked against the program's") != NULL, "--reference program");
+    rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule program");
+    check(rc == 0 && strstr(out, "\nprogram                  bitwise ") && !strstr(out, "\nfused "),
+          "--schedule program: the program alone");
     rc = coconet(out, sizeof out, "ok", "--ranks 1 --schedule nope");
     check(rc == 1 && strstr(out, "no schedule named 'nope'"), "an unknown schedule");
     rc = coconet(out, sizeof out, "wrong", "--ranks 2");
