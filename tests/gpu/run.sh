@@ -26,8 +26,9 @@
 # sizes, P, schedule, result, max error, GPU time) goes to OUT (markdown),
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
-# Variables: RANKS (default "2 4"), BUILD_ONLY=1 (the parts' builds into the
-# cache, no runs and no table: to build ahead while other work runs), PARTS (default "selftest examples paper"),
+# Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
+# BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
+# build ahead while other work runs),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1002 1048577":
 # uneven slices, and at P = 2 whole slices of 2004 bytes, not a multiple of 16),
 # ITERS (20), TIMEOUT (seconds per coconet run, 3600; coconet's own limits,
@@ -36,8 +37,8 @@
 # operation, before this script's limit; at its limit coconet gets SIGTERM,
 # stops its ranks and prints its table and where each rank was),
 # BUILD_TIMEOUT (seconds per build, 1200: nvcc takes minutes for a program
-# of many schedules, e.g. ragged.coco's 27, when many build at once), JOBS (builds at once,
-# 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
+# of many schedules, e.g. ragged.coco's 27, when many build at once), JOBS
+# (builds at once, 8), REFERENCE (for the paper sizes: program, i.e. every schedule checked
 # against the program's CPU run, which is cheaper than each schedule's own;
 # "each" for that), COMMIT (the commit named in the table, where the copy
 # run has no git repository).
