@@ -15,13 +15,7 @@
 #   R=4 POWS="26 28 30" TORCH=1 TORCH_POWS="10 16 20 24 26 28 30" sh bench/device/fig6.sh
 export COCONET_HOME=$PWD
 export COCONET_CACHE=$PWD/build/cache
-T0=$(date +%s)
-# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
-# would mean no limit at all)
-left() {
-    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
-    [ "$l" -gt 0 ] && echo "$l" || echo 1
-}
+. bench/device/deadline.sh # T0, left
 W=$(mktemp -d)/fig6-logs
 mkdir -p "$W"
 trap 'tar -C "$(dirname "$W")" -czf "$OUT/fig6-logs.tgz" fig6-logs' EXIT

@@ -12,13 +12,7 @@
 #   COMMIT=$(git rev-parse --short HEAD) R=2 sh bench/device/recheck.sh
 export COCONET_HOME=$PWD
 R=${R:-2}
-T0=$(date +%s)
-# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
-# would mean no limit at all)
-left() {
-    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
-    [ "$l" -gt 0 ] && echo "$l" || echo 1
-}
+. bench/device/deadline.sh # T0, left
 LOGS=$(mktemp -d)/logs # packed into $OUT/logs.tgz at the end
 mkdir -p "$LOGS"
 pack() { tar -C "$(dirname "$LOGS")" -czf "$OUT/logs.tgz" logs; }

@@ -15,13 +15,7 @@
 export COCONET_HOME=$PWD
 export COCONET_CACHE=$PWD/build/cache
 export RANKS=4 SCHEDULES="AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4"
-T0=$(date +%s)
-# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
-# would mean no limit at all)
-left() {
-    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
-    [ "$l" -gt 0 ] && echo "$l" || echo 1
-}
+. bench/device/deadline.sh # T0, left
 W=$(mktemp -d)/logs
 mkdir -p "$W"
 trap 'cp "$W/fused.csv" "$OUT/" 2>/dev/null; tar -C "$(dirname "$W")" -czf "$OUT/logs.tgz" logs' EXIT

@@ -7,13 +7,7 @@
 # hang.txt, knobs.md, paper.md, logs.tgz. DEADLINE (seconds, 565), COMMIT.
 export COCONET_HOME=$PWD
 export COCONET_CACHE=$PWD/build/cache
-T0=$(date +%s)
-# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
-# would mean no limit at all)
-left() {
-    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
-    [ "$l" -gt 0 ] && echo "$l" || echo 1
-}
+. bench/device/deadline.sh # T0, left
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS"
 trap 'mv "$OUT"/*.log "$OUT"/*.build "$LOGS/" 2>/dev/null; tar -C "$(dirname "$LOGS")" -czf "$OUT/logs.tgz" logs' EXIT

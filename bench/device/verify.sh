@@ -9,13 +9,7 @@
 #   COMMIT=$(git rev-parse --short HEAD) R=4 sh bench/device/verify.sh
 export COCONET_HOME=$PWD
 R=${R:-4}
-T0=$(date +%s)
-# seconds left before the deadline, less $1, and never under 1 (a `timeout 0`
-# would mean no limit at all)
-left() {
-    l=$((${DEADLINE:-565} - $(date +%s) + T0 - ${1:-0}))
-    [ "$l" -gt 0 ] && echo "$l" || echo 1
-}
+. bench/device/deadline.sh # T0, left
 make -j16 >"$OUT/make.log" 2>&1 || { tail -30 "$OUT/make.log"; exit 1; }
 
 # 1. every example and test program x every schedule (send, norms,
