@@ -268,17 +268,25 @@ static int on_eof(const CudaJob *job, Child *c, int rank, Report *rep)
     return ok;
 }
 
-static void on_silence(const CudaJob *job, Child *c, int n, Report *rep, double seconds)
+/* Every rank still running fails with "rank R BEFORE <where it was>AFTER". */
+static void fail_unfinished(const CudaJob *job, const Child *c, int n, Report *rep,
+                            const char *before, const char *after)
 {
     for (int i = 0; i < n; i++) {
         if (c[i].eof)
             continue;
         char why[512], where[256];
         report_where(job, rep, i, where, sizeof where);
-        snprintf(why, sizeof why, "rank %d said nothing for %.0f s, %s: stopped (--timeout "
-                 "sets the limit)", i, seconds, where);
+        snprintf(why, sizeof why, "rank %d %s %s%s", i, before, where, after);
         report_error(rep, i, why);
     }
+}
+
+static void on_silence(const CudaJob *job, Child *c, int n, Report *rep, double seconds)
+{
+    char before[64];
+    snprintf(before, sizeof before, "said nothing for %.0f s,", seconds);
+    fail_unfinished(job, c, n, rep, before, ": stopped (--timeout sets the limit)");
 }
 
 /* ---- a signal to the launcher: stop the ranks, print what they said ---- */
@@ -321,15 +329,10 @@ static void restore_stop_signals(const struct sigaction *old)
 
 static void on_stop(const CudaJob *job, Child *c, int n, Report *rep)
 {
-    for (int i = 0; i < n; i++) {
-        if (c[i].eof)
-            continue;
-        char why[512], where[256];
-        report_where(job, rep, i, where, sizeof where);
-        snprintf(why, sizeof why, "rank %d stopped %s: coconet received signal %d (%s)", i,
-                 where, (int)stop_signal, strsignal((int)stop_signal));
-        report_error(rep, i, why);
-    }
+    char after[128];
+    snprintf(after, sizeof after, ": coconet received signal %d (%s)", (int)stop_signal,
+             strsignal((int)stop_signal));
+    fail_unfinished(job, c, n, rep, "stopped", after);
 }
 
 /* The parent's loop: until every pipe is closed, a rank fails, silence, or
