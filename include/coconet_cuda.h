@@ -16,7 +16,8 @@
  * and, for the one-kernel fused collectives (NCCL's device API is C++, so
  * the generated code makes the device communicator for the runtime):
  *   int  coco_lsa_open(void *world, int blocks, void **devcomm, char *err, size_t errlen);
- *        0 with *devcomm an ncclDevComm over WORLD with `blocks` LSA
+ *        (world: the communicator the window is registered with,
+ *        ctx->world_window) 0 with *devcomm an ncclDevComm over it with `blocks` LSA
  *        barriers, or with *devcomm NULL when the ranks cannot all load and
  *        store each other's memory; non-zero with a message on an error;
  *   void coco_lsa_close(void *world, void *devcomm);
@@ -37,7 +38,11 @@ typedef struct {
     int rank;          /* this process's rank in WORLD */
     int nranks;        /* ranks in WORLD */
     int group_size;    /* ranks in each GROUP (nranks when the program has none) */
-    void *world;       /* ncclComm_t over WORLD */
+    void *world;       /* ncclComm_t over WORLD, no window registered with it */
+    void *world_window; /* ncclComm_t over WORLD with which the arena is registered
+                           as a symmetric window (lsa_window), or NULL */
+    size_t nccl_window_bytes; /* NCCL calls over WORLD on values of fewer bytes
+                                 use world_window (coco_world) */
     void *group;       /* ncclComm_t over this rank's GROUP, or NULL */
     void *stream;      /* cudaStream_t on which all work is ordered */
     void *side_stream; /* cudaStream_t for work overlapped with `stream` */
@@ -49,7 +54,7 @@ typedef struct {
     char *err;         /* message on failure */
     size_t errlen;
     /* one-kernel fused collectives (rt/kernels/coco_lsa.cuh) */
-    void *lsa_comm;    /* const ncclDevComm * over WORLD; NULL when the ranks
+    void *lsa_comm;    /* const ncclDevComm * over world_window; NULL when the ranks
                           cannot load and store each other's memory */
     void *lsa_window;  /* ncclWindow_t: the symmetric window holding every
                           buffer of the run (inputs, outputs, workspace) */

@@ -134,8 +134,8 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
         b->arena_bytes += size[k];
     if (rt->lsa) {
         NCCL_OK(rt, ncclMemAlloc(&b->arena, b->arena_bytes));
-        b->window_comm = rt->world;
-        NCCL_OK(rt, ncclCommWindowRegister(rt->world, b->arena, b->arena_bytes, &b->window,
+        b->window_comm = rt->world_window;
+        NCCL_OK(rt, ncclCommWindowRegister(rt->world_window, b->arena, b->arena_bytes, &b->window,
                                            NCCL_WIN_COLL_SYMMETRIC));
     } else if (device_alloc(rt, &b->arena, b->arena_bytes)) {
         return -1;

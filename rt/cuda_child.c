@@ -105,7 +105,8 @@ int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *wha
             return 0;
         if (q != cudaErrorNotReady)
             return rt_error(rt, "%s: %s", what, cudaGetErrorString(q));
-        if (comm_error(rt, rt->world, "WORLD") || comm_error(rt, rt->group, "GROUP"))
+        if (comm_error(rt, rt->world, "WORLD") || comm_error(rt, rt->world_window, "WORLD") ||
+            comm_error(rt, rt->group, "GROUP"))
             return -1;
         if (now_s() > deadline)
             return rt_error(rt, "%s: no completion after %.0f s (a peer failed or hangs; "
@@ -220,7 +221,9 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
- * and COCONET_NO_ALIAS=1 (every output in a buffer of its own). */
+ * COCONET_NO_ALIAS=1 (every output in a buffer of its own); and
+ * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
+ * window's communicator: coco_world). */
 static int read_knobs(CocoRt *rt)
 {
     static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl"};
@@ -235,7 +238,9 @@ static int read_knobs(CocoRt *rt)
     if (env_number(rt, "COCONET_FUSED_BLOCKS", 0, 0, LSA_BLOCKS, 1, &blocks) ||
         env_number(rt, "COCONET_FUSED_THREADS", 0, 0, 512, 32, &threads) ||
         env_number(rt, "COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES, 0, LONG_MAX, 1,
-                   &rt->fused_oneshot_bytes))
+                   &rt->fused_oneshot_bytes) ||
+        env_number(rt, "COCONET_NCCL_WINDOW_BYTES", WINDOW_BYTES, 0, LONG_MAX, 1,
+                   &rt->nccl_window_bytes))
         return -1;
     rt->fused_blocks = (int)blocks; /* 0: the runtime's choice */
     rt->fused_threads = (int)threads;
@@ -246,15 +251,24 @@ static int read_knobs(CocoRt *rt)
 
 /* The device communicator of the one-kernel fused collectives, made by the
  * generated code (NCCL's device API is C++), when every rank of WORLD can
- * load and store every other's memory. */
+ * load and store every other's memory. It and the arena's window belong to
+ * a twin of WORLD (world_window): NCCL runs its symmetric kernels on
+ * buffers of a window, which are slower than its ring and tree kernels for
+ * large values (bench/results/2026-11-22-h200x2-probe.md), so the
+ * generated code sends those through WORLD itself (coco_world). */
 static int open_lsa(CocoRt *rt)
 {
     coco_lsa_open_fn open = (coco_lsa_open_fn)(size_t)dlsym(rt->so, "coco_lsa_open");
     if (!open || rt->fused_algo == 3)
         return 0;
+    NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
     char why[512] = "";
-    if (open(rt->world, LSA_BLOCKS, &rt->lsa, why, sizeof why))
+    if (open(rt->world_window, LSA_BLOCKS, &rt->lsa, why, sizeof why))
         return rt_error(rt, "the device communicator of the fused collectives: %s", why);
+    if (!rt->lsa) { /* several hosts: no window, no twin */
+        NCCL_OK(rt, ncclCommDestroy(rt->world_window));
+        rt->world_window = NULL;
+    }
     return 0;
 }
 
@@ -262,7 +276,7 @@ static void close_lsa(CocoRt *rt)
 {
     coco_lsa_close_fn close = (coco_lsa_close_fn)(size_t)dlsym(rt->so, "coco_lsa_close");
     if (rt->lsa && close)
-        close(rt->world, rt->lsa);
+        close(rt->world_window, rt->lsa);
     rt->lsa = NULL;
 }
 
@@ -286,6 +300,8 @@ static void rt_close(CocoRt *rt, int abort)
         close_lsa(rt);
     if (rt->group)
         abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
+    if (rt->world_window)
+        abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
     if (rt->world)
         abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */

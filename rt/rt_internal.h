@@ -20,6 +20,7 @@
 enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
 enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
        ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
+       WINDOW_BYTES = 16 << 20,       /* NCCL calls on smaller values: on the window's comm */
        ALIGN = 4096,                  /* of every buffer in the arena */
        GUARD = 256,                   /* guard bytes before and after each buffer */
        STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */
@@ -28,6 +29,8 @@ struct CocoRt {
     int rank, nranks, group_size, device;
     double timeout_s;
     ncclComm_t world, group;
+    ncclComm_t world_window; /* WORLD's twin, the arena's window registered with it, or NULL */
+    long nccl_window_bytes; /* COCONET_NCCL_WINDOW_BYTES (coco_world) */
     cudaStream_t stream, side;
     cublasLtHandle_t lt;
     void *lt_workspace;

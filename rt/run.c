@@ -38,6 +38,8 @@ static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->nranks = rt->nranks;
     c->group_size = rt->group_size;
     c->world = rt->world;
+    c->world_window = NULL; /* with the window (setup_entry) */
+    c->nccl_window_bytes = (size_t)rt->nccl_window_bytes;
     c->group = rt->group;
     c->stream = rt->stream;
     c->side_stream = rt->side;
@@ -66,6 +68,7 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
     c->workspace_bytes = workspace;
     if (b->window) {
         c->lsa_comm = rt->lsa;
+        c->world_window = rt->world_window;
         c->lsa_window = b->window;
         c->lsa_base = b->arena;
         c->lsa_bytes = b->arena_bytes;

@@ -643,9 +643,14 @@ static void emit_segment_launch(Emitter *e, int seg)
 
 /* ---- other operations ---- */
 
-static const char *comm_of(const Node *n)
+/* The communicator of n's NCCL calls: GROUP's, or over WORLD the one that
+ * coco_world picks for the whole value's bytes (the same on every rank). */
+static const char *comm_of(Emitter *e, const Node *n)
 {
-    return n->group == G_GROUP ? "(ncclComm_t)ctx->group" : "(ncclComm_t)ctx->world";
+    if (n->group == G_GROUP)
+        return "(ncclComm_t)ctx->group";
+    return arena_printf(e->p->arena, "coco_world(ctx, coco_gcount(h%d) * %zu)", n->id,
+                        type_size(n->type));
 }
 
 static int redop_code(RedOp r)
@@ -766,17 +771,18 @@ static void emit_send(Emitter *e, const Node *n)
                   "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
                   "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n"
                   "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
+                  "        ncclComm_t comm = coco_world(ctx, coco_gcount(h%d) * coco_type_size(%s));\n"
                   "        if (dst == rank) {\n"
                   "            COCO_CUDA(ctx, \"%s\", %d, cudaMemcpyAsync(b%d, b%d, bytes, "
                   "cudaMemcpyDeviceToDevice, st));\n        } else {\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupStart());\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), "
-                  "coco_nccl_type(%s), dst, (ncclComm_t)ctx->world, st));\n"
+                  "coco_nccl_type(%s), dst, comm, st));\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), "
-                  "coco_nccl_type(%s), src, (ncclComm_t)ctx->world, st));\n"
+                  "coco_nccl_type(%s), src, comm, st));\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupEnd());\n        }\n",
-            g, g, g, n->shift, g, n->shift, g, id, t, name, l, id, xi, name, l, name, l, xi, xi, t,
-            name, l, id, id, t, name, l);
+            g, g, g, n->shift, g, n->shift, g, id, t, id, t, name, l, id, xi, name, l, name, l, xi,
+            xi, t, name, l, id, id, t, name, l);
 }
 
 /* The blocks of a ReduceScatter or AllGather along d: block q (rank q's
@@ -802,7 +808,7 @@ static void emit_reduce_scatter(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = redop_code(n->redop);
-    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(n);
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
     size_t es = widened(n) ? 4 : type_size(n->type);
     char src[32], count[64];
     snprintf(src, sizeof src, d ? "t%d" : "b%d", d ? id : xi);
@@ -837,7 +843,7 @@ static void emit_all_gather(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = node_of(e->p, xi)->layout.dim;
-    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(n);
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
     size_t es = type_size(n->type);
     emit_block_sizes(e, xi, d, g, es);
     fprintf(o, "        char *out = (char *)%s%d;\n"
@@ -864,7 +870,7 @@ static void emit_comm(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     Node *x = node_of(e->p, n->in[0]);
-    const char *name = op_info(n->op)->name, *comm = comm_of(n), *t = emit_tname[n->type];
+    const char *name = op_info(n->op)->name, *comm = comm_of(e, n), *t = emit_tname[n->type];
     int l = n->pos.line, xi = x->id, id = n->id, rop = redop_code(n->redop);
     char src[32];
     snprintf(src, sizeof src, "b%d", xi);

@@ -65,6 +65,15 @@ __host__ __device__ static inline long coco_part_len(long n, long g, long r)
 // each (block q starts at q / g of it, where rank q's part lies): the
 // elements of all g blocks. Equals the logical count when d divides evenly
 // (coco_even).
+// Elements of the whole logical tensor: the same on every rank.
+static inline long coco_gcount(const CocoShape &s)
+{
+    long c = 1;
+    for (int i = 0; i < s.nd; i++)
+        c *= s.gdim[i];
+    return c;
+}
+
 static inline long coco_padded_count(const CocoShape &s, int d, long g)
 {
     long c = g * coco_chunk(s.gdim[d], g);
@@ -362,6 +371,19 @@ static inline ncclRedOp_t coco_nccl_op(int op)
 static inline size_t coco_type_size(int t)
 {
     return t == COCO_FP64 ? 8 : t == COCO_FP32 ? 4 : 2;
+}
+
+// The communicator for NCCL calls over WORLD that move a value of `bytes`
+// (the same on every rank, so that all ranks pick the same one): below
+// ctx->nccl_window_bytes the one the arena is registered with as a
+// symmetric window (NCCL's symmetric kernels: fast for small and middle
+// sizes), else WORLD's twin without the registration (NCCL's ring and tree
+// kernels, faster for large ones). ctx->world alone when there is no window.
+static inline ncclComm_t coco_world(const coco_cuda_ctx *ctx, size_t bytes)
+{
+    if (ctx->world_window && bytes < ctx->nccl_window_bytes)
+        return (ncclComm_t)ctx->world_window;
+    return (ncclComm_t)ctx->world;
 }
 
 // ---- MatMul through cuBLASLt ----
