@@ -61,10 +61,11 @@ typedef struct {
     void *lsa_base;    /* the window's local address, and its size */
     size_t lsa_bytes;
     int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
-    int fused_algo;    /* 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls */
+    int fused_algo;    /* 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
+    size_t fused_push_bytes;    /* auto: push from this input size a rank */
     int fused_vec;     /* 0: the widest vectors the buffers' alignment allows; 1: one element */
     int fused_peers;   /* peers' loads in flight when reducing: 0 all of them, 1 one */
 } coco_cuda_ctx;

@@ -217,8 +217,9 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
     return 0;
 }
 
-/* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|nccl,
+/* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|push|nccl,
  * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
+ * COCONET_FUSED_PUSH_BYTES,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own); and
@@ -226,19 +227,21 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * window's communicator: coco_world). */
 static int read_knobs(CocoRt *rt)
 {
-    static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl"};
+    static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl", "push"};
     const char *v = getenv("COCONET_FUSED");
     rt->fused_algo = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         if (!v || !*v || !strcmp(v, algo[k]))
             rt->fused_algo = v && *v ? k : 0;
     if (rt->fused_algo < 0)
-        return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot or nccl", v);
+        return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot, push or nccl", v);
     long blocks, threads;
     if (env_number(rt, "COCONET_FUSED_BLOCKS", 0, 0, LSA_BLOCKS, 1, &blocks) ||
         env_number(rt, "COCONET_FUSED_THREADS", 0, 0, 512, 32, &threads) ||
         env_number(rt, "COCONET_FUSED_ONESHOT_BYTES", ONESHOT_BYTES, 0, LONG_MAX, 1,
                    &rt->fused_oneshot_bytes) ||
+        env_number(rt, "COCONET_FUSED_PUSH_BYTES", PUSH_BYTES, 0, LONG_MAX, 1,
+                   &rt->fused_push_bytes) ||
         env_number(rt, "COCONET_NCCL_WINDOW_BYTES", WINDOW_BYTES, 0, LONG_MAX, 1,
                    &rt->nccl_window_bytes))
         return -1;

@@ -20,6 +20,7 @@
 enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
 enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
        ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
+       PUSH_BYTES = 32 << 20,         /* fused collectives: push from this input */
        WINDOW_BYTES = 16 << 20,       /* NCCL calls on smaller values: on the window's comm */
        ALIGN = 4096,                  /* of every buffer in the arena */
        GUARD = 256,                   /* guard bytes before and after each buffer */
@@ -40,7 +41,7 @@ struct CocoRt {
     void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
     int fused_vec, fused_peers;
-    long fused_oneshot_bytes;
+    long fused_oneshot_bytes, fused_push_bytes;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int nccl_built, nccl_loaded;
     char gpu[320];

@@ -10,6 +10,12 @@
  *   members in registers, store the gathered values into every peer's
  *   buffer (one-shot: its own) and the members needed later locally;
  *   barrier.
+ * Push (template parameter PUSH; contiguous operands): after the first
+ * barrier each rank stores every peer's part of the ReduceScatter's input
+ * into that peer's staging slots (workspace fs<rs>, in the window), a
+ * barrier, and the loop reduces from the local slots instead of loading
+ * from the peers (coco_lsa.cuh). Its staging buffer is allocated only when
+ * the run takes it (fpush<rs>, decided on the host, dry run included).
  * With cross-rank reductions (LAMB's Norms), two kernels on the same grid:
  *   kernel 0: barrier; the level-0 members as above, each thread folding
  *     the elements of every reduction it visits; each block's fold (a fixed
@@ -93,6 +99,13 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
             return 0;
     }
     return 1;
+}
+
+/* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
+ * operands: its stores and the element loop visit the same indices. */
+static int push_allowed(const Lsa *l)
+{
+    return l->scat < 0;
 }
 
 /* The widest V for the element sizes of the vector operands. */
@@ -211,6 +224,10 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_ALLGATHER)
             window_param(e, l, l->m[k], mode, &w);
+    if (push_allowed(l) && mode == EMIT_HOST) /* the push algorithm's staging buffer */
+        fprintf(o, ", lo[%d]", w++);
+    else if (push_allowed(l))
+        fputs(mode == EMIT_TYPED ? ", size_t ost" : ", ost", o);
     if (l->nred && mode == EMIT_HOST)
         fprintf(o, ", lo[%d], (double *)fp%d", w, l->rs);
     else if (l->nred)
@@ -267,7 +284,14 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     FILE *o = e->o;
     Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
     int bit = kn ? LSA_K1 : LSA_K0;
-    if (kn == 0 && (l->need[rs->id] & LSA_K0))
+    if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l))
+        fprintf(o, "            double l%d[V];\n            if constexpr (PUSH)\n"
+                   "                coco_lsa_reduce_staged<V, %s, P>(win, o%d, ost, rank, base, cs, "
+                   "i0, lim, %d, l%d);\n            else\n"
+                   "                coco_lsa_reduce<V, %s, P, U>(win, %s, %d, l%d);\n",
+                rs->id, emit_tname[x->type], x->id, (int)rs->redop, rs->id,
+                emit_tname[x->type], at_window(e, l, x->id), (int)rs->redop, rs->id);
+    else if (kn == 0 && (l->need[rs->id] & LSA_K0))
         fprintf(o, "            double l%d[V];\n            coco_lsa_reduce%s<V, %s, P, U>(win, %s, "
                    "%d, l%d);\n", rs->id, any(l), emit_tname[x->type], at_window(e, l, x->id),
                 (int)rs->redop, rs->id);
@@ -527,13 +551,19 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
-    fprintf(o, "template <int V, int P, int ONESHOT, int U>\n__global__ void __launch_bounds__(512) "
-               "%s_f%d%s(", e->v, f, kn ? "_b" : "");
+    fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH>\n__global__ void "
+               "__launch_bounds__(512) %s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
+        if (push_allowed(l))
+            fprintf(o, "    if constexpr (PUSH) { /* the reduce-scatter's stores into the peers' "
+                       "staging slots */\n        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, "
+                       "rank, cs, nall);\n        bar.sync(ncclCoopCta(), "
+                       "cuda::memory_order_acq_rel);\n    }\n",
+                    emit_tname[nd(e, nd(e, l->rs)->in[0])->type], nd(e, l->rs)->in[0]);
         for (int k = 0; k < l->nred; k++)
             fprintf(o, "    double a%d = coco_red_identity(%d);\n", l->red[k],
                     lsa_red_step(e, l, k));
@@ -572,23 +602,26 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
 {
     FILE *o = e->o;
     int vmax = widest(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
-    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, dim3 grid, dim3 block, "
-               "cudaStream_t st, ", e->v, f);
+    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, dim3 grid, "
+               "dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {2, 4, 8};
     /* V: vmax, or 1 (misaligned buffers, or ctx->fused_vec); U: every
-     * peer's loads in flight, or one's (ctx->fused_peers) */
+     * peer's loads in flight, or one's (ctx->fused_peers); push: two-shot
+     * only, its loads all local (U = 0) */
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
         for (int pi = 0; pi < 3; pi++)
-            for (int os = 0; os <= one; os++)
-                for (int u = 0; u < 2; u++) {
-                    int v = vi ? 1 : vmax;
-                    fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d) {\n", v,
-                            peers[pi], os, u);
+            for (int os = 0; os < 3; os++) /* two-shot, one-shot, push */
+                for (int u = 0; u < (os == 2 ? 1 : 2); u++) {
+                    if ((os == 1 && !one) || (os == 2 && !push_allowed(l)))
+                        continue;
+                    int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
+                    fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && PUSH == %d) "
+                               "{\n", v, peers[pi], oneshot, u, push);
                     for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
-                        fprintf(o, "        %s_f%d%s<%d, %d, %d, %d><<<grid, block, 0, st>>>(",
-                                e->v, f, kn ? "_b" : "", v, peers[pi], os, u);
+                        fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d><<<grid, block, 0, st>>>(",
+                                e->v, f, kn ? "_b" : "", v, peers[pi], oneshot, u, push);
                         emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
                         fprintf(o, ");\n");
                     }
@@ -628,6 +661,16 @@ void lsa_emit_workspace(Emitter *e, int f)
 {
     Lsa l;
     lsa_plan(e, f, &l);
+    if (push_allowed(&l)) { /* the push algorithm's staging buffer: P slots of cs elements */
+        Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
+        int *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+        int nin = emit_outside_operands(e, l.m, l.nm, ins);
+        fprintf(e->o, "    const int fpush%d = coco_lsa_pushes(ctx, 1, %d, (size_t)coco_count(h%d) * "
+                      "%zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? (size_t)coco_padded_count("
+                      "h%d, 0, G_WORLD) * %zu : 0);\n", rs->id, oneshot_allowed(e, &l, ins, nin),
+                x->id, type_size(x->type), rs->id, rs->id, rs->id, type_size(x->type));
+        free(ins);
+    }
     if (l.nred)
         fprintf(e->o, "    void *fr%d = coco_ws(&ws, ctx, %d * COCO_LSA_MAXBLOCKS * "
                       "sizeof(double));\n    void *fp%d = coco_ws(&ws, ctx, %d * "
@@ -656,20 +699,27 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
         free(ids);
         return 0;
     }
+    int push = push_allowed(l);
     fprintf(o, "        const void *lb[] = {");
     for (int k = 0; k < count; k++)
         fprintf(o, "%sb%d", k ? ", " : "", ids[k]);
+    if (push)
+        fprintf(o, "%sfs%d", count ? ", " : "", l->rs);
     if (l->nred)
-        fprintf(o, "%sfr%d", count ? ", " : "", l->rs);
+        fprintf(o, "%sfr%d", count + push ? ", " : "", l->rs);
     fprintf(o, "};\n        const size_t lbytes[] = {");
     for (int k = 0; k < count; k++)
         fprintf(o, "%s(size_t)coco_count(h%d) * %zu", k ? ", " : "", ids[k],
                 type_size(nd(e, ids[k])->type));
+    if (push)
+        fprintf(o, "%sfpush%d ? (size_t)coco_padded_count(h%d, 0, G_WORLD) * %zu : 0",
+                count ? ", " : "", l->rs, l->rs, type_size(nd(e, x)->type));
     if (l->nred)
-        fprintf(o, "%s%d * COCO_LSA_MAXBLOCKS * sizeof(double)", count ? ", " : "", l->nred);
-    fprintf(o, "};\n        size_t lo[%d];\n", count + (l->nred > 0));
+        fprintf(o, "%s%d * COCO_LSA_MAXBLOCKS * sizeof(double)", count + push ? ", " : "",
+                l->nred);
+    fprintf(o, "};\n        size_t lo[%d];\n", count + push + (l->nred > 0));
     free(ids);
-    return count + (l->nred > 0);
+    return count + push + (l->nred > 0);
 }
 
 /* The condition of the kernels' path: peers reachable, every window
@@ -761,8 +811,12 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                    "&block);\n", l.scat);
     fprintf(o, "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
-    fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, ctx->fused_peers, grid, block, st, ",
-            e->v, f);
+    if (push_allowed(&l))
+        fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, fpush%d ? 0 : ctx->fused_peers, "
+                   "fpush%d, grid, block, st, ", e->v, f, l.rs, l.rs);
+    else
+        fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, ctx->fused_peers, 0, grid, block, "
+                   "st, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
     fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
                "%%ld ranks\", G_WORLD);\n        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",

@@ -12,6 +12,15 @@
 // Algorithms (ctx->fused_algo; COCO_FUSED_AUTO picks by size):
 //   two-shot  each rank reduces its slice by loading it from every peer,
 //             computes, and stores the gathered results into every peer;
+//   push      two-shot whose reduce-scatter is made of stores: each rank
+//             first stores every peer's part of its input into that peer's
+//             staging buffer (a slot per rank, in the window), a barrier,
+//             then reduces its slice from its own staging slots, computes
+//             and stores into every peer as two-shot does. NVLink carries
+//             the same bytes, all of them as stores, which reach more
+//             bandwidth than loads (bench/results/2026-11-22-h200x2-probe.md);
+//             it costs a staging buffer as large as the input and a
+//             barrier: large sizes. Contiguous operands only;
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
 // Other instances of every kernel, for an autotuner: V = 1 (one element a
@@ -29,7 +38,7 @@
 
 #include <nccl_device.h>
 
-enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL };
+enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
 enum { COCO_LSA_MAXBLOCKS = 1024 }; // the most blocks of a fused kernel (slots per reduction)
 
 // acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double.
@@ -90,6 +99,57 @@ __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, lo
                                                 long n, int op, double *acc)
 {
     coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
+}
+
+// Elements of part q (of cs elements each; the last ones may be shorter or
+// empty) of a tensor of nall elements.
+__device__ __forceinline__ long coco_lsa_part_n(int q, long cs, long nall)
+{
+    const long base = q * cs;
+    return base >= nall ? 0 : nall - base < cs ? nall - base : cs;
+}
+
+// The push algorithm's reduce-scatter stores: each peer q's part of this
+// rank's input (type T, at window offset off) into slot `rank` of q's
+// staging buffer (window offset stage: P slots of cs elements). Each thread
+// visits the same indices as the element loop that follows the barrier (the
+// same grid-stride loop), so block b's barrier orders exactly the stores
+// that block b of the peer reads.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
+                                                    int rank, long cs, long nall)
+{
+    const long first = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V;
+    const long stride = (long)gridDim.x * blockDim.x * V;
+    const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
+#pragma unroll 1
+    for (int k = 1; k < P; k++) {
+        const int q = (rank + k) % P; /* each rank starts with its next peer */
+        const long n = coco_lsa_part_n(q, cs, nall);
+        CocoRaw<T> *slot = (CocoRaw<T> *)ncclGetLsaPointer(win, stage, q) + rank * cs;
+        for (long i0 = first; i0 < n; i0 += stride) {
+            alignas(16) CocoRaw<T> x[V];
+            coco_ldv<V, T>(in + q * cs, i0, n, x);
+            coco_stv<V, T>(slot, i0, n, x);
+        }
+    }
+}
+
+// acc[v] = the reduction over the ranks, in rank order, of element
+// base + i0 + v: this rank's own from its input, the others' from its
+// staging slots (all local loads). The same bits as coco_lsa_reduce.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_reduce_staged(ncclWindow_t win, size_t off, size_t stage,
+                                                       int rank, long base, long cs, long i0,
+                                                       long n, int op, double *acc)
+{
+    alignas(16) CocoRaw<T> x[P][V];
+    const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank) + base;
+    const CocoRaw<T> *slots = (const CocoRaw<T> *)ncclGetLsaPointer(win, stage, rank);
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        coco_ldv<V, T>(q == rank ? in : slots + q * cs, i0, n, x[q]);
+    coco_lsa_fold<V, T, P>(x, op, acc);
 }
 
 // Stores raw[V] at base + i0 of the window buffer at offset off, in the
@@ -172,9 +232,22 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
 // on each rank (one-shot only where the kernel allows it).
 static inline int coco_lsa_oneshot(const coco_cuda_ctx *ctx, int allowed, size_t bytes)
 {
-    if (!allowed || ctx->fused_algo == COCO_FUSED_TWOSHOT)
+    if (!allowed || ctx->fused_algo == COCO_FUSED_TWOSHOT || ctx->fused_algo == COCO_FUSED_PUSH)
         return 0;
     return ctx->fused_algo == COCO_FUSED_ONESHOT || bytes <= ctx->fused_oneshot_bytes;
+}
+
+// Does a two-shot fused collective whose input takes `bytes` on each rank
+// take the push algorithm (where the kernel has it: `allowed`)? Also
+// decides the staging buffer's size, so the workspace's dry run asks it
+// too, with the same arguments.
+static inline int coco_lsa_pushes(const coco_cuda_ctx *ctx, int allowed, int oneshot_allowed,
+                                  size_t bytes)
+{
+    if (!allowed || !ctx->lsa_comm || ctx->fused_algo == COCO_FUSED_TWOSHOT ||
+        coco_lsa_oneshot(ctx, oneshot_allowed, bytes))
+        return 0;
+    return ctx->fused_algo == COCO_FUSED_PUSH || bytes >= ctx->fused_push_bytes;
 }
 
 // Blocks and threads of a fused collective over n elements, V a thread.

@@ -12,9 +12,9 @@
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
-#             COCONET_FUSED_VEC=1 and COCONET_FUSED_PEERS=1);
+#             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
 #   knobs     the last runs of examples alone (scattered W = 41 and 401, and
-#             COCONET_FUSED_VEC=1 / COCONET_FUSED_PEERS=1);
+#             COCONET_FUSED_VEC=1 / COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
@@ -267,6 +267,24 @@ tuning_knobs() {
                 # shellcheck disable=SC2086
                 run "$name" "${size:+${size#-D } }$algo, PEERS=1" "$p" "$f" $size --all-schedules
                 unset COCONET_FUSED COCONET_FUSED_VEC COCONET_FUSED_PEERS
+            done
+        done
+    done
+    # the push algorithm (contiguous operands only), with vectors and one
+    # element a step; Dropout (mlp) and cross-rank Norms (lamb, norms) inside
+    for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
+             tests/gpu/norms.coco; do
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            allowed "$f" "$p" || continue
+            size=
+            case $name in adam | lamb | sgd_momentum) size="-D N=1001" ;; esac
+            for vec in 0 1; do
+                COCONET_FUSED=push COCONET_FUSED_VEC=$vec
+                export COCONET_FUSED COCONET_FUSED_VEC
+                # shellcheck disable=SC2086 # the size's words
+                run "$name" "${size:+${size#-D } }push, VEC=$vec" "$p" "$f" $size --all-schedules
+                unset COCONET_FUSED COCONET_FUSED_VEC
             done
         done
     done
