@@ -530,7 +530,8 @@ static Program **collect_variants(Program *p, const char *only, int *nv, char *e
         return NULL;
     }
     if (only && *nv == 1) {
-        snprintf(err, errlen, "%s: error: no schedule named '%s'\n", p->file, only);
+        snprintf(err, errlen, "%s: error: no schedule named '%s' (the file's own and, with "
+                 "--all-schedules, those `coconet schedules` lists)\n", p->file, only);
         free(v);
         return NULL;
     }

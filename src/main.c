@@ -372,7 +372,8 @@ static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
         for (int i = 0; i < n; i++)
             found |= !strcmp(o->schedule, coco_schedule_name(p, i));
         if (!found) {
-            fprintf(stderr, "%s: error: no schedule named '%s'\n", o->file, o->schedule);
+            fprintf(stderr, "%s: error: no schedule named '%s' (the file's own and, with "
+                    "--all-schedules, those `coconet schedules` lists)\n", o->file, o->schedule);
             bad = 1;
         }
     }
