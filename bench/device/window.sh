@@ -13,17 +13,22 @@ P=${P:-2}
 make -j16 >"$OUT/make.log" 2>&1 || { tail -30 "$OUT/make.log"; exit 1; }
 ./coconet run bench/allreduce_fused.coco --backend cuda --ranks "$P" --build-only >/dev/null 2>&1
 printf '%-6s %12s %12s %12s\n' N window-ms plain-ms fused-ms | tee "$OUT/window.txt"
+# at N elements with COCONET_NCCL_WINDOW_BYTES=$1: the run's output in one.txt
+one() {
+    timeout "$(left 60)" env COCONET_NCCL_WINDOW_BYTES="$1" ./coconet run \
+        bench/allreduce_fused.coco -D N="$n" --backend cuda --ranks "$P" --iters 30 \
+        --reference program >"$OUT/one.txt" 2>&1
+    cat "$OUT/one.txt" >>"$OUT/window.log"
+}
+# ms VARIANT: that row's time in one.txt
+ms() { awk -v v="$1" '$1 == v { print $(NF - 1) }' "$OUT/one.txt"; }
 for p in ${POWS:-14 16 18 20 21 22 23 24 26 28}; do
     n=$((1 << p))
-    for w in 1099511627776 0; do
-        timeout "$(left 60)" env COCONET_NCCL_WINDOW_BYTES=$w ./coconet run \
-            bench/allreduce_fused.coco -D N=$n --backend cuda --ranks "$P" --iters 30 \
-            --reference program >"$OUT/one.txt" 2>&1
-        cat "$OUT/one.txt" >>"$OUT/window.log"
-        eval "t$w=\$(awk '/^program /{print \$(NF-1)}' \"$OUT/one.txt\")"
-        f=$(awk '/^fused /{print $(NF-1)}' "$OUT/one.txt")
-    done
-    printf '2^%-4s %12s %12s %12s\n' "$p" "$t1099511627776" "$t0" "$f" | tee -a "$OUT/window.txt"
+    one 1099511627776
+    window=$(ms program)
+    one 0
+    printf '2^%-4s %12s %12s %12s\n' "$p" "$window" "$(ms program)" "$(ms fused)" |
+        tee -a "$OUT/window.txt"
 done
 timeout "$(left 5)" ./coconet run tests/gpu/selftest.coco --cuda-source tests/gpu/selftest.cu \
     --backend cuda --ranks "$P" --iters 2 >"$OUT/selftest.txt" 2>&1

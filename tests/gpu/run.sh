@@ -29,8 +29,9 @@
 # Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
 # BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
 # build ahead while other work runs),
-# B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1001 1002 1048577":
-# uneven slices, and at P = 2 whole slices of 2004 bytes, not a multiple of 16),
+# B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1 3 7 1001 1002 1048577":
+# uneven slices, empty ones for the smallest, and at P = 2 whole slices of
+# 2004 bytes, not a multiple of 16),
 # ITERS (20), TIMEOUT (seconds per coconet run, 3600; coconet's own limits,
 # `--timeout`, are set to a third of it, at most 300 s, so that a run that
 # hangs is stopped by coconet, which names the rank, the variant and the
@@ -50,7 +51,7 @@ RANKS=${RANKS:-2 4}
 PARTS=${PARTS:-selftest examples paper}
 B_SIZES=${B_SIZES:-8 16}
 N_POW=${N_POW:-10 16 20 24 28}
-N_ODD=${N_ODD:-1001 1002 1048577}
+N_ODD=${N_ODD:-1 3 7 1001 1002 1048577}
 ITERS=${ITERS:-20}
 TIMEOUT=${TIMEOUT:-3600}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-1200}
@@ -277,14 +278,18 @@ tuning_knobs() {
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
-            size=
-            case $name in adam | lamb | sgd_momentum) size="-D N=1001" ;; esac
-            for vec in 0 1; do
-                COCONET_FUSED=push COCONET_FUSED_VEC=$vec
-                export COCONET_FUSED COCONET_FUSED_VEC
-                # shellcheck disable=SC2086 # the size's words
-                run "$name" "${size:+${size#-D } }push, VEC=$vec" "$p" "$f" $size --all-schedules
-                unset COCONET_FUSED COCONET_FUSED_VEC
+            sizes=-
+            case $name in adam | lamb | sgd_momentum) sizes="3 1001" ;; esac # 3: empty parts
+            for n in $sizes; do
+                size=
+                [ "$n" = - ] || size="-D N=$n"
+                for vec in 0 1; do
+                    COCONET_FUSED=push COCONET_FUSED_VEC=$vec
+                    export COCONET_FUSED COCONET_FUSED_VEC
+                    # shellcheck disable=SC2086 # the size's words
+                    run "$name" "${size:+${size#-D } }push, VEC=$vec" "$p" "$f" $size --all-schedules
+                    unset COCONET_FUSED COCONET_FUSED_VEC
+                done
             done
         done
     done
