@@ -13,9 +13,12 @@
 # same one kernel over the peers' memory on both sides: over the elements of
 # each rank's part for the contiguous tensor, over the buckets intersecting
 # it for the scattered one, which reads g from the peers' members and p from
-# its own, with no copy into one buffer. `program` and `fusedComp` compare
-# the elementwise kernels over buckets with those over elements, after the
-# same NCCL AllReduce (g widened to FP32 from its members).
+# its own, with no copy into one buffer. In `program` and `fusedComp` the
+# scattered side's AllReduce, which no schedule fuses, is generated as a
+# FusedAllReduce with no computation over the members (one kernel, no copy:
+# src/lower_scattered.c) and the contiguous side's is NCCL's; then the
+# elementwise kernels run over buckets on one side, over elements on the
+# other.
 #
 #   RANKS=4 ITERS=20 sh bench/scattered.sh OUT
 cd "$(dirname "$0")/.." || exit 2

@@ -358,6 +358,11 @@ const char *overlap_name_check(const Xform *x); /* the overlap's name */
 int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
+/* statements made by the compiler, applied as schedule `sched` would be */
+void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n);
+SchedStmt sched_stmt_make(Arena *a, const char *verb, const char **args, int nargs,
+                     const char *policy); /* verb(args) with policy, no output names */
+const char *sched_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
 const Schedule *schedule_find(Program *p, const char *name);
 
 /* ---- enum.c: every distinct valid schedule, added to p->sched ---- */
@@ -369,8 +374,12 @@ void xform_split(const Xform *x);
 void xform_reorder(const Xform *x);
 void xform_fuse(const Xform *x);
 void xform_overlap(const Xform *x);
+int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
 void xform_asslice(const Xform *x);
 void xform_dead(const Xform *x);
+
+/* ---- lower_scattered.c: the CUDA backend's lowering of collectives over scattered tensors ---- */
+Program *lower_scattered_allreduces(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
 /* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
 void emit_cuda(Program **variants, int n, FILE *out); /* variants[0]: the program */

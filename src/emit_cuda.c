@@ -1107,8 +1107,12 @@ void emit_cuda(Program **variants, int n, FILE *o)
                "#include <string.h>\n#include \"coco_device.cuh\"\n#include \"coco_scatter.cuh\"\n#include \"coco_send.cuh\"\n\n"
                "extern \"C\" {\nint coco_nccl_version = NCCL_VERSION_CODE;\n}\n\n",
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
-    for (int i = 0; i < n; i++)
-        emit_variant(o, variants[i], i);
+    for (int i = 0; i < n; i++) {
+        Program *lowered = lower_scattered_allreduces(variants[i]);
+        emit_variant(o, lowered ? lowered : variants[i], i);
+        if (lowered)
+            program_free(lowered);
+    }
     emit_output_alias(variants, n, o);
     fprintf(o, "extern \"C\" {\nextern const char *const coco_schedule_names[];\n"
                "const char *const coco_schedule_names[] = {");

@@ -178,6 +178,34 @@ static void apply_stmt(const Xform *x)
              "overlap, asSlice or dead)", x->sched, x->st->verb);
 }
 
+SchedStmt sched_stmt_make(Arena *a, const char *verb, const char **args, int nargs,
+                     const char *policy)
+{
+    SchedStmt st;
+    memset(&st, 0, sizeof st);
+    st.verb = verb;
+    st.arg = arena_alloc(a, (size_t)(nargs + 1) * sizeof(char *));
+    st.argpos = arena_alloc(a, (size_t)(nargs + 1) * sizeof(Pos));
+    for (int i = 0; i < nargs; i++)
+        st.arg[i] = arena_strdup(a, args[i]);
+    st.narg = nargs;
+    st.policy = policy;
+    return st;
+}
+
+const char *sched_fresh_name(Program *p, const char *dflt)
+{
+    return fresh_name(p, dflt, -1);
+}
+
+void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n)
+{
+    for (int i = 0; i < n; i++) {
+        Xform x = {p, &st[i], sched};
+        apply_stmt(&x);
+    }
+}
+
 const Schedule *schedule_find(Program *p, const char *name)
 {
     for (int i = 0; i < p->nsched; i++)
@@ -189,8 +217,5 @@ const Schedule *schedule_find(Program *p, const char *name)
 void schedule_apply(Program *p, const Schedule *s)
 {
     p->applied = s->name;
-    for (int i = 0; i < s->nstmt; i++) {
-        Xform x = {p, &s->stmt[i], s->name};
-        apply_stmt(&x);
-    }
+    schedule_apply_stmts(p, s->name, s->stmt, s->nstmt);
 }

@@ -230,7 +230,7 @@ void xform_fuse(const Xform *x)
     xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));
 }
 
-static int in_some_overlap(Program *p, Ref r)
+int in_some_overlap(Program *p, Ref r)
 {
     for (int i = 0; i < p->noverlap; i++)
         for (int k = 0; k < p->overlap[i].nitem; k++)

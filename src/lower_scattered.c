@@ -1,0 +1,65 @@
+/* lower_scattered.c: on the CUDA backend, an AllReduce over a scattered
+ * tensor (language.md 7.1) that no schedule fused is generated as
+ * fuse(split(x, ARSplitRSAG), AllReduceFuse): a FusedAllReduce with no
+ * computation. Where the peers reach each other's memory that is one kernel
+ * reading the members directly (src/emit_lsa.c over buckets), with no copy
+ * into a contiguous buffer; elsewhere its run-time fallback is what an
+ * AllReduce was before: the members gathered into one buffer, NCCL. The
+ * values are the program's (a FusedAllReduce reduces in rank order, as the
+ * CPU executor does), so the variant keeps its name. */
+#include "coco.h"
+
+#include <string.h>
+
+/* Is node n an AllReduce over WORLD of a scattered input, named so that a
+ * schedule statement can reach it, in no fused operation or overlap? */
+static int lowerable(Program *p, const Node *n)
+{
+    if (n->op != O_ALLREDUCE || n->dead || n->fusion >= 0 || n->group != G_WORLD || !n->ndim)
+        return 0;
+    const Node *x = node_of(p, n->in[0]);
+    return x->op == O_INPUT && x->nmember > 0 && program_find(p, n->name) == n->id &&
+           !in_some_overlap(p, n->id);
+}
+
+/* split and fuse AllReduce id; refusals go to the current error context */
+static void lower_one(Program *p, int id)
+{
+    const char *ar = node_of(p, id)->name;
+    const char *rs = sched_fresh_name(p, arena_printf(p->arena, "rs_%s", ar));
+    const char *ag = sched_fresh_name(p, arena_printf(p->arena, "ag_%s", ar));
+    const char *fused = sched_fresh_name(p, arena_printf(p->arena, "fused_%s", ar));
+    const char *split_out[] = {rs, ag}, *fuse_out[] = {fused}, *parts[] = {rs, ag};
+    SchedStmt st[2] = {sched_stmt_make(p->arena, "split", &ar, 1, "ARSplitRSAG"),
+                       sched_stmt_make(p->arena, "fuse", parts, 2, "AllReduceFuse")};
+    st[0].out = split_out;
+    st[0].nout = 2;
+    st[1].out = fuse_out;
+    st[1].nout = 1;
+    schedule_apply_stmts(p, "(scattered AllReduce)", st, 2);
+}
+
+Program *lower_scattered_allreduces(Program *p)
+{
+    int any = 0;
+    for (int i = 0; i < p->nnode && !any; i++)
+        any = lowerable(p, &p->node[i]);
+    if (!any)
+        return NULL;
+    Program *clone = program_clone(p);
+    char err[512];
+    ErrorCtx ctx;
+    error_push(&ctx, err, sizeof err, clone->file, clone->src);
+    if (setjmp(ctx.jb)) { /* a refusal: the variant is generated as written */
+        error_pop(&ctx);
+        program_free(clone);
+        return NULL;
+    }
+    for (int i = 0; i < clone->nnode; i++)
+        if (lowerable(clone, &clone->node[i])) {
+            lower_one(clone, i);
+            i = -1; /* ids may have moved: look again from the start */
+        }
+    error_pop(&ctx);
+    return clone;
+}
