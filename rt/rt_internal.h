@@ -38,7 +38,7 @@ struct CocoRt {
     float *barrier;      /* one float on the device, for lining ranks up */
     unsigned char *stage; /* STAGE pinned bytes: results of the repeat run, in chunks */
     void *so;            /* the generated shared object */
-    void *lsa;           /* the generated code's ncclDevComm over WORLD, or NULL */
+    void *lsa;           /* the generated code's ncclDevComm over world_window, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
     int fused_vec, fused_peers;
     long fused_oneshot_bytes, fused_push_bytes;

@@ -360,9 +360,10 @@ void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
 /* statements made by the compiler, applied as schedule `sched` would be */
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n);
-SchedStmt sched_stmt_make(Arena *a, const char *verb, const char **args, int nargs,
-                     const char *policy); /* verb(args) with policy, no output names */
-const char *sched_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
+/* verb(args) with policy, no output names */
+SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                        const char *policy);
+const char *schedule_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
 const Schedule *schedule_find(Program *p, const char *name);
 
 /* ---- enum.c: every distinct valid schedule, added to p->sched ---- */

@@ -187,7 +187,7 @@ static Seq base_seq(Enum *e)
                 names[c++] = p->node[i].name;
         if (c < 2)
             continue;
-        SchedStmt st = sched_stmt_make(e->a, "fuse", names, c, "ComputationFuse");
+        SchedStmt st = schedule_stmt(e->a, "fuse", names, c, "ComputationFuse");
         Seq t = seq_extend(e->a, s, &st, 1);
         Program *q = try_seq(p, t);
         if (q) {
@@ -219,7 +219,7 @@ static void push(Enum *e, Seq s)
 
 static void push1(Enum *e, Seq s, const char *verb, const char **args, int n, const char *pol)
 {
-    SchedStmt st = sched_stmt_make(e->a, verb, args, n, pol);
+    SchedStmt st = schedule_stmt(e->a, verb, args, n, pol);
     push(e, seq_extend(e->a, s, &st, 1));
 }
 
@@ -265,8 +265,8 @@ static void slice_state(Enum *e, Seq s, Program *q)
         if (g->op != O_ALLGATHER || is_output(q, g->id))
             continue;
         const char *a1[1] = {t->name}, *a2[1] = {g->name};
-        SchedStmt st[2] = {sched_stmt_make(e->a, "asSlice", a1, 1, NULL),
-                           sched_stmt_make(e->a, "dead", a2, 1, NULL)};
+        SchedStmt st[2] = {schedule_stmt(e->a, "asSlice", a1, 1, NULL),
+                           schedule_stmt(e->a, "dead", a2, 1, NULL)};
         push(e, seq_extend(e->a, s, st, 2));
     }
 }

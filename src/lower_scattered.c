@@ -9,7 +9,6 @@
  * CPU executor does), so the variant keeps its name. */
 #include "coco.h"
 
-#include <string.h>
 
 /* Is node n an AllReduce over WORLD of a scattered input, named so that a
  * schedule statement can reach it, in no fused operation or overlap? */
@@ -26,12 +25,12 @@ static int lowerable(Program *p, const Node *n)
 static void lower_one(Program *p, int id)
 {
     const char *ar = node_of(p, id)->name;
-    const char *rs = sched_fresh_name(p, arena_printf(p->arena, "rs_%s", ar));
-    const char *ag = sched_fresh_name(p, arena_printf(p->arena, "ag_%s", ar));
-    const char *fused = sched_fresh_name(p, arena_printf(p->arena, "fused_%s", ar));
+    const char *rs = schedule_fresh_name(p, arena_printf(p->arena, "rs_%s", ar));
+    const char *ag = schedule_fresh_name(p, arena_printf(p->arena, "ag_%s", ar));
+    const char *fused = schedule_fresh_name(p, arena_printf(p->arena, "fused_%s", ar));
     const char *split_out[] = {rs, ag}, *fuse_out[] = {fused}, *parts[] = {rs, ag};
-    SchedStmt st[2] = {sched_stmt_make(p->arena, "split", &ar, 1, "ARSplitRSAG"),
-                       sched_stmt_make(p->arena, "fuse", parts, 2, "AllReduceFuse")};
+    SchedStmt st[2] = {schedule_stmt(p->arena, "split", &ar, 1, "ARSplitRSAG"),
+                       schedule_stmt(p->arena, "fuse", parts, 2, "AllReduceFuse")};
     st[0].out = split_out;
     st[0].nout = 2;
     st[1].out = fuse_out;

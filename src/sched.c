@@ -178,8 +178,8 @@ static void apply_stmt(const Xform *x)
              "overlap, asSlice or dead)", x->sched, x->st->verb);
 }
 
-SchedStmt sched_stmt_make(Arena *a, const char *verb, const char **args, int nargs,
-                     const char *policy)
+SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                        const char *policy)
 {
     SchedStmt st;
     memset(&st, 0, sizeof st);
@@ -193,7 +193,7 @@ SchedStmt sched_stmt_make(Arena *a, const char *verb, const char **args, int nar
     return st;
 }
 
-const char *sched_fresh_name(Program *p, const char *dflt)
+const char *schedule_fresh_name(Program *p, const char *dflt)
 {
     return fresh_name(p, dflt, -1);
 }

@@ -61,10 +61,6 @@ __host__ __device__ static inline long coco_part_len(long n, long g, long r)
     return (hi < n ? hi : n) - lo;
 }
 
-// A value sliced along d (shape s) as g blocks of equal size, chunk indices
-// each (block q starts at q / g of it, where rank q's part lies): the
-// elements of all g blocks. Equals the logical count when d divides evenly
-// (coco_even).
 // Elements of the whole logical tensor: the same on every rank.
 static inline long coco_gcount(const CocoShape &s)
 {
@@ -74,6 +70,10 @@ static inline long coco_gcount(const CocoShape &s)
     return c;
 }
 
+// A value sliced along d (shape s) as g blocks of equal size, chunk indices
+// each (block q starts at q / g of it, where rank q's part lies): the
+// elements of all g blocks. Equals the logical count when d divides evenly
+// (coco_even).
 static inline long coco_padded_count(const CocoShape &s, int d, long g)
 {
     long c = g * coco_chunk(s.gdim[d], g);
