@@ -10,21 +10,21 @@
 #include "coco.h"
 
 
-/* Is node n an AllReduce over WORLD of a scattered input, named so that a
- * schedule statement can reach it, in no fused operation or overlap? */
+/* Is node n an AllReduce over WORLD of a scattered input, in no fused
+ * operation or overlap? */
 static int lowerable(Program *p, const Node *n)
 {
     if (n->op != O_ALLREDUCE || n->dead || n->fusion >= 0 || n->group != G_WORLD || !n->ndim)
         return 0;
     const Node *x = node_of(p, n->in[0]);
-    return x->op == O_INPUT && x->nmember > 0 && program_find(p, n->name) == n->id &&
-           !in_some_overlap(p, n->id);
+    return x->op == O_INPUT && x->nmember > 0 && !in_some_overlap(p, n->id);
 }
 
-/* split and fuse AllReduce id; refusals go to the current error context */
+/* split and fuse AllReduce id, named by its statement (split finds an
+ * AllReduce written inline); refusals go to the current error context */
 static void lower_one(Program *p, int id)
 {
-    const char *ar = node_of(p, id)->name;
+    const char *ar = node_of(p, statement_head(p, id))->name;
     const char *rs = schedule_fresh_name(p, arena_printf(p->arena, "rs_%s", ar));
     const char *ag = schedule_fresh_name(p, arena_printf(p->arena, "ag_%s", ar));
     const char *fused = schedule_fresh_name(p, arena_printf(p->arena, "fused_%s", ar));

@@ -365,10 +365,10 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
          "tests/gpu/lamb_scattered.coco|program one,AR_Opt one,AR_AG_Opt one,fuse_RS_AG_Opt one,AR_Opt_AG one,fuse_RS_Opt_AG two,AR_Opt_AG_2 one,AR_Opt_AG_3 one,fuse_RS_Opt_AG_2 two,fuse_RS_Opt_AG_3 two,AR_Opt_AG_4 one,fuse_RS_Opt_AG_4 two" \
          "bench/bert_adam_scattered.coco|program one,fusedComp one,paper one,AR_Opt one,AR_AG_Opt one,fuse_RS_AG_Opt one,AR_Opt_AG one,fuse_RS_Opt_AG one,AR_Opt_AG_2 one,AR_Opt_AG_3 one,fuse_RS_Opt_AG_2 one,fuse_RS_Opt_AG_3 one,AR_Opt_AG_4 one,fuse_RS_Opt_AG_4 one"; do
     f=${c%%|*}
+    rm -rf "$TMP/fused"
     coco gen "$f" -o "$TMP/fused" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
-    cu=$TMP/fused/$(basename "$f" .coco).cu
-    [ -f "$cu" ] || cu=$(ls "$TMP"/fused/*.cu | head -n 1)
+    cu=$(ls "$TMP"/fused/*.cu | head -n 1)
     got=$(fused_kinds "$cu" | paste -sd, -)
     if [ "$got" = "${c#*|}" ]; then ok; else bad "fused kernels of $f: got '$got', expected '${c#*|}'"; fi
     # every two-kernel fusion exchanges its ranks' folds and ends on a barrier
@@ -419,6 +419,16 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     esac
     rm -rf "$TMP/fused"
 done
+# an AllReduce over a scattered tensor that no schedule fuses, inline in a
+# statement or not, is a FusedAllReduce kernel in the program itself
+coco gen tests/gpu/scattered_inline.coco -o "$TMP/fused"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen scattered_inline.coco: ${why:-exit status $rc}: $(err1)"
+else
+    got=$(fused_kinds "$TMP/fused/twostep.cu" | paste -sd, -)
+    if [ "$got" = "program one,program one" ]; then ok
+    else bad "scattered_inline.coco: fused kernels '$got', expected 'program one,program one'"; fi
+fi
+rm -rf "$TMP/fused"
 group_end
 # ---- the benchmark's programs and plot ----
 # bench/*.coco run with all their schedules on the CPU backend (P = 4) and
@@ -463,7 +473,8 @@ fi
 group scattered
 mkdir -p "$TMP/gen"
 for spec in "examples/adam_scattered.coco" "examples/adam_scattered.coco -D W=41" \
-            "tests/gpu/lamb_scattered.coco -D W=41" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8"; do
+            "tests/gpu/lamb_scattered.coco -D W=41" "bench/bert_adam_scattered.coco -D H=16 -D V=66 -D S=8" \
+            "tests/gpu/scattered_inline.coco -D W=41"; do
     set -f
     # shellcheck disable=SC2086 # spec is words
     set -- $spec

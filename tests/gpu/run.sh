@@ -7,7 +7,9 @@
 #             and faults.cu, which must be caught (a GUARD and a REPEAT row);
 #   examples  every examples/*.coco (and tests/gpu/norms.coco: cross-rank
 #             reductions in a fused collective; tests/gpu/lamb_scattered.coco:
-#             the same over scattered tensors; tests/gpu/send.coco: fused
+#             the same over scattered tensors; tests/gpu/scattered_inline.coco,
+#             the program alone: AllReduces over scattered tensors, one inline,
+#             as kernels over the members; tests/gpu/send.coco: fused
 #             Sends; tests/oracle/programs/ragged.coco: uneven slices along
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
@@ -214,7 +216,7 @@ part_selftest() {
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-             tests/oracle/programs/ragged.coco; do
+             tests/gpu/scattered_inline.coco tests/oracle/programs/ragged.coco; do
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             if ! allowed "$f" "$p"; then
@@ -232,6 +234,8 @@ part_examples() {
                     run "$name" "G=$g, COCONET_FUSED=nccl" "$p" "$f" --all-schedules --group-size "$g"
                     COCONET=$plain
                 done
+            elif [ "$name" = scattered_inline ]; then # 90 schedules: the program alone
+                run "$name" "file's" "$p" "$f"
             else
                 run "$name" "file's" "$p" "$f" --all-schedules
             fi
