@@ -9,7 +9,6 @@
  * CPU executor does), so the variant keeps its name. */
 #include "coco.h"
 
-
 /* Is node n an AllReduce over WORLD of a scattered input, in no fused
  * operation or overlap? */
 static int lowerable(Program *p, const Node *n)
