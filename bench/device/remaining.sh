@@ -26,7 +26,7 @@ say() { echo "$*" | tee -a "$OUT/remaining.txt"; }
 make -j16 >"$W/make.log" 2>&1 || { tail -30 "$W/make.log"; exit 1; }
 ./coconet run tests/oracle/programs/ragged.coco --backend cuda --ranks 4 --all-schedules \
     --build-only >"$W/build-ragged.log" 2>&1 &
-for f in examples/lamb.coco examples/sgd_momentum.coco; do # as steps 4 run them
+for f in examples/lamb.coco examples/sgd_momentum.coco; do # as step 4 runs them
     ./coconet run "$f" --backend cuda --ranks 4 --all-schedules --build-only \
         >>"$W/build.log" 2>&1 &
 done
