@@ -1,7 +1,8 @@
 /* lower_scattered.c: on the CUDA backend, an AllReduce over a scattered
  * tensor (language.md 7.1) that no schedule fused is generated as
- * fuse(split(x, ARSplitRSAG), AllReduceFuse): a FusedAllReduce with no
- * computation. Where the peers reach each other's memory that is one kernel
+ * fuse(split(x, ARSplitRSAG), AllReduceFuse), and a ReduceScatter of one
+ * whose only reader is an AllGather as fuse(rs, ag, AllReduceFuse): a
+ * FusedAllReduce with no computation. Where the peers reach each other's memory that is one kernel
  * reading the members directly (src/emit_lsa.c over buckets), with no copy
  * into a contiguous buffer; elsewhere its run-time fallback is what an
  * AllReduce was before: the members gathered into one buffer, NCCL. The
@@ -17,6 +18,43 @@ static int lowerable(Program *p, const Node *n)
         return 0;
     const Node *x = node_of(p, n->in[0]);
     return x->op == O_INPUT && x->nmember > 0 && !in_some_overlap(p, n->id);
+}
+
+/* Is node n an unfused collective over WORLD in no overlap? */
+static int free_collective(Program *p, const Node *n, Op op)
+{
+    return n->op == op && !n->dead && n->fusion < 0 && n->group == G_WORLD &&
+           !in_some_overlap(p, n->id) && program_find(p, n->name) == n->id;
+}
+
+/* The AllGather that is the only reader of ReduceScatter n (n a
+ * ReduceScatter of a scattered input, no output), or -1. */
+static int sole_gather(Program *p, const Node *n)
+{
+    if (!free_collective(p, n, O_REDUCESCATTER) || is_output(p, n->id))
+        return -1;
+    const Node *x = node_of(p, n->in[0]);
+    if (x->op != O_INPUT || !x->nmember)
+        return -1;
+    int ag = -1, readers = 0;
+    for (int j = 0; j < p->nnode; j++)
+        for (int k = 0; k < p->node[j].nin && !p->node[j].dead; k++)
+            if (p->node[j].in[k] == n->id) {
+                readers++;
+                ag = j;
+            }
+    return readers == 1 && free_collective(p, node_of(p, ag), O_ALLGATHER) ? ag : -1;
+}
+
+/* fuse ReduceScatter rs and AllGather ag */
+static void fuse_pair(Program *p, int rs, int ag)
+{
+    const char *parts[] = {node_of(p, rs)->name, node_of(p, ag)->name};
+    const char *out[] = {schedule_fresh_name(p, arena_printf(p->arena, "fused_%s", parts[0]))};
+    SchedStmt st = schedule_stmt(p->arena, "fuse", parts, 2, "AllReduceFuse");
+    st.out = out;
+    st.nout = 1;
+    schedule_apply_stmts(p, "(scattered ReduceScatter)", &st, 1);
 }
 
 /* split and fuse AllReduce id, named by its statement (split finds an
@@ -41,7 +79,7 @@ Program *lower_scattered_allreduces(Program *p)
 {
     int any = 0;
     for (int i = 0; i < p->nnode && !any; i++)
-        any = lowerable(p, &p->node[i]);
+        any = lowerable(p, &p->node[i]) || sole_gather(p, &p->node[i]) >= 0;
     if (!any)
         return NULL;
     Program *clone = program_clone(p);
@@ -53,10 +91,13 @@ Program *lower_scattered_allreduces(Program *p)
         program_free(clone);
         return NULL;
     }
-    for (int i = 0; i < clone->nnode; i++)
+    for (int i = 0, ag; i < clone->nnode; i++)
         if (lowerable(clone, &clone->node[i])) {
             lower_one(clone, i);
             i = -1; /* ids may have moved: look again from the start */
+        } else if ((ag = sole_gather(clone, &clone->node[i])) >= 0) {
+            fuse_pair(clone, i, ag);
+            i = -1;
         }
     error_pop(&ctx);
     return clone;
