@@ -217,6 +217,26 @@ __device__ __forceinline__ void coco_stv_any(void *p, long i0, long n, const Coc
     }
 }
 
+// dst[dlo + i] (type td) = src[slo + i] (type ts) for i in [0, n), by the
+// lanes of a warp, 4 elements a lane at a time: the 4 loads are issued
+// before the first store, so a warp has 4 in flight rather than 1 (the
+// buffers never overlap). Through double: exact for every type.
+__device__ __forceinline__ void coco_warp_move(void *dst, long dlo, int td, const void *src,
+                                               long slo, int ts, long n, int lane)
+{
+    enum { U = 4 };
+    for (long i = lane; i < n; i += 32 * U) {
+        double v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            v[u] = i + 32 * u < n ? coco_ld(src, slo + i + 32 * u, ts) : 0.0;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i + 32 * u < n)
+                coco_st(dst, dlo + i + 32 * u, td, v[u]);
+    }
+}
+
 // Copies flat elements [lo, hi) between a scattered tensor and a contiguous
 // buffer holding them from index 0 (to_members: into the members).
 __global__ void coco_scat_copy_kernel(CocoScat d, void *flat, int t, long lo, long hi,
@@ -226,17 +246,16 @@ __global__ void coco_scat_copy_kernel(CocoScat d, void *flat, int t, long lo, lo
     const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
     for (long b = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5; b < d.nbucket; b += nwarp) {
         const CocoBucket bk = d.bucket[b];
-        long f0 = coco_bflat(bk), f1 = coco_bflat(d.bucket[b + 1]);
-        if (f1 <= lo || f0 >= hi)
+        const long f0 = coco_bflat(bk), f1 = coco_bflat(d.bucket[b + 1]);
+        const long first = f0 > lo ? f0 : lo, end = f1 < hi ? f1 : hi;
+        if (first >= end)
             continue;
         char *mem = (char *)d.member[bk.member];
         const long ms = d.start[bk.member];
-        for (long i = (f0 > lo ? f0 : lo) + lane; i < f1 && i < hi; i += 32) {
-            if (to_members)
-                coco_st(mem, i - ms, t, coco_ld(flat, i - lo, t));
-            else
-                coco_st(flat, i - lo, t, coco_ld(mem, i - ms, t));
-        }
+        if (to_members)
+            coco_warp_move(mem, first - ms, t, flat, first - lo, t, end - first, lane);
+        else
+            coco_warp_move(flat, first - lo, t, mem, first - ms, t, end - first, lane);
     }
 }
 
@@ -251,8 +270,7 @@ __global__ void coco_scat_convert_kernel(CocoScat d, int ts, void *dst, int td)
         const long f0 = coco_bflat(bk), f1 = coco_bflat(d.bucket[b + 1]);
         const char *mem = (const char *)d.member[bk.member];
         const long ms = d.start[bk.member];
-        for (long i = f0 + lane; i < f1; i += 32)
-            coco_st(dst, i, td, coco_ld(mem, i - ms, ts));
+        coco_warp_move(dst, f0, td, mem, f0 - ms, ts, f1 - f0, lane);
     }
 }
 
