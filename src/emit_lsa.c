@@ -473,7 +473,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
     /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
     fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
                "        const long base = part * cs;\n"
-               "        const long n = base >= nall ? 0 : nall - base < cs ? nall - base : cs;\n"
+               "        const long n = coco_lsa_part_n(part, cs, nall);\n"
                "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
                "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
     emit_loop_head(e, l, zs, nz);

@@ -10,31 +10,37 @@
  * CPU executor does), so the variant keeps its name. */
 #include "coco.h"
 
-/* Is node n an AllReduce over WORLD of a scattered input, in no fused
- * operation or overlap? */
-static int lowerable(Program *p, const Node *n)
-{
-    if (n->op != O_ALLREDUCE || n->dead || n->fusion >= 0 || n->group != G_WORLD || !n->ndim)
-        return 0;
-    const Node *x = node_of(p, n->in[0]);
-    return x->op == O_INPUT && x->nmember > 0 && !in_some_overlap(p, n->id);
-}
-
-/* Is node n an unfused collective over WORLD in no overlap? */
-static int free_collective(Program *p, const Node *n, Op op)
+/* Is node n a live `op` over WORLD, in no fused operation or overlap? */
+static int unfused(Program *p, const Node *n, Op op)
 {
     return n->op == op && !n->dead && n->fusion < 0 && n->group == G_WORLD &&
-           !in_some_overlap(p, n->id) && program_find(p, n->name) == n->id;
+           !in_some_overlap(p, n->id);
+}
+
+/* Does node n read a scattered input? */
+static int reads_scattered(Program *p, const Node *n)
+{
+    const Node *x = node_of(p, n->in[0]);
+    return x->op == O_INPUT && x->nmember > 0;
+}
+
+/* Is node n an unfused AllReduce over WORLD of a scattered input? */
+static int lowerable(Program *p, const Node *n)
+{
+    return unfused(p, n, O_ALLREDUCE) && n->ndim && reads_scattered(p, n);
+}
+
+/* unfused, and named so that a schedule statement reaches it */
+static int free_collective(Program *p, const Node *n, Op op)
+{
+    return unfused(p, n, op) && program_find(p, n->name) == n->id;
 }
 
 /* The AllGather that is the only reader of ReduceScatter n (n a
  * ReduceScatter of a scattered input, no output), or -1. */
 static int sole_gather(Program *p, const Node *n)
 {
-    if (!free_collective(p, n, O_REDUCESCATTER) || is_output(p, n->id))
-        return -1;
-    const Node *x = node_of(p, n->in[0]);
-    if (x->op != O_INPUT || !x->nmember)
+    if (!free_collective(p, n, O_REDUCESCATTER) || is_output(p, n->id) || !reads_scattered(p, n))
         return -1;
     int ag = -1, readers = 0;
     for (int j = 0; j < p->nnode; j++)
