@@ -13,13 +13,9 @@
 # 565), ITERS (20).
 #
 #   R=4 POWS="26 28 30" TORCH=1 TORCH_POWS="10 16 20 24 26 28 30" sh bench/device/fig6.sh
-export COCONET_HOME=$PWD
-export COCONET_CACHE=$PWD/build/cache
-. bench/device/deadline.sh # T0, left
-W=$(mktemp -d)/fig6-logs
-mkdir -p "$W"
-trap 'tar -C "$(dirname "$W")" -czf "$OUT/fig6-logs.tgz" fig6-logs' EXIT
-make -j16 >"$W/make.log" 2>&1 || { tail -30 "$W/make.log"; exit 1; }
+. bench/device/lease.sh # T0, left, lease_logs, lease_make
+lease_logs fig6-logs # $W
+lease_make
 export RANKS=${R:-4} ITERS=${ITERS:-20}
 export SCHEDULES="AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4"
 PROGS=${PROGRAMS:-allreduce_fused16 allreduce_fused adam adam_fp32 lamb lamb_fp32}

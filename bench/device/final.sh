@@ -15,9 +15,7 @@
 # machine). The cache is build/cache (kept while the machine stays warm).
 #
 #   COMMIT=$(git rev-parse --short HEAD) R=4 sh bench/device/final.sh
-export COCONET_HOME=$PWD
-export COCONET_CACHE=$PWD/build/cache
-. bench/device/deadline.sh # T0, left
+. bench/device/lease.sh # T0, left, lease_make
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS"
 pack() {
@@ -25,7 +23,7 @@ pack() {
     tar -C "$(dirname "$LOGS")" -czf "$OUT/logs.tgz" logs
 }
 trap pack EXIT
-make -j16 >"$LOGS/make.log" 2>&1 || { tail -30 "$LOGS/make.log"; exit 1; }
+W=$LOGS lease_make
 echo "built in $(($(date +%s) - T0)) s"
 for part in $AHEAD; do
     if [ "$part" = fused ]; then # bench/device/fig6.sh's runs

@@ -6,9 +6,7 @@
 # all-FP32 Adam's fuse_RS_Opt_AG_4 at 2^26 and 2^28; every row checked
 # against the CPU reference. BUILD_ONLY=1: the builds alone (for the cache).
 # Table in $OUT/push.txt, logs in $OUT/push.log.
-export COCONET_HOME=$PWD
-export COCONET_CACHE=$PWD/build/cache
-. bench/device/deadline.sh # T0, left
+. bench/device/lease.sh # T0, left
 P=${P:-2}
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     ./coconet run bench/allreduce_fused.coco --backend cuda --ranks "$P" --build-only &

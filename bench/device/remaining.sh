@@ -16,14 +16,10 @@
 #   benchmark with the new defaults: bench/device/fig6.sh (its header).
 # Files under $OUT: remaining.txt (the short list, also printed), logs.tgz.
 # Variables: DEADLINE (seconds, 565), COMMIT.
-export COCONET_HOME=$PWD
-export COCONET_CACHE=$PWD/build/cache
-. bench/device/deadline.sh # T0, left
-W=$(mktemp -d)/logs
-mkdir -p "$W"
-trap 'tar -C "$(dirname "$W")" -czf "$OUT/logs.tgz" logs' EXIT
+. bench/device/lease.sh # T0, left, lease_logs, lease_make
+lease_logs logs # $W
 say() { echo "$*" | tee -a "$OUT/remaining.txt"; }
-make -j16 >"$W/make.log" 2>&1 || { tail -30 "$W/make.log"; exit 1; }
+lease_make
 ./coconet run tests/oracle/programs/ragged.coco --backend cuda --ranks 4 --all-schedules \
     --build-only >"$W/build-ragged.log" 2>&1 &
 for f in examples/lamb.coco examples/sgd_momentum.coco; do # as step 4 runs them

@@ -6,11 +6,9 @@
 # GPUs, beside the FusedAllReduce; then the self-test (the runtime with
 # WORLD's twin communicator). Table in $OUT/window.txt, logs in
 # $OUT/window.log.
-export COCONET_HOME=$PWD
-export COCONET_CACHE=$PWD/build/cache
-. bench/device/deadline.sh # T0, left
+. bench/device/lease.sh # T0, left, lease_make
 P=${P:-2}
-make -j16 >"$OUT/make.log" 2>&1 || { tail -30 "$OUT/make.log"; exit 1; }
+lease_make
 ./coconet run bench/allreduce_fused.coco --backend cuda --ranks "$P" --build-only >/dev/null 2>&1
 printf '%-6s %12s %12s %12s\n' N window-ms plain-ms fused-ms | tee "$OUT/window.txt"
 # at N elements with COCONET_NCCL_WINDOW_BYTES=$1: the run's output in one.txt

@@ -30,7 +30,9 @@
 #
 # Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
 # BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
-# build ahead while other work runs),
+# build ahead while other work runs), EXAMPLES (the examples and knobs parts'
+# programs: those of them named here, e.g. "examples/adam.coco
+# tests/gpu/send.coco"; all by default),
 # B_SIZES ("8 16"), N_POW ("10 16 20 24 28"), N_ODD ("1 3 7 1001 1002 1048577":
 # uneven slices, empty ones for the smallest, and at P = 2 whole slices of
 # 2004 bytes, not a multiple of 16),
@@ -111,6 +113,15 @@ allowed() {
         return 1
     fi
     return 0 # another error: let the run report it
+}
+
+# chosen FILE: is FILE one of the examples and knobs parts' programs to run?
+chosen() {
+    [ -z "$EXAMPLES" ] && return 0
+    for e in $EXAMPLES; do
+        [ "$e" = "$1" ] && return 0
+    done
+    return 1
 }
 
 # heading TEXT: a section title in the table (not while prebuilding)
@@ -217,6 +228,7 @@ part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/gpu/scattered_inline.coco tests/oracle/programs/ragged.coco; do
+        chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             if ! allowed "$f" "$p"; then
@@ -258,6 +270,7 @@ part_knobs() {
 # algorithms, at a size whose slices are uneven at P = 2 and 4.
 tuning_knobs() {
     for f in examples/adam.coco examples/lamb.coco examples/adam_scattered.coco; do
+        chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
@@ -279,6 +292,7 @@ tuning_knobs() {
     # element a step; Dropout (mlp) and cross-rank Norms (lamb, norms) inside
     for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
              tests/gpu/norms.coco; do
+        chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
@@ -297,6 +311,7 @@ tuning_knobs() {
             done
         done
     done
+    chosen tests/gpu/send.coco || return 0
     for p in $RANKS; do # the fused Send: only the vector width applies
         allowed tests/gpu/send.coco "$p" || continue
         COCONET_FUSED_VEC=1
@@ -313,6 +328,7 @@ tuning_knobs() {
 # of 3 warps (every warp takes many batches of 32 buckets).
 scattered_fused() {
     for f in examples/adam_scattered.coco tests/gpu/lamb_scattered.coco; do
+        chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             COCONET_FUSED=twoshot

@@ -1,0 +1,22 @@
+# bench/device/lease.sh: sourced (from the repository root) by the lease
+# scripts here. Sets the coconet environment (COCONET_HOME, the build cache
+# kept while the machine stays warm) and the time budget (deadline.sh: T0,
+# left), and gives
+#   lease_logs NAME  a log folder $W, packed into $OUT/NAME.tgz on exit (a
+#                    lease returns at most 8 files);
+#   lease_make       builds coconet (log in $W, else $OUT); stops the
+#                    script on failure, with the log's tail.
+# shellcheck shell=sh source=bench/device/deadline.sh
+export COCONET_HOME="$PWD"
+export COCONET_CACHE="$PWD/build/cache"
+. bench/device/deadline.sh # T0, left
+lease_logs() {
+    W=$(mktemp -d)/$1
+    mkdir -p "$W"
+    # shellcheck disable=SC2064 # the folder is known now
+    trap "tar -C '$(dirname "$W")' -czf '$OUT/$1.tgz' '$1'" EXIT
+}
+lease_make() {
+    log=${W:-$OUT}/make.log
+    make -j16 >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+}
