@@ -102,29 +102,39 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 }
 
 /* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
- * operands: its stores and the element loop visit the same indices. */
+ * operands, where its stores and the element loop visit the same indices,
+ * and in one kernel: with cross-rank reductions kernel 0 has no gathered
+ * stores, and its loads from the peers overlap its local work, where
+ * pushing first would serialise them (LAMB at P = 2, 2^28 FP32: 3.48 ms by
+ * loads, 4.87 ms by push; bench/results/2026-11-22-h200x2-lamb.md). */
 static int push_allowed(const Lsa *l)
 {
-    return l->scat < 0;
+    return l->scat < 0 && !l->nred;
 }
 
-/* The widest V for the element sizes of the vector operands. */
-static int widest(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
+/* V, the elements a thread takes a step: 16 bytes of the narrowest vector
+ * operand; with cross-rank reductions, of the widest. Their kernel 0 holds
+ * the most values in registers, and 16 bytes of the narrowest (8 elements
+ * of FP16 beside FP32 state) halved its blocks per SM: mixed-precision LAMB
+ * took 5.28 ms at V = 8 against 3.78 ms at V = 1 (P = 2, 2^28; same file). */
+static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
-    size_t narrow = type_size(nd(e, nd(e, l->rs)->in[0])->type);
-#define NARROW(t) (narrow = type_size(t) < narrow ? type_size(t) : narrow)
+    size_t size = type_size(nd(e, nd(e, l->rs)->in[0])->type);
+#define TAKE(t)                                                                                    \
+    (size = l->nred ? (type_size(t) > size ? type_size(t) : size)                                  \
+                    : (type_size(t) < size ? type_size(t) : size))
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
-            NARROW(nd(e, ins[k])->type);
+            TAKE(nd(e, ins[k])->type);
     for (int k = 0; k < nz; k++)
-        NARROW(nd(e, zs[k])->type);
+        TAKE(nd(e, zs[k])->type);
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if ((n->op == O_ALLGATHER || stores_local(e, l, n->id) || l->carry[n->id]) && n->ndim)
-            NARROW(n->type);
+            TAKE(n->type);
     }
-#undef NARROW
-    return (int)(16 / narrow);
+#undef TAKE
+    return (int)(16 / size);
 }
 
 static void mark_flat(Emitter *e, const Lsa *l, const int *ins, int nin)
@@ -601,7 +611,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                     int nz)
 {
     FILE *o = e->o;
-    int vmax = widest(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
+    int vmax = vector_width(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
     fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, dim3 grid, "
                "dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
@@ -784,7 +794,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     int *ins, *zs, nz;
     int nin = prepare(e, f, &l, &ins, &zs, &nz);
     Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
-    int vmax = widest(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
+    int vmax = vector_width(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);
     emit_usable(e, &l, emit_window_buffers(e, &l));
     fprintf(o, "        CocoShape it = h%d;\n"
