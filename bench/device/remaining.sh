@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/device/remaining.sh: the first command of the next lease of
 # nvidia-h200-x4, for what issues 4 and 5 still lack after the P = 2 runs
-# of 7098ce6 (bench/results/2026-11-22-h200x2-push.md), in order of need:
+# (bench/results/2026-11-22-h200x2-push.md, -p2check.md, -lamb.md and
+# -fig6.md), in order of need:
 #   1. NCCL AllReduce with and without the arena's window by size
 #      (bench/device/window.sh): the default of COCONET_NCCL_WINDOW_BYTES
 #      at P = 4;
