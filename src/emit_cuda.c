@@ -883,11 +883,18 @@ static void emit_comm(Emitter *e, const Node *n)
         emit_reduce_result(e, n);
         break;
     case O_REDUCESCATTER:
-        emit_reduce_scatter(e, n);
+    case O_ALLGATHER: {
+        int lsa = emit_scat_lsa(e, n); /* over a scattered tensor's members: one kernel */
+        if (lsa)
+            emit_scat_lsa_open(e, n);
+        if (n->op == O_REDUCESCATTER)
+            emit_reduce_scatter(e, n);
+        else
+            emit_all_gather(e, n);
+        if (lsa)
+            emit_scat_lsa_close(e, n);
         break;
-    case O_ALLGATHER:
-        emit_all_gather(e, n);
-        break;
+    }
     case O_REDUCE:
         emit_reduce_operands(e, n, src, arena_printf(e->p->arena, "coco_count(h%d)", xi));
         fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(dst, 0, coco_count(h%d) * "
@@ -1002,7 +1009,7 @@ static void emit_body(Emitter *e, const char *entry)
                "ctx->workspace_bytes);\n");
     for (int i = 0; i < p->nnode; i++) /* scattered inputs some operation reads contiguous */
         if (p->node[i].op == O_INPUT && p->node[i].nmember && emit_scat_needs_buffer(e, i) &&
-            emit_scat_gather_fusion(e, i) < 0)
+            emit_scat_gather_fusion(e, i) < 0 && emit_scat_gather_node(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
     int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));

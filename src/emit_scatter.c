@@ -2,7 +2,9 @@
  * (rt/kernels/coco_scatter.cuh): which value lives in a scattered tensor's
  * members, where it also needs a contiguous copy, the descriptor c<id> the
  * entry point builds once per member list, the copies between members and
- * copy, and which segment kernels and fusions iterate over members. */
+ * copy, which segment kernels and fusions iterate over members, and the
+ * ReduceScatters and AllGathers over members that run as one kernel where
+ * the peers reach each other's memory (coco_lsa_scat_launch). */
 #include "emit_cuda.h"
 
 /* ---- scattered tensors (rt/kernels/coco_scatter.cuh) ---- */
@@ -81,6 +83,87 @@ int emit_scat_gather_fusion(Emitter *e, int i)
     return f;
 }
 
+/* Does node n also run as one kernel over a scattered tensor's members,
+ * where the peers reach each other's memory (coco_lsa_scat_launch,
+ * rt/kernels/coco_scatter.cuh; its NCCL lowering stays for the rest)? A
+ * ReduceScatter of a scattered value into a buffer, or an AllGather of a
+ * buffer into one, on WORLD along dimension 0, outside any fusion. An
+ * AllGather's value must not be an output or be read as one buffer: its
+ * contiguous copy is then never filled. */
+int emit_scat_lsa(Emitter *e, const Node *n)
+{
+    Program *p = e->p;
+    if (n->dead || n->group != G_WORLD || n->fusion >= 0)
+        return 0;
+    if (n->op == O_REDUCESCATTER)
+        return n->axis == 0 && emit_scat_of(e, n->in[0]) && !emit_scat_of(e, n->id);
+    const Node *x = n->op == O_ALLGATHER ? node_of(p, n->in[0]) : NULL;
+    if (!x || x->layout.dim != 0 || emit_scat_of(e, x->id) || !emit_scat_of(e, n->id))
+        return 0;
+    for (int j = n->id + 1; j < p->nnode; j++)
+        for (int k = 0; k < p->node[j].nin; k++)
+            if (reads_contiguous(e, n->id, j, k))
+                return 0;
+    return 1;
+}
+
+/* The ReduceScatter with emit_scat_lsa that is the only reader of scattered
+ * input i's contiguous copy, or -1: only its NCCL path gathers the copy, as
+ * for emit_scat_gather_fusion. */
+int emit_scat_gather_node(Emitter *e, int i)
+{
+    Program *p = e->p;
+    Node *n = node_of(p, i);
+    if (n->op != O_INPUT || !n->nmember || n->updated_by >= 0 || is_output(p, i) ||
+        !emit_scat_needs_buffer(e, i))
+        return -1;
+    int r = -1;
+    for (int j = i + 1; j < p->nnode; j++)
+        for (int k = 0; k < p->node[j].nin; k++) {
+            if (!reads_contiguous(e, i, j, k))
+                continue;
+            if (p->node[j].op != O_REDUCESCATTER || !emit_scat_lsa(e, &p->node[j]) ||
+                (r >= 0 && r != j))
+                return -1;
+            r = j;
+        }
+    return r;
+}
+
+/* Opens collective n's two paths (emit_scat_lsa): "if (usable) { the
+ * kernel } else {", then what its NCCL path needs first: the contiguous
+ * copies only it reads. */
+void emit_scat_lsa_open(Emitter *e, const Node *n)
+{
+    Program *p = e->p;
+    FILE *o = e->o;
+    const char *name = op_info(n->op)->name;
+    int rs = n->op == O_REDUCESCATTER, l = n->pos.line;
+    const Node *x = node_of(p, n->in[0]), *part = rs ? n : x, *whole = rs ? x : n;
+    fprintf(o, "        if (coco_lsa_scat_usable(ctx, G_WORLD, c%d, %zu)) {\n"
+               "            const long cs = coco_padded_count(h%d, 0, G_WORLD) / G_WORLD;\n"
+               "            if (coco_lsa_scat_launch<%s, %s, %d>(ctx, c%d, cs, coco_count(h%d), %d, "
+               "b%d, st))\n"
+               "                COCO_FAIL(ctx, \"%s\", %d, \"no kernel instance for %%ld ranks\", "
+               "G_WORLD);\n"
+               "            COCO_LAUNCHED(ctx, \"%s\", %d);\n"
+               "        } else {\n",
+            whole->id, type_size(whole->type), part->id, emit_tname[x->type], emit_tname[n->type], rs,
+            whole->id, whole->id, rs ? (int)n->redop : 0, part->id, name, l, name, l);
+    for (int i = 0; rs && i < p->nnode; i++)
+        if (emit_scat_gather_node(e, i) == n->id)
+            emit_scat_copy(e, i, i, &p->node[i], 0);
+}
+
+/* Closes them: an AllGather's NCCL path fills the members from its copy
+ * (emit_scat_sync leaves it out). */
+void emit_scat_lsa_close(Emitter *e, const Node *n)
+{
+    if (n->op == O_ALLGATHER)
+        emit_scat_copy(e, n->id, n->id, n, 1);
+    fputs("        }\n", e->o);
+}
+
 /* The descriptor c<id> of a scattered value (built once per member list
  * and member pointers, then looked up), and its contiguous copy b<id>. */
 void emit_scat_buffer(Emitter *e, const Node *n, const Node *t)
@@ -131,7 +214,8 @@ void emit_scat_gather_for(Emitter *e, int f)
  * the copy). */
 void emit_scat_sync(Emitter *e, const Node *n)
 {
-    if (n->op == O_INPUT || !emit_scat_of(e, n->id) || !emit_scat_needs_buffer(e, n->id))
+    if (n->op == O_INPUT || !emit_scat_of(e, n->id) || !emit_scat_needs_buffer(e, n->id) ||
+        (n->op == O_ALLGATHER && emit_scat_lsa(e, n)))
         return;
     emit_scat_copy(e, n->id, n->id, n, e->segment[n->id] < 0);
 }

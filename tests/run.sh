@@ -417,7 +417,18 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
         gathers=$(awk '/FusedAllReduce .* \*\/$/ { on = 1 } on && /} else {$/ { on = 0 }
                        on && /coco_scat_copy\(.*, 0\)\)$/ { n++ } END { print n + 0 }' "$cu")
         if [ "$kernels" -gt 0 ] && [ "$buckets" -eq "$kernels" ] && [ "$parts" -ge 1 ] && [ "$gathers" -eq 0 ]; then ok
-        else bad "$f: $kernels fused kernels, $buckets over buckets, $parts part tables, $gathers gathers on the kernels' path"; fi ;;
+        else bad "$f: $kernels fused kernels, $buckets over buckets, $parts part tables, $gathers gathers on the kernels' path"; fi
+        # a ReduceScatter of a scattered tensor, or an AllGather into one,
+        # outside fusions: one kernel over the members beside its NCCL path
+        # (coco_lsa_scat_launch), whose path copies nothing
+        blocks=$(grep -c '^    { /\* line [0-9]*: [A-Za-z0-9_]* = \(ReduceScatter\|AllGather\) \*/$' "$cu")
+        launches=$(grep -c 'if (coco_lsa_scat_launch<' "$cu")
+        copies=$(awk '/if [(]coco_lsa_scat_usable[(]/ { on = 1 } on && /} else {$/ { on = 0 }
+                      on && /coco_scat_copy[(]/ { n++ } END { print n + 0 }' "$cu")
+        if [ "$launches" -gt 0 ] && [ "$launches" -le "$blocks" ] && [ "$copies" -eq 0 ]; then ok
+        else bad "$f: $blocks ReduceScatter/AllGather blocks, $launches over the members, $copies copies on their path"; fi ;;
+    *)  if ! grep -q 'coco_lsa_scat_launch<' "$cu"; then ok
+        else bad "$f: a ReduceScatter or AllGather over members in a program without scattered tensors"; fi ;;
     esac
     rm -rf "$TMP/fused"
 done

@@ -15,7 +15,8 @@
 //
 // A FusedAllReduce over the peers' memory (src/emit_lsa.c) addresses
 // scattered operands through the same table: the helpers at the end of
-// this file (after coco_lsa.cuh's, which coco_device.cuh includes first).
+// this file (after coco_lsa.cuh's, which coco_device.cuh includes first),
+// and so do the ReduceScatter and AllGather over members that follow them.
 #pragma once
 
 enum { COCO_BUCKET = 1024 };
@@ -428,4 +429,113 @@ __device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off,
     for (int q = 0; q < P; q++)
         if (q >= first && q <= last)
             coco_stv_any<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
+}
+
+// ---- a ReduceScatter or AllGather over the members, one kernel ----
+// A ReduceScatter of a scattered value, or an AllGather into one, outside
+// any fusion (src/emit_scatter.c: emit_scat_lsa), where the peers reach each
+// other's memory: each rank takes the buckets of its own part, a warp a
+// bucket, as the fused kernels do. The ReduceScatter (RS = 1) loads the
+// part from every peer's members, reduces in double in rank order (the CPU
+// executor's order and rounding, as the FusedAllReduce does) and stores it
+// into `local`, this rank's contiguous part; the AllGather (RS = 0) loads
+// the part from `local` and stores it into every peer's members. No copy
+// into a contiguous buffer. An LSA barrier before (the peers' earlier work
+// on the members is done) and after (no peer goes on while they are read
+// or written).
+template <int V, int TI, int TO, int P, int RS>
+__global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, ncclWindow_t win,
+                                                                CocoScat sc, CocoLsaParts pb,
+                                                                const char *lbase, long cs,
+                                                                long nall, int rank, int op,
+                                                                void *local)
+{
+    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
+                                           blockIdx.x};
+    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);
+    const int lane = threadIdx.x & 31;
+    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
+    const long base = rank * cs, n = coco_lsa_part_n(rank, cs, nall);
+    for (long b0 = pb.first[rank] + warp; n > 0 && b0 < sc.nbucket; b0 += 32 * nwarp) {
+        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);
+        const size_t dw = coco_lsa_member_off(sc.member, d.member, lbase);
+        for (int j = 0; j < 32; j++) {
+            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);
+            if (lo >= n)
+                break;
+            const long ms = coco_shfl(d.ms, j);
+            const size_t w = (size_t)coco_shfl((long)dw, j);
+            for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {
+                alignas(16) CocoRaw<TO> part[V];
+                if constexpr (RS) {
+                    double acc[V];
+                    coco_lsa_reduce_any<V, TI, P, 0>(win, w, 0, i0 - ms, lim - ms, op, acc);
+#pragma unroll
+                    for (int v = 0; v < V; v++)
+                        coco_st(part, v, TO, coco_round(acc[v], TO));
+                    coco_stv_any<V, TO>(local, i0, lim, part);
+                } else {
+                    coco_ldv_any<V, TO>(local, i0, lim, part);
+                    coco_lsa_store_any<V, TO, P>(win, w, 0, i0 - ms, lim - ms, 0, P - 1, part);
+                }
+            }
+        }
+    }
+    bar.sync(ncclCoopCta(), cuda::memory_order_release);
+}
+
+// Does this run take coco_lsa_scat_collective for the members of d
+// (elements of esize bytes) on a group of nranks: a device communicator
+// over every rank, not COCONET_FUSED=nccl, 2, 4 or 8 ranks, the members in
+// the window? Otherwise the generated NCCL path.
+static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, const CocoScat &d,
+                                       size_t esize)
+{
+    return ctx->fused_algo != COCO_FUSED_NCCL && nranks == ctx->nranks &&
+           (nranks == 2 || nranks == 4 || nranks == 8) && coco_lsa_members_usable(ctx, d, esize);
+}
+
+// Launches coco_lsa_scat_collective<V> over the members of d for the
+// number of ranks; non-zero: no instance for it.
+template <int V, int TI, int TO, int RS>
+static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs, long nall,
+                            int op, void *local, cudaStream_t st)
+{
+    dim3 grid, block;
+    coco_lsa_scat_grid(ctx, d, ctx->nranks, &grid, &block);
+    const CocoLsaParts pb = coco_lsa_parts(d, cs, ctx->nranks);
+    const ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;
+    const ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;
+    const char *lbase = (const char *)ctx->lsa_base;
+    switch (ctx->nranks) {
+    case 2:
+        coco_lsa_scat_collective<V, TI, TO, 2, RS><<<grid, block, 0, st>>>(
+            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
+        return 0;
+    case 4:
+        coco_lsa_scat_collective<V, TI, TO, 4, RS><<<grid, block, 0, st>>>(
+            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
+        return 0;
+    case 8:
+        coco_lsa_scat_collective<V, TI, TO, 8, RS><<<grid, block, 0, st>>>(
+            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+// The ReduceScatter (RS = 1) or AllGather (RS = 0) over the members of d:
+// parts of cs elements of a tensor of nall, reduction op, `local` this
+// rank's part; V from 16 bytes of the narrower type, or 1 (ctx->fused_vec).
+template <int TI, int TO, int RS>
+static int coco_lsa_scat_launch(const coco_cuda_ctx *ctx, const CocoScat &d, long cs, long nall,
+                                int op, void *local, cudaStream_t st)
+{
+    constexpr int size = sizeof(CocoRaw<TI>) < sizeof(CocoRaw<TO>) ? sizeof(CocoRaw<TI>)
+                                                                     : sizeof(CocoRaw<TO>);
+    if (ctx->fused_vec)
+        return coco_lsa_scat_go<1, TI, TO, RS>(ctx, d, cs, nall, op, local, st);
+    return coco_lsa_scat_go<16 / size, TI, TO, RS>(ctx, d, cs, nall, op, local, st);
 }

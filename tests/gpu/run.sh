@@ -321,11 +321,14 @@ tuning_knobs() {
     done
 }
 
-# Fused collectives over scattered tensors (kernels over the peers' memory
-# addressing members through the bucket table), two-shot: at W = 41 (P = 4:
-# uneven parts whose edges cut members and buckets; member starts at odd
-# offsets, so vector and single-element paths), and at W = 401 on one block
-# of 3 warps (every warp takes many batches of 32 buckets).
+# Fused collectives over scattered tensors, and ReduceScatters and
+# AllGathers over them (kernels over the peers' memory addressing members
+# through the bucket table), two-shot: at W = 41 (P = 4: uneven parts whose
+# edges cut members and buckets; member starts at odd offsets, so vector
+# and single-element paths), and at W = 401 on one block of 3 warps (every
+# warp takes many batches of 32 buckets); and their NCCL paths at W = 41
+# (COCONET_FUSED=nccl: the members gathered into one buffer where NCCL
+# needs it).
 scattered_fused() {
     for f in examples/adam_scattered.coco tests/gpu/lamb_scattered.coco; do
         chosen "$f" || continue
@@ -334,6 +337,9 @@ scattered_fused() {
             COCONET_FUSED=twoshot
             export COCONET_FUSED
             run "$name" "W=41, twoshot" "$p" "$f" -D W=41 --all-schedules
+            COCONET_FUSED=nccl
+            run "$name" "W=41, nccl" "$p" "$f" -D W=41 --all-schedules
+            COCONET_FUSED=twoshot
             COCONET_FUSED_BLOCKS=1
             COCONET_FUSED_THREADS=96
             export COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
