@@ -15,8 +15,9 @@
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
-#   knobs     the last runs of examples alone (scattered W = 41 and 401, and
-#             COCONET_FUSED_VEC=1 / COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
+#   knobs     the last runs of examples alone (scattered W = 41, also on the
+#             NCCL paths, and 401, and COCONET_FUSED_VEC=1 /
+#             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
