@@ -884,15 +884,12 @@ static void emit_comm(Emitter *e, const Node *n)
         break;
     case O_REDUCESCATTER:
     case O_ALLGATHER: {
-        int lsa = emit_scat_lsa(e, n); /* over a scattered tensor's members: one kernel */
-        if (lsa)
-            emit_scat_lsa_open(e, n);
-        if (n->op == O_REDUCESCATTER)
-            emit_reduce_scatter(e, n);
+        void (*nccl)(Emitter *, const Node *) =
+            n->op == O_REDUCESCATTER ? emit_reduce_scatter : emit_all_gather;
+        if (emit_scat_lsa(e, n)) /* over a scattered tensor's members: also one kernel */
+            emit_scat_lsa_collective(e, n, nccl);
         else
-            emit_all_gather(e, n);
-        if (lsa)
-            emit_scat_lsa_close(e, n);
+            nccl(e, n);
         break;
     }
     case O_REDUCE:

@@ -72,8 +72,9 @@ void emit_scat_buffer(Emitter *e, const Node *n, const Node *t);
 int emit_scat_lsa(Emitter *e, const Node *n);
 /* the ReduceScatter whose NCCL path alone reads input i whole, or -1 */
 int emit_scat_gather_node(Emitter *e, int i);
-void emit_scat_lsa_open(Emitter *e, const Node *n);  /* if (usable) { kernel } else { */
-void emit_scat_lsa_close(Emitter *e, const Node *n); /* } */
+/* if (usable) { the kernel } else { emit_nccl's NCCL path } */
+void emit_scat_lsa_collective(Emitter *e, const Node *n,
+                              void (*emit_nccl)(Emitter *, const Node *));
 /* copies between members c<scat> and b<buf>: to_members 0 gathers, 1 scatters */
 void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members);
 /* fusion f's NCCL path: gathers the scattered inputs only it reads whole */

@@ -7,6 +7,10 @@
  * the peers reach each other's memory (coco_lsa_scat_launch). */
 #include "emit_cuda.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 /* ---- scattered tensors (rt/kernels/coco_scatter.cuh) ---- */
 
 /* The scattered input whose members hold node id's value: the input itself,
@@ -130,10 +134,58 @@ int emit_scat_gather_node(Emitter *e, int i)
     return r;
 }
 
-/* Opens collective n's two paths (emit_scat_lsa): "if (usable) { the
- * kernel } else {", then what its NCCL path needs first: the contiguous
- * copies only it reads. */
-void emit_scat_lsa_open(Emitter *e, const Node *n)
+/* Writes text (lines of generated code) to o, each line indented by
+ * `extra` more spaces. */
+static void write_indented(FILE *o, const char *text, int extra)
+{
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (len > 1)
+            fprintf(o, "%*s", extra, "");
+        fwrite(line, 1, len, o);
+        line += len;
+    }
+}
+
+/* What emit writes for e (its output captured), indented by `extra`. */
+static void emit_indented(Emitter *e, int extra, void (*emit)(Emitter *, const Node *),
+                          const Node *n)
+{
+    FILE *saved = e->o;
+    char *text = NULL;
+    size_t len = 0;
+    e->o = open_memstream(&text, &len);
+    if (!e->o)
+        BUG("open_memstream failed");
+    emit(e, n);
+    fclose(e->o);
+    e->o = saved;
+    write_indented(e->o, text, extra);
+    free(text);
+}
+
+/* The contiguous copies ReduceScatter n's NCCL path reads alone,
+ * gathered first (emit_scat_gather_node). */
+static void emit_gathers_for(Emitter *e, const Node *n)
+{
+    for (int i = 0; i < e->p->nnode; i++)
+        if (emit_scat_gather_node(e, i) == n->id)
+            emit_scat_copy(e, i, i, &e->p->node[i], 0);
+}
+
+/* An AllGather's NCCL path fills the members from its copy (emit_scat_sync
+ * leaves it out). */
+static void emit_members_fill(Emitter *e, const Node *n)
+{
+    emit_scat_copy(e, n->id, n->id, n, 1);
+}
+
+/* Collective n with emit_scat_lsa: "if (usable) { the kernel } else { its
+ * NCCL path, emit_nccl's }", within its block. The NCCL path first
+ * gathers the contiguous copies only it reads; an AllGather's ends by
+ * filling the members. */
+void emit_scat_lsa_collective(Emitter *e, const Node *n, void (*emit_nccl)(Emitter *, const Node *))
 {
     Program *p = e->p;
     FILE *o = e->o;
@@ -147,21 +199,15 @@ void emit_scat_lsa_open(Emitter *e, const Node *n)
                "                COCO_FAIL(ctx, \"%s\", %d, \"no kernel instance for %%ld ranks\", "
                "G_WORLD);\n"
                "            COCO_LAUNCHED(ctx, \"%s\", %d);\n"
-               "        } else {\n",
+               "        } else { /* the NCCL path */\n",
             whole->id, type_size(whole->type), part->id, emit_tname[x->type], emit_tname[n->type], rs,
             whole->id, whole->id, rs ? (int)n->redop : 0, part->id, name, l, name, l);
-    for (int i = 0; rs && i < p->nnode; i++)
-        if (emit_scat_gather_node(e, i) == n->id)
-            emit_scat_copy(e, i, i, &p->node[i], 0);
-}
-
-/* Closes them: an AllGather's NCCL path fills the members from its copy
- * (emit_scat_sync leaves it out). */
-void emit_scat_lsa_close(Emitter *e, const Node *n)
-{
-    if (n->op == O_ALLGATHER)
-        emit_scat_copy(e, n->id, n->id, n, 1);
-    fputs("        }\n", e->o);
+    if (rs)
+        emit_indented(e, 8, emit_gathers_for, n);
+    emit_indented(e, 4, emit_nccl, n);
+    if (!rs)
+        emit_indented(e, 8, emit_members_fill, n);
+    fputs("        }\n", o);
 }
 
 /* The descriptor c<id> of a scattered value (built once per member list

@@ -423,7 +423,7 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
         # (coco_lsa_scat_launch), whose path copies nothing
         blocks=$(grep -c '^    { /\* line [0-9]*: [A-Za-z0-9_]* = \(ReduceScatter\|AllGather\) \*/$' "$cu")
         launches=$(grep -c 'if (coco_lsa_scat_launch<' "$cu")
-        copies=$(awk '/if [(]coco_lsa_scat_usable[(]/ { on = 1 } on && /} else {$/ { on = 0 }
+        copies=$(awk '/if [(]coco_lsa_scat_usable[(]/ { on = 1 } on && /} else [{]/ { on = 0 }
                       on && /coco_scat_copy[(]/ { n++ } END { print n + 0 }' "$cu")
         # nor does any entry point gather a member list at its start (an
         # FP32 gradient, lamb_scattered's, is gathered in the NCCL paths)
