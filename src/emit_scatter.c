@@ -185,7 +185,8 @@ static void emit_members_fill(Emitter *e, const Node *n)
  * NCCL path, emit_nccl's }", within its block. The NCCL path first
  * gathers the contiguous copies only it reads; an AllGather's ends by
  * filling the members. */
-void emit_scat_lsa_collective(Emitter *e, const Node *n, void (*emit_nccl)(Emitter *, const Node *))
+void emit_scat_lsa_collective(Emitter *e, const Node *n,
+                              void (*emit_nccl)(Emitter *, const Node *))
 {
     Program *p = e->p;
     FILE *o = e->o;
@@ -200,8 +201,9 @@ void emit_scat_lsa_collective(Emitter *e, const Node *n, void (*emit_nccl)(Emitt
                "G_WORLD);\n"
                "            COCO_LAUNCHED(ctx, \"%s\", %d);\n"
                "        } else { /* the NCCL path */\n",
-            whole->id, type_size(whole->type), part->id, emit_tname[x->type], emit_tname[n->type], rs,
-            whole->id, whole->id, rs ? (int)n->redop : 0, part->id, name, l, name, l);
+            whole->id, type_size(whole->type), part->id, emit_tname[x->type],
+            emit_tname[n->type], rs, whole->id, whole->id, rs ? (int)n->redop : 0, part->id, name,
+            l, name, l);
     if (rs)
         emit_indented(e, 8, emit_gathers_for, n);
     emit_indented(e, 4, emit_nccl, n);
