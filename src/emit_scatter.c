@@ -63,28 +63,42 @@ int emit_scat_needs_buffer(Emitter *e, int id)
     return 0;
 }
 
-/* The fusion generated over the peers' memory (emit_lsa.c) whose nodes are
- * the only readers of scattered input i's contiguous copy, or -1. Its
- * kernels address the members; only its NCCL path gathers the copy
- * (emit_scat_gather_for), not the entry point's start. Only for inputs
- * never updated, whose members hold the same values all along. */
-int emit_scat_gather_fusion(Emitter *e, int i)
+/* The one owner (owner(e, j), not -1) of every node j that reads
+ * scattered input i's contiguous copy, or -1: some reader has no owner or
+ * another one, or i is not an input never updated (whose members hold the
+ * same values all along) and not an output, with a copy. */
+static int sole_copy_owner(Emitter *e, int i, int (*owner)(Emitter *, int))
 {
     Program *p = e->p;
     Node *n = node_of(p, i);
     if (n->op != O_INPUT || !n->nmember || n->updated_by >= 0 || is_output(p, i) ||
-        !e->lsa_node || !emit_scat_needs_buffer(e, i))
+        !emit_scat_needs_buffer(e, i))
         return -1;
     int f = -1;
     for (int j = i + 1; j < p->nnode; j++)
         for (int k = 0; k < p->node[j].nin; k++) {
             if (!reads_contiguous(e, i, j, k))
                 continue;
-            if (e->lsa_node[j] < 0 || (f >= 0 && e->lsa_node[j] != f))
+            int o = owner(e, j);
+            if (o < 0 || (f >= 0 && o != f))
                 return -1;
-            f = e->lsa_node[j];
+            f = o;
         }
     return f;
+}
+
+static int lsa_fusion_of(Emitter *e, int j)
+{
+    return e->lsa_node[j];
+}
+
+/* The fusion generated over the peers' memory (emit_lsa.c) whose nodes are
+ * the only readers of scattered input i's contiguous copy, or -1. Its
+ * kernels address the members; only its NCCL path gathers the copy
+ * (emit_scat_gather_for), not the entry point's start. */
+int emit_scat_gather_fusion(Emitter *e, int i)
+{
+    return e->lsa_node ? sole_copy_owner(e, i, lsa_fusion_of) : -1;
 }
 
 /* Does node n also run as one kernel over a scattered tensor's members,
@@ -111,27 +125,18 @@ int emit_scat_lsa(Emitter *e, const Node *n)
     return 1;
 }
 
+static int lsa_reduce_scatter_of(Emitter *e, int j)
+{
+    const Node *n = node_of(e->p, j);
+    return n->op == O_REDUCESCATTER && emit_scat_lsa(e, n) ? j : -1;
+}
+
 /* The ReduceScatter with emit_scat_lsa that is the only reader of scattered
  * input i's contiguous copy, or -1: only its NCCL path gathers the copy, as
  * for emit_scat_gather_fusion. */
 int emit_scat_gather_node(Emitter *e, int i)
 {
-    Program *p = e->p;
-    Node *n = node_of(p, i);
-    if (n->op != O_INPUT || !n->nmember || n->updated_by >= 0 || is_output(p, i) ||
-        !emit_scat_needs_buffer(e, i))
-        return -1;
-    int r = -1;
-    for (int j = i + 1; j < p->nnode; j++)
-        for (int k = 0; k < p->node[j].nin; k++) {
-            if (!reads_contiguous(e, i, j, k))
-                continue;
-            if (p->node[j].op != O_REDUCESCATTER || !emit_scat_lsa(e, &p->node[j]) ||
-                (r >= 0 && r != j))
-                return -1;
-            r = j;
-        }
-    return r;
+    return sole_copy_owner(e, i, lsa_reduce_scatter_of);
 }
 
 /* Writes text (lines of generated code) to o, each line indented by
