@@ -289,8 +289,9 @@ tuning_knobs() {
             done
         done
     done
-    # the push algorithm (contiguous operands only), with vectors and one
-    # element a step; Dropout (mlp) and cross-rank Norms (lamb, norms) inside
+    # the push algorithm (contiguous operands, one-kernel fusions), with
+    # vectors and one element a step; Dropout (mlp) inside; lamb's and
+    # norms' fusions with cross-rank Norms take loads even so
     for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
              tests/gpu/norms.coco; do
         chosen "$f" || continue
