@@ -486,13 +486,13 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
 }
 
 // Does this run take coco_lsa_scat_collective for the members of d
-// (elements of esize bytes) on a group of nranks: a device communicator
-// over every rank, not COCONET_FUSED=nccl, 2, 4 or 8 ranks, the members in
-// the window? Otherwise the generated NCCL path.
+// (elements of esize bytes) on a group of nranks: what coco_lsa_usable asks
+// of any kernel over the peers' memory, 2, 4 or 8 ranks, the members in the
+// window? Otherwise the generated NCCL path.
 static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, const CocoScat &d,
                                        size_t esize)
 {
-    return ctx->fused_algo != COCO_FUSED_NCCL && nranks == ctx->nranks &&
+    return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) &&
            (nranks == 2 || nranks == 4 || nranks == 8) && coco_lsa_members_usable(ctx, d, esize);
 }
 
