@@ -36,8 +36,9 @@ for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
     echo "==== $cmd" >>"$LOG"
     $cmd >"$OUT/$name.out" 2>&1 || status=1
     cat "$OUT/$name.out" >>"$LOG"
-    # the fused collectives' path, from the runtime's description (first line)
-    path=$(head -n 1 "$OUT/$name.out" | sed -n 's/.*fused collectives: \([^,]*\).*/\1/p')
+    # the fused collectives' path, from the runtime's description (the line
+    # after the build's, which says "cuda: built" or "cuda: cached")
+    path=$(sed -n 's/.*fused collectives: \([^,]*\).*/\1/p' "$OUT/$name.out" | head -n 1)
     echo "$name: fused collectives: ${path:-not reported}"
     # variant rows: name, result, ms (the column before "ms")
     awk '/^schedule +outputs/ { on = 1; next } /^gpu-time:/ { on = 0 }

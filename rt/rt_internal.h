@@ -20,8 +20,8 @@
 enum { LT_WORKSPACE = 32 << 20, MAXARGS = 1024, MAXTIMED = 100000 };
 enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H200 */
        ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
-       PUSH_BYTES = 32 << 20,         /* fused collectives: push from this input */
-       WINDOW_BYTES = 16 << 20,       /* NCCL calls on smaller values: on the window's comm */
+       PUSH_BYTES = 4 << 20,          /* fused collectives: push from this input */
+       WINDOW_BYTES = 0,              /* NCCL calls on smaller values: on the window's comm */
        ALIGN = 4096,                  /* of every buffer in the arena */
        GUARD = 256,                   /* guard bytes before and after each buffer */
        STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */

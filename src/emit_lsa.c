@@ -112,17 +112,22 @@ static int push_allowed(const Lsa *l)
     return l->scat < 0 && !l->nred;
 }
 
-/* V, the elements a thread takes a step: 16 bytes of the narrowest vector
- * operand; with cross-rank reductions, of the widest. Their kernel 0 holds
- * the most values in registers, and 16 bytes of the narrowest (8 elements
- * of FP16 beside FP32 state) halved its blocks per SM: mixed-precision LAMB
- * took 5.28 ms at V = 8 against 3.78 ms at V = 1 (P = 2, 2^28; same file). */
+/* V, the elements a thread takes a step: 16 bytes of the widest vector
+ * operand (4 elements beside FP32 state). The kernels are built for two
+ * blocks of 512 threads per SM (__launch_bounds__(512, 2); LSA_BLOCKS is
+ * that many blocks of an H200, all resident at once), so at most 64
+ * registers a thread. 16 bytes of the narrowest (8 elements of FP16
+ * gradients beside FP32 parameters and state) needs more: mixed-precision
+ * Adam's instances took 79 to 86 registers (ptxas, sm_90), one block per
+ * SM, and at P = 4 the kernel moved its bytes at 2/3 of the all-FP32
+ * kernel's rate (5.40 ms at 2^28 where mixed LAMB, 4 elements a step and
+ * two blocks per SM, took 3.94; bench/results/2026-11-22-h200x4-p4.md);
+ * mixed LAMB at P = 2 and 2^28 took 5.28 ms at V = 8 against 3.78 at V = 1
+ * (bench/results/2026-11-22-h200x2-lamb.md). */
 static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
     size_t size = type_size(nd(e, nd(e, l->rs)->in[0])->type);
-#define TAKE(t)                                                                                    \
-    (size = l->nred ? (type_size(t) > size ? type_size(t) : size)                                  \
-                    : (type_size(t) < size ? type_size(t) : size))
+#define TAKE(t) (size = type_size(t) > size ? type_size(t) : size)
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
             TAKE(nd(e, ins[k])->type);
@@ -561,8 +566,12 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
+    /* two blocks per SM (vector_width); a scattered fusion's bucket and
+     * member bookkeeping takes 87 to 128 registers a thread, and spills 188
+     * to 280 bytes at 64 (BERT-large's Adam, ptxas, sm_90): one block */
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH>\n__global__ void "
-               "__launch_bounds__(512) %s_f%d%s(", e->v, f, kn ? "_b" : "");
+               "__launch_bounds__(512%s) %s_f%d%s(", l->scat < 0 ? ", 2" : "", e->v, f,
+            kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");

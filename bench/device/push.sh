@@ -3,15 +3,18 @@
 # two-shot by loads (COCONET_FUSED=push / twoshot), on P GPUs: the
 # FusedAllReduce with no computation at N = 2^POWS (FP32), beside NCCL
 # AllReduce (the program, on the communicator coco_world picks), and
-# all-FP32 Adam's fuse_RS_Opt_AG_4 at 2^26 and 2^28; every row checked
+# Adam's fuse_RS_Opt_AG_4 at 2^26 and 2^28, all-FP32 (bench/adam_fp32.coco)
+# and with FP16 gradients (examples/adam.coco); every row checked
 # against the CPU reference. BUILD_ONLY=1: the builds alone (for the cache).
 # Table in $OUT/push.txt, logs in $OUT/push.log.
 . bench/device/lease.sh # T0, left
 P=${P:-2}
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     ./coconet run bench/allreduce_fused.coco --backend cuda --ranks "$P" --build-only &
-    ./coconet run bench/adam_fp32.coco --all-schedules --schedule fuse_RS_Opt_AG_4 --backend cuda \
-        --ranks "$P" --build-only &
+    for f in bench/adam_fp32.coco examples/adam.coco; do
+        ./coconet run "$f" --all-schedules --schedule fuse_RS_Opt_AG_4 --backend cuda \
+            --ranks "$P" --build-only &
+    done
     wait
     exit 0
 fi
@@ -32,10 +35,12 @@ for p in ${POWS:-20 22 24 26 28}; do
         row "AR 2^$p $algo" COCONET_FUSED=$algo ./coconet run bench/allreduce_fused.coco -D N=$((1 << p))
     done
 done
-for p in 26 28; do
-    for algo in twoshot push; do
-        row "adam_fp32 2^$p $algo" COCONET_FUSED=$algo ./coconet run bench/adam_fp32.coco \
-            -D N=$((1 << p)) --all-schedules --schedule fuse_RS_Opt_AG_4
+for f in bench/adam_fp32.coco examples/adam.coco; do
+    for p in 26 28; do
+        for algo in twoshot push; do
+            row "$(basename "$f" .coco) 2^$p $algo" COCONET_FUSED=$algo ./coconet run "$f" \
+                -D N=$((1 << p)) --all-schedules --schedule fuse_RS_Opt_AG_4
+        done
     done
 done
 echo "push.sh: end at $(($(date +%s) - T0)) s"
