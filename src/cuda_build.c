@@ -521,7 +521,8 @@ int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen
     return 0;
 }
 
-/* The CUDA source: a given file, or emit_cuda of the variants. */
+/* The CUDA source: a given file, or emit_cuda of the variants, with the
+ * kernel instances for their number of ranks alone (COCO_ONLY_P). */
 char *cuda_source(Program **v, int nv, const char *path, size_t *n, char *err, size_t errlen)
 {
     char *text = NULL;
@@ -551,6 +552,8 @@ char *cuda_source(Program **v, int nv, const char *path, size_t *n, char *err, s
         free(text);
         return NULL;
     }
+    fprintf(mem, "#define COCO_ONLY_P %d /* kernel instances for this many ranks only */\n",
+            v[0]->nranks);
     emit_cuda(v, nv, mem);
     error_pop(&ctx);
     fclose(mem);

@@ -636,6 +636,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                     if ((os == 1 && !one) || (os == 2 && !push_allowed(l)))
                         continue;
                     int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
+                    fprintf(o, "#if COCO_HAS_P(%d)\n", peers[pi]);
                     fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && PUSH == %d) "
                                "{\n", v, peers[pi], oneshot, u, push);
                     for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
@@ -644,7 +645,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                         emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
                         fprintf(o, ");\n");
                     }
-                    fprintf(o, "    } else\n");
+                    fprintf(o, "    } else\n#endif\n");
                 }
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");
 }

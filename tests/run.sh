@@ -510,12 +510,20 @@ for spec in "examples/adam_scattered.coco" "examples/adam_scattered.coco -D W=41
         fi
     done
 done
-# the CUDA of a scattered program compiles (the cuda-gen group has the example)
+# the CUDA of a scattered program compiles (the cuda-gen group has the
+# example), as the runtime builds it for a run on 4 ranks (COCO_ONLY_P,
+# src/cuda_build.c): the fused kernels' and the scattered collectives'
+# instances for 4 ranks, none for 2 or 8
 if command -v nvcc >/dev/null 2>&1; then
     coco gen bench/bert_adam_scattered.coco -o "$TMP/gen/bert" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/bert_adam_scattered.coco: ${why:-exit status $rc}: $(err1)"
-    elif (cd "$TMP/gen/bert" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings -c ./*.cu \
-            -o generated.o) >"$TMP/nvcc.out" 2>&1; then ok
+    elif (cd "$TMP/gen/bert" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings \
+            -DCOCO_ONLY_P=4 -c ./*.cu -o generated.o) >"$TMP/nvcc.out" 2>&1; then
+        nm -C "$TMP/gen/bert/generated.o" >"$TMP/nm.out" 2>&1
+        fused='_f[0-9]+(_b)?<[0-9]+, ' scat='coco_lsa_scat_collective<[0-9]+, [0-9]+, [0-9]+, '
+        if grep -q -E "$fused"'4,' "$TMP/nm.out" && grep -q -E "$scat"'4,' "$TMP/nm.out" &&
+            ! grep -q -E "($fused|$scat)[28]," "$TMP/nm.out"; then ok
+        else bad "bench/bert_adam_scattered.coco with COCO_ONLY_P=4: other instances than for 4 ranks"; fi
     else bad "nvcc bench/bert_adam_scattered.coco:"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'; fi
 fi
 group_end

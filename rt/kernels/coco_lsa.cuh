@@ -41,6 +41,16 @@
 #include <nccl_device.h>
 
 enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+
+// Are the kernel instances for p ranks built? The runtime builds the code
+// of a run for its number of ranks alone (cuda_source defines COCO_ONLY_P:
+// a third of the instances, nvcc's time cut by about 40 % for adam.coco);
+// without it, as `coconet gen` writes the source, for 2, 4 and 8.
+#ifdef COCO_ONLY_P
+#define COCO_HAS_P(p) ((p) == COCO_ONLY_P)
+#else
+#define COCO_HAS_P(p) 1
+#endif
 enum { COCO_LSA_MAXBLOCKS = 1024 }; // the most blocks of a fused kernel (slots per reduction)
 
 // acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double.

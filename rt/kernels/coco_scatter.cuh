@@ -509,18 +509,24 @@ static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs
     const ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;
     const char *lbase = (const char *)ctx->lsa_base;
     switch (ctx->nranks) {
+#if COCO_HAS_P(2)
     case 2:
         coco_lsa_scat_collective<V, TI, TO, 2, RS><<<grid, block, 0, st>>>(
             dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
         return 0;
+#endif
+#if COCO_HAS_P(4)
     case 4:
         coco_lsa_scat_collective<V, TI, TO, 4, RS><<<grid, block, 0, st>>>(
             dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
         return 0;
+#endif
+#if COCO_HAS_P(8)
     case 8:
         coco_lsa_scat_collective<V, TI, TO, 8, RS><<<grid, block, 0, st>>>(
             dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
         return 0;
+#endif
     default:
         return 1;
     }

@@ -362,6 +362,11 @@ static void test_job(void)
     check(job.v[1].own == NULL && job.v[1].check[0].ref == job.data &&
           job.v[1].check[0].rnode == p->exec_out[0], "checked against the program's run");
     cuda_job_free(&job);
+    size_t n;
+    char *src = cuda_source(v, sp ? 2 : 1, NULL, &n, err, sizeof err);
+    check(src && !strncmp(src, "#define COCO_ONLY_P 4 ", 22) && strstr(src, "coco_run__sp("),
+          "the runtime's source: kernel instances for the program's 4 ranks alone");
+    free(src);
     test_job_unchecked(v, sp ? 2 : 1);
     coco_program_free(sp);
     coco_program_free(p);
