@@ -10,7 +10,7 @@
  *   members in registers, store the gathered values into every peer's
  *   buffer (one-shot: its own) and the members needed later locally;
  *   barrier.
- * Push (template parameter PUSH; contiguous operands): after the first
+ * Push (template parameter PUSH): after the first
  * barrier each rank stores every peer's part of the ReduceScatter's input
  * into that peer's staging slots (workspace fs<rs>, in the window), a
  * barrier, and the loop reduces from the local slots instead of loading
@@ -101,15 +101,24 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
     return 1;
 }
 
-/* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
- * operands, where its stores and the element loop visit the same indices,
- * and in one kernel: with cross-rank reductions kernel 0 has no gathered
- * stores, and its loads from the peers overlap its local work, where
- * pushing first would serialise them (LAMB at P = 2, 2^28 FP32: 3.48 ms by
- * loads, 4.87 ms by push; bench/results/2026-11-22-h200x2-lamb.md). */
+/* Is the push algorithm generated (coco_lsa.cuh)? In one kernel: with
+ * cross-rank reductions kernel 0 has no gathered stores, and its loads
+ * from the peers overlap its local work, where pushing first would
+ * serialise them (LAMB at P = 2, 2^28 FP32: 3.48 ms by loads, 4.87 ms by
+ * push; bench/results/2026-11-22-h200x2-lamb.md). Over scattered operands
+ * its stores walk the buckets as the element loop does
+ * (coco_lsa_scat_push_parts); the run takes it there only when asked
+ * (COCONET_FUSED=push; push_choice), until measured on GPUs. */
 static int push_allowed(const Lsa *l)
 {
-    return l->scat < 0 && !l->nred;
+    return !l->nred;
+}
+
+/* coco_lsa_pushes' `allowed`: contiguous operands by size, scattered ones
+ * on request. */
+static const char *push_choice(const Lsa *l)
+{
+    return l->scat < 0 ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH";
 }
 
 /* V, the elements a thread takes a step: 16 bytes of the widest vector
@@ -299,7 +308,14 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     FILE *o = e->o;
     Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
     int bit = kn ? LSA_K1 : LSA_K0;
-    if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l))
+    if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l) && l->scat >= 0)
+        fprintf(o, "            double l%d[V];\n            if constexpr (PUSH)\n"
+                   "                coco_lsa_reduce_staged_any<V, %s, P>(win, w%d, m0, mlim, ost, "
+                   "rank, cs, i0, lim, %d, l%d);\n            else\n"
+                   "                coco_lsa_reduce_any<V, %s, P, U>(win, %s, %d, l%d);\n",
+                rs->id, emit_tname[x->type], x->id, (int)rs->redop, rs->id,
+                emit_tname[x->type], at_window(e, l, x->id), (int)rs->redop, rs->id);
+    else if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l))
         fprintf(o, "            double l%d[V];\n            if constexpr (PUSH)\n"
                    "                coco_lsa_reduce_staged<V, %s, P>(win, o%d, ost, rank, base, cs, "
                    "i0, lim, %d, l%d);\n            else\n"
@@ -577,12 +593,14 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
+        int x = nd(e, l->rs)->in[0];
         if (push_allowed(l))
             fprintf(o, "    if constexpr (PUSH) { /* the reduce-scatter's stores into the peers' "
-                       "staging slots */\n        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, "
+                       "staging slots */\n        coco_lsa_%spush_parts<V, %s, P>(win, %s%d, ost, "
                        "rank, cs, nall);\n        bar.sync(ncclCoopCta(), "
                        "cuda::memory_order_acq_rel);\n    }\n",
-                    emit_tname[nd(e, nd(e, l->rs)->in[0])->type], nd(e, l->rs)->in[0]);
+                    l->scat >= 0 ? "scat_" : "", emit_tname[nd(e, x)->type],
+                    l->scat >= 0 ? "sc, pb, mb" : "o", x);
         for (int k = 0; k < l->nred; k++)
             fprintf(o, "    double a%d = coco_red_identity(%d);\n", l->red[k],
                     lsa_red_step(e, l, k));
@@ -685,10 +703,11 @@ void lsa_emit_workspace(Emitter *e, int f)
         Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
         int *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
         int nin = emit_outside_operands(e, l.m, l.nm, ins);
-        fprintf(e->o, "    const int fpush%d = coco_lsa_pushes(ctx, 1, %d, (size_t)coco_count(h%d) * "
-                      "%zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? (size_t)coco_padded_count("
-                      "h%d, 0, G_WORLD) * %zu : 0);\n", rs->id, oneshot_allowed(e, &l, ins, nin),
-                x->id, type_size(x->type), rs->id, rs->id, rs->id, type_size(x->type));
+        fprintf(e->o, "    const int fpush%d = coco_lsa_pushes(ctx, %s, %d, (size_t)coco_count(h%d) "
+                      "* %zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? (size_t)coco_padded_count("
+                      "h%d, 0, G_WORLD) * %zu : 0);\n", rs->id, push_choice(&l),
+                oneshot_allowed(e, &l, ins, nin), x->id, type_size(x->type), rs->id, rs->id, rs->id,
+                type_size(x->type));
         free(ins);
     }
     if (l.nred)
@@ -715,11 +734,11 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
         if ((k < 0 || nd(e, id)->op == O_ALLGATHER) && !lsa_scattered(e, l, id))
             ids[count++] = id;
     }
-    if (!count && !l->nred) {
+    int push = push_allowed(l); /* the staging buffer, even over scattered operands alone */
+    if (!count && !push && !l->nred) {
         free(ids);
         return 0;
     }
-    int push = push_allowed(l);
     fprintf(o, "        const void *lb[] = {");
     for (int k = 0; k < count; k++)
         fprintf(o, "%sb%d", k ? ", " : "", ids[k]);

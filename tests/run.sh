@@ -387,14 +387,19 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     if [ "$peers" -eq "$launches" ] && [ "$vecs" -eq $((launches + sends)) ] &&
         { [ "$launches" -eq 0 ] || [ "$u1" -gt 0 ]; }; then ok
     else bad "$f: $launches fused launches, $peers with fused_peers, $vecs V choices with fused_vec ($sends Sends), $u1 U=1 instances"; fi
-    # the push algorithm: every one-kernel launch over contiguous operands
-    # can take it (its choice passed, an instance generated), none over
-    # scattered ones or with cross-rank reductions (two kernels)
+    # the push algorithm: every one-kernel launch can take it (its choice
+    # passed, an instance generated), none with cross-rank reductions (two
+    # kernels); over contiguous operands by size, over scattered ones only
+    # when asked (COCONET_FUSED=push)
     pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
-    case $f in *scattered*) want=0 ;; *) want=$((launches - two)) ;; esac
-    if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; }; then ok
-    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances"; fi
+    want=$((launches - two))
+    by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
+    asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
+    case $f in *scattered*) want_asked=$want ;; *) want_asked=0 ;; esac
+    if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
+        [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ]; then ok
+    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked)"; fi
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")

@@ -20,9 +20,10 @@
 //             the same bytes, all of them as stores, which reach more
 //             bandwidth than loads (bench/results/2026-11-22-h200x2-probe.md);
 //             it costs a staging buffer as large as the input and a
-//             barrier: large sizes. Contiguous operands only, and one-kernel
-//             fusions only (with cross-rank reductions, kernel 0's loads
-//             overlap its local work; pushing first would serialise them);
+//             barrier: large sizes. One-kernel fusions only (with
+//             cross-rank reductions, kernel 0's loads overlap its local
+//             work; pushing first would serialise them); over scattered
+//             operands, coco_lsa_scat_push_parts (coco_scatter.cuh);
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
 // Other instances of every kernel, for an autotuner: V = 1 (one element a

@@ -431,6 +431,68 @@ __device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off,
             coco_stv_any<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
 }
 
+// The push algorithm over a scattered input (member table mb, type T):
+// its reduce-scatter's stores, each peer q's part of this rank's members
+// into slot `rank` of q's staging buffer (window offset stage: P slots of
+// cs elements, at part-local indices). Warp w takes the buckets of part q
+// that the element loop of q's kernel gives its warp w (the same walk), so
+// block b's barrier orders exactly the stores that block b of q reads.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_scat_push_parts(ncclWindow_t win, const CocoScat &sc,
+                                                         const CocoLsaParts &pb,
+                                                         void *const *mb, size_t stage,
+                                                         int rank, long cs, long nall)
+{
+    const int lane = threadIdx.x & 31;
+    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
+#pragma unroll 1
+    for (int k = 1; k < P; k++) {
+        const int q = (rank + k) % P; /* each rank starts with its next peer */
+        const long base = q * cs, n = coco_lsa_part_n(q, cs, nall);
+        CocoRaw<T> *slot = (CocoRaw<T> *)ncclGetLsaPointer(win, stage, q) + rank * cs;
+        for (long b0 = pb.first[q] + warp; n > 0 && b0 < sc.nbucket; b0 += 32 * nwarp) {
+            const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);
+            const void *own = mb[d.member];
+            for (int j = 0; j < 32; j++) {
+                const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);
+                if (lo >= n)
+                    break;
+                const long ms = coco_shfl(d.ms, j);
+                const void *mp = coco_shfl_ptr(own, j);
+                for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {
+                    alignas(16) CocoRaw<T> x[V];
+                    coco_ldv_any<V, T>(mp, i0 - ms, lim - ms, x);
+                    coco_stv_any<V, T>(slot, i0, lim, x);
+                }
+            }
+            if (coco_shfl(d.lo, 31) >= n)
+                break;
+        }
+    }
+}
+
+// acc[v] = the reduction over the ranks, in rank order, of element i0 + v
+// of this rank's part: its own from its member (window offset off,
+// member-local index m0, bound mlim), the others' from its staging slots
+// (part-local index i0, bound lim). The same bits as coco_lsa_reduce_any.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_reduce_staged_any(ncclWindow_t win, size_t off, long m0,
+                                                           long mlim, size_t stage, int rank,
+                                                           long cs, long i0, long lim, int op,
+                                                           double *acc)
+{
+    alignas(16) CocoRaw<T> x[P][V];
+    const CocoRaw<T> *slots = (const CocoRaw<T> *)ncclGetLsaPointer(win, stage, rank);
+#pragma unroll
+    for (int q = 0; q < P; q++)
+        if (q == rank)
+            coco_ldv_any<V, T>(ncclGetLsaPointer(win, off, rank), m0, mlim, x[q]);
+        else
+            coco_ldv_any<V, T>(slots + q * cs, i0, lim, x[q]);
+    coco_lsa_fold<V, T, P>(x, op, acc);
+}
+
 // ---- a ReduceScatter or AllGather over the members, one kernel ----
 // A ReduceScatter of a scattered value, or an AllGather into one, outside
 // any fusion (src/emit_scatter.c: emit_scat_lsa), where the peers reach each

@@ -328,9 +328,10 @@ tuning_knobs() {
 # through the bucket table), two-shot: at W = 41 (P = 4: uneven parts whose
 # edges cut members and buckets; member starts at odd offsets, so vector
 # and single-element paths), and at W = 401 on one block of 3 warps (every
-# warp takes many batches of 32 buckets); and their NCCL paths at W = 41
-# (COCONET_FUSED=nccl: the members gathered into one buffer where NCCL
-# needs it).
+# warp takes many batches of 32 buckets); push (COCONET_FUSED=push: the
+# stores into the peers' staging slots walk the buckets as the element loop
+# does) at both; and their NCCL paths at W = 41 (COCONET_FUSED=nccl: the
+# members gathered into one buffer where NCCL needs it).
 scattered_fused() {
     for f in examples/adam_scattered.coco tests/gpu/lamb_scattered.coco; do
         chosen "$f" || continue
@@ -339,6 +340,8 @@ scattered_fused() {
             COCONET_FUSED=twoshot
             export COCONET_FUSED
             run "$name" "W=41, twoshot" "$p" "$f" -D W=41 --all-schedules
+            COCONET_FUSED=push
+            run "$name" "W=41, push" "$p" "$f" -D W=41 --all-schedules
             COCONET_FUSED=nccl
             run "$name" "W=41, nccl" "$p" "$f" -D W=41 --all-schedules
             COCONET_FUSED=twoshot
@@ -346,6 +349,8 @@ scattered_fused() {
             COCONET_FUSED_THREADS=96
             export COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
             run "$name" "W=401, twoshot, 1 block of 96" "$p" "$f" -D W=401 --all-schedules
+            COCONET_FUSED=push
+            run "$name" "W=401, push, 1 block of 96" "$p" "$f" -D W=401 --all-schedules
             unset COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
         done
     done
