@@ -558,37 +558,37 @@ static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, co
            (nranks == 2 || nranks == 4 || nranks == 8) && coco_lsa_members_usable(ctx, d, esize);
 }
 
-// Launches coco_lsa_scat_collective<V> over the members of d for the
-// number of ranks; non-zero: no instance for it.
+// Launches coco_lsa_scat_collective over the members of d for P ranks;
+// non-zero: that instance is not built (COCO_HAS_P).
+template <int V, int TI, int TO, int P, int RS>
+static int coco_lsa_scat_go_p(const coco_cuda_ctx *ctx, const CocoScat &d, long cs, long nall,
+                              int op, void *local, cudaStream_t st)
+{
+    if constexpr (!COCO_HAS_P(P)) {
+        return 1;
+    } else {
+        dim3 grid, block;
+        coco_lsa_scat_grid(ctx, d, P, &grid, &block);
+        coco_lsa_scat_collective<V, TI, TO, P, RS><<<grid, block, 0, st>>>(
+            *(const ncclDevComm *)ctx->lsa_comm, (ncclWindow_t)ctx->lsa_window, d,
+            coco_lsa_parts(d, cs, P), (const char *)ctx->lsa_base, cs, nall, ctx->rank, op,
+            local);
+        return 0;
+    }
+}
+
+// The same for the number of ranks; non-zero: no instance for it.
 template <int V, int TI, int TO, int RS>
 static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs, long nall,
                             int op, void *local, cudaStream_t st)
 {
-    dim3 grid, block;
-    coco_lsa_scat_grid(ctx, d, ctx->nranks, &grid, &block);
-    const CocoLsaParts pb = coco_lsa_parts(d, cs, ctx->nranks);
-    const ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;
-    const ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;
-    const char *lbase = (const char *)ctx->lsa_base;
     switch (ctx->nranks) {
-#if COCO_HAS_P(2)
     case 2:
-        coco_lsa_scat_collective<V, TI, TO, 2, RS><<<grid, block, 0, st>>>(
-            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
-        return 0;
-#endif
-#if COCO_HAS_P(4)
+        return coco_lsa_scat_go_p<V, TI, TO, 2, RS>(ctx, d, cs, nall, op, local, st);
     case 4:
-        coco_lsa_scat_collective<V, TI, TO, 4, RS><<<grid, block, 0, st>>>(
-            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
-        return 0;
-#endif
-#if COCO_HAS_P(8)
+        return coco_lsa_scat_go_p<V, TI, TO, 4, RS>(ctx, d, cs, nall, op, local, st);
     case 8:
-        coco_lsa_scat_collective<V, TI, TO, 8, RS><<<grid, block, 0, st>>>(
-            dc, win, d, pb, lbase, cs, nall, ctx->rank, op, local);
-        return 0;
-#endif
+        return coco_lsa_scat_go_p<V, TI, TO, 8, RS>(ctx, d, cs, nall, op, local, st);
     default:
         return 1;
     }
