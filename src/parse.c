@@ -944,32 +944,31 @@ static int unary(Parser *ps)
     return id;
 }
 
-/* term = unary { ("*" | "/") unary } */
-static int term(Parser *ps)
+/* One level of left-associative binary operators:
+ * operand { (c1 | c2) operand }, c1 making op1 and c2 op2. */
+static int binary_level(Parser *ps, int (*operand)(Parser *), char c1, Op op1, char c2, Op op2)
 {
-    int l = unary(ps);
-    while (is_punct(ps, '*') || is_punct(ps, '/')) {
-        Op op = is_punct(ps, '*') ? O_MUL : O_DIV;
+    int l = operand(ps);
+    while (is_punct(ps, c1) || is_punct(ps, c2)) {
+        Op op = is_punct(ps, c1) ? op1 : op2;
         Pos pos = ps->tok.pos;
         advance(ps);
-        int r = unary(ps);
+        int r = operand(ps);
         l = make_node(ps, op, pos, l, r);
     }
     return l;
 }
 
+/* term = unary { ("*" | "/") unary } */
+static int term(Parser *ps)
+{
+    return binary_level(ps, unary, '*', O_MUL, '/', O_DIV);
+}
+
 /* expr = term { ("+" | "-") term } */
 static int expr(Parser *ps)
 {
-    int l = term(ps);
-    while (is_punct(ps, '+') || is_punct(ps, '-')) {
-        Op op = is_punct(ps, '+') ? O_ADD : O_SUB;
-        Pos pos = ps->tok.pos;
-        advance(ps);
-        int r = term(ps);
-        l = make_node(ps, op, pos, l, r);
-    }
-    return l;
+    return binary_level(ps, term, '+', O_ADD, '-', O_SUB);
 }
 
 /* var_stmt = "Var" NAME "=" expr ";" */
