@@ -308,24 +308,23 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     FILE *o = e->o;
     Node *rs = nd(e, l->rs), *x = nd(e, rs->in[0]);
     int bit = kn ? LSA_K1 : LSA_K0;
-    if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l) && l->scat >= 0)
-        fprintf(o, "            double l%d[V];\n            if constexpr (PUSH)\n"
-                   "                coco_lsa_reduce_staged_any<V, %s, P>(win, w%d, m0, mlim, ost, "
-                   "rank, cs, i0, lim, %d, l%d);\n            else\n"
-                   "                coco_lsa_reduce_any<V, %s, P, U>(win, %s, %d, l%d);\n",
-                rs->id, emit_tname[x->type], x->id, (int)rs->redop, rs->id,
-                emit_tname[x->type], at_window(e, l, x->id), (int)rs->redop, rs->id);
-    else if (kn == 0 && (l->need[rs->id] & LSA_K0) && push_allowed(l))
-        fprintf(o, "            double l%d[V];\n            if constexpr (PUSH)\n"
-                   "                coco_lsa_reduce_staged<V, %s, P>(win, o%d, ost, rank, base, cs, "
-                   "i0, lim, %d, l%d);\n            else\n"
-                   "                coco_lsa_reduce<V, %s, P, U>(win, %s, %d, l%d);\n",
-                rs->id, emit_tname[x->type], x->id, (int)rs->redop, rs->id,
-                emit_tname[x->type], at_window(e, l, x->id), (int)rs->redop, rs->id);
-    else if (kn == 0 && (l->need[rs->id] & LSA_K0))
-        fprintf(o, "            double l%d[V];\n            coco_lsa_reduce%s<V, %s, P, U>(win, %s, "
-                   "%d, l%d);\n", rs->id, any(l), emit_tname[x->type], at_window(e, l, x->id),
-                (int)rs->redop, rs->id);
+    if (kn == 0 && (l->need[rs->id] & LSA_K0)) {
+        const char *t = emit_tname[x->type], *indent = "            ";
+        fprintf(o, "            double l%d[V];\n", rs->id);
+        if (push_allowed(l)) { /* from the local staging slots (coco_lsa.cuh, coco_scatter.cuh) */
+            fprintf(o, "            if constexpr (PUSH)\n                ");
+            if (l->scat >= 0)
+                fprintf(o, "coco_lsa_reduce_staged_any<V, %s, P>(win, w%d, m0, mlim, ost, rank, cs, "
+                           "i0, lim, %d, l%d);\n", t, x->id, (int)rs->redop, rs->id);
+            else
+                fprintf(o, "coco_lsa_reduce_staged<V, %s, P>(win, o%d, ost, rank, base, cs, i0, "
+                           "lim, %d, l%d);\n", t, x->id, (int)rs->redop, rs->id);
+            fprintf(o, "            else\n");
+            indent = "                ";
+        }
+        fprintf(o, "%scoco_lsa_reduce%s<V, %s, P, U>(win, %s, %d, l%d);\n", indent, any(l), t,
+                at_window(e, l, x->id), (int)rs->redop, rs->id);
+    }
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];

@@ -403,6 +403,35 @@ __device__ __forceinline__ const void *coco_shfl_ptr(const void *x, int j)
     return (const void *)(uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)x, j);
 }
 
+// Warp w's walk over the buckets of a part (flat elements base.. base+n,
+// first: the bucket holding its first element), as the kernels over
+// scattered operands take them (above): body(i0, lim, ms, a) for each V
+// elements i0 of each bucket, part-local, with a = at(member), the value
+// at(member) of the bucket's member, each lane computing it for one of 32
+// buckets at once.
+template <int V, class At, class Body>
+__device__ __forceinline__ void coco_lsa_scat_walk(const CocoScat &sc, long first, long base,
+                                                   long n, At at, Body body)
+{
+    const int lane = threadIdx.x & 31;
+    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
+    for (long b0 = first + warp; n > 0 && b0 < sc.nbucket; b0 += 32 * nwarp) {
+        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);
+        const long mine = at(d.member);
+        for (int j = 0; j < 32; j++) {
+            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);
+            if (lo >= n)
+                break;
+            const long ms = coco_shfl(d.ms, j), a = coco_shfl(mine, j);
+            for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V)
+                body(i0, lim, ms, a);
+        }
+        if (coco_shfl(d.lo, 31) >= n) /* lane 31's bucket past the part: so are all later ones */
+            break;
+    }
+}
+
 // coco_lsa_reduce and coco_lsa_store at any alignment (coco_ldv_any,
 // coco_stv_any: vector operations where the address allows).
 struct CocoLdAny {
@@ -443,32 +472,18 @@ __device__ __forceinline__ void coco_lsa_scat_push_parts(ncclWindow_t win, const
                                                          void *const *mb, size_t stage,
                                                          int rank, long cs, long nall)
 {
-    const int lane = threadIdx.x & 31;
-    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
 #pragma unroll 1
     for (int k = 1; k < P; k++) {
         const int q = (rank + k) % P; /* each rank starts with its next peer */
-        const long base = q * cs, n = coco_lsa_part_n(q, cs, nall);
         CocoRaw<T> *slot = (CocoRaw<T> *)ncclGetLsaPointer(win, stage, q) + rank * cs;
-        for (long b0 = pb.first[q] + warp; n > 0 && b0 < sc.nbucket; b0 += 32 * nwarp) {
-            const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);
-            const void *own = mb[d.member];
-            for (int j = 0; j < 32; j++) {
-                const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);
-                if (lo >= n)
-                    break;
-                const long ms = coco_shfl(d.ms, j);
-                const void *mp = coco_shfl_ptr(own, j);
-                for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {
-                    alignas(16) CocoRaw<T> x[V];
-                    coco_ldv_any<V, T>(mp, i0 - ms, lim - ms, x);
-                    coco_stv_any<V, T>(slot, i0, lim, x);
-                }
-            }
-            if (coco_shfl(d.lo, 31) >= n)
-                break;
-        }
+        coco_lsa_scat_walk<V>(
+            sc, pb.first[q], q * cs, coco_lsa_part_n(q, cs, nall),
+            [&](unsigned m) { return (long)(uintptr_t)mb[m]; },
+            [&](long i0, long lim, long ms, long own) {
+                alignas(16) CocoRaw<T> x[V];
+                coco_ldv_any<V, T>((const void *)(uintptr_t)own, i0 - ms, lim - ms, x);
+                coco_stv_any<V, T>(slot, i0, lim, x);
+            });
     }
 }
 
@@ -515,35 +530,24 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
     ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
                                            blockIdx.x};
     bar.sync(ncclCoopCta(), cuda::memory_order_acquire);
-    const int lane = threadIdx.x & 31;
-    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
-    const long base = rank * cs, n = coco_lsa_part_n(rank, cs, nall);
-    for (long b0 = pb.first[rank] + warp; n > 0 && b0 < sc.nbucket; b0 += 32 * nwarp) {
-        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);
-        const size_t dw = coco_lsa_member_off(sc.member, d.member, lbase);
-        for (int j = 0; j < 32; j++) {
-            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);
-            if (lo >= n)
-                break;
-            const long ms = coco_shfl(d.ms, j);
-            const size_t w = (size_t)coco_shfl((long)dw, j);
-            for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {
-                alignas(16) CocoRaw<TO> part[V];
-                if constexpr (RS) {
-                    double acc[V];
-                    coco_lsa_reduce_any<V, TI, P, 0>(win, w, 0, i0 - ms, lim - ms, op, acc);
+    coco_lsa_scat_walk<V>(
+        sc, pb.first[rank], rank * cs, coco_lsa_part_n(rank, cs, nall),
+        [&](unsigned m) { return (long)coco_lsa_member_off(sc.member, m, lbase); },
+        [&](long i0, long lim, long ms, long w) {
+            alignas(16) CocoRaw<TO> part[V];
+            if constexpr (RS) {
+                double acc[V];
+                coco_lsa_reduce_any<V, TI, P, 0>(win, (size_t)w, 0, i0 - ms, lim - ms, op, acc);
 #pragma unroll
-                    for (int v = 0; v < V; v++)
-                        coco_st(part, v, TO, coco_round(acc[v], TO));
-                    coco_stv_any<V, TO>(local, i0, lim, part);
-                } else {
-                    coco_ldv_any<V, TO>(local, i0, lim, part);
-                    coco_lsa_store_any<V, TO, P>(win, w, 0, i0 - ms, lim - ms, 0, P - 1, part);
-                }
+                for (int v = 0; v < V; v++)
+                    coco_st(part, v, TO, coco_round(acc[v], TO));
+                coco_stv_any<V, TO>(local, i0, lim, part);
+            } else {
+                coco_ldv_any<V, TO>(local, i0, lim, part);
+                coco_lsa_store_any<V, TO, P>(win, (size_t)w, 0, i0 - ms, lim - ms, 0, P - 1,
+                                             part);
             }
-        }
-    }
+        });
     bar.sync(ncclCoopCta(), cuda::memory_order_release);
 }
 
