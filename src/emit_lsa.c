@@ -698,13 +698,13 @@ void lsa_emit_workspace(Emitter *e, int f)
 {
     Lsa l;
     lsa_plan(e, f, &l);
-    if (push_allowed(&l)) { /* the push algorithm's staging buffer: P slots of cs elements */
+    if (push_allowed(&l)) { /* the push algorithm's staging buffer (coco_lsa_slot) */
         Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
         int *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
         int nin = emit_outside_operands(e, l.m, l.nm, ins);
         fprintf(e->o, "    const int fpush%d = coco_lsa_pushes(ctx, %s, %d, (size_t)coco_count(h%d) "
-                      "* %zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? (size_t)coco_padded_count("
-                      "h%d, 0, G_WORLD) * %zu : 0);\n", rs->id, push_choice(&l),
+                      "* %zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? coco_lsa_stage_bytes("
+                      "h%d, G_WORLD, %zu) : 0);\n", rs->id, push_choice(&l),
                 oneshot_allowed(e, &l, ins, nin), x->id, type_size(x->type), rs->id, rs->id, rs->id,
                 type_size(x->type));
         free(ins);
@@ -750,7 +750,7 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
         fprintf(o, "%s(size_t)coco_count(h%d) * %zu", k ? ", " : "", ids[k],
                 type_size(nd(e, ids[k])->type));
     if (push)
-        fprintf(o, "%sfpush%d ? (size_t)coco_padded_count(h%d, 0, G_WORLD) * %zu : 0",
+        fprintf(o, "%sfpush%d ? coco_lsa_stage_bytes(h%d, G_WORLD, %zu) : 0",
                 count ? ", " : "", l->rs, l->rs, type_size(nd(e, x)->type));
     if (l->nred)
         fprintf(o, "%s%d * COCO_LSA_MAXBLOCKS * sizeof(double)", count + push ? ", " : "",

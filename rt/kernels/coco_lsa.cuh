@@ -122,9 +122,49 @@ __device__ __forceinline__ long coco_lsa_part_n(int q, long cs, long nall)
     return base >= nall ? 0 : nall - base < cs ? nall - base : cs;
 }
 
+// The push algorithm's staging buffer: P slots, one per rank, each holding
+// a part (cs elements of es bytes) at a shift: element i of part q at slot
+// index i + coco_lsa_slot_shift(q * cs, es), which is its flat index modulo
+// a 16-byte vector. So a slot's vectors line up with the input's wherever
+// the input's do (a part of a scattered tensor whose start is not a whole
+// vector; a contiguous input's parts are whole vectors or V = 1). Each slot
+// is whole 16-byte vectors.
+__host__ __device__ __forceinline__ long coco_lsa_vec_elems(long es)
+{
+    return es < 16 ? 16 / es : 1;
+}
+
+__host__ __device__ __forceinline__ long coco_lsa_slot_shift(long base, long es)
+{
+    return base % coco_lsa_vec_elems(es);
+}
+
+__host__ __device__ __forceinline__ long coco_lsa_slot_elems(long cs, long es)
+{
+    const long a = coco_lsa_vec_elems(es);
+    return (cs + 2 * a - 2) / a * a; /* cs + the largest shift, rounded up */
+}
+
+// Bytes of the staging buffer of a value of shape s over g ranks.
+static inline size_t coco_lsa_stage_bytes(const CocoShape &s, long g, size_t es)
+{
+    return (size_t)(g * coco_lsa_slot_elems(coco_padded_count(s, 0, g) / g, (long)es)) * es;
+}
+
+// Slot `from` of the staging buffer at window offset stage of rank `owner`,
+// as a part-local array of part `part`: element i at [i].
+template <int T>
+__device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t stage, int owner,
+                                                    int from, int part, long cs)
+{
+    const long es = (long)sizeof(CocoRaw<T>);
+    return (CocoRaw<T> *)ncclGetLsaPointer(win, stage, owner) +
+           from * coco_lsa_slot_elems(cs, es) + coco_lsa_slot_shift(part * cs, es);
+}
+
 // The push algorithm's reduce-scatter stores: each peer q's part of this
 // rank's input (type T, at window offset off) into slot `rank` of q's
-// staging buffer (window offset stage: P slots of cs elements). Each thread
+// staging buffer (window offset stage; coco_lsa_slot). Each thread
 // visits the same indices as the element loop that follows the barrier (the
 // same grid-stride loop), so block b's barrier orders exactly the stores
 // that block b of the peer reads.
@@ -139,7 +179,7 @@ __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off
     for (int k = 1; k < P; k++) {
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall);
-        CocoRaw<T> *slot = (CocoRaw<T> *)ncclGetLsaPointer(win, stage, q) + rank * cs;
+        CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
         for (long i0 = first; i0 < n; i0 += stride) {
             alignas(16) CocoRaw<T> x[V];
             coco_ldv<V, T>(in + q * cs, i0, n, x);
@@ -158,10 +198,10 @@ __device__ __forceinline__ void coco_lsa_reduce_staged(ncclWindow_t win, size_t 
 {
     alignas(16) CocoRaw<T> x[P][V];
     const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank) + base;
-    const CocoRaw<T> *slots = (const CocoRaw<T> *)ncclGetLsaPointer(win, stage, rank);
 #pragma unroll
     for (int q = 0; q < P; q++)
-        coco_ldv<V, T>(q == rank ? in : slots + q * cs, i0, n, x[q]);
+        coco_ldv<V, T>(q == rank ? in : coco_lsa_slot<T>(win, stage, rank, q, rank, cs), i0, n,
+                       x[q]);
     coco_lsa_fold<V, T, P>(x, op, acc);
 }
 

@@ -462,8 +462,9 @@ __device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off,
 
 // The push algorithm over a scattered input (member table mb, type T):
 // its reduce-scatter's stores, each peer q's part of this rank's members
-// into slot `rank` of q's staging buffer (window offset stage: P slots of
-// cs elements, at part-local indices). Warp w takes the buckets of part q
+// into slot `rank` of q's staging buffer (window offset stage;
+// coco_lsa_slot: the slot's vectors line up with the members' where a
+// member's start is a whole vector). Warp w takes the buckets of part q
 // that the element loop of q's kernel gives its warp w (the same walk), so
 // block b's barrier orders exactly the stores that block b of q reads.
 template <int V, int T, int P>
@@ -475,7 +476,7 @@ __device__ __forceinline__ void coco_lsa_scat_push_parts(ncclWindow_t win, const
 #pragma unroll 1
     for (int k = 1; k < P; k++) {
         const int q = (rank + k) % P; /* each rank starts with its next peer */
-        CocoRaw<T> *slot = (CocoRaw<T> *)ncclGetLsaPointer(win, stage, q) + rank * cs;
+        CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
         coco_lsa_scat_walk<V>(
             sc, pb.first[q], q * cs, coco_lsa_part_n(q, cs, nall),
             [&](unsigned m) { return (long)(uintptr_t)mb[m]; },
@@ -498,13 +499,12 @@ __device__ __forceinline__ void coco_lsa_reduce_staged_any(ncclWindow_t win, siz
                                                            double *acc)
 {
     alignas(16) CocoRaw<T> x[P][V];
-    const CocoRaw<T> *slots = (const CocoRaw<T> *)ncclGetLsaPointer(win, stage, rank);
 #pragma unroll
     for (int q = 0; q < P; q++)
         if (q == rank)
             coco_ldv_any<V, T>(ncclGetLsaPointer(win, off, rank), m0, mlim, x[q]);
         else
-            coco_ldv_any<V, T>(slots + q * cs, i0, lim, x[q]);
+            coco_ldv_any<V, T>(coco_lsa_slot<T>(win, stage, rank, q, rank, cs), i0, lim, x[q]);
     coco_lsa_fold<V, T, P>(x, op, acc);
 }
 
