@@ -124,25 +124,27 @@ __device__ __forceinline__ long coco_lsa_part_n(int q, long cs, long nall)
 
 // The push algorithm's staging buffer: P slots, one per rank, each holding
 // a part (cs elements of es bytes) at a shift: element i of part q at slot
-// index i + coco_lsa_slot_shift(q * cs, es), which is its flat index modulo
-// a 16-byte vector. So a slot's vectors line up with the input's wherever
-// the input's do (a part of a scattered tensor whose start is not a whole
-// vector; a contiguous input's parts are whole vectors or V = 1). Each slot
-// is whole 16-byte vectors.
-__host__ __device__ __forceinline__ long coco_lsa_vec_elems(long es)
+// index i + coco_lsa_slot_shift(q * cs, es), the same offset within a
+// 256-byte line as its flat index. So a slot's lines and vectors fall where
+// the input's do (where the input's part does not start a line: a
+// scattered tensor's members, or a contiguous input with cs not a whole
+// line), and a warp's 512 bytes of stores fill four lines, not five. Each
+// slot is whole lines; with cs a whole line, no shift and cs elements (the
+// buffer is 256-byte aligned: coco_ws).
+__host__ __device__ __forceinline__ long coco_lsa_line_elems(long es)
 {
-    return es < 16 ? 16 / es : 1;
+    return es < 256 ? 256 / es : 1;
 }
 
 __host__ __device__ __forceinline__ long coco_lsa_slot_shift(long base, long es)
 {
-    return base % coco_lsa_vec_elems(es);
+    return base % coco_lsa_line_elems(es);
 }
 
 __host__ __device__ __forceinline__ long coco_lsa_slot_elems(long cs, long es)
 {
-    const long a = coco_lsa_vec_elems(es);
-    return (cs + 2 * a - 2) / a * a; /* cs + the largest shift, rounded up */
+    const long a = coco_lsa_line_elems(es);
+    return cs % a ? (cs + 2 * a - 2) / a * a : cs; /* room for the largest shift */
 }
 
 // Bytes of the staging buffer of a value of shape s over g ranks.

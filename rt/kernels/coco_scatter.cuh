@@ -463,8 +463,8 @@ __device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off,
 // The push algorithm over a scattered input (member table mb, type T):
 // its reduce-scatter's stores, each peer q's part of this rank's members
 // into slot `rank` of q's staging buffer (window offset stage;
-// coco_lsa_slot: the slot's vectors line up with the members' where a
-// member's start is a whole vector). Warp w takes the buckets of part q
+// coco_lsa_slot: the slot's lines and vectors fall where the members' do
+// where a member starts a 256-byte line). Warp w takes the buckets of part q
 // that the element loop of q's kernel gives its warp w (the same walk), so
 // block b's barrier orders exactly the stores that block b of q reads.
 template <int V, int T, int P>
