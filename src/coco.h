@@ -247,6 +247,8 @@ double half_to_double(uint16_t h);
 uint16_t double_to_half(double x);
 double bf16_to_double(uint16_t h);
 uint16_t double_to_bf16(double x);
+uint64_t double_bits(double x);            /* the IEEE bits of x */
+double bits_double(uint64_t u);            /* the double of those bits */
 
 /* ---- ops.c: operation facts ---- */
 const OpInfo *op_info(Op op);

@@ -25,7 +25,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "coco.h"
 
@@ -47,20 +46,6 @@ static const Fmt16 fmt_bf16 = {45, UINT64_C(0x3810000000000000) /* 2^-126 */,
                                UINT64_C(0x47EFF00000000000) /* 0x1.FFp127 */, 0x1p-81,
                                UINT64_C(896) << 7, 0x7F80, 0x0040};
 
-static uint64_t bits_of(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static double double_of(uint64_t u)
-{
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 #define SIGN_BIT (UINT64_C(1) << 63)
 #define QNAN_BITS UINT64_C(0x7FF8000000000000)
 
@@ -75,23 +60,23 @@ static uint64_t round_normal(uint64_t a, const Fmt16 *f)
 
 static double round16(double x, const Fmt16 *f)
 {
-    uint64_t u = bits_of(x), sign = u & SIGN_BIT, a = u & ~SIGN_BIT;
+    uint64_t u = double_bits(x), sign = u & SIGN_BIT, a = u & ~SIGN_BIT;
     if (a >= f->overflow) /* Inf, or NaN: quiet, payload dropped */
-        return double_of(sign | (a > UINT64_C(0x7FF0000000000000) ? QNAN_BITS
+        return bits_double(sign | (a > UINT64_C(0x7FF0000000000000) ? QNAN_BITS
                                                                    : UINT64_C(0x7FF0000000000000)));
     if (a < f->min_normal)
-        return double_of(sign | bits_of((double_of(a) + f->magic) - f->magic));
-    return double_of(sign | round_normal(a, f));
+        return bits_double(sign | double_bits((bits_double(a) + f->magic) - f->magic));
+    return bits_double(sign | round_normal(a, f));
 }
 
 static uint16_t bits16(double x, const Fmt16 *f)
 {
-    uint64_t u = bits_of(x), a = u & ~SIGN_BIT;
+    uint64_t u = double_bits(x), a = u & ~SIGN_BIT;
     uint16_t sign = (uint16_t)((u >> 48) & 0x8000);
     if (a >= f->overflow)
         return (uint16_t)(sign | f->inf | (a > UINT64_C(0x7FF0000000000000) ? f->quiet : 0));
     if (a < f->min_normal) /* the multiple of the smallest subnormal */
-        return (uint16_t)(sign | (bits_of(double_of(a) + f->magic) - bits_of(f->magic)));
+        return (uint16_t)(sign | (double_bits(bits_double(a) + f->magic) - double_bits(f->magic)));
     return (uint16_t)(sign | ((round_normal(a, f) >> f->shift) - f->rebias));
 }
 
@@ -100,11 +85,11 @@ static double value16(uint16_t h, const Fmt16 *f)
     uint64_t sign = (uint64_t)(h & 0x8000) << 48, mant = h & (f->inf ^ 0x7FFFu);
     unsigned exp = h & f->inf;
     if (exp == f->inf) /* Inf, or a NaN made quiet */
-        return double_of(sign | UINT64_C(0x7FF0000000000000) | (mant << f->shift)
+        return bits_double(sign | UINT64_C(0x7FF0000000000000) | (mant << f->shift)
                          | (mant ? QNAN_BITS : 0));
     if (exp == 0) /* zero or subnormal: mant smallest subnormals */
-        return double_of(sign | bits_of((double)mant * (f->magic * 0x1p-52)));
-    return double_of(sign | (((uint64_t)(h & 0x7FFF) + f->rebias) << f->shift));
+        return bits_double(sign | double_bits((double)mant * (f->magic * 0x1p-52)));
+    return bits_double(sign | (((uint64_t)(h & 0x7FFF) + f->rebias) << f->shift));
 }
 
 double exec_round(Type t, double x)

@@ -59,14 +59,14 @@ typedef struct {
 static const SmallFloat half_fmt = {10, 5};
 static const SmallFloat bf16_fmt = {7, 8};
 
-static uint64_t double_bits(double x)
+uint64_t double_bits(double x)
 {
     uint64_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static double bits_double(uint64_t u)
+double bits_double(uint64_t u)
 {
     double x;
     memcpy(&x, &u, sizeof x);

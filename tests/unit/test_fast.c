@@ -11,20 +11,6 @@
 
 #include "unit_check.h"
 
-static uint64_t bits(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static double from_bits(uint64_t u)
-{
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 static uint16_t slow_bits(Type t, double x)
 {
     return t == T_FP16 ? double_to_half(x) : double_to_bf16(x);
@@ -39,7 +25,7 @@ static double slow_value(Type t, uint16_t h)
 static int agrees(Type t, double x)
 {
     for (int s = 0; s < 2; s++, x = -x)
-        if (bits(exec_round(t, x)) != bits(type_round(t, x)) ||
+        if (double_bits(exec_round(t, x)) != double_bits(type_round(t, x)) ||
             exec_bits16(t, x) != slow_bits(t, x))
             return 0;
     return 1;
@@ -50,7 +36,7 @@ static void test_patterns(Type t)
     int bad_dec = 0, bad_enc = 0, bad_mid = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         double v = slow_value(t, (uint16_t)h);
-        bad_dec += bits(exec_value16(t, (uint16_t)h)) != bits(v);
+        bad_dec += double_bits(exec_value16(t, (uint16_t)h)) != double_bits(v);
         bad_enc += !agrees(t, v);
         double w = slow_value(t, (uint16_t)(h + 1));
         if (isfinite(v) && isfinite(w) && (h & 0x7FFF) != 0x7FFF) {
@@ -78,7 +64,7 @@ static void test_doubles(Type t)
     for (uint64_t i = 0; i < 4000000; i++) {
         uint64_t h = rng_hash(11, (uint64_t)t, i);
         uint64_t e = i % 2 ? (h >> 52) & 0x7FF : 1023 - 160 + ((h >> 52) % 300);
-        double x = from_bits((e << 52) | (h & ((UINT64_C(1) << 52) - 1)));
+        double x = bits_double((e << 52) | (h & ((UINT64_C(1) << 52) - 1)));
         bad += !agrees(t, x);
     }
     /* mantissas ending in the bits that decide rounding */
@@ -86,7 +72,7 @@ static void test_doubles(Type t)
         uint64_t h = rng_hash(12, (uint64_t)t, i);
         uint64_t e = 1023 - 140 + (h >> 56) % 290, low = (h >> 20) & 0xFFFFF;
         uint64_t tail = (i % 4 == 0) ? 0 : (i % 4 == 1) ? low : (UINT64_C(1) << 52) - 1 - low;
-        double x = from_bits((e << 52) | (h & (UINT64_C(0xFFFF) << 36)) | tail);
+        double x = bits_double((e << 52) | (h & (UINT64_C(0xFFFF) << 36)) | tail);
         bad += !agrees(t, x);
     }
     static const double special[] = {0.0, INFINITY, NAN, 0x1p-1074, 0x1p-1022, 0x1.fffffffffffffp1023,
@@ -95,8 +81,8 @@ static void test_doubles(Type t)
                                      0x1.FEp127, 0x1.FFp127, 0x1.FEFFFFFFFFFFFp127, 1.0, 0.1};
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         bad += !agrees(t, special[i]);
-    bad += !agrees(t, from_bits(UINT64_C(0x7FF0000000000001))); /* signalling NaN */
-    bad += !agrees(t, from_bits(UINT64_C(0x7FF4000000000123)));
+    bad += !agrees(t, bits_double(UINT64_C(0x7FF0000000000001))); /* signalling NaN */
+    bad += !agrees(t, bits_double(UINT64_C(0x7FF4000000000123)));
     char msg[96];
     snprintf(msg, sizeof msg, "%s: 5e6 doubles round and encode the same", type_name(t));
     check(bad == 0, msg);
@@ -106,9 +92,9 @@ static void test_other_types(void)
 {
     int bad = 0;
     for (uint64_t i = 0; i < 1000000; i++) {
-        double x = from_bits(rng_hash(13, 0, i));
-        bad += bits(exec_round(T_FP32, x)) != bits(type_round(T_FP32, x));
-        bad += bits(exec_round(T_FP64, x)) != bits(type_round(T_FP64, x));
+        double x = bits_double(rng_hash(13, 0, i));
+        bad += double_bits(exec_round(T_FP32, x)) != double_bits(type_round(T_FP32, x));
+        bad += double_bits(exec_round(T_FP64, x)) != double_bits(type_round(T_FP64, x));
     }
     check(bad == 0, "FP32, FP64: 1e6 doubles round the same");
 }
