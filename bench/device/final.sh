@@ -24,17 +24,13 @@ pack() {
 }
 trap pack EXIT
 W=$LOGS lease_make
-echo "built in $(($(date +%s) - T0)) s"
 for part in $AHEAD; do
     if [ "$part" = fused ]; then # bench/device/fig6.sh's runs
         BUILD_ONLY=1 RANKS=${R:-4} POWS=10 \
             SCHEDULES="AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4" \
             nice -n 19 sh bench/fused.sh "$LOGS/ahead-fused" >/dev/null 2>&1 &
     elif [ "$part" = scattered ]; then # bench/scattered.sh's runs
-        for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
-            nice -n 19 ./coconet run "$f" --backend cuda --ranks "${R:-4}" --build-only \
-                >>"$LOGS/ahead-scattered.log" 2>&1 &
-        done
+        lease_bert_ahead "${R:-4}" "$LOGS/ahead-scattered.log"
     else
         BUILD_ONLY=1 RANKS=${R:-4} PARTS=$part B_SIZES=" " N_POW="${NP:-20 24 28}" JOBS=8 \
             nice -n 19 sh tests/gpu/run.sh "$LOGS/ahead-$part.md" >/dev/null 2>&1 &

@@ -4,8 +4,10 @@
 # left), and gives
 #   lease_logs NAME  a log folder $W, packed into $OUT/NAME.tgz on exit (a
 #                    lease returns at most 8 files);
-#   lease_make       builds coconet (log in $W, else $OUT); stops the
-#                    script on failure, with the log's tail.
+#   lease_make       builds coconet (log in $W, else $OUT) and says how long
+#                    it took; stops the script on failure, with the log's tail;
+#   lease_bert_ahead P LOG  builds bench/scattered.sh's two programs for P
+#                    ranks into the cache, in the background, at low priority.
 # shellcheck shell=sh source=bench/device/deadline.sh
 export COCONET_HOME="$PWD"
 export COCONET_CACHE="$PWD/build/cache"
@@ -19,4 +21,10 @@ lease_logs() {
 lease_make() {
     log=${W:-$OUT}/make.log
     make -j16 >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+    echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
+}
+lease_bert_ahead() {
+    for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
+        nice -n 19 ./coconet run "$f" --backend cuda --ranks "$1" --build-only >>"$2" 2>&1 &
+    done
 }

@@ -13,10 +13,7 @@
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
 lease_logs logs         # $W
 lease_make
-echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
-for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
-    nice -n 19 ./coconet run "$f" --backend cuda --ranks 2 --build-only >>"$W/ahead.log" 2>&1 &
-done
+lease_bert_ahead 2 "$W/ahead.log"
 BUILD_ONLY=1 RANKS=2 POWS=10 SCHEDULES="AR_Opt RS_Opt_AG fuse_RS_Opt_AG fuse_RS_Opt_AG_4" \
     nice -n 19 sh bench/fused.sh "$W/ahead-fused" >/dev/null 2>&1 &
 RANKS=2 PARTS="selftest examples" JOBS=12 TIMEOUT=150 \

@@ -10,7 +10,6 @@
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
 lease_logs logs         # $W
 lease_make
-echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
 EX="examples/lamb.coco tests/gpu/lamb_scattered.coco tests/gpu/norms.coco"
 RANKS=2 PARTS=examples BUILD_ONLY=1 EXAMPLES=$EX JOBS=8 \
     nice -n 19 sh tests/gpu/run.sh "$W/ahead.md" >/dev/null 2>&1 &

@@ -7,7 +7,6 @@
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
 lease_logs logs         # $W
 lease_make
-echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
 RANKS=2 PARTS=examples JOBS=12 TIMEOUT=150 \
     EXAMPLES="examples/adam_scattered.coco tests/gpu/lamb_scattered.coco" \
     timeout "$(left 10)" sh tests/gpu/run.sh "$OUT/ex-p2.md" >"$W/ex.out" 2>&1

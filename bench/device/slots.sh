@@ -11,10 +11,7 @@
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
 lease_logs logs         # $W
 lease_make
-echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
-for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
-    nice -n 19 ./coconet run "$f" --backend cuda --ranks 2 --build-only >>"$W/ahead.log" 2>&1 &
-done
+lease_bert_ahead 2 "$W/ahead.log"
 P=2 BUILD_ONLY=1 nice -n 19 sh bench/device/push.sh >>"$W/ahead.log" 2>&1 &
 RANKS=2 PARTS=knobs JOBS=12 TIMEOUT=150 \
     EXAMPLES="examples/adam.coco examples/adam_scattered.coco tests/gpu/lamb_scattered.coco
