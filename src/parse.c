@@ -262,45 +262,51 @@ static SizeVal size_atom(Parser *ps)
     return r;
 }
 
-/* size_term = size_atom { ("*" | "/") size_atom } */
-static SizeVal size_term(Parser *ps)
+/* l op r for a size operator, with its range and divisibility checks. */
+static long size_apply(Pos pos, char op, long l, long r)
 {
-    SizeVal l = size_atom(ps);
-    while (is_punct(ps, '*') || is_punct(ps, '/')) {
+    switch (op) {
+    case '*':
+        check_size_range(pos, (double)l * (double)r);
+        return l * r;
+    case '/':
+        if (r == 0 || l % r)
+            error_at(pos, "size %ld is not divisible by %ld", l, r);
+        return l / r;
+    default:
+        check_size_range(pos, op == '+' ? (double)l + (double)r : (double)l - (double)r);
+        return op == '+' ? l + r : l - r;
+    }
+}
+
+/* One level of left-associative size operators c1 and c2 over operand,
+ * printed at precedence prec (0: + -, 1: * /). */
+static SizeVal size_level(Parser *ps, SizeVal (*operand)(Parser *), char c1, char c2, int prec)
+{
+    SizeVal l = operand(ps);
+    while (is_punct(ps, c1) || is_punct(ps, c2)) {
         char op = ps->tok.start[0];
         Pos pos = ps->tok.pos;
         advance(ps);
-        SizeVal r = size_atom(ps);
-        if (op == '*') {
-            check_size_range(pos, (double)l.v * (double)r.v);
-            l.v *= r.v;
-        } else {
-            if (r.v == 0 || l.v % r.v)
-                error_at(pos, "size %ld is not divisible by %ld", l.v, r.v);
-            l.v /= r.v;
-        }
-        l.text = arena_printf(ps->p->arena, "%s%c%s", size_paren(ps, l, 1), op,
-                              size_paren(ps, r, 2));
-        l.prec = 1;
+        SizeVal r = operand(ps);
+        l.v = size_apply(pos, op, l.v, r.v);
+        l.text = arena_printf(ps->p->arena, "%s%c%s", size_paren(ps, l, prec), op,
+                              size_paren(ps, r, prec + 1));
+        l.prec = prec;
     }
     return l;
+}
+
+/* size_term = size_atom { ("*" | "/") size_atom } */
+static SizeVal size_term(Parser *ps)
+{
+    return size_level(ps, size_atom, '*', '/', 1);
 }
 
 /* size_expr = size_term { ("+" | "-") size_term } */
 static SizeVal size_expr(Parser *ps)
 {
-    SizeVal l = size_term(ps);
-    while (is_punct(ps, '+') || is_punct(ps, '-')) {
-        char op = ps->tok.start[0];
-        Pos pos = ps->tok.pos;
-        advance(ps);
-        SizeVal r = size_term(ps);
-        l.v = op == '+' ? l.v + r.v : l.v - r.v;
-        check_size_range(pos, (double)l.v);
-        l.text = arena_printf(ps->p->arena, "%s%c%s", l.text, op, size_paren(ps, r, 1));
-        l.prec = 0;
-    }
-    return l;
+    return size_level(ps, size_term, '+', '-', 0);
 }
 
 /* A size that must be positive: a dimension or a group size. */
