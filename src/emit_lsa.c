@@ -41,7 +41,7 @@
  *
  * With scattered operands (Lsa.scat, emit_lsa_plan.c) the same kernels
  * iterate over the buckets of the part instead of its elements, a warp a
- * bucket (emit_loop_head; rt/kernels/coco_scatter.cuh): the ReduceScatter's
+ * bucket (coco_lsa_scat_walk, rt/kernels/coco_scatter.cuh): the ReduceScatter's
  * input is reduced from the peers' members and gathered values are stored
  * into the peers' members at the member's window offset; whole tensors are
  * read from the local members; contiguous operands as before, at the
@@ -446,11 +446,12 @@ static int peer_member(Emitter *e, const Lsa *l, int id)
 
 /* The loop heads: over the part's elements, V a thread, grid-stride; or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
- * the first), a warp each, in batches of 32 (coco_lsa_bucket, lane j
- * describing the warp's j-th), clipped to the part: elements [lo, lim) of
- * the part, part-local indices (i0) for contiguous operands, member-local
- * ones (m0 = i0 - ms) for scattered ones, at window offset w<id> (peers)
- * or address mp<id> (local). */
+ * the first) through coco_lsa_scat_walk (coco_scatter.cuh), the walk the
+ * push's stores take too, with the element loop's body as its lambda:
+ * elements [lo, lim) of each bucket, part-local indices (i0) for contiguous
+ * operands, member-local ones (m0 = i0 - ms) for scattered ones, at window
+ * offset w<id> (peers) or address mp<id> (local), which the walk's `at`
+ * finds for each bucket's member (a CocoAt of them). */
 static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
@@ -460,35 +461,39 @@ static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
                    "i0 < lim;\n             i0 += (long)gridDim.x * blockDim.x * V) {\n");
         return;
     }
-    int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0;
+    int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
     count = emit_add_once(ids, count, nd(e, l->rs)->in[0]);
     for (int k = 0; k < l->nm; k++)
         count = emit_add_once(ids, count, l->m[k]);
     for (int k = 0; k < nz; k++)
         count = emit_add_once(ids, count, zs[k]);
-    fprintf(o, "        for (long b0 = pb.first[part] + warp; n > 0 && b0 < sc.nbucket; "
-               "b0 += 32 * nwarp) {\n"
-               "        const CocoLsaBucket d = coco_lsa_bucket(sc, b0 + lane * nwarp, base, n);\n");
-    for (int k = 0; k < count; k++)
-        if (peer_member(e, l, ids[k]))
-            fprintf(o, "        const size_t dw%d = coco_lsa_member_off(mb%d, d.member, lbase);\n",
-                    ids[k], ids[k]);
-        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
-            fprintf(o, "        const void *dp%d = mb%d[d.member];\n", ids[k], ids[k]);
-    fprintf(o, "        for (int j = 0; j < 32; j++) {\n"
-               "            const long lo = coco_shfl(d.lo, j), lim = coco_shfl(d.lim, j);\n"
-               "            if (lo >= n)\n                break;\n"
-               "            const long ms = coco_shfl(d.ms, j);\n");
-    for (int k = 0; k < count; k++)
-        if (peer_member(e, l, ids[k]))
-            fprintf(o, "            const size_t w%d = (size_t)coco_shfl((long)dw%d, j);\n"
-                       "            (void)w%d;\n", ids[k], ids[k], ids[k]);
-        else if (lsa_scattered(e, l, ids[k]) && !lsa_is_member(l, ids[k]))
-            fprintf(o, "            const void *mp%d = coco_shfl_ptr(dp%d, j);\n"
-                       "            (void)mp%d;\n", ids[k], ids[k], ids[k]);
-    fprintf(o, "        for (long i0 = lo + lane * V; i0 < lim; i0 += 32 * V) {\n"
+    /* the fields of CocoAt, then how `at` fills them, then the body's names */
+    char fields[2048] = "", init[2048] = "", names[4096] = "";
+    size_t nf = 0, ni = 0, nn = 0;
+    for (int k = 0; k < count; k++) {
+        int id = ids[k];
+        if (peer_member(e, l, id)) {
+            nf += (size_t)snprintf(fields + nf, sizeof fields - nf, " size_t w%d;", id);
+            ni += (size_t)snprintf(init + ni, sizeof init - ni, "%scoco_lsa_member_off(mb%d, m, "
+                                   "lbase)", nfield++ ? ", " : "", id);
+            nn += (size_t)snprintf(names + nn, sizeof names - nn, "            const size_t w%d = "
+                                   "a.w%d;\n            (void)w%d;\n", id, id, id);
+        } else if (lsa_scattered(e, l, id) && !lsa_is_member(l, id)) {
+            nf += (size_t)snprintf(fields + nf, sizeof fields - nf, " const void *p%d;", id);
+            ni += (size_t)snprintf(init + ni, sizeof init - ni, "%smb%d[m]", nfield++ ? ", " : "",
+                                   id);
+            nn += (size_t)snprintf(names + nn, sizeof names - nn, "            const void *mp%d = "
+                                   "a.p%d;\n            (void)mp%d;\n", id, id, id);
+        }
+        ASSERT(nf < sizeof fields && ni < sizeof init && nn < sizeof names);
+    }
+    ASSERT(nfield > 0); /* a scattered fusion addresses some member */
+    fprintf(o, "        struct CocoAt {%s };\n"
+               "        coco_lsa_scat_walk<V>(sc, pb.first[part], base, n,\n"
+               "            [&](unsigned m) { return CocoAt{%s}; },\n"
+               "            [&](long i0, long lim, long ms, const CocoAt &a) {\n%s"
                "            const long m0 = i0 - ms, mlim = lim - ms;\n"
-               "            (void)m0;\n            (void)mlim;\n");
+               "            (void)m0;\n            (void)mlim;\n", fields, init, names);
     free(ids);
 }
 
@@ -496,10 +501,6 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
                       int nz)
 {
     FILE *o = e->o;
-    if (l->scat >= 0) /* a warp a bucket: whole warps (coco_lsa_scat_grid) */
-        fprintf(o, "    const int lane = threadIdx.x & 31;\n"
-                   "    const long warp = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;\n"
-                   "    const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;\n");
     /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
     fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
                "        const long base = part * cs;\n"
@@ -518,11 +519,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
         emit_partials(e, l);
     fprintf(o, "            }\n");
     emit_stores(e, l, kn);
-    if (l->scat >= 0) /* lane 31's bucket past the part: so are all later ones */
-        fprintf(o, "        }\n        }\n        if (coco_shfl(d.lo, 31) >= n)\n            break;\n"
-                   "        }\n    }\n");
-    else
-        fprintf(o, "        }\n    }\n");
+    fprintf(o, l->scat >= 0 ? "        });\n    }\n" : "        }\n    }\n");
 }
 
 /* Kernel 1's start: the ranks' values of every reduction, in red[]. */
@@ -581,12 +578,12 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
-    /* two blocks per SM (vector_width); a scattered fusion's bucket and
-     * member bookkeeping takes 87 to 128 registers a thread, and spills 188
-     * to 280 bytes at 64 (BERT-large's Adam, ptxas, sm_90): one block */
+    /* two blocks per SM (vector_width), over scattered operands too: with
+     * coco_lsa_scat_walk taking one bucket at a time, BERT-large's Adam
+     * needs 71 to 83 registers unbounded and spills at most 76 bytes at 64
+     * (its default instance 32; ptxas, sm_90) */
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH>\n__global__ void "
-               "__launch_bounds__(512%s) %s_f%d%s(", l->scat < 0 ? ", 2" : "", e->v, f,
-            kn ? "_b" : "");
+               "__launch_bounds__(512, 2) %s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");

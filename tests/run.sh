@@ -411,13 +411,13 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
                  END { print n + 0 }' "$cu")
     if [ "$sends" -eq "$bars" ] && [ "$sends" -eq "$ends" ] && [ "$falls" -eq "$sends" ]; then ok
     else bad "$f: $sends one-kernel Sends, $bars start barriers, $ends end barriers, $falls fallbacks"; fi
-    # over scattered tensors every kernel takes buckets (each part's first
-    # found on the host), and the kernels' path gathers no member into one
+    # over scattered tensors every kernel takes buckets through the one walk
+    # (coco_lsa_scat_walk; each part's first bucket found on the host), and the kernels' path gathers no member into one
     # buffer: the only copies between a fusion's launch and its NCCL path
     # scatter an output into an updated tensor's members (1)
     case $f in *scattered*)
         kernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
-        buckets=$(grep -c 'coco_lsa_bucket(sc, ' "$cu")
+        buckets=$(grep -c 'coco_lsa_scat_walk<V>(sc, pb.first\[part\], base, n,$' "$cu")
         parts=$(grep -c 'CocoLsaParts pb = coco_lsa_parts(' "$cu")
         gathers=$(awk '/FusedAllReduce .* \*\/$/ { on = 1 } on && /} else {$/ { on = 0 }
                        on && /coco_scat_copy\(.*, 0\)\)$/ { n++ } END { print n + 0 }' "$cu")
