@@ -6,7 +6,7 @@
 # contiguous N = 3 and 1001; KNOBS=0 leaves it out, e.g. after
 # bench/device/final.sh on the same machine, whose examples part has it),
 # then BERT-large's Adam scattered against contiguous (bench/scattered.sh)
-# with COCONET_FUSED=push, auto (the default) and twoshot, then
+# with COCONET_FUSED=auto (the default), push and twoshot, then
 # bench/device/push.sh at 2^28 (with mixed-precision Adam at 2^26 and 2^28).
 # Files under $OUT: knobs.md, scattered-{push,auto,twoshot}.txt, push.txt,
 # logs.tgz; a short table last.
@@ -28,7 +28,7 @@ if [ "${KNOBS:-1}" = 1 ]; then
     mv "$OUT/knobs.md.log" "$OUT/knobs.md.log.build" "$W/" 2>/dev/null
 fi
 wait
-for algo in push auto twoshot; do
+for algo in auto push twoshot; do
     COCONET_FUSED=$algo RANKS=$R timeout "$(left 100)" \
         sh bench/scattered.sh "$W/scat-$algo" >"$OUT/scattered-$algo.txt" 2>&1
 done
@@ -38,6 +38,6 @@ if [ -f "$W/knobs.out" ]; then
     grep -h -A3 FAIL "$W/knobs.out" | cut -c1-240 | head -12
     echo "knobs runs passed: $(grep -h -c -E '^ok' "$W/knobs.out")"
 fi
-for algo in push auto twoshot; do echo "== scattered, COCONET_FUSED=$algo"; tail -3 "$OUT/scattered-$algo.txt"; done
+for algo in auto push twoshot; do echo "== scattered, COCONET_FUSED=$algo"; tail -3 "$OUT/scattered-$algo.txt"; done
 cat "$OUT/push.txt" 2>/dev/null
 echo "end at $(($(date +%s) - T0)) s"
