@@ -299,7 +299,10 @@ tuning_knobs() {
         for p in $RANKS; do
             allowed "$f" "$p" || continue
             sizes=-
-            case $name in adam | lamb | sgd_momentum) sizes="3 1001" ;; esac # 3: empty parts
+            # 3: empty parts; 4128: whole 16-byte vectors in every part but
+            # parts not whole 256-byte lines, so the staging slots' shift
+            # (coco_lsa_slot) with vectors
+            case $name in adam | lamb | sgd_momentum) sizes="3 1001 4128" ;; esac
             for n in $sizes; do
                 size=
                 [ "$n" = - ] || size="-D N=$n"
