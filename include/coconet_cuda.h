@@ -8,7 +8,9 @@
  *   const char *const coco_schedule_names[]; "program", then each schedule; NULL ends
  *   const int coco_output_alias[];          per output: the input whose buffer it may
  *                                           share (it is that Updated input's new value
- *                                           in every variant), or -1; -2 ends
+ *                                           in every variant), or -1; -2 ends; for a
+ *                                           scattered input, the output may be NULL:
+ *                                           the new value is then in its members only
  *   for each name S in that list:
  *     int    coco_run__S(coco_cuda_ctx *ctx, const coco_cuda_args *args);
  *     size_t coco_workspace__S(const coco_cuda_ctx *ctx, const long *size);
@@ -75,7 +77,8 @@ typedef struct {
  * IEEE / bfloat16 bits, FP32 float, FP64 double), row-major. An Updated
  * tensor's new value is written into its input buffer; an output that is
  * that new value may be given the input's buffer itself (coco_output_alias),
- * which saves the copy. */
+ * which saves the copy; a scattered tensor's, NULL (its members hold the new
+ * value; a buffer given is filled from them at the end). */
 typedef struct {
     void *const *input;   /* device data of each input Tensor (NULL for a Scalar) */
     const double *scalar; /* the value of each input that is a Scalar (else unused) */

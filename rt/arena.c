@@ -71,14 +71,15 @@ static int scattered(const CocoRtVariant *v, int i)
 }
 
 /* Which outputs are given an input's buffer (coco_output_alias): those need
- * no place of their own in the arena. */
+ * no place of their own in the arena. A scattered input's new value is
+ * given no buffer at all (NULL): it is read back from the members. */
 static void find_aliases(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 {
     const int *alias = (const int *)dlsym(rt->so, "coco_output_alias");
     for (int i = 0; i < v->noutputs; i++) {
         int j = alias ? alias[i] : -1;
         b->aliased[i] = j >= 0 && j < v->ninputs && v->input[j] && !rt->no_alias &&
-                        !scattered(v, j) && v->input_bytes[j] == v->output_bytes[i];
+                        v->input_bytes[j] == v->output_bytes[i];
         b->alias_of[i] = b->aliased[i] ? j : -1;
     }
 }
@@ -155,7 +156,9 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
             guard(b, at, v->input_bytes[i], -1, i);
     }
     for (int i = 0; i < v->noutputs; i++, at += size[v->ninputs + i - 1]) {
-        b->out[i] = b->aliased[i] ? b->in[b->alias_of[i]] : at;
+        b->out[i] = !b->aliased[i]                   ? at
+                    : scattered(v, b->alias_of[i]) ? NULL
+                                                   : b->in[b->alias_of[i]];
         if (!b->aliased[i])
             guard(b, at, v->output_bytes[i], i, -1);
     }
@@ -253,16 +256,18 @@ static int compare_back(CocoRt *rt, const void *dev, const void *host, size_t by
     return 0;
 }
 
-/* Input i's new value (member by member when scattered) against the
- * checked run's. */
-static int compare_updated(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i, CocoRtFault *f)
+/* Input i's value (member by member when scattered) against the checked
+ * run's `host`, reported as output `output` (-1: as input i's new value). */
+static int compare_input(CocoRt *rt, const CocoRtVariant *v, Buffers *b, int i,
+                         const void *host, int output, CocoRtFault *f)
 {
+    int input = output < 0 ? i : -1;
     if (!scattered(v, i))
-        return compare_back(rt, b->in[i], v->updated[i], v->input_bytes[i], -1, i, f);
+        return compare_back(rt, b->in[i], host, v->input_bytes[i], output, input, f);
     size_t off = 0;
     for (int m = 0; m < v->nmembers[i]; m++) {
-        if (compare_back(rt, b->member[i][m], (const char *)v->updated[i] + off,
-                         v->member_bytes[i][m], -1, i, f))
+        if (compare_back(rt, b->member[i][m], (const char *)host + off, v->member_bytes[i][m],
+                         output, input, f))
             return -1;
         off += v->member_bytes[i][m];
     }
@@ -278,11 +283,12 @@ int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *
             compare_back(rt, b->out[i], v->output[i], v->output_bytes[i], i, -1, f))
             return -1;
     for (int i = 0; i < v->ninputs; i++)
-        if (v->updated && v->updated[i] && b->in[i] && compare_updated(rt, v, b, i, f))
+        if (v->updated && v->updated[i] && b->in[i] &&
+            compare_input(rt, v, b, i, v->updated[i], -1, f))
             return -1;
     for (int i = 0; i < v->noutputs; i++) /* aliased, but not given back as a new value */
         if (b->aliased[i] && !(v->updated && v->updated[b->alias_of[i]]) &&
-            compare_back(rt, b->out[i], v->output[i], v->output_bytes[i], i, -1, f))
+            compare_input(rt, v, b, b->alias_of[i], v->output[i], i, f))
             return -1;
     return 0;
 }

@@ -94,9 +94,15 @@ static int call_entry(CocoRt *rt, const CocoRtVariant *v, Entry *e)
 
 static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 {
-    for (int i = 0; i < v->noutputs; i++)
+    for (int i = 0; i < v->noutputs; i++) {
+        if (!b->out[i]) { /* a scattered input's new value, in its members */
+            if (copy_input(rt, v, b, b->alias_of[i], v->output[i], 0, cudaMemcpyDeviceToHost))
+                return -1;
+            continue;
+        }
         CUDA_OK(rt, cudaMemcpyAsync(v->output[i], b->out[i], v->output_bytes[i],
                                     cudaMemcpyDeviceToHost, rt->stream));
+    }
     for (int i = 0; i < v->ninputs; i++)
         if (v->updated && v->updated[i] && b->in[i] &&
             copy_input(rt, v, b, i, v->updated[i], 0, cudaMemcpyDeviceToHost))

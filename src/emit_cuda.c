@@ -915,16 +915,13 @@ static void emit_comm(Emitter *e, const Node *n)
 }
 
 /* A value that is both an output and a tensor's new value is computed into
- * the output buffer, then copied into the tensor. */
+ * the output buffer, then copied into the tensor; a scattered tensor's, into
+ * the members (emit_scat_outputs fills the output buffer at the end). */
 void emit_state_copy(Emitter *e, const Node *n)
 {
     int t = e->state_of[n->id];
-    if (t < 0 || e->out_index[n->id] < 0)
+    if (t < 0 || e->out_index[n->id] < 0 || node_of(e->p, t)->nmember)
         return;
-    if (node_of(e->p, t)->nmember) {
-        emit_scat_copy(e, t, n->id, n, 1);
-        return;
-    }
     fprintf(e->o, "    if (args->input[%d] != b%d) /* not one buffer (coco_output_alias) */\n"
                   "        COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
                   "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
@@ -1025,6 +1022,7 @@ static void emit_body(Emitter *e, const char *entry)
     }
     free(fused_done);
     free(done);
+    emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
                "    return %s_body(ctx, args, args->size, NULL);\n}\n\n", entry, e->v);
@@ -1085,7 +1083,9 @@ static int output_state_input(const Program *p, int k)
 }
 
 /* coco_output_alias[k]: the input whose buffer output k may share (the
- * output is that Updated input's new value in every variant), or -1. */
+ * output is that Updated input's new value in every variant), or -1; a
+ * scattered input's: the caller may give no output buffer (NULL) and read
+ * the members (emit_scat_outputs). */
 static void emit_output_alias(Program **variants, int n, FILE *o)
 {
     Program *p = variants[0];
@@ -1093,8 +1093,6 @@ static void emit_output_alias(Program **variants, int n, FILE *o)
                "const int coco_output_alias[] = {");
     for (int k = 0; k < p->nexec_out; k++) {
         int j = output_state_input(p, k);
-        if (j >= 0 && p->node[p->exec_in[j]].nmember)
-            j = -1; /* an output is one buffer, a scattered tensor is not */
         for (int v = 1; v < n && j >= 0; v++)
             if (output_state_input(variants[v], k) != j)
                 j = -1;

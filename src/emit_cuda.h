@@ -63,6 +63,7 @@ const char *emit_room(Emitter *e, const Node *n);
 /* emit_scatter.c: scattered tensors */
 /* the scattered input whose members hold node id's value, or NULL */
 const Node *emit_scat_of(Emitter *e, int id);
+void emit_scat_outputs(Emitter *e);      /* outputs in members: into the caller's buffers */
 int emit_scat_needs_buffer(Emitter *e, int id); /* does it also need a contiguous b<id>? */
 /* the fusion whose NCCL path alone reads input i whole (it gathers it), or -1 */
 int emit_scat_gather_fusion(Emitter *e, int i);

@@ -14,17 +14,35 @@
 /* ---- scattered tensors (rt/kernels/coco_scatter.cuh) ---- */
 
 /* The scattered input whose members hold node id's value: the input itself,
- * or the tensor id is the new value of (unless id is computed into an
- * output buffer, then copied into the members). NULL: one buffer. */
+ * or the tensor id is the new value of (an output too: the caller's output
+ * buffer, where it gives one, is filled from the members at the end,
+ * emit_scat_outputs). NULL: one buffer. */
 const Node *emit_scat_of(Emitter *e, int id)
 {
     Node *n = node_of(e->p, id);
     if (n->op == O_INPUT)
         return n->nmember ? n : NULL;
     int t = e->state_of[id];
-    if (t >= 0 && e->out_index[id] < 0 && node_of(e->p, t)->nmember)
+    if (t >= 0 && node_of(e->p, t)->nmember)
         return node_of(e->p, t);
     return NULL;
+}
+
+/* At the end of an entry point: each output that is a scattered tensor's
+ * new value gathered from the members into the caller's output buffer,
+ * where the caller gives one (coco_output_alias lets it give none, and read
+ * the tensor's members). */
+void emit_scat_outputs(Emitter *e)
+{
+    Program *p = e->p;
+    for (int k = 0; k < p->nexec_out; k++) {
+        const Node *n = node_of(p, p->exec_out[k]);
+        const Node *t = n->op == O_INPUT ? NULL : emit_scat_of(e, n->id);
+        if (t)
+            fprintf(e->o, "    if (args->output[%d] && coco_scat_copy(ctx, %d, c%d, "
+                          "args->output[%d], %s, 0, coco_count(h%d), 0))\n        return 1;\n",
+                    k, n->pos.line, t->id, k, emit_tname[n->type], n->id);
+    }
 }
 
 /* Does node j, reading scattered value id as its input k, need id's
@@ -106,8 +124,8 @@ int emit_scat_gather_fusion(Emitter *e, int i)
  * rt/kernels/coco_scatter.cuh; its NCCL lowering stays for the rest)? A
  * ReduceScatter of a scattered value into a buffer, or an AllGather of a
  * buffer into one, on WORLD along dimension 0, outside any fusion. An
- * AllGather's value must not be an output or be read as one buffer: its
- * contiguous copy is then never filled. */
+ * AllGather's value must not be read as one buffer: its contiguous copy is
+ * then never filled (an output is gathered from the members at the end). */
 int emit_scat_lsa(Emitter *e, const Node *n)
 {
     Program *p = e->p;

@@ -293,9 +293,8 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
 // [q*cs, min(n, (q+1)*cs)), language.md 6), clipped to the part, so a bucket
 // straddling two parts is computed half by each rank. Warp w takes buckets
 // first + w, first + w + nwarp, ... (first: the bucket holding the part's
-// first element, found on the host); its lanes read 32 of them at once
-// (coco_lsa_bucket, one latency for 32 buckets) and the warp takes them in
-// turn, each lane's share broadcast by shuffles. Every other scattered
+// first element, found on the host), one at a time (coco_lsa_scat_walk,
+// below). Every other scattered
 // operand has the same members, so the bucket's member and offset serve it
 // too. A member of a peer is addressed at the member's offset in the local
 // window (its address minus ctx->lsa_base): the runtime lays each variant's

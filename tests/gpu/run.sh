@@ -331,10 +331,11 @@ tuning_knobs() {
 # through the bucket table), two-shot: at W = 41 (P = 4: uneven parts whose
 # edges cut members and buckets; member starts at odd offsets, so vector
 # and single-element paths), and at W = 401 on one block of 3 warps (every
-# warp takes many batches of 32 buckets); push (COCONET_FUSED=push: the
-# stores into the peers' staging slots walk the buckets as the element loop
-# does) at both; and their NCCL paths at W = 41 (COCONET_FUSED=nccl: the
-# members gathered into one buffer where NCCL needs it).
+# warp takes many buckets); push (COCONET_FUSED=push: the stores into the
+# peers' staging slots walk the buckets as the element loop does) at both;
+# their NCCL paths at W = 41 (COCONET_FUSED=nccl: the members gathered into
+# one buffer where NCCL needs it); and at W = 41 an output buffer for the
+# new parameters (COCONET_NO_ALIAS=1), filled from the members.
 scattered_fused() {
     for f in examples/adam_scattered.coco tests/gpu/lamb_scattered.coco; do
         chosen "$f" || continue
@@ -347,6 +348,13 @@ scattered_fused() {
             run "$name" "W=41, push" "$p" "$f" -D W=41 --all-schedules
             COCONET_FUSED=nccl
             run "$name" "W=41, nccl" "$p" "$f" -D W=41 --all-schedules
+            # an output buffer for the new parameters, filled from the
+            # members at the end (by default the runtime gives none)
+            COCONET_FUSED=auto
+            COCONET_NO_ALIAS=1
+            export COCONET_NO_ALIAS
+            run "$name" "W=41, COCONET_NO_ALIAS=1" "$p" "$f" -D W=41 --all-schedules
+            unset COCONET_NO_ALIAS
             COCONET_FUSED=twoshot
             COCONET_FUSED_BLOCKS=1
             COCONET_FUSED_THREADS=96
