@@ -8,6 +8,10 @@
 #                    it took; stops the script on failure, with the log's tail;
 #   lease_bert_ahead P LOG  builds bench/scattered.sh's two programs for P
 #                    ranks into the cache, in the background, at low priority.
+# COMMIT, which the scripts print and tests/gpu/run.sh writes into its
+# tables, must be given literally (COMMIT=1c86090, the local
+# `git rev-parse --short HEAD`): on the machine, git in the copy of the
+# tree named an older commit (bench/results/2026-11-23-h200x2.md).
 # shellcheck shell=sh source=bench/device/deadline.sh
 export COCONET_HOME="$PWD"
 export COCONET_CACHE="$PWD/build/cache"
