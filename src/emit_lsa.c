@@ -444,6 +444,17 @@ static int peer_member(Emitter *e, const Lsa *l, int id)
            (id == nd(e, l->rs)->in[0] || (lsa_is_member(l, id) && nd(e, id)->op == O_ALLGATHER));
 }
 
+/* How the bucket walk's `at` addresses operand id in a bucket's member:
+ * a peer's member at its window offset (AT_PEER: w<id>), a local one by its
+ * address (AT_LOCAL: mp<id>), or not at all (0). */
+enum { AT_PEER = 1, AT_LOCAL = 2 };
+static int at_kind(Emitter *e, const Lsa *l, int id)
+{
+    if (peer_member(e, l, id))
+        return AT_PEER;
+    return lsa_scattered(e, l, id) && !lsa_is_member(l, id) ? AT_LOCAL : 0;
+}
+
 /* The loop heads: over the part's elements, V a thread, grid-stride; or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
  * the first) through coco_lsa_scat_walk (coco_scatter.cuh), the walk the
@@ -467,33 +478,29 @@ static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
         count = emit_add_once(ids, count, l->m[k]);
     for (int k = 0; k < nz; k++)
         count = emit_add_once(ids, count, zs[k]);
-    /* the fields of CocoAt, then how `at` fills them, then the body's names */
-    char fields[2048] = "", init[2048] = "", names[4096] = "";
-    size_t nf = 0, ni = 0, nn = 0;
-    for (int k = 0; k < count; k++) {
-        int id = ids[k];
-        if (peer_member(e, l, id)) {
-            nf += (size_t)snprintf(fields + nf, sizeof fields - nf, " size_t w%d;", id);
-            ni += (size_t)snprintf(init + ni, sizeof init - ni, "%scoco_lsa_member_off(mb%d, m, "
-                                   "lbase)", nfield++ ? ", " : "", id);
-            nn += (size_t)snprintf(names + nn, sizeof names - nn, "            const size_t w%d = "
-                                   "a.w%d;\n            (void)w%d;\n", id, id, id);
-        } else if (lsa_scattered(e, l, id) && !lsa_is_member(l, id)) {
-            nf += (size_t)snprintf(fields + nf, sizeof fields - nf, " const void *p%d;", id);
-            ni += (size_t)snprintf(init + ni, sizeof init - ni, "%smb%d[m]", nfield++ ? ", " : "",
-                                   id);
-            nn += (size_t)snprintf(names + nn, sizeof names - nn, "            const void *mp%d = "
-                                   "a.p%d;\n            (void)mp%d;\n", id, id, id);
-        }
-        ASSERT(nf < sizeof fields && ni < sizeof init && nn < sizeof names);
-    }
+    /* CocoAt's fields, how `at` fills them, then the body's names for them */
+    fprintf(o, "        struct CocoAt {");
+    for (int k = 0; k < count; k++)
+        if (at_kind(e, l, ids[k]))
+            fprintf(o, at_kind(e, l, ids[k]) == AT_PEER ? " size_t w%d;" : " const void *p%d;",
+                    ids[k]);
+    fprintf(o, " };\n        coco_lsa_scat_walk<V>(sc, pb.first[part], base, n,\n"
+               "            [&](unsigned m) { return CocoAt{");
+    for (int k = 0; k < count; k++)
+        if (at_kind(e, l, ids[k]))
+            fprintf(o, at_kind(e, l, ids[k]) == AT_PEER ? "%scoco_lsa_member_off(mb%d, m, lbase)"
+                                                        : "%smb%d[m]",
+                    nfield++ ? ", " : "", ids[k]);
     ASSERT(nfield > 0); /* a scattered fusion addresses some member */
-    fprintf(o, "        struct CocoAt {%s };\n"
-               "        coco_lsa_scat_walk<V>(sc, pb.first[part], base, n,\n"
-               "            [&](unsigned m) { return CocoAt{%s}; },\n"
-               "            [&](long i0, long lim, long ms, const CocoAt &a) {\n%s"
-               "            const long m0 = i0 - ms, mlim = lim - ms;\n"
-               "            (void)m0;\n            (void)mlim;\n", fields, init, names);
+    fprintf(o, "}; },\n            [&](long i0, long lim, long ms, const CocoAt &a) {\n");
+    for (int k = 0; k < count; k++)
+        if (at_kind(e, l, ids[k]))
+            fprintf(o, at_kind(e, l, ids[k]) == AT_PEER
+                           ? "            const size_t w%d = a.w%d;\n            (void)w%d;\n"
+                           : "            const void *mp%d = a.p%d;\n            (void)mp%d;\n",
+                    ids[k], ids[k], ids[k]);
+    fprintf(o, "            const long m0 = i0 - ms, mlim = lim - ms;\n"
+               "            (void)m0;\n            (void)mlim;\n");
     free(ids);
 }
 
