@@ -277,7 +277,11 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
 }
 
 /* Over buckets, every load and store takes its vector path only where the
- * address allows (coco_ldv_any): a bucket starts anywhere in a part. */
+ * address allows (coco_ldv_any): a bucket starts anywhere in a part. Over
+ * a contiguous part, the loop's shift aligns the peers' buffers and the
+ * whole ones (index base + i0); the part-local arrays (index i0: sliced
+ * outputs and inputs, carried values) are read and written at any
+ * alignment in both. */
 static const char *any(const Lsa *l)
 {
     return l->scat >= 0 ? "_any" : "";
@@ -333,8 +337,8 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
                        "%s, l%d);\n", t, n->id, any(l), t,
                     at_slice(e, l, n->in[0], arena_printf(e->p->arena, "z%d", n->in[0])), n->id);
         else if (kn == 1 && l->carry[n->id])
-            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv%s<V, %s>("
-                       "c%d, i0, lim, q%d);\n", t, n->id, any(l), t, n->id, n->id);
+            fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv_any<V, %s>("
+                       "c%d, i0, lim, q%d);\n", t, n->id, t, n->id, n->id);
         else if (kn == 0 && l->carry[n->id])
             fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n", t, n->id);
         if (l->level[n->id] == kn && in_loop(l, n, kn) &&
@@ -352,9 +356,9 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]] && reads_in_loop(e, l, kn, ins[k]))
             fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n"
-                       "            coco_ldv%s<V, %s>(x%d, i0, lim, l%d);\n",
-                    emit_tname[nd(e, ins[k])->type], ins[k], any(l),
-                    emit_tname[nd(e, ins[k])->type], ins[k], ins[k]);
+                       "            coco_ldv_any<V, %s>(x%d, i0, lim, l%d);\n",
+                    emit_tname[nd(e, ins[k])->type], ins[k], emit_tname[nd(e, ins[k])->type],
+                    ins[k], ins[k]);
 }
 
 /* Member n's statements inside the element loop of kernel kn. */
@@ -385,7 +389,7 @@ static void emit_partials(Emitter *e, const Lsa *l)
 {
     for (int k = 0; k < l->nred; k++) {
         int src = lsa_red_source(e, l, k), r = l->red[k];
-        fprintf(e->o, "                if (i < lim)\n                    a%d = coco_red_step(%d, "
+        fprintf(e->o, "                if (coco_in(i, lim))\n                    a%d = coco_red_step(%d, "
                       "a%d, ", r, lsa_red_step(e, l, k), r);
         if (nd(e, r)->op == O_ALLREDUCE)
             fprintf(e->o, "r%d);\n", src);
@@ -401,8 +405,7 @@ static void emit_stores(Emitter *e, const Lsa *l, int kn)
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (kn == 0 && l->carry[n->id])
-            fprintf(o, "            coco_stv%s<V, %s>(c%d, i0, lim, q%d);\n", any(l), t, n->id,
-                    n->id);
+            fprintf(o, "            coco_stv_any<V, %s>(c%d, i0, lim, q%d);\n", t, n->id, n->id);
         if (l->level[n->id] != kn || !in_loop(l, n, kn))
             continue;
         if (n->op == O_ALLGATHER)
@@ -410,8 +413,7 @@ static void emit_stores(Emitter *e, const Lsa *l, int kn)
                        "ONESHOT ? rank : P - 1, g%d);\n", any(l), t, at_window(e, l, n->id),
                     n->id);
         else if (stores_local(e, l, n->id))
-            fprintf(o, "            coco_stv%s<V, %s>(y%d, i0, lim, g%d);\n", any(l), t, n->id,
-                    n->id);
+            fprintf(o, "            coco_stv_any<V, %s>(y%d, i0, lim, g%d);\n", t, n->id, n->id);
     }
 }
 
@@ -455,7 +457,10 @@ static int at_kind(Emitter *e, const Lsa *l, int id)
     return lsa_scattered(e, l, id) && !lsa_is_member(l, id) ? AT_LOCAL : 0;
 }
 
-/* The loop heads: over the part's elements, V a thread, grid-stride; or
+/* The loop heads: over the part's elements, V a thread, grid-stride, from
+ * the shift that aligns base + i0 (coco_lsa_shift: the peers' and whole
+ * buffers take vectors whatever cs; part-local arrays take them where
+ * their address allows, local_any); or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
  * the first) through coco_lsa_scat_walk (coco_scatter.cuh), the walk the
  * push's stores take too, with the element loop's body as its lambda:
@@ -468,8 +473,9 @@ static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
     FILE *o = e->o;
     if (l->scat < 0) {
         fprintf(o, "        const long lim = n;\n"
-                   "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; "
-                   "i0 < lim;\n             i0 += (long)gridDim.x * blockDim.x * V) {\n");
+                   "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V - "
+                   "coco_lsa_shift<V>(base);\n             i0 < lim; i0 += (long)gridDim.x * "
+                   "blockDim.x * V) {\n");
         return;
     }
     int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
@@ -519,7 +525,8 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
     if (needs_coords(e, l, kn, ins, nin))
-        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
+        fprintf(o, "                long c[COCO_MAXDIM]; /* of element 0 for the masked ones below it */\n"
+                   "                coco_coords(it, i < 0 ? 0 : i, c);\n");
     for (int k = 0; k < l->nm; k++)
         emit_member(e, l, kn, nd(e, l->m[k]));
     if (kn == 0)
@@ -783,38 +790,28 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
     fprintf(o, " && (G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
 }
 
-/* Pointers whose alignment decides V: every vector operand at a slice's start. */
-static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs,
-                               int nz)
+/* Pointers whose alignment decides V: the starts of the buffers addressed
+ * at base + i0 (the reduced input, the gathered outputs, the whole tensors
+ * read at the slice), which the loop's shift aligns from there on whatever
+ * cs. The part-local arrays need no check (coco_ldv_any). */
+static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
-    int count = 0, x = nd(e, l->rs)->in[0];
-    char sizes[4096] = "";
-    size_t used = 0;
-#define ADD(fmt, id, size)                                                                        \
-    do {                                                                                         \
-        fprintf(o, "%s" fmt, count++ ? ", " : "", id, size);                                     \
-        used += (size_t)snprintf(sizes + used, sizeof sizes - used, "%s%zu",                      \
-                                 used ? ", " : "", (size_t)(size));                               \
-    } while (0)
-    fprintf(o, "        const void *vp[] = {");
-    ADD("(const char *)b%d + cs * %zu", x, type_size(nd(e, x)->type));
+    int count = 0, *ids = xmalloc((size_t)(1 + nz + l->nm) * sizeof(int));
+    ids[count++] = nd(e, l->rs)->in[0];
     for (int k = 0; k < nz; k++)
-        ADD("(const char *)b%d + cs * %zu", zs[k], type_size(nd(e, zs[k])->type));
-    for (int k = 0; k < l->nm; k++) {
-        Node *n = nd(e, l->m[k]);
-        if (n->op == O_ALLGATHER)
-            ADD("(const char *)b%d + cs * %zu", n->id, type_size(n->type));
-        else if (stores_local(e, l, n->id) && n->ndim)
-            ADD("(const char *)b%d + 0 * %zu", n->id, type_size(n->type));
-        if (l->carry[n->id])
-            ADD("(const char *)fc%d + 0 * %zu", n->id, type_size(n->type));
-    }
-    for (int k = 0; k < nin; k++)
-        if (e->flat[ins[k]])
-            ADD("(const char *)b%d + 0 * %zu", ins[k], type_size(nd(e, ins[k])->type));
-#undef ADD
-    fprintf(o, "};\n        const int vs[] = {%s};\n", sizes);
+        ids[count++] = zs[k];
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_ALLGATHER)
+            ids[count++] = l->m[k];
+    fprintf(o, "        const void *vp[] = {");
+    for (int k = 0; k < count; k++)
+        fprintf(o, "%sb%d", k ? ", " : "", ids[k]);
+    fprintf(o, "};\n        const int vs[] = {");
+    for (int k = 0; k < count; k++)
+        fprintf(o, "%s%zu", k ? ", " : "", type_size(nd(e, ids[k])->type));
+    fprintf(o, "};\n");
+    free(ids);
     return count;
 }
 
@@ -833,7 +830,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                "        const long cs = coco_padded_count(it, 0, G_WORLD) / G_WORLD, nall = "
                "coco_count(h%d);\n", rs->id, x->id);
     if (l.scat < 0) {
-        int nvec = emit_vector_buffers(e, &l, ins, nin, zs, nz);
+        int nvec = emit_vector_buffers(e, &l, zs, nz);
         fprintf(o, "        int V = !ctx->fused_vec && coco_pick_vec(%d, vp, vs, %d) == %d ? "
                    "%d : 1;\n", vmax, nvec, vmax, vmax);
     } else { /* V at any alignment; the first bucket of each part, found on the host */

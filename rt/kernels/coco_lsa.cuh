@@ -114,6 +114,16 @@ __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, lo
     coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
 }
 
+// Where a part's element loop starts: at -coco_lsa_shift(base) rather than
+// 0, so that base + i0, the index of every peer's and whole buffer, is a
+// multiple of V (cs need not be). Elements below 0 are masked (coco_ldv);
+// part-local arrays are then read at any alignment (coco_ldv_any).
+template <int V>
+__device__ __forceinline__ long coco_lsa_shift(long base)
+{
+    return base % V;
+}
+
 // Elements of part q (of cs elements each; the last ones may be shorter or
 // empty) of a tensor of nall elements.
 __device__ __forceinline__ long coco_lsa_part_n(int q, long cs, long nall)
@@ -168,8 +178,8 @@ __device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t st
 // rank's input (type T, at window offset off) into slot `rank` of q's
 // staging buffer (window offset stage; coco_lsa_slot). Each thread
 // visits the same indices as the element loop that follows the barrier (the
-// same grid-stride loop), so block b's barrier orders exactly the stores
-// that block b of the peer reads.
+// same grid-stride loop from the same shift), so block b's barrier orders
+// exactly the stores that block b of the peer reads.
 template <int V, int T, int P>
 __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
                                                     int rank, long cs, long nall)
@@ -182,7 +192,7 @@ __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall);
         CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        for (long i0 = first; i0 < n; i0 += stride) {
+        for (long i0 = first - coco_lsa_shift<V>(q * cs); i0 < n; i0 += stride) {
             alignas(16) CocoRaw<T> x[V];
             coco_ldv<V, T>(in + q * cs, i0, n, x);
             coco_stv<V, T>(slot, i0, n, x);

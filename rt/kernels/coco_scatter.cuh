@@ -185,39 +185,6 @@ static inline dim3 coco_scat_grid(long nbucket)
     return dim3((unsigned)(blocks > 0 ? blocks : 1));
 }
 
-// ---- device: V-element loads and stores at any alignment ----
-// coco_ldv/coco_stv with the vector path taken only where the address is
-// aligned for it (bucket starts of members whose sizes are not multiples of
-// V are not): the test is uniform across a warp's bucket.
-template <int V, int T>
-__device__ __forceinline__ void coco_ldv_any(const void *p, long i0, long n, CocoRaw<T> *raw)
-{
-    const int b = V * (int)sizeof(CocoRaw<T>);
-    if (V > 1 && (uintptr_t)((const CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
-        coco_ldv<V, T>(p, i0, n, raw);
-    } else {
-        const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
-    }
-}
-
-template <int V, int T>
-__device__ __forceinline__ void coco_stv_any(void *p, long i0, long n, const CocoRaw<T> *raw)
-{
-    const int b = V * (int)sizeof(CocoRaw<T>);
-    if (V > 1 && (uintptr_t)((CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
-        coco_stv<V, T>(p, i0, n, raw);
-    } else {
-        CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            if (i0 + v < n)
-                q[v] = raw[v];
-    }
-}
-
 // dst[dlo + i] (type td) = src[slo + i] (type ts) for i in [0, n), by the
 // lanes of a warp, 4 elements a lane at a time: the 4 loads are issued
 // before the first store, so a warp has 4 in flight rather than 1 (the
