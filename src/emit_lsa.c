@@ -389,7 +389,7 @@ static void emit_partials(Emitter *e, const Lsa *l)
 {
     for (int k = 0; k < l->nred; k++) {
         int src = lsa_red_source(e, l, k), r = l->red[k];
-        fprintf(e->o, "                if (coco_in(i, lim))\n                    a%d = coco_red_step(%d, "
+        fprintf(e->o, "                if (i < lim)\n                    a%d = coco_red_step(%d, "
                       "a%d, ", r, lsa_red_step(e, l, k), r);
         if (nd(e, r)->op == O_ALLREDUCE)
             fprintf(e->o, "r%d);\n", src);
@@ -457,10 +457,10 @@ static int at_kind(Emitter *e, const Lsa *l, int id)
     return lsa_scattered(e, l, id) && !lsa_is_member(l, id) ? AT_LOCAL : 0;
 }
 
-/* The loop heads: over the part's elements, V a thread, grid-stride, from
- * the shift that aligns base + i0 (coco_lsa_shift: the peers' and whole
- * buffers take vectors whatever cs; part-local arrays take them where
- * their address allows, local_any); or
+/* The loop heads: over the part's elements, V a thread, grid-stride, in
+ * steps that align base + i0 (coco_lsa_shift, coco_lsa_step: the peers'
+ * and whole buffers take vectors whatever cs; part-local arrays take them
+ * where their address allows); or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
  * the first) through coco_lsa_scat_walk (coco_scatter.cuh), the walk the
  * push's stores take too, with the element loop's body as its lambda:
@@ -472,10 +472,10 @@ static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
     if (l->scat < 0) {
-        fprintf(o, "        const long lim = n;\n"
-                   "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V - "
-                   "coco_lsa_shift<V>(base);\n             i0 < lim; i0 += (long)gridDim.x * "
-                   "blockDim.x * V) {\n");
+        fprintf(o, "        for (long j0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V - "
+                   "coco_lsa_shift<V>(base);\n             j0 < n; j0 += (long)gridDim.x * "
+                   "blockDim.x * V) {\n            long i0, lim;\n"
+                   "            coco_lsa_step<V>(j0, n, i0, lim);\n");
         return;
     }
     int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
@@ -525,8 +525,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
     if (needs_coords(e, l, kn, ins, nin))
-        fprintf(o, "                long c[COCO_MAXDIM]; /* of element 0 for the masked ones below it */\n"
-                   "                coco_coords(it, i < 0 ? 0 : i, c);\n");
+        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
     for (int k = 0; k < l->nm; k++)
         emit_member(e, l, kn, nd(e, l->m[k]));
     if (kn == 0)

@@ -114,14 +114,24 @@ __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, lo
     coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
 }
 
-// Where a part's element loop starts: at -coco_lsa_shift(base) rather than
-// 0, so that base + i0, the index of every peer's and whole buffer, is a
-// multiple of V (cs need not be). Elements below 0 are masked (coco_ldv);
-// part-local arrays are then read at any alignment (coco_ldv_any).
+// A part's element loop, thread by thread: steps j0 from -coco_lsa_shift
+// (not 0), V elements apart, so that base + j0, the index of every peer's
+// and whole buffer, is a multiple of V whatever cs. A step covers the
+// part-local elements [i0, lim) (coco_lsa_step): its V, or for the one step
+// below 0 (the part's head) elements 0 up to j0 + V, which take the
+// one-element paths (coco_ldv). Part-local arrays are then read at any
+// alignment (coco_ldv_any).
 template <int V>
 __device__ __forceinline__ long coco_lsa_shift(long base)
 {
     return base % V;
+}
+
+template <int V>
+__device__ __forceinline__ void coco_lsa_step(long j0, long n, long &i0, long &lim)
+{
+    i0 = j0 < 0 ? 0 : j0;
+    lim = j0 < 0 && j0 + V < n ? j0 + V : n;
 }
 
 // Elements of part q (of cs elements each; the last ones may be shorter or
@@ -192,10 +202,12 @@ __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall);
         CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        for (long i0 = first - coco_lsa_shift<V>(q * cs); i0 < n; i0 += stride) {
+        for (long j0 = first - coco_lsa_shift<V>(q * cs); j0 < n; j0 += stride) {
+            long i0, lim;
+            coco_lsa_step<V>(j0, n, i0, lim);
             alignas(16) CocoRaw<T> x[V];
-            coco_ldv<V, T>(in + q * cs, i0, n, x);
-            coco_stv<V, T>(slot, i0, n, x);
+            coco_ldv<V, T>(in + q * cs, i0, lim, x);
+            coco_stv<V, T>(slot, i0, lim, x);
         }
     }
 }

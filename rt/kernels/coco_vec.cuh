@@ -3,8 +3,7 @@
 // (or narrower) memory operations into an array of the element type (few
 // registers; kernels convert each element to double where they use it),
 // coco_stv writes such an array back. Both fall back to single elements at the tail (the last V
-// elements when n is not a multiple of V) and below index 0 (a fused kernel's loop over a part
-// starts below 0 to align its peers' addresses: coco_lsa_shift). The host picks V with
+// elements when n is not a multiple of V). The host picks V with
 // coco_pick_vec: the widest that every flat buffer's alignment allows.
 #pragma once
 
@@ -33,52 +32,33 @@ template <int B> __device__ __forceinline__ void coco_copy_bytes(void *dst, cons
 
 template <int T> using CocoRaw = typename CocoElem<T>::type;
 
-// Is element i one of [0, n)?
-__device__ __forceinline__ bool coco_in(long i, long n)
-{
-    return i >= 0 && i < n;
-}
-
-// raw[v] = element i0 + v of p (0 outside [0, n)), one element at a time.
-template <int V, int T>
-__device__ __forceinline__ void coco_ld_each(const void *p, long i0, long n, CocoRaw<T> *raw)
-{
-    const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
-#pragma unroll
-    for (int v = 0; v < V; v++)
-        raw[v] = coco_in(i0 + v, n) ? q[v] : CocoRaw<T>();
-}
-
-// Elements i0 + v of p (those in [0, n)) = raw[v], one at a time.
-template <int V, int T>
-__device__ __forceinline__ void coco_st_each(void *p, long i0, long n, const CocoRaw<T> *raw)
-{
-    CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
-#pragma unroll
-    for (int v = 0; v < V; v++)
-        if (coco_in(i0 + v, n))
-            q[v] = raw[v];
-}
-
-// raw[v] = element i0 + v of p (0 outside [0, n)), as stored; p + i0
-// aligned for V elements.
+// raw[v] = element i0 + v of p (0 past n), as stored.
 template <int V, int T>
 __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw<T> *raw)
 {
-    if (V > 1 && i0 >= 0 && i0 + V <= n)
-        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, (const CocoRaw<T> *)p + i0);
-    else
-        coco_ld_each<V, T>(p, i0, n, raw);
+    const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
+    if (V > 1 && i0 + V <= n) {
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, q);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
+    }
 }
 
-// Elements i0 + v of p (those in [0, n)) = raw[v]; p + i0 aligned for V.
+// Elements i0 + v of p (those before n) = raw[v].
 template <int V, int T>
 __device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
-    if (V > 1 && i0 >= 0 && i0 + V <= n)
-        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>((CocoRaw<T> *)p + i0, raw);
-    else
-        coco_st_each<V, T>(p, i0, n, raw);
+    CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
+    if (V > 1 && i0 + V <= n) {
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(q, raw);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            if (i0 + v < n)
+                q[v] = raw[v];
+    }
 }
 
 // coco_ldv/coco_stv at any alignment: the vector path only where p + i0 is
@@ -86,28 +66,32 @@ __device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw
 // fused kernel's part-local arrays sit a shift away from its peers' vectors:
 // coco_lsa_shift). The test is uniform across a warp's bucket or row.
 template <int V, int T>
-__device__ __forceinline__ bool coco_vec_aligned(const void *p, long i0)
-{
-    const int b = V * (int)sizeof(CocoRaw<T>);
-    return (uintptr_t)((const CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0;
-}
-
-template <int V, int T>
 __device__ __forceinline__ void coco_ldv_any(const void *p, long i0, long n, CocoRaw<T> *raw)
 {
-    if (V > 1 && coco_vec_aligned<V, T>(p, i0))
+    const int b = V * (int)sizeof(CocoRaw<T>);
+    if (V > 1 && (uintptr_t)((const CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
         coco_ldv<V, T>(p, i0, n, raw);
-    else
-        coco_ld_each<V, T>(p, i0, n, raw);
+    } else {
+        const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
+    }
 }
 
 template <int V, int T>
 __device__ __forceinline__ void coco_stv_any(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
-    if (V > 1 && coco_vec_aligned<V, T>(p, i0))
+    const int b = V * (int)sizeof(CocoRaw<T>);
+    if (V > 1 && (uintptr_t)((CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
         coco_stv<V, T>(p, i0, n, raw);
-    else
-        coco_st_each<V, T>(p, i0, n, raw);
+    } else {
+        CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            if (i0 + v < n)
+                q[v] = raw[v];
+    }
 }
 
 // The widest V in {vmax, vmax/2, ..., 1} for which every buffer ptr[k] (of
