@@ -4,8 +4,8 @@
 # same machine in the same lease: two-shot and push, the two trees taking
 # turns REPS times (3 unless set), so that a change's effect is told from
 # a machine's. The other tree (AB_OLD, ab-old unless set) is a copy made
-# here before the lease, which the device tool carries as an untracked
-# folder:
+# here before the lease (ignored by git: name it in the device tool's
+# `carry`):
 #   rm -rf ab-old && mkdir ab-old && git archive <commit> | tar -x -C ab-old
 # Table in $OUT/ab.txt (label, tree, schedule, result, ms), logs in $OUT.
 . bench/device/lease.sh # T0, left

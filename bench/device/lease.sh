@@ -7,7 +7,8 @@
 #   lease_make       builds coconet (log in $W, else $OUT) and says how long
 #                    it took; stops the script on failure, with the log's tail;
 #   lease_bert_ahead P LOG  builds bench/scattered.sh's two programs for P
-#                    ranks into the cache, in the background, at low priority.
+#                    ranks into the cache, in the background, at low priority;
+#   lease_bert_push_ahead P LOG  the same, and bench/device/push.sh's builds.
 # COMMIT, which the scripts print and tests/gpu/run.sh writes into its
 # tables, must be given literally (COMMIT=1c86090, the local
 # `git rev-parse --short HEAD`): on the machine, git in the copy of the
@@ -31,4 +32,8 @@ lease_bert_ahead() {
     for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
         nice -n 19 ./coconet run "$f" --backend cuda --ranks "$1" --build-only >>"$2" 2>&1 &
     done
+}
+lease_bert_push_ahead() {
+    lease_bert_ahead "$1" "$2"
+    P=$1 BUILD_ONLY=1 nice -n 19 sh bench/device/push.sh >>"$2" 2>&1 &
 }

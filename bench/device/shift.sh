@@ -16,8 +16,7 @@
 lease_logs logs         # $W
 lease_make
 R=${R:-2}
-lease_bert_ahead "$R" "$W/ahead.log"
-P=$R BUILD_ONLY=1 nice -n 19 sh bench/device/push.sh >>"$W/ahead.log" 2>&1 &
+lease_bert_push_ahead "$R" "$W/ahead.log"
 RANKS=$R PARTS="knobs paper" B_SIZES=" " N_POW="16 20" N_ODD="3 1001 1002 1048577" \
     EXAMPLES="examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco tests/gpu/norms.coco" \
     JOBS=12 TIMEOUT=150 timeout "$(left 260)" sh tests/gpu/run.sh "$OUT/odd.md" >"$W/odd.out" 2>&1

@@ -17,8 +17,7 @@
 lease_logs logs         # $W
 lease_make
 R=${R:-2}
-lease_bert_ahead "$R" "$W/ahead.log"
-P=$R BUILD_ONLY=1 nice -n 19 sh bench/device/push.sh >>"$W/ahead.log" 2>&1 &
+lease_bert_push_ahead "$R" "$W/ahead.log"
 if [ "${KNOBS:-1}" = 1 ]; then
     RANKS=$R PARTS=knobs JOBS=12 TIMEOUT=150 \
         EXAMPLES="examples/adam.coco examples/adam_scattered.coco tests/gpu/lamb_scattered.coco
