@@ -31,7 +31,9 @@
 #             tests/gpu/send.coco, tests/gpu/lamb_scattered.coco,
 #             tests/oracle/programs/ragged.coco) and all its schedules has one
 #             workspace layout on every rank (tests/gen/workspace.py) and,
-#             where nvcc is installed, compiles (object code only).
+#             where nvcc is installed, compiles (object code only); the PTX
+#             of four (a one-shot AllReduce, scattered tensors, LAMB) stores
+#             every vector whole (tests/gen/split_stores.py).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -570,6 +572,20 @@ if command -v nvcc >/dev/null 2>&1; then
         [ -f "$dir/source" ] || continue
         if [ "$(cat "$dir/nvcc.rc" 2>/dev/null)" = 0 ]; then ok
         else bad "nvcc $(cat "$dir/source") (all schedules):"; head -n 10 "$dir/nvcc.out" | sed 's/^/  /'; fi
+    done
+    # every vector store stays one store in the PTX (tests/gen/split_stores.py),
+    # built as the runtime builds it (-O3) for an H100/H200 (sm_90) and 4
+    # ranks: a one-shot AllReduce, scattered tensors (FP16 and FP32), LAMB
+    coco gen bench/allreduce_fused.coco -o "$TMP/gen/allreduce_fused" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/allreduce_fused.coco: ${why:-exit status $rc}: $(err1)"; fi
+    for name in allreduce_fused adam_scattered lamb_scattered lamb; do
+        dir=$TMP/gen/$name
+        command -v "$PYTHON" >/dev/null 2>&1 || break
+        if [ ! -d "$dir" ]; then bad "vector stores of $name: not generated"; continue; fi
+        if (cd "$dir" && timeout 300 nvcc -O3 -arch=sm_90 -std=c++17 -DCOCO_ONLY_P=4 -ptx ./*.cu \
+                -o generated.ptx) >"$TMP/ptx.out" 2>&1 &&
+            "$PYTHON" tests/gen/split_stores.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
+        else bad "vector stores of $name (PTX, sm_90):"; head -n 5 "$TMP/ptx.out" "$TMP/split.out" | sed 's/^/  /'; fi
     done
     group_end
 else

@@ -46,13 +46,37 @@ __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw
     }
 }
 
+// The same copy into memory (B a power of two, aligned), the 16- and 8-byte
+// stores written out as such: for some loop shapes the compiler split
+// coco_copy_bytes's into four 4-byte ones (PTX, sm_90: a one-shot
+// AllReduce's stores, the push's slot stores, the scattered kernels'
+// stores), which cost the fused AllReduce 10 % at 2^28 on 2 GPUs
+// (tests/gen/split_stores.py checks the generated kernels' PTX).
+template <int B> __device__ __forceinline__ void coco_store_bytes(void *dst, const void *src)
+{
+    if constexpr (B >= 16) {
+#pragma unroll
+        for (int k = 0; k < B / 16; k++) {
+            const uint4 w = ((const uint4 *)src)[k];
+            asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"((uint4 *)dst + k), "r"(w.x),
+                         "r"(w.y), "r"(w.z), "r"(w.w)
+                         : "memory");
+        }
+    } else if constexpr (B == 8) {
+        const uint2 w = *(const uint2 *)src;
+        asm volatile("st.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(w.x), "r"(w.y) : "memory");
+    } else {
+        coco_copy_bytes<B>(dst, src);
+    }
+}
+
 // Elements i0 + v of p (those before n) = raw[v].
 template <int V, int T>
 __device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
     CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
     if (V > 1 && i0 + V <= n) {
-        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(q, raw);
+        coco_store_bytes<V * (int)sizeof(CocoRaw<T>)>(q, raw);
     } else {
 #pragma unroll
         for (int v = 0; v < V; v++)
