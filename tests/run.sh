@@ -32,8 +32,8 @@
 #             tests/oracle/programs/ragged.coco) and all its schedules has one
 #             workspace layout on every rank (tests/gen/workspace.py) and,
 #             where nvcc is installed, compiles (object code only); the PTX
-#             of four (a one-shot AllReduce, scattered tensors, LAMB) stores
-#             every vector whole (tests/gen/split_stores.py).
+#             of four (a one-shot AllReduce, scattered tensors, LAMB) loads
+#             and stores every vector whole (tests/gen/split_vectors.py).
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -573,7 +573,7 @@ if command -v nvcc >/dev/null 2>&1; then
         if [ "$(cat "$dir/nvcc.rc" 2>/dev/null)" = 0 ]; then ok
         else bad "nvcc $(cat "$dir/source") (all schedules):"; head -n 10 "$dir/nvcc.out" | sed 's/^/  /'; fi
     done
-    # every vector store stays one store in the PTX (tests/gen/split_stores.py),
+    # every vector access stays one in the PTX (tests/gen/split_vectors.py),
     # built as the runtime builds it (-O3) for an H100/H200 (sm_90) and 4
     # ranks: a one-shot AllReduce, scattered tensors (FP16 and FP32), LAMB
     coco gen bench/allreduce_fused.coco -o "$TMP/gen/allreduce_fused" --all-schedules
@@ -581,11 +581,11 @@ if command -v nvcc >/dev/null 2>&1; then
     for name in allreduce_fused adam_scattered lamb_scattered lamb; do
         dir=$TMP/gen/$name
         command -v "$PYTHON" >/dev/null 2>&1 || break
-        if [ ! -d "$dir" ]; then bad "vector stores of $name: not generated"; continue; fi
+        if [ ! -d "$dir" ]; then bad "vector accesses of $name: not generated"; continue; fi
         if (cd "$dir" && timeout 300 nvcc -O3 -arch=sm_90 -std=c++17 -DCOCO_ONLY_P=4 -ptx ./*.cu \
                 -o generated.ptx) >"$TMP/ptx.out" 2>&1 &&
-            "$PYTHON" tests/gen/split_stores.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
-        else bad "vector stores of $name (PTX, sm_90):"; head -n 5 "$TMP/ptx.out" "$TMP/split.out" | sed 's/^/  /'; fi
+            "$PYTHON" tests/gen/split_vectors.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
+        else bad "vector accesses of $name (PTX, sm_90):"; head -n 5 "$TMP/ptx.out" "$TMP/split.out" | sed 's/^/  /'; fi
     done
     group_end
 else

@@ -51,7 +51,7 @@ __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw
 // coco_copy_bytes's into four 4-byte ones (PTX, sm_90: a one-shot
 // AllReduce's stores, the push's slot stores, the scattered kernels'
 // stores), which cost the fused AllReduce 10 % at 2^28 on 2 GPUs
-// (tests/gen/split_stores.py checks the generated kernels' PTX).
+// (tests/gen/split_vectors.py checks the generated kernels' PTX).
 template <int B> __device__ __forceinline__ void coco_store_bytes(void *dst, const void *src)
 {
     if constexpr (B >= 16) {
