@@ -1,8 +1,8 @@
 #!/bin/sh
 # bench/device/head.sh: one short lease of P = 2 GPUs for the contiguous
 # fused kernels' part heads (coco_lsa_step): bench/device/ab.sh against the
-# tree in ab-old (the fused AllReduce at 2^28, two-shot and push, the trees
-# taking turns), then the GPU tests' paper and knobs parts over adam, lamb
+# tree in ab-old (made and carried as ab.sh says; the fused AllReduce at
+# 2^28, two-shot and push, the trees taking turns), then the GPU tests' paper and knobs parts over adam, lamb
 # and sgd_momentum at N = 3, 1001 and 1048577 (parts that are not whole
 # vectors at P = 2, one of them shorter than its head) with every schedule,
 # one-shot, two-shot, push and V = 1. Files under $OUT: ab.txt, odd.md,
