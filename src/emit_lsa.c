@@ -458,9 +458,9 @@ static int at_kind(Emitter *e, const Lsa *l, int id)
 }
 
 /* The loop heads: over the part's elements, V a thread, grid-stride, in
- * steps that align base + i0 (coco_lsa_shift, coco_lsa_step: the peers'
- * and whole buffers take vectors whatever cs; part-local arrays take them
- * where their address allows); or
+ * steps that align base + i0 (coco_lsa_first, coco_lsa_step; the push's
+ * stores take the same steps): the peers' and whole buffers take vectors
+ * whatever cs, part-local arrays where their address allows; or
  * over the buckets of c<scat> that intersect the part (pb.first[part] is
  * the first) through coco_lsa_scat_walk (coco_scatter.cuh), the walk the
  * push's stores take too, with the element loop's body as its lambda:
@@ -472,9 +472,8 @@ static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
     if (l->scat < 0) {
-        fprintf(o, "        for (long j0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V - "
-                   "coco_lsa_shift<V>(base);\n             j0 < n; j0 += (long)gridDim.x * "
-                   "blockDim.x * V) {\n            long i0, lim;\n"
+        fprintf(o, "        for (long j0 = coco_lsa_first<V>(base); j0 < n; j0 += "
+                   "coco_lsa_stride<V>()) {\n            long i0, lim;\n"
                    "            coco_lsa_step<V>(j0, n, i0, lim);\n");
         return;
     }

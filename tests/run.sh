@@ -442,11 +442,11 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     *)  if ! grep -q 'coco_lsa_scat_launch<' "$cu"; then ok
         else bad "$f: a ReduceScatter or AllGather over members in a program without scattered tensors"; fi
         # every element loop of a contiguous fused kernel starts at the
-        # shift that aligns the peers' vectors (coco_lsa_shift), and its
+        # shift that aligns the peers' vectors (coco_lsa_first), and its
         # part-local arrays are read and written at any alignment
         loops=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { on = 1 } on && /^}/ { on = 0 }
                      on && /for \(long [ij]0 = / { n++ } END { print n + 0 }' "$cu")
-        shifted=$(grep -c 'for (long j0 = (blockIdx.x \* (long)blockDim.x + threadIdx.x) \* V - coco_lsa_shift<V>(base);$' "$cu")
+        shifted=$(grep -c 'for (long j0 = coco_lsa_first<V>(base); j0 < n; j0 += coco_lsa_stride<V>()) {$' "$cu")
         locals=$(grep -c 'coco_[ls]tv<V, [A-Z0-9_]*>([xyc][0-9]*, i0, lim, ' "$cu")
         if { [ "$launches" -eq 0 ] || [ "$loops" -gt 0 ]; } && [ "$shifted" -eq "$loops" ] &&
             [ "$locals" -eq 0 ]; then ok

@@ -127,6 +127,19 @@ __device__ __forceinline__ long coco_lsa_shift(long base)
     return base % V;
 }
 
+// A thread's first step over a part at base (the element loops and the
+// push's stores start here and go coco_lsa_stride apart: they visit the
+// same elements).
+template <int V> __device__ __forceinline__ long coco_lsa_first(long base)
+{
+    return (blockIdx.x * (long)blockDim.x + threadIdx.x) * V - coco_lsa_shift<V>(base);
+}
+
+template <int V> __device__ __forceinline__ long coco_lsa_stride()
+{
+    return (long)gridDim.x * blockDim.x * V;
+}
+
 template <int V>
 __device__ __forceinline__ void coco_lsa_step(long j0, long n, long &i0, long &lim)
 {
@@ -188,21 +201,19 @@ __device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t st
 // rank's input (type T, at window offset off) into slot `rank` of q's
 // staging buffer (window offset stage; coco_lsa_slot). Each thread
 // visits the same indices as the element loop that follows the barrier (the
-// same grid-stride loop from the same shift), so block b's barrier orders
+// same steps: coco_lsa_first, coco_lsa_stride), so block b's barrier orders
 // exactly the stores that block b of the peer reads.
 template <int V, int T, int P>
 __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
                                                     int rank, long cs, long nall)
 {
-    const long first = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V;
-    const long stride = (long)gridDim.x * blockDim.x * V;
     const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
 #pragma unroll 1
     for (int k = 1; k < P; k++) {
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall);
         CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        for (long j0 = first - coco_lsa_shift<V>(q * cs); j0 < n; j0 += stride) {
+        for (long j0 = coco_lsa_first<V>(q * cs); j0 < n; j0 += coco_lsa_stride<V>()) {
             long i0, lim;
             coco_lsa_step<V>(j0, n, i0, lim);
             alignas(16) CocoRaw<T> x[V];

@@ -32,18 +32,35 @@ template <int B> __device__ __forceinline__ void coco_copy_bytes(void *dst, cons
 
 template <int T> using CocoRaw = typename CocoElem<T>::type;
 
+// The one-element paths of the loads and stores below: raw[v] = element
+// i0 + v of p (0 past n); elements i0 + v of p (those before n) = raw[v].
+template <int V, int T>
+__device__ __forceinline__ void coco_ld_each(const void *p, long i0, long n, CocoRaw<T> *raw)
+{
+    const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
+#pragma unroll
+    for (int v = 0; v < V; v++)
+        raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
+}
+
+template <int V, int T>
+__device__ __forceinline__ void coco_st_each(void *p, long i0, long n, const CocoRaw<T> *raw)
+{
+    CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
+#pragma unroll
+    for (int v = 0; v < V; v++)
+        if (i0 + v < n)
+            q[v] = raw[v];
+}
+
 // raw[v] = element i0 + v of p (0 past n), as stored.
 template <int V, int T>
 __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw<T> *raw)
 {
-    const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
-    if (V > 1 && i0 + V <= n) {
-        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, q);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
-    }
+    if (V > 1 && i0 + V <= n)
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, (const CocoRaw<T> *)p + i0);
+    else
+        coco_ld_each<V, T>(p, i0, n, raw);
 }
 
 // The same copy into memory (B a power of two, aligned), the 16- and 8-byte
@@ -74,15 +91,10 @@ template <int B> __device__ __forceinline__ void coco_store_bytes(void *dst, con
 template <int V, int T>
 __device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
-    CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
-    if (V > 1 && i0 + V <= n) {
-        coco_store_bytes<V * (int)sizeof(CocoRaw<T>)>(q, raw);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            if (i0 + v < n)
-                q[v] = raw[v];
-    }
+    if (V > 1 && i0 + V <= n)
+        coco_store_bytes<V * (int)sizeof(CocoRaw<T>)>((CocoRaw<T> *)p + i0, raw);
+    else
+        coco_st_each<V, T>(p, i0, n, raw);
 }
 
 // coco_ldv/coco_stv at any alignment: the vector path only where p + i0 is
@@ -90,32 +102,28 @@ __device__ __forceinline__ void coco_stv(void *p, long i0, long n, const CocoRaw
 // fused kernel's part-local arrays sit a shift away from its peers' vectors:
 // coco_lsa_shift). The test is uniform across a warp's bucket or row.
 template <int V, int T>
-__device__ __forceinline__ void coco_ldv_any(const void *p, long i0, long n, CocoRaw<T> *raw)
+__device__ __forceinline__ bool coco_vec_aligned(const void *p, long i0)
 {
     const int b = V * (int)sizeof(CocoRaw<T>);
-    if (V > 1 && (uintptr_t)((const CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
+    return (uintptr_t)((const CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0;
+}
+
+template <int V, int T>
+__device__ __forceinline__ void coco_ldv_any(const void *p, long i0, long n, CocoRaw<T> *raw)
+{
+    if (V > 1 && coco_vec_aligned<V, T>(p, i0))
         coco_ldv<V, T>(p, i0, n, raw);
-    } else {
-        const CocoRaw<T> *q = (const CocoRaw<T> *)p + i0;
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            raw[v] = i0 + v < n ? q[v] : CocoRaw<T>();
-    }
+    else
+        coco_ld_each<V, T>(p, i0, n, raw);
 }
 
 template <int V, int T>
 __device__ __forceinline__ void coco_stv_any(void *p, long i0, long n, const CocoRaw<T> *raw)
 {
-    const int b = V * (int)sizeof(CocoRaw<T>);
-    if (V > 1 && (uintptr_t)((CocoRaw<T> *)p + i0) % (uintptr_t)(b < 16 ? b : 16) == 0) {
+    if (V > 1 && coco_vec_aligned<V, T>(p, i0))
         coco_stv<V, T>(p, i0, n, raw);
-    } else {
-        CocoRaw<T> *q = (CocoRaw<T> *)p + i0;
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            if (i0 + v < n)
-                q[v] = raw[v];
-    }
+    else
+        coco_st_each<V, T>(p, i0, n, raw);
 }
 
 // The widest V in {vmax, vmax/2, ..., 1} for which every buffer ptr[k] (of
