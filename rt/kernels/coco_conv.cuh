@@ -180,6 +180,43 @@ template <typename T, int N> __device__ __forceinline__ void coco_conv_lds(T (&d
         coco_conv_lds16(&d[i], s + i);
 }
 
+// ---- the main loop both kernels share ----
+// Double buffering over the CRS tiles: thread tid < BK first writes its
+// entry of the tables of tiles 0 and 1; then tile kt + 1 is loaded into
+// registers (load) while tile kt, in shared buffer kt & 1, is multiplied
+// (compute), and stored into the other buffer after (store). The table of
+// tile kt + 2 goes where tile kt's was, read before the last barrier.
+template <int BK, typename Load, typename Store, typename Compute>
+__device__ __forceinline__ void coco_conv_tiles(int tid, CocoConvTab (*tab)[BK],
+                                                const CocoConvGeom &g, Load load, Store store,
+                                                Compute compute)
+{
+    const int tiles = (g.CRS + BK - 1) / BK;
+    const CocoConvK kstep = coco_conv_k(BK, g);
+    CocoConvK kp = coco_conv_k(tid < BK ? tid : 0, g);
+    if (tid < BK) {
+        coco_conv_tab_put(tab[0], tid, kp, kstep, g);
+        coco_conv_tab_put(tab[1], tid, kp, kstep, g);
+    }
+    __syncthreads();
+    if (tiles > 0) {
+        load(0);
+        store(0);
+    }
+    __syncthreads();
+    for (int kt = 0; kt < tiles; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < tiles)
+            load(kt + 1);
+        if (tid < BK)
+            coco_conv_tab_put(tab[buf], tid, kp, kstep, g);
+        compute(buf);
+        if (kt + 1 < tiles)
+            store(buf ^ 1);
+        __syncthreads();
+    }
+}
+
 // ---- FP32 and FP64: BM x BN outputs per block of 256 threads, TM x TN each ----
 template <typename T, int BM, int BN, int BK, int TM, int TN, bool Fused>
 __global__ void __launch_bounds__(256, 2)
@@ -200,7 +237,6 @@ __global__ void __launch_bounds__(256, 2)
 
     const int tid = threadIdx.x;
     const int m0 = blockIdx.x * BM, k0 = blockIdx.y * BN;
-    const int tiles = (g.CRS + BK - 1) / BK;
 
     // loader of A: row am, columns ak .. ak + AP - 1 of each tile
     const int am = tid % BM, ak = (tid / BM) * AP;
@@ -210,14 +246,6 @@ __global__ void __launch_bounds__(256, 2)
     const int bn = tid / BT, bk = (tid % BT) * BP;
     const bool bok = k0 + bn < g.K;
     const T *wrow = w + (long)(bok ? k0 + bn : 0) * g.CRS;
-    // writer of the tables: thread tid < BK
-    const CocoConvK kstep = coco_conv_k(BK, g);
-    CocoConvK kp = coco_conv_k(tid < BK ? tid : 0, g);
-    if (tid < BK) {
-        coco_conv_tab_put(tab[0], tid, kp, kstep, g);
-        coco_conv_tab_put(tab[1], tid, kp, kstep, g);
-    }
-    __syncthreads();
 
     T ra[AP], rb[BP];
     auto load = [&](int kt) {
@@ -247,17 +275,7 @@ __global__ void __launch_bounds__(256, 2)
         for (int j = 0; j < TN; j++)
             acc[i][j] = T(0);
 
-    if (tiles > 0) {
-        load(0);
-        store(0);
-    }
-    __syncthreads();
-    for (int kt = 0; kt < tiles; kt++) {
-        const int buf = kt & 1;
-        if (kt + 1 < tiles)
-            load(kt + 1);
-        if (tid < BK) // the table of tile kt + 2 where tile kt's was: read before the last barrier
-            coco_conv_tab_put(tab[buf], tid, kp, kstep, g);
+    coco_conv_tiles<BK>(tid, tab, g, load, store, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk++) {
             T a[TM], b[TN];
@@ -269,10 +287,7 @@ __global__ void __launch_bounds__(256, 2)
                 for (int j = 0; j < TN; j++)
                     acc[i][j] = coco_conv_mad<Fused>(acc[i][j], a[i], b[j]);
         }
-        if (kt + 1 < tiles)
-            store(buf ^ 1);
-        __syncthreads();
-    }
+    });
 
 #pragma unroll
     for (int i = 0; i < TM; i++) {
@@ -315,7 +330,6 @@ __global__ void __launch_bounds__(WM *WN * 32)
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int m0 = blockIdx.x * BM, k0 = blockIdx.y * BN;
-    const int tiles = (g.CRS + BK - 1) / BK;
 
     const int am = tid % BM, ak = (tid / BM) * AP;
     const CocoConvM mp = coco_conv_m(m0 + am, g);
@@ -323,13 +337,6 @@ __global__ void __launch_bounds__(WM *WN * 32)
     const int bn = tid / BT, bk = (tid % BT) * BP;
     const bool bok = k0 + bn < g.K;
     const unsigned short *wrow = w + (long)(bok ? k0 + bn : 0) * g.CRS;
-    const CocoConvK kstep = coco_conv_k(BK, g);
-    CocoConvK kp = coco_conv_k(tid < BK ? tid : 0, g);
-    if (tid < BK) {
-        coco_conv_tab_put(tab[0], tid, kp, kstep, g);
-        coco_conv_tab_put(tab[1], tid, kp, kstep, g);
-    }
-    __syncthreads();
 
     uint4 ra[AP / 8], rb[BP / 8];
     auto load = [&](int kt) {
@@ -379,17 +386,7 @@ __global__ void __launch_bounds__(WM *WN * 32)
         for (int j = 0; j < FN; j++)
             wmma::fill_fragment(acc[i][j], 0.0f);
 
-    if (tiles > 0) {
-        load(0);
-        store(0);
-    }
-    __syncthreads();
-    for (int kt = 0; kt < tiles; kt++) {
-        const int buf = kt & 1;
-        if (kt + 1 < tiles)
-            load(kt + 1);
-        if (tid < BK) // the table of tile kt + 2 where tile kt's was: read before the last barrier
-            coco_conv_tab_put(tab[buf], tid, kp, kstep, g);
+    coco_conv_tiles<BK>(tid, tab, g, load, store, [&](int buf) {
 #pragma unroll
         for (int ks = 0; ks < BK; ks += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> af[FM];
@@ -410,10 +407,7 @@ __global__ void __launch_bounds__(WM *WN * 32)
                 for (int j = 0; j < FN; j++)
                     wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
         }
-        if (kt + 1 < tiles)
-            store(buf ^ 1);
-        __syncthreads();
-    }
+    });
 
     // Each warp writes its tile 16 output channels at a time through its own
     // scratch (column-major: consecutive m adjacent, as in y).
