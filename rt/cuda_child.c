@@ -219,7 +219,7 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
 
 /* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|push|nccl,
  * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
- * COCONET_FUSED_PUSH_BYTES,
+ * COCONET_FUSED_PUSH_BYTES, COCONET_FUSED_PUSH_ROUND,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own); and
@@ -242,6 +242,8 @@ static int read_knobs(CocoRt *rt)
                    &rt->fused_oneshot_bytes) ||
         env_number(rt, "COCONET_FUSED_PUSH_BYTES", PUSH_BYTES, 0, LONG_MAX, 1,
                    &rt->fused_push_bytes) ||
+        env_number(rt, "COCONET_FUSED_PUSH_ROUND", -1, 0, 1L << 30, 1,
+                   &rt->fused_push_round) ||
         env_number(rt, "COCONET_NCCL_WINDOW_BYTES", WINDOW_BYTES, 0, LONG_MAX, 1,
                    &rt->nccl_window_bytes))
         return -1;

@@ -54,6 +54,7 @@ static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->fused_threads = rt->fused_threads;
     c->fused_oneshot_bytes = (size_t)rt->fused_oneshot_bytes;
     c->fused_push_bytes = (size_t)rt->fused_push_bytes;
+    c->fused_push_round = rt->fused_push_round;
     c->lsa_comm = rt->lsa; /* the workspace's dry run asks coco_lsa_pushes */
     c->fused_vec = rt->fused_vec;
     c->fused_peers = rt->fused_peers;

@@ -14,8 +14,11 @@
  * barrier each rank stores every peer's part of the ReduceScatter's input
  * into that peer's staging slots (workspace fs<rs>, in the window), a
  * barrier, and the loop reduces from the local slots instead of loading
- * from the peers (coco_lsa.cuh). Its staging buffer is allocated only when
- * the run takes it (fpush<rs>, decided on the host, dry run included).
+ * from the peers (coco_lsa.cuh); over contiguous operands kernel 0 does so
+ * in rounds of rsteps steps a thread (coco_lsa_rounds; the host's choice,
+ * coco_lsa_push_round), each round's stores, a barrier, its elements. Its
+ * staging buffer is allocated only when the run takes it (fpush<rs>,
+ * decided on the host, dry run included).
  * With cross-rank reductions (LAMB's Norms), two kernels on the same grid:
  *   kernel 0: barrier; the level-0 members as above, each thread folding
  *     the elements of every reduction it visits; each block's fold (a fixed
@@ -101,24 +104,37 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
     return 1;
 }
 
-/* Is the push algorithm generated (coco_lsa.cuh)? In one kernel: with
- * cross-rank reductions kernel 0 has no gathered stores, and its loads
- * from the peers overlap its local work, where pushing first would
- * serialise them (LAMB at P = 2, 2^28 FP32: 3.48 ms by loads, 4.87 ms by
- * push; bench/results/2026-11-22-h200x2-lamb.md). Over scattered operands
- * its stores walk the buckets as the element loop does
- * (coco_lsa_scat_push_parts); the run takes it there only when asked
- * (COCONET_FUSED=push; push_choice), until measured on GPUs. */
+/* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
+ * operands always, in rounds (push_rounds). Over scattered operands its
+ * stores walk the buckets as the element loop does, in one round
+ * (coco_lsa_scat_push_parts), so not with cross-rank reductions: kernel 0
+ * has no gathered stores, and pushing everything first would serialise
+ * its NVLink traffic and its local work (LAMB at P = 2, 2^28 FP32: 3.48 ms
+ * by loads, 4.87 ms by push in one round;
+ * bench/results/2026-11-22-h200x2-lamb.md); the run takes it there only
+ * when asked (COCONET_FUSED=push; push_choice). */
 static int push_allowed(const Lsa *l)
 {
-    return !l->nred;
+    return !l->nred || l->scat < 0;
 }
 
-/* coco_lsa_pushes' `allowed`: contiguous operands by size, scattered ones
- * on request. */
+/* Does kernel 0's element loop go in rounds (coco_lsa_rounds: the push's
+ * stores of a round, a barrier, the round's elements; one round when the
+ * instance does not push)? Over contiguous operands. */
+static int push_rounds(const Lsa *l)
+{
+    return l->scat < 0;
+}
+
+/* coco_lsa_pushes' `allowed`: one kernel over contiguous operands by
+ * size; two kernels (cross-rank reductions) and scattered operands on
+ * request: at P = 2 LAMB by loads took 3.52 ms at 2^28 (FP32), by push
+ * 4.01 in rounds of 16 steps (bench/results/2026-11-23-h200x2-c.md);
+ * scattered Adam by push 25 % longer than by loads
+ * (bench/results/2026-11-23-h200x2.md). */
 static const char *push_choice(const Lsa *l)
 {
-    return l->scat < 0 ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH";
+    return l->scat < 0 && !l->nred ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH";
 }
 
 /* V, the elements a thread takes a step: 16 bytes of the widest vector
@@ -252,6 +268,10 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
         fprintf(o, ", lo[%d]", w++);
     else if (push_allowed(l))
         fputs(mode == EMIT_TYPED ? ", size_t ost" : ", ost", o);
+    if (push_rounds(l) && mode == EMIT_HOST) /* its steps a round */
+        fprintf(o, ", coco_lsa_push_round(ctx, %d)", l->nred > 0);
+    else if (push_rounds(l))
+        fputs(mode == EMIT_TYPED ? ", long rsteps" : ", rsteps", o);
     if (l->nred && mode == EMIT_HOST)
         fprintf(o, ", lo[%d], (double *)fp%d", w, l->rs);
     else if (l->nred)
@@ -468,9 +488,15 @@ static int at_kind(Emitter *e, const Lsa *l, int id)
  * operands, member-local ones (m0 = i0 - ms) for scattered ones, at window
  * offset w<id> (peers) or address mp<id> (local), which the walk's `at`
  * finds for each bucket's member (a CocoAt of them). */
-static void emit_loop_head(Emitter *e, const Lsa *l, const int *zs, int nz)
+static void emit_loop_head(Emitter *e, const Lsa *l, int kn, const int *zs, int nz)
 {
     FILE *o = e->o;
+    if (kn == 0 && push_rounds(l)) { /* round r's steps (coco_lsa_round_span) */
+        fprintf(o, "        long jb, je;\n        coco_lsa_round_span<V>(base, n, r, steps, jb, je);\n"
+                   "        for (long j0 = jb; j0 < je; j0 += coco_lsa_stride<V>()) {\n"
+                   "            long i0, lim;\n            coco_lsa_step<V>(j0, n, i0, lim);\n");
+        return;
+    }
     if (l->scat < 0) {
         fprintf(o, "        for (long j0 = coco_lsa_first<V>(base); j0 < n; j0 += "
                    "coco_lsa_stride<V>()) {\n            long i0, lim;\n"
@@ -519,7 +545,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
                "        const long n = coco_lsa_part_n(part, cs, nall);\n"
                "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
                "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
-    emit_loop_head(e, l, zs, nz);
+    emit_loop_head(e, l, kn, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
@@ -599,25 +625,33 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
                "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
+    int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
-        int x = nd(e, l->rs)->in[0];
-        if (push_allowed(l))
+        if (push_allowed(l) && !rounds)
             fprintf(o, "    if constexpr (PUSH) { /* the reduce-scatter's stores into the peers' "
-                       "staging slots */\n        coco_lsa_%spush_parts<V, %s, P>(win, %s%d, ost, "
-                       "rank, cs, nall);\n        bar.sync(ncclCoopCta(), "
-                       "cuda::memory_order_acq_rel);\n    }\n",
-                    l->scat >= 0 ? "scat_" : "", emit_tname[nd(e, x)->type],
-                    l->scat >= 0 ? "sc, pb, mb" : "o", x);
+                       "staging slots */\n        coco_lsa_scat_push_parts<V, %s, P>(win, sc, pb, "
+                       "mb%d, ost, rank, cs, nall);\n        bar.sync(ncclCoopCta(), "
+                       "cuda::memory_order_acq_rel);\n    }\n", emit_tname[nd(e, x)->type], x);
         for (int k = 0; k < l->nred; k++)
             fprintf(o, "    double a%d = coco_red_identity(%d);\n", l->red[k],
                     lsa_red_step(e, l, k));
     } else {
         emit_exchange(e, l);
+        if (push_rounds(l))
+            fprintf(o, "    (void)rsteps;\n");
     }
     emit_scalars(e, l, kn);
+    if (rounds) /* the push's stores of round r into the peers' staging slots, a barrier */
+        fprintf(o, "    long steps, rounds;\n    coco_lsa_rounds<V>(cs, PUSH ? rsteps : 0, steps, "
+                   "rounds);\n    for (long r = 0; r < rounds; r++) {\n    if constexpr (PUSH) {\n"
+                   "        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, rank, cs, nall, r, steps);\n"
+                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
+                emit_tname[nd(e, x)->type], x);
     if (kn == 0 || loop_in_k1(l, e))
         emit_loop(e, l, kn, ins, nin, zs, nz);
+    if (rounds)
+        fprintf(o, "    }\n");
     if (kn == 0 && l->nred && gathers_in_k0(e, l))
         fprintf(o, "    __threadfence_system(); /* stores into peers: seen after kernel 1's "
                    "barriers */\n");

@@ -389,19 +389,26 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     if [ "$peers" -eq "$launches" ] && [ "$vecs" -eq $((launches + sends)) ] &&
         { [ "$launches" -eq 0 ] || [ "$u1" -gt 0 ]; }; then ok
     else bad "$f: $launches fused launches, $peers with fused_peers, $vecs V choices with fused_vec ($sends Sends), $u1 U=1 instances"; fi
-    # the push algorithm: every one-kernel launch can take it (its choice
-    # passed, an instance generated), none with cross-rank reductions (two
-    # kernels); over contiguous operands by size, over scattered ones only
-    # when asked (COCONET_FUSED=push)
+    # the push algorithm: every launch over contiguous operands can take it
+    # (its choice passed, an instance generated), its kernel 0 in rounds
+    # (their steps passed: coco_lsa_push_round), one-kernel fusions by size
+    # and two-kernel ones (cross-rank reductions) when asked
+    # (COCONET_FUSED=push); over scattered operands only when asked, in one
+    # round, and not with cross-rank reductions
     pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
-    want=$((launches - two))
     by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
     asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
-    case $f in *scattered*) want_asked=$want ;; *) want_asked=0 ;; esac
+    rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, PUSH ? rsteps : 0, steps, rounds);$' "$cu")
+    knobs=$(grep -c ', coco_lsa_push_round(ctx, [01])[,)]' "$cu")
+    case $f in
+    *scattered*) want=$((launches - two)) want_asked=$want want_rounds=0 ;;
+    *) want=$launches want_asked=$two want_rounds=$launches ;;
+    esac
     if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
-        [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ]; then ok
-    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked)"; fi
+        [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&
+        [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ]; then ok
+    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds and $knobs given the round (expected $want_rounds)"; fi
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
@@ -442,11 +449,15 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     *)  if ! grep -q 'coco_lsa_scat_launch<' "$cu"; then ok
         else bad "$f: a ReduceScatter or AllGather over members in a program without scattered tensors"; fi
         # every element loop of a contiguous fused kernel starts at the
-        # shift that aligns the peers' vectors (coco_lsa_first), and its
-        # part-local arrays are read and written at any alignment
+        # shift that aligns the peers' vectors (coco_lsa_first, or the
+        # round's span from it: coco_lsa_round_span), and its part-local
+        # arrays are read and written at any alignment
         loops=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { on = 1 } on && /^}/ { on = 0 }
                      on && /for \(long [ij]0 = / { n++ } END { print n + 0 }' "$cu")
-        shifted=$(grep -c 'for (long j0 = coco_lsa_first<V>(base); j0 < n; j0 += coco_lsa_stride<V>()) {$' "$cu")
+        shifted=$(awk '/for \(long j0 = coco_lsa_first<V>\(base\); j0 < n; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ { n++ }
+                       /^        coco_lsa_round_span<V>\(base, n, r, steps, jb, je\);$/ { span = NR }
+                       /^        for \(long j0 = jb; j0 < je; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ && span == NR - 1 { n++ }
+                       END { print n + 0 }' "$cu")
         locals=$(grep -c 'coco_[ls]tv<V, [A-Z0-9_]*>([xyc][0-9]*, i0, lim, ' "$cu")
         if { [ "$launches" -eq 0 ] || [ "$loops" -gt 0 ]; } && [ "$shifted" -eq "$loops" ] &&
             [ "$locals" -eq 0 ]; then ok

@@ -13,17 +13,21 @@
 //   two-shot  each rank reduces its slice by loading it from every peer,
 //             computes, and stores the gathered results into every peer;
 //   push      two-shot whose reduce-scatter is made of stores: each rank
-//             first stores every peer's part of its input into that peer's
+//             stores every peer's part of its input into that peer's
 //             staging buffer (a slot per rank, in the window), a barrier,
 //             then reduces its slice from its own staging slots, computes
 //             and stores into every peer as two-shot does. NVLink carries
 //             the same bytes, all of them as stores, which reach more
 //             bandwidth than loads (bench/results/2026-11-22-h200x2-probe.md);
 //             it costs a staging buffer as large as the input and a
-//             barrier: large sizes. One-kernel fusions only (with
-//             cross-rank reductions, kernel 0's loads overlap its local
-//             work; pushing first would serialise them); over scattered
-//             operands, coco_lsa_scat_push_parts (coco_scatter.cuh);
+//             barrier per round: large sizes. Over contiguous operands it
+//             goes in rounds (coco_lsa_rounds, ctx->fused_push_round steps
+//             a thread), so that one block's stores overlap another's local
+//             work: with cross-rank reductions kernel 0 has no gathered
+//             stores, and one round would serialise the two (LAMB,
+//             bench/results/2026-11-22-h200x2-lamb.md). Over scattered
+//             operands, one round (coco_lsa_scat_push_parts,
+//             coco_scatter.cuh), one-kernel fusions only;
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
 // Other instances of every kernel, for an autotuner: V = 1 (one element a
@@ -147,6 +151,35 @@ __device__ __forceinline__ void coco_lsa_step(long j0, long n, long &i0, long &l
     lim = j0 < 0 && j0 + V < n ? j0 + V : n;
 }
 
+// The push algorithm's rounds: a thread's steps over a part, `want` at a
+// time (0: all in one round), with a barrier between the stores of a
+// round and its element loop (coco_lsa_push_parts), so that the blocks'
+// stores into the peers and their local work overlap instead of taking
+// turns. The count comes from cs, the largest part, and the grid: the same
+// on every rank, so every rank syncs each block's barrier equally often.
+// steps: enough for any part at any shift (first >= 1 - V).
+template <int V>
+__device__ __forceinline__ void coco_lsa_rounds(long cs, long want, long &steps, long &rounds)
+{
+    const long all = (cs + V - 1 + coco_lsa_stride<V>() - 1) / coco_lsa_stride<V>();
+    steps = want > 0 && want < all ? want : all > 0 ? all : 1;
+    rounds = (all + steps - 1) / steps;
+    if (rounds < 1)
+        rounds = 1;
+}
+
+// A thread's steps j0 of round r over a part at base of n elements:
+// [jb, je), coco_lsa_stride apart.
+template <int V>
+__device__ __forceinline__ void coco_lsa_round_span(long base, long n, long r, long steps,
+                                                    long &jb, long &je)
+{
+    jb = coco_lsa_first<V>(base) + r * steps * coco_lsa_stride<V>();
+    je = jb + steps * coco_lsa_stride<V>();
+    if (je > n)
+        je = n;
+}
+
 // Elements of part q (of cs elements each; the last ones may be shorter or
 // empty) of a tensor of nall elements.
 __device__ __forceinline__ long coco_lsa_part_n(int q, long cs, long nall)
@@ -197,15 +230,17 @@ __device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t st
            from * coco_lsa_slot_elems(cs, es) + coco_lsa_slot_shift(part * cs, es);
 }
 
-// The push algorithm's reduce-scatter stores: each peer q's part of this
-// rank's input (type T, at window offset off) into slot `rank` of q's
-// staging buffer (window offset stage; coco_lsa_slot). Each thread
-// visits the same indices as the element loop that follows the barrier (the
-// same steps: coco_lsa_first, coco_lsa_stride), so block b's barrier orders
-// exactly the stores that block b of the peer reads.
+// The push algorithm's reduce-scatter stores of round r (coco_lsa_rounds):
+// each peer q's part of this rank's input (type T, at window offset off)
+// into slot `rank` of q's staging buffer (window offset stage;
+// coco_lsa_slot). Each thread visits the same indices as the element loop
+// of the round that follows the barrier (the same steps:
+// coco_lsa_round_span), so block b's barrier orders exactly the stores
+// that block b of the peer reads.
 template <int V, int T, int P>
 __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
-                                                    int rank, long cs, long nall)
+                                                    int rank, long cs, long nall, long r,
+                                                    long steps)
 {
     const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
 #pragma unroll 1
@@ -213,7 +248,9 @@ __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall);
         CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        for (long j0 = coco_lsa_first<V>(q * cs); j0 < n; j0 += coco_lsa_stride<V>()) {
+        long jb, je;
+        coco_lsa_round_span<V>(q * cs, n, r, steps, jb, je);
+        for (long j0 = jb; j0 < je; j0 += coco_lsa_stride<V>()) {
             long i0, lim;
             coco_lsa_step<V>(j0, n, i0, lim);
             alignas(16) CocoRaw<T> x[V];
@@ -336,6 +373,17 @@ static inline int coco_lsa_pushes(const coco_cuda_ctx *ctx, int allowed, int one
         coco_lsa_oneshot(ctx, oneshot_allowed, bytes))
         return 0;
     return ctx->fused_algo == COCO_FUSED_PUSH || bytes >= ctx->fused_push_bytes;
+}
+
+// The push's steps a round (coco_lsa_rounds) of a fusion's kernel 0:
+// ctx->fused_push_round where set; else one round for a one-kernel fusion,
+// whose gathered stores overlap the pushes already, and 16 steps for one
+// of two kernels, whose kernel 0 has nothing else to overlap them with
+// (LAMB, P = 2, 2^28 FP32: 4.86 ms in one round, 4.01 in rounds of 16;
+// 3.52 by loads, which auto takes: bench/results/2026-11-23-h200x2-c.md).
+static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx, int two_kernels)
+{
+    return ctx->fused_push_round >= 0 ? ctx->fused_push_round : two_kernels ? 16 : 0;
 }
 
 // Blocks and threads of a fused collective over n elements, V a thread.

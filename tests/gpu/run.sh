@@ -289,9 +289,10 @@ tuning_knobs() {
             done
         done
     done
-    # the push algorithm (contiguous operands, one-kernel fusions), with
-    # vectors and one element a step; Dropout (mlp) inside; lamb's and
-    # norms' fusions with cross-rank Norms take loads even so
+    # the push algorithm (contiguous operands), with vectors and one
+    # element a step; Dropout (mlp) inside; lamb's and norms' fusions with
+    # cross-rank Norms (two kernels) too. Then in many rounds: one block of
+    # one warp, rounds of 1 and 3 steps (17 and 6 rounds at N = 4128, P = 2)
     for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
              tests/gpu/norms.coco; do
         chosen "$f" || continue
@@ -312,6 +313,15 @@ tuning_knobs() {
                     # shellcheck disable=SC2086 # the size's words
                     run "$name" "${size:+${size#-D } }push, VEC=$vec" "$p" "$f" $size --all-schedules
                     unset COCONET_FUSED COCONET_FUSED_VEC
+                done
+                for round in 1 3; do
+                    COCONET_FUSED=push COCONET_FUSED_BLOCKS=1 COCONET_FUSED_THREADS=32
+                    COCONET_FUSED_PUSH_ROUND=$round
+                    export COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS COCONET_FUSED_PUSH_ROUND
+                    # shellcheck disable=SC2086 # the size's words
+                    run "$name" "${size:+${size#-D } }push, 1 x 32 threads, ROUND=$round" "$p" "$f" \
+                        $size --all-schedules
+                    unset COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS COCONET_FUSED_PUSH_ROUND
                 done
             done
         done
