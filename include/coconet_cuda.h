@@ -68,8 +68,8 @@ typedef struct {
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
     size_t fused_push_bytes;    /* auto: push from this input size a rank */
-    long fused_push_round;      /* push: a thread's steps a round (a barrier each); 0: one
-                                   round; -1: by kind (coco_lsa_push_round) */
+    long fused_push_round;      /* push in kernel 0 of two: a thread's steps a round (a
+                                   barrier each); 0: one round; -1: 16 (coco_lsa_push_round) */
     int fused_vec;     /* 0: the widest vectors the buffers' alignment allows; 1: one element */
     int fused_peers;   /* peers' loads in flight when reducing: 0 all of them, 1 one */
 } coco_cuda_ctx;

@@ -14,10 +14,10 @@
  * barrier each rank stores every peer's part of the ReduceScatter's input
  * into that peer's staging slots (workspace fs<rs>, in the window), a
  * barrier, and the loop reduces from the local slots instead of loading
- * from the peers (coco_lsa.cuh); over contiguous operands kernel 0 does so
- * in rounds of rsteps steps a thread (coco_lsa_rounds; the host's choice,
- * coco_lsa_push_round), each round's stores, a barrier, its elements. Its
- * staging buffer is allocated only when the run takes it (fpush<rs>,
+ * from the peers (coco_lsa.cuh); kernel 0 of two over contiguous operands
+ * does so in rounds of rsteps steps a thread (coco_lsa_rounds; the host's
+ * choice, coco_lsa_push_round), round r + 1's stores while round r
+ * computes (emit_rounds_open). Its staging buffer is allocated only when the run takes it (fpush<rs>,
  * decided on the host, dry run included).
  * With cross-rank reductions (LAMB's Norms), two kernels on the same grid:
  *   kernel 0: barrier; the level-0 members as above, each thread folding
@@ -118,12 +118,15 @@ static int push_allowed(const Lsa *l)
     return !l->nred || l->scat < 0;
 }
 
-/* Does kernel 0's element loop go in rounds (coco_lsa_rounds: the push's
- * stores of a round, a barrier, the round's elements; one round when the
- * instance does not push)? Over contiguous operands. */
+/* Does kernel 0's element loop go in rounds when its instance pushes
+ * (coco_lsa_rounds, pipelined: emit_rounds_open; the instances that load
+ * keep the plain loop)? In kernel 0 of two over contiguous operands, which
+ * has no gathered stores to overlap its pushes with. One kernel pushes everything first: its
+ * gathered stores overlap its local work (in rounds at P = 2, no clear
+ * gain: bench/results/2026-11-23-h200x2-c.md). */
 static int push_rounds(const Lsa *l)
 {
-    return l->scat < 0;
+    return l->scat < 0 && l->nred > 0;
 }
 
 /* coco_lsa_pushes' `allowed`: one kernel over contiguous operands by
@@ -269,7 +272,7 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     else if (push_allowed(l))
         fputs(mode == EMIT_TYPED ? ", size_t ost" : ", ost", o);
     if (push_rounds(l) && mode == EMIT_HOST) /* its steps a round */
-        fprintf(o, ", coco_lsa_push_round(ctx, %d)", l->nred > 0);
+        fputs(", coco_lsa_push_round(ctx)", o);
     else if (push_rounds(l))
         fputs(mode == EMIT_TYPED ? ", long rsteps" : ", rsteps", o);
     if (l->nred && mode == EMIT_HOST)
@@ -488,10 +491,10 @@ static int at_kind(Emitter *e, const Lsa *l, int id)
  * operands, member-local ones (m0 = i0 - ms) for scattered ones, at window
  * offset w<id> (peers) or address mp<id> (local), which the walk's `at`
  * finds for each bucket's member (a CocoAt of them). */
-static void emit_loop_head(Emitter *e, const Lsa *l, int kn, const int *zs, int nz)
+static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, int nz)
 {
     FILE *o = e->o;
-    if (kn == 0 && push_rounds(l)) { /* round r's steps (coco_lsa_round_span) */
+    if (round) { /* round r's steps (coco_lsa_round_span) */
         fprintf(o, "        long jb, je;\n        coco_lsa_round_span<V>(base, n, r, steps, jb, je);\n"
                    "        for (long j0 = jb; j0 < je; j0 += coco_lsa_stride<V>()) {\n"
                    "            long i0, lim;\n            coco_lsa_step<V>(j0, n, i0, lim);\n");
@@ -535,8 +538,9 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int kn, const int *zs, int 
     free(ids);
 }
 
-static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin, const int *zs,
-                      int nz)
+/* The element loop of kernel kn; round: of round r only (emit_rounds_open). */
+static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *ins, int nin,
+                      const int *zs, int nz)
 {
     FILE *o = e->o;
     /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
@@ -545,7 +549,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, const int *ins, int nin,
                "        const long n = coco_lsa_part_n(part, cs, nall);\n"
                "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
                "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
-    emit_loop_head(e, l, kn, zs, nz);
+    emit_loop_head(e, l, round, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
@@ -612,6 +616,28 @@ static int gathers_in_k0(Emitter *e, const Lsa *l)
     return 0;
 }
 
+/* Kernel 0 of two over contiguous operands, when the instance pushes: in
+ * rounds (coco_lsa_rounds), pipelined. Round 0's stores into the peers'
+ * staging slots and a barrier; then each round r stores round r + 1's,
+ * computes its own elements meanwhile (their slots ordered by the last
+ * barrier) and syncs, so that the stores drain while the block computes
+ * instead of before a barrier. Every rank syncs each block's barrier
+ * 1 + (rounds - 1) times. The instances that load take the plain loop
+ * (emit_kernel), as they did before rounds. x: the ReduceScatter's
+ * input. */
+static void emit_rounds_open(Emitter *e, int x)
+{
+    const char *t = emit_tname[nd(e, x)->type];
+    fprintf(e->o, "    if constexpr (PUSH) { /* in rounds: coco_lsa_rounds */\n"
+                  "    long steps, rounds;\n    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);\n"
+                  "    coco_lsa_push_parts<V, %s, P>(win, o%d, ost, rank, cs, nall, 0, steps);\n"
+                  "    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n"
+                  "    for (long r = 0; r < rounds; r++) {\n"
+                  "    if (r + 1 < rounds) /* round r + 1's stores, while round r computes */\n"
+                  "        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, rank, cs, nall, r + 1, "
+                  "steps);\n", t, x, t, x);
+}
+
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
                         const int *zs, int nz)
 {
@@ -628,28 +654,31 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
-        if (push_allowed(l) && !rounds)
+        if (push_allowed(l) && !rounds) /* all of them, in one round */
             fprintf(o, "    if constexpr (PUSH) { /* the reduce-scatter's stores into the peers' "
-                       "staging slots */\n        coco_lsa_scat_push_parts<V, %s, P>(win, sc, pb, "
-                       "mb%d, ost, rank, cs, nall);\n        bar.sync(ncclCoopCta(), "
-                       "cuda::memory_order_acq_rel);\n    }\n", emit_tname[nd(e, x)->type], x);
+                       "staging slots */\n        %s<V, %s, P>(win, %s%d, ost, rank, cs, nall%s);\n"
+                       "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
+                    l->scat >= 0 ? "coco_lsa_scat_push_parts" : "coco_lsa_push_parts",
+                    emit_tname[nd(e, x)->type], l->scat >= 0 ? "sc, pb, mb" : "o", x,
+                    l->scat >= 0 ? "" : ", 0, coco_lsa_steps<V>(cs)");
         for (int k = 0; k < l->nred; k++)
             fprintf(o, "    double a%d = coco_red_identity(%d);\n", l->red[k],
                     lsa_red_step(e, l, k));
     } else {
         emit_exchange(e, l);
-        if (push_rounds(l))
-            fprintf(o, "    (void)rsteps;\n");
     }
+    if (push_rounds(l))
+        fprintf(o, "    (void)rsteps;\n");
     emit_scalars(e, l, kn);
-    if (rounds) /* the push's stores of round r into the peers' staging slots, a barrier */
-        fprintf(o, "    long steps, rounds;\n    coco_lsa_rounds<V>(cs, PUSH ? rsteps : 0, steps, "
-                   "rounds);\n    for (long r = 0; r < rounds; r++) {\n    if constexpr (PUSH) {\n"
-                   "        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, rank, cs, nall, r, steps);\n"
-                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
-                emit_tname[nd(e, x)->type], x);
+    if (rounds) {
+        emit_rounds_open(e, x);
+        emit_loop(e, l, kn, 1, ins, nin, zs, nz);
+        fprintf(o, "    if (r + 1 < rounds) /* round r + 1's stores seen by the peers */\n"
+                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n"
+                   "    } else {\n");
+    }
     if (kn == 0 || loop_in_k1(l, e))
-        emit_loop(e, l, kn, ins, nin, zs, nz);
+        emit_loop(e, l, kn, 0, ins, nin, zs, nz);
     if (rounds)
         fprintf(o, "    }\n");
     if (kn == 0 && l->nred && gathers_in_k0(e, l))

@@ -390,20 +390,20 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
         { [ "$launches" -eq 0 ] || [ "$u1" -gt 0 ]; }; then ok
     else bad "$f: $launches fused launches, $peers with fused_peers, $vecs V choices with fused_vec ($sends Sends), $u1 U=1 instances"; fi
     # the push algorithm: every launch over contiguous operands can take it
-    # (its choice passed, an instance generated), its kernel 0 in rounds
-    # (their steps passed: coco_lsa_push_round), one-kernel fusions by size
-    # and two-kernel ones (cross-rank reductions) when asked
-    # (COCONET_FUSED=push); over scattered operands only when asked, in one
-    # round, and not with cross-rank reductions
+    # (its choice passed, an instance generated), one-kernel fusions by
+    # size, two-kernel ones (cross-rank reductions) when asked
+    # (COCONET_FUSED=push) and then in rounds (their steps passed:
+    # coco_lsa_push_round); over scattered operands only when asked, and
+    # not with cross-rank reductions
     pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
     by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
     asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
-    rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, PUSH ? rsteps : 0, steps, rounds);$' "$cu")
-    knobs=$(grep -c ', coco_lsa_push_round(ctx, [01])[,)]' "$cu")
+    rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);$' "$cu")
+    knobs=$(grep -c ', coco_lsa_push_round(ctx)[,)]' "$cu")
     case $f in
     *scattered*) want=$((launches - two)) want_asked=$want want_rounds=0 ;;
-    *) want=$launches want_asked=$two want_rounds=$launches ;;
+    *) want=$launches want_asked=$two want_rounds=$two ;;
     esac
     if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
         [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&

@@ -20,14 +20,15 @@
 //             the same bytes, all of them as stores, which reach more
 //             bandwidth than loads (bench/results/2026-11-22-h200x2-probe.md);
 //             it costs a staging buffer as large as the input and a
-//             barrier per round: large sizes. Over contiguous operands it
-//             goes in rounds (coco_lsa_rounds, ctx->fused_push_round steps
-//             a thread), so that one block's stores overlap another's local
-//             work: with cross-rank reductions kernel 0 has no gathered
-//             stores, and one round would serialise the two (LAMB,
-//             bench/results/2026-11-22-h200x2-lamb.md). Over scattered
-//             operands, one round (coco_lsa_scat_push_parts,
-//             coco_scatter.cuh), one-kernel fusions only;
+//             barrier: large sizes. With cross-rank reductions (two
+//             kernels) kernel 0 has no gathered stores to overlap its
+//             pushes with, and pushing everything first would serialise
+//             its NVLink traffic and its local work (LAMB,
+//             bench/results/2026-11-22-h200x2-lamb.md): there it goes in
+//             rounds (coco_lsa_rounds, ctx->fused_push_round steps a
+//             thread), round r + 1's stores during round r's work. Over
+//             scattered operands, coco_lsa_scat_push_parts
+//             (coco_scatter.cuh), one-kernel fusions only;
 //   one-shot  each rank reduces and computes every slice and stores only its
 //             own copy (fewer steps, P times the loads: small sizes).
 // Other instances of every kernel, for an autotuner: V = 1 (one element a
@@ -151,21 +152,27 @@ __device__ __forceinline__ void coco_lsa_step(long j0, long n, long &i0, long &l
     lim = j0 < 0 && j0 + V < n ? j0 + V : n;
 }
 
-// The push algorithm's rounds: a thread's steps over a part, `want` at a
-// time (0: all in one round), with a barrier between the stores of a
-// round and its element loop (coco_lsa_push_parts), so that the blocks'
-// stores into the peers and their local work overlap instead of taking
-// turns. The count comes from cs, the largest part, and the grid: the same
-// on every rank, so every rank syncs each block's barrier equally often.
-// steps: enough for any part at any shift (first >= 1 - V).
+// A thread's steps over any part of at most cs elements, at any shift
+// (its first step >= 1 - V): the same on every rank (cs and the grid are).
+template <int V> __device__ __forceinline__ long coco_lsa_steps(long cs)
+{
+    const long all = (cs + V - 1 + coco_lsa_stride<V>() - 1) / coco_lsa_stride<V>();
+    return all > 0 ? all : 1;
+}
+
+// The push algorithm's rounds in kernel 0 of a two-kernel fusion: a
+// thread's steps `want` at a time (0: all in one round). Round r + 1's
+// stores (coco_lsa_push_parts) go while round r's elements are computed,
+// and a barrier between (src/emit_lsa.c, emit_rounds_open), so that the
+// stores drain during local work instead of before a barrier. The count is
+// the same on every rank (coco_lsa_steps), so every rank syncs each
+// block's barrier equally often.
 template <int V>
 __device__ __forceinline__ void coco_lsa_rounds(long cs, long want, long &steps, long &rounds)
 {
-    const long all = (cs + V - 1 + coco_lsa_stride<V>() - 1) / coco_lsa_stride<V>();
-    steps = want > 0 && want < all ? want : all > 0 ? all : 1;
+    const long all = coco_lsa_steps<V>(cs);
+    steps = want > 0 && want < all ? want : all;
     rounds = (all + steps - 1) / steps;
-    if (rounds < 1)
-        rounds = 1;
 }
 
 // A thread's steps j0 of round r over a part at base of n elements:
@@ -230,13 +237,14 @@ __device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t st
            from * coco_lsa_slot_elems(cs, es) + coco_lsa_slot_shift(part * cs, es);
 }
 
-// The push algorithm's reduce-scatter stores of round r (coco_lsa_rounds):
-// each peer q's part of this rank's input (type T, at window offset off)
-// into slot `rank` of q's staging buffer (window offset stage;
-// coco_lsa_slot). Each thread visits the same indices as the element loop
-// of the round that follows the barrier (the same steps:
-// coco_lsa_round_span), so block b's barrier orders exactly the stores
-// that block b of the peer reads.
+// The push algorithm's reduce-scatter stores of round r (coco_lsa_rounds;
+// r = 0 and steps = coco_lsa_steps: all of them): each peer q's part of
+// this rank's input (type T, at window offset off) into slot `rank` of q's
+// staging buffer (window offset stage; coco_lsa_slot). Each thread visits
+// the same indices as the element loop of round r on the peer (the same
+// steps: coco_lsa_round_span), which a barrier after these stores
+// precedes, so block b's barrier orders exactly the stores that block b
+// of the peer reads.
 template <int V, int T, int P>
 __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
                                                     int rank, long cs, long nall, long r,
@@ -375,15 +383,13 @@ static inline int coco_lsa_pushes(const coco_cuda_ctx *ctx, int allowed, int one
     return ctx->fused_algo == COCO_FUSED_PUSH || bytes >= ctx->fused_push_bytes;
 }
 
-// The push's steps a round (coco_lsa_rounds) of a fusion's kernel 0:
-// ctx->fused_push_round where set; else one round for a one-kernel fusion,
-// whose gathered stores overlap the pushes already, and 16 steps for one
-// of two kernels, whose kernel 0 has nothing else to overlap them with
-// (LAMB, P = 2, 2^28 FP32: 4.86 ms in one round, 4.01 in rounds of 16;
-// 3.52 by loads, which auto takes: bench/results/2026-11-23-h200x2-c.md).
-static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx, int two_kernels)
+// The push's steps a round (coco_lsa_rounds) in kernel 0 of two:
+// ctx->fused_push_round where set, else 16 (LAMB, P = 2, 2^28 FP32: 4.86
+// ms in one round, 4.01 in rounds of 16 not pipelined; 3.52 by loads, which
+// auto takes: bench/results/2026-11-23-h200x2-c.md).
+static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 {
-    return ctx->fused_push_round >= 0 ? ctx->fused_push_round : two_kernels ? 16 : 0;
+    return ctx->fused_push_round >= 0 ? ctx->fused_push_round : 16;
 }
 
 // Blocks and threads of a fused collective over n elements, V a thread.

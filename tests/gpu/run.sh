@@ -291,8 +291,9 @@ tuning_knobs() {
     done
     # the push algorithm (contiguous operands), with vectors and one
     # element a step; Dropout (mlp) inside; lamb's and norms' fusions with
-    # cross-rank Norms (two kernels) too. Then in many rounds: one block of
-    # one warp, rounds of 1 and 3 steps (17 and 6 rounds at N = 4128, P = 2)
+    # cross-rank Norms (two kernels) too, in rounds. Then one block of one
+    # warp, and the two kernels' rounds of 1 and 3 steps (17 and 6 rounds at
+    # N = 4128, P = 2)
     for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
              tests/gpu/norms.coco; do
         chosen "$f" || continue
