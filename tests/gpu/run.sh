@@ -291,8 +291,8 @@ tuning_knobs() {
     done
     # the push algorithm (contiguous operands), with vectors and one
     # element a step; Dropout (mlp) inside; lamb's and norms' fusions with
-    # cross-rank Norms (two kernels) too, in rounds. Then one block of one
-    # warp, and the two kernels' rounds of 1 and 3 steps (17 and 6 rounds at
+    # cross-rank Norms (two kernels) too, in rounds. Then, for those two,
+    # one block of one warp in rounds of 1 and 3 steps (17 and 6 rounds at
     # N = 4128, P = 2)
     for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco examples/mlp.coco \
              tests/gpu/norms.coco; do
@@ -315,7 +315,8 @@ tuning_knobs() {
                     run "$name" "${size:+${size#-D } }push, VEC=$vec" "$p" "$f" $size --all-schedules
                     unset COCONET_FUSED COCONET_FUSED_VEC
                 done
-                for round in 1 3; do
+                case $name in lamb | norms) rounds="1 3" ;; *) rounds= ;; esac
+                for round in $rounds; do
                     COCONET_FUSED=push COCONET_FUSED_BLOCKS=1 COCONET_FUSED_THREADS=32
                     COCONET_FUSED_PUSH_ROUND=$round
                     export COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS COCONET_FUSED_PUSH_ROUND
