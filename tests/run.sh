@@ -393,22 +393,28 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     # (its choice passed, an instance generated), one-kernel fusions by
     # size, two-kernel ones (cross-rank reductions) when asked
     # (COCONET_FUSED=push) and then in rounds (their steps passed:
-    # coco_lsa_push_round); over scattered operands only when asked, and
-    # not with cross-rank reductions
+    # coco_lsa_push_round; the next round's stores before a round's
+    # elements, the barrier after); over scattered operands only when
+    # asked, and not with cross-rank reductions
     pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
     by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
     asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
     rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);$' "$cu")
     knobs=$(grep -c ', coco_lsa_push_round(ctx)[,)]' "$cu")
+    ahead=$(awk '/^    if \(r \+ 1 < rounds\) \/\* round r \+ 1.s stores, while round r computes \*\/$/ { s = NR }
+                 /^        coco_lsa_push_parts<V, [A-Z0-9_]+, P>\(win, o[0-9]+, ost, rank, cs, nall, r \+ 1, steps\);$/ && s == NR - 1 { p++ }
+                 /^    if \(r \+ 1 < rounds\) \/\* round r \+ 1.s stores seen by the peers \*\/$/ { b = NR }
+                 /^        bar.sync\(ncclCoopCta\(\), cuda::memory_order_acq_rel\);$/ && b == NR - 1 { q++ }
+                 END { print (p < q ? p : q) + 0 }' "$cu")
     case $f in
     *scattered*) want=$((launches - two)) want_asked=$want want_rounds=0 ;;
     *) want=$launches want_asked=$two want_rounds=$two ;;
     esac
     if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
         [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&
-        [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ]; then ok
-    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds and $knobs given the round (expected $want_rounds)"; fi
+        [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ] && [ "$ahead" -eq "$want_rounds" ]; then ok
+    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds, $knobs given the round, $ahead pipelined (expected $want_rounds)"; fi
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
