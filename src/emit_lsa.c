@@ -17,8 +17,8 @@
  * from the peers (coco_lsa.cuh); kernel 0 of two over contiguous operands
  * does so in rounds of rsteps steps a thread (coco_lsa_rounds; the host's
  * choice, coco_lsa_push_round), round r + 1's stores while round r
- * computes (emit_rounds_open). Its staging buffer is allocated only when the run takes it (fpush<rs>,
- * decided on the host, dry run included).
+ * computes (emit_rounds). Its staging buffer is allocated only when the
+ * run takes it (fpush<rs>, decided on the host, dry run included).
  * With cross-rank reductions (LAMB's Norms), two kernels on the same grid:
  *   kernel 0: barrier; the level-0 members as above, each thread folding
  *     the elements of every reduction it visits; each block's fold (a fixed
@@ -105,7 +105,8 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 }
 
 /* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
- * operands always, in rounds (push_rounds). Over scattered operands its
+ * operands always (two kernels: in rounds, push_rounds). Over scattered
+ * operands its
  * stores walk the buckets as the element loop does, in one round
  * (coco_lsa_scat_push_parts), so not with cross-rank reductions: kernel 0
  * has no gathered stores, and pushing everything first would serialise
@@ -119,11 +120,11 @@ static int push_allowed(const Lsa *l)
 }
 
 /* Does kernel 0's element loop go in rounds when its instance pushes
- * (coco_lsa_rounds, pipelined: emit_rounds_open; the instances that load
- * keep the plain loop)? In kernel 0 of two over contiguous operands, which
- * has no gathered stores to overlap its pushes with. One kernel pushes everything first: its
- * gathered stores overlap its local work (in rounds at P = 2, no clear
- * gain: bench/results/2026-11-23-h200x2-c.md). */
+ * (coco_lsa_rounds, pipelined: emit_rounds; the instances that load keep
+ * the plain loop)? In kernel 0 of two over contiguous operands, which has
+ * no gathered stores to overlap its pushes with. One kernel pushes
+ * everything first: its gathered stores overlap its local work (in rounds
+ * at P = 2, no clear gain: bench/results/2026-11-23-h200x2-c.md). */
 static int push_rounds(const Lsa *l)
 {
     return l->scat < 0 && l->nred > 0;
@@ -538,7 +539,7 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, i
     free(ids);
 }
 
-/* The element loop of kernel kn; round: of round r only (emit_rounds_open). */
+/* The element loop of kernel kn; round: of round r only (emit_rounds). */
 static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *ins, int nin,
                       const int *zs, int nz)
 {
@@ -622,11 +623,11 @@ static int gathers_in_k0(Emitter *e, const Lsa *l)
  * computes its own elements meanwhile (their slots ordered by the last
  * barrier) and syncs, so that the stores drain while the block computes
  * instead of before a barrier. Every rank syncs each block's barrier
- * 1 + (rounds - 1) times. The instances that load take the plain loop
- * (emit_kernel), as they did before rounds. x: the ReduceScatter's
- * input. */
-static void emit_rounds_open(Emitter *e, int x)
+ * 1 + (rounds - 1) times. Ends on the `else` whose plain loop the
+ * instances that load take (emit_kernel), as they did before rounds. */
+static void emit_rounds(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
+    int x = nd(e, l->rs)->in[0];
     const char *t = emit_tname[nd(e, x)->type];
     fprintf(e->o, "    if constexpr (PUSH) { /* in rounds: coco_lsa_rounds */\n"
                   "    long steps, rounds;\n    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);\n"
@@ -636,6 +637,10 @@ static void emit_rounds_open(Emitter *e, int x)
                   "    if (r + 1 < rounds) /* round r + 1's stores, while round r computes */\n"
                   "        coco_lsa_push_parts<V, %s, P>(win, o%d, ost, rank, cs, nall, r + 1, "
                   "steps);\n", t, x, t, x);
+    emit_loop(e, l, 0, 1, ins, nin, zs, nz);
+    fprintf(e->o, "    if (r + 1 < rounds) /* round r + 1's stores seen by the peers */\n"
+                  "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n"
+                  "    } else {\n");
 }
 
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
@@ -670,13 +675,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     if (push_rounds(l))
         fprintf(o, "    (void)rsteps;\n");
     emit_scalars(e, l, kn);
-    if (rounds) {
-        emit_rounds_open(e, x);
-        emit_loop(e, l, kn, 1, ins, nin, zs, nz);
-        fprintf(o, "    if (r + 1 < rounds) /* round r + 1's stores seen by the peers */\n"
-                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n"
-                   "    } else {\n");
-    }
+    if (rounds)
+        emit_rounds(e, l, ins, nin, zs, nz);
     if (kn == 0 || loop_in_k1(l, e))
         emit_loop(e, l, kn, 0, ins, nin, zs, nz);
     if (rounds)

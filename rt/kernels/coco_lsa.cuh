@@ -163,7 +163,7 @@ template <int V> __device__ __forceinline__ long coco_lsa_steps(long cs)
 // The push algorithm's rounds in kernel 0 of a two-kernel fusion: a
 // thread's steps `want` at a time (0: all in one round). Round r + 1's
 // stores (coco_lsa_push_parts) go while round r's elements are computed,
-// and a barrier between (src/emit_lsa.c, emit_rounds_open), so that the
+// and a barrier between (src/emit_lsa.c, emit_rounds), so that the
 // stores drain during local work instead of before a barrier. The count is
 // the same on every rank (coco_lsa_steps), so every rank syncs each
 // block's barrier equally often.
