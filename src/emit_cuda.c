@@ -224,66 +224,6 @@ int emit_same_local_shape(const Node *a, const Node *b)
     return 1;
 }
 
-static void emit_operand(Emitter *e, int seg, int x)
-{
-    Node *n = node_of(e->p, x);
-    if (n->op == O_CONST)
-        fprintf(e->o, "%.17g", n->value);
-    else if (e->segment[x] == seg)
-        fprintf(e->o, "r%d", x);
-    else if (n->op == O_SCALAR)
-        fprintf(e->o, "s%d", x);
-    else if (e->flat[x])
-        fprintf(e->o, "coco_ld(l%d, v, %s)", x, emit_tname[n->type]);
-    else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
-        fprintf(e->o, "coco_ld(x%d, 0, %s)", x, emit_tname[n->type]);
-    else
-        fprintf(e->o, "coco_ld(x%d, coco_bidx(h%d, it, c), %s)", x, x, emit_tname[n->type]);
-}
-
-static void emit_value(Emitter *e, int seg, const Node *n)
-{
-    FILE *o = e->o;
-    static const char *const rn[] = {[O_ADD] = "__dadd_rn", [O_SUB] = "__dsub_rn",
-                                     [O_MUL] = "__dmul_rn", [O_DIV] = "__ddiv_rn",
-                                     [O_POW] = "pow"};
-    switch (n->op) {
-    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW:
-        fprintf(o, "%s(", rn[n->op]);
-        emit_operand(e, seg, n->in[0]);
-        fputs(", ", o);
-        emit_operand(e, seg, n->in[1]);
-        fputc(')', o);
-        return;
-    case O_UPDATE:
-        emit_operand(e, seg, n->in[1]);
-        return;
-    case O_NEG: fputs("-", o); break;
-    case O_SQRT: fputs("__dsqrt_rn", o); break;
-    case O_TANH: fputs("tanh", o); break;
-    case O_RELU: fputs("coco_relu", o); break;
-    case O_CAST: break;
-    case O_DROPOUT:
-        fputs("coco_dropout(", o);
-        emit_operand(e, seg, n->in[0]);
-        fprintf(o, ", %.17g, seed, %d, %s)", n->value, n->dropout_id,
-                n->ndim ? arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id) : "0");
-        return;
-    default:
-        BUG("not elementwise: %s", op_info(n->op)->name);
-    }
-    fputc('(', o);
-    emit_operand(e, seg, n->in[0]);
-    fputc(')', o);
-}
-
-void emit_value_statement(Emitter *e, int seg, const Node *n)
-{
-    fprintf(e->o, "            double r%d = coco_round(", n->id);
-    emit_value(e, seg, n);
-    fprintf(e->o, ", %s);\n", emit_tname[n->type]);
-}
-
 /* Appends id to ids[0..n) unless it is there; the new count. */
 void emit_program_order(int *ids, int n)
 {

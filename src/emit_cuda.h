@@ -44,8 +44,16 @@ void emit_param(Emitter *e, int mode, const char *typed, const char *host, const
 /* ", PARAM" of an input x read from outside the kernel, in that mode */
 void emit_input_param(Emitter *e, const Node *x, int mode);
 int emit_same_local_shape(const Node *a, const Node *b);
+/* emit_value.c: one element's arithmetic */
+/* the C type of the register r<id> of a value of type t: float (FP16,
+ * BF16 and FP32 values are floats exactly) or double */
+const char *emit_register_type(Type t);
 /* r<id> = the value of elementwise node n (a statement inside the v loop) */
 void emit_value_statement(Emitter *e, int seg, const Node *n);
+/* INDENT r<id> = element v of raw array FROM, node n's value */
+void emit_register_load(Emitter *e, const char *indent, const Node *n, const char *from);
+/* INDENT r<id> = double expression FROM rounded to n's type */
+void emit_register_round(Emitter *e, const char *indent, const Node *n, const char *from);
 /* the comment naming the statements of the nodes whose segment is seg */
 void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int));
 int emit_stored(Emitter *e, int i);

@@ -391,13 +391,13 @@ static void emit_member(Emitter *e, const Lsa *l, int kn, const Node *n)
     FILE *o = e->o;
     const char *t = emit_tname[n->type];
     if (kn == 1 && l->carry[n->id])
-        fprintf(o, "                double r%d = coco_ld(q%d, v, %s);\n", n->id, n->id, t);
+        emit_register_load(e, "                ", n, arena_printf(e->p->arena, "q%d", n->id));
     if (!in_loop(l, n, kn))
         return;
     if (n->op == O_REDUCESCATTER)
-        fprintf(o, "                double r%d = coco_round(l%d[v], %s);\n", n->id, n->id, t);
+        emit_register_round(e, "                ", n, arena_printf(e->p->arena, "l%d[v]", n->id));
     else if (n->op == O_SLICE)
-        fprintf(o, "                double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id, t);
+        emit_register_load(e, "                ", n, arena_printf(e->p->arena, "l%d", n->id));
     else if (n->op == O_ALLGATHER)
         fprintf(o, "                coco_st(g%d, v, %s, r%d);\n", n->id, t, n->in[0]);
     else
@@ -452,7 +452,8 @@ static void emit_scalars(Emitter *e, const Lsa *l, int kn)
         if (n->ndim || !(l->need[n->id] & bit) || n->op == O_PARTIAL_REDUCE)
             continue;
         if (r >= 0)
-            fprintf(o, "    double r%d = red[%d];\n", n->id, r);
+            fprintf(o, "    %s r%d = %sred[%d];\n", emit_register_type(n->type), n->id,
+                    n->type == T_FP64 ? "" : "(float)", r);
         else
             emit_value_statement(e, l->seg, n);
         if (l->level[n->id] == kn && stores_local(e, l, n->id))

@@ -267,7 +267,7 @@ static void emit_member(Emitter *e, const SendPlan *s, const Node *n)
         return;
     }
     if (n->op == O_SLICE)
-        fprintf(o, "            double r%d = coco_ld(l%d, v, %s);\n", n->id, n->id, t);
+        emit_register_load(e, "            ", n, arena_printf(e->p->arena, "l%d", n->id));
     else
         emit_value_statement(e, s->seg, n);
     if (stores_local(e, s, n->id) && n->ndim)

@@ -563,12 +563,42 @@ if command -v nvcc >/dev/null 2>&1; then
 fi
 group_end
 
+# ---- the arithmetic of generated kernels (src/emit_value.c) ----
+# FP32 instructions where they round as the CPU's double does, double
+# arithmetic elsewhere; tests/gpu/arith.coco runs each line on GPUs.
+group arith-gen
+rm -rf "$TMP/arith"
+coco gen tests/gpu/arith.coco -o "$TMP/arith"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen tests/gpu/arith.coco: ${why:-exit status $rc}: $(err1)"; else
+    F32='coco_ldf\([^)]*COCO_FP32\)' H16='coco_ldf\([^)]*COCO_FP16\)'
+    for want in "FP32 of floats|float r[0-9]+ = __fdiv_rn\($F32, $F32\);" \
+                "FP32 times a literal that is no float|float r[0-9]+ = coco_narrow\(__dmul_rn\(coco_ld\([^)]*COCO_FP32\), 0\.1[0-9]*\), COCO_FP32\);" \
+                "FP16 of FP16 values|float r[0-9]+ = coco_roundf\(__fdiv_rn\($H16, $H16\), COCO_FP16\);" \
+                "FP16 of an FP32 Scalar|float r[0-9]+ = coco_narrow\(__ddiv_rn\(s[0-9]+, coco_ld\([^)]*COCO_FP16\)\), COCO_FP16\);" \
+                "FP32 of FP32 and FP16|float r[0-9]+ = __fmul_rn\($F32, $H16\);" \
+                "a Cast of a float|float r[0-9]+ = coco_roundf\(\($F32\), COCO_FP16\);" \
+                "BF16|float r[0-9]+ = coco_narrow\(__ddiv_rn\(coco_ld\([^)]*COCO_BF16\), coco_ld\([^)]*COCO_BF16\)\), COCO_BF16\);" \
+                "FP64|double r[0-9]+ = coco_round\(__dmul_rn\(coco_ld\([^)]*COCO_FP64\), coco_ld\([^)]*COCO_FP32\)\), COCO_FP64\);" \
+                "Tanh|float r[0-9]+ = coco_narrow\(coco_tanh\(coco_ld\([^)]*COCO_FP32\)\), COCO_FP32\);"; do
+        if grep -q -E "${want#*|}" "$TMP/arith/arith.cu"; then ok
+        else bad "tests/gpu/arith.coco: no statement for ${want%%|*} (${want#*|})"; fi
+    done
+fi
+# all-FP32 LAMB's fused kernels: FP32 arithmetic, but Pow (and the reductions)
+rm -rf "$TMP/arith"
+coco gen bench/lamb_fp32.coco -o "$TMP/arith" --all-schedules --schedule fuse_RS_Opt_AG_4
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/lamb_fp32.coco: ${why:-exit status $rc}: $(err1)"
+elif grep -n -E '(double|float) r[0-9]+ = .*__d(add|sub|mul|div|sqrt)_rn' "$TMP/arith/lamb.cu" >"$TMP/dbl"; then
+    bad "bench/lamb_fp32.coco: double arithmetic in an all-FP32 step:"; head -n 3 "$TMP/dbl"
+else ok; fi
+group_end
+
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).
 group cuda-gen
 mkdir -p "$TMP/gen"
 for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-         tests/oracle/programs/ragged.coco; do
+         tests/gpu/arith.coco tests/oracle/programs/ragged.coco; do
     name=$(basename "$f" .coco)
     dir=$TMP/gen/$name
     coco gen "$f" -o "$dir" --all-schedules

@@ -156,6 +156,47 @@ __device__ __forceinline__ double coco_round(double x, int t)
     }
 }
 
+// Values of FP16, BF16 and FP32 type held as floats (src/emit_value.c): the
+// same loads, stores and roundings without a double in between.
+__device__ __forceinline__ float coco_ldf(const void *p, long i, int t)
+{
+    switch (t) {
+    case COCO_FP16: return __half2float(((const __half *)p)[i]);
+    case COCO_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+__device__ __forceinline__ void coco_st(void *p, long i, int t, float v)
+{
+    switch (t) {
+    case COCO_FP16: ((__half *)p)[i] = __float2half_rn(v); break;
+    case COCO_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+    case COCO_FP32: ((float *)p)[i] = v; break;
+    default: ((double *)p)[i] = v; break;
+    }
+}
+
+// Rounds float x to the nearest value of type t (one rounding: x is exact).
+__device__ __forceinline__ float coco_roundf(float x, int t)
+{
+    switch (t) {
+    case COCO_FP16: return __half2float(__float2half_rn(x));
+    case COCO_BF16: return __bfloat162float(__float2bfloat16_rn(x));
+    default: return x;
+    }
+}
+
+// Rounds x (exact in double) to type t, not FP64, held as a float.
+__device__ __forceinline__ float coco_narrow(double x, int t)
+{
+    switch (t) {
+    case COCO_FP16: return __half2float(__double2half(x));
+    case COCO_BF16: return __bfloat162float(__double2bfloat16(x));
+    default: return __double2float_rn(x);
+    }
+}
+
 // ---- the counter-based generator of src/rng.c ----
 __device__ __forceinline__ uint64_t coco_mix(uint64_t z)
 {
@@ -446,6 +487,23 @@ static inline void *coco_ws(size_t *used, const coco_cuda_ctx *ctx, size_t bytes
 __device__ __forceinline__ double coco_relu(double x)
 {
     return x > 0 ? x : 0.0;
+}
+
+__device__ __forceinline__ float coco_reluf(float x)
+{
+    return x > 0.0f ? x : 0.0f;
+}
+
+// Tanh and Pow in double whatever their arguments (float ones would choose
+// the float overloads).
+__device__ __forceinline__ double coco_tanh(double x)
+{
+    return tanh(x);
+}
+
+__device__ __forceinline__ double coco_pow(double x, double y)
+{
+    return pow(x, y);
 }
 
 // ---- whole-tensor reductions in two deterministic passes ----

@@ -10,7 +10,8 @@
 #             the same over scattered tensors; tests/gpu/scattered_inline.coco,
 #             the program alone: AllReduces over scattered tensors, one inline,
 #             as kernels over the members; tests/gpu/send.coco: fused
-#             Sends; tests/oracle/programs/ragged.coco: uneven slices along
+#             Sends; tests/gpu/arith.coco: elementwise arithmetic over every
+#             pairing of types; tests/oracle/programs/ragged.coco: uneven slices along
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
@@ -228,7 +229,7 @@ part_selftest() {
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-             tests/gpu/scattered_inline.coco tests/oracle/programs/ragged.coco; do
+             tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/oracle/programs/ragged.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
