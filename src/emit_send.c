@@ -14,9 +14,9 @@
  * start); Slices and 0-dim computations outside that only members read join
  * it; no member reads the Send's value, and none reads a value computed
  * outside after the first member. Each thread takes V consecutive elements
- * (16-byte loads and stores where every flat buffer allows), computes in
- * double rounded per operation (the CPU executor's arithmetic: bitwise
- * results) and stores the sent values and the members needed later. */
+ * (16-byte loads and stores where every flat buffer allows), computes each
+ * operation as emit_value.c says (the CPU executor's bits) and stores the
+ * sent values and the members needed later. */
 #include "emit_cuda.h"
 
 #include <stdlib.h>

@@ -4,9 +4,11 @@
 // and the generic kernels and library calls every program uses (copies of
 // slices, reductions, Conv2D, cuBLASLt MatMul, NCCL type maps, error checks).
 //
-// Arithmetic follows the reference executor: every operation is computed in
-// double with rounding intrinsics (never contracted into FMA) and rounded once
-// to its result type, so elementwise results equal the CPU's bit for bit.
+// Arithmetic follows the reference executor: every operation gives the bits
+// of double arithmetic rounded once to its result type, computed in double or,
+// where that rounds the same, in FP32 (src/emit_value.c), with rounding
+// intrinsics (never contracted into FMA), so elementwise results equal the
+// CPU's bit for bit.
 #pragma once
 
 #include <cublasLt.h>
