@@ -314,6 +314,10 @@ static SizeVal positive_size(Parser *ps, const char *what)
 {
     Pos pos = ps->tok.pos;
     SizeVal s = size_expr(ps);
+    char value[32];
+    snprintf(value, sizeof value, "%ld", s.v);
+    if (s.v <= 0 && strcmp(s.text, value) == 0) /* a literal: no expression to show */
+        error_at(pos, "%s is %ld: sizes must be positive", what, s.v);
     if (s.v <= 0)
         error_at(pos, "%s %s is %ld: sizes must be positive", what, s.text, s.v);
     return s;
