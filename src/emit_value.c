@@ -7,9 +7,8 @@
  *     or through float, of an operation on p-bit operands is innocuous when
  *     the wider format has at least 2p + 2 bits: 53 >= 2 * 24 + 2 and
  *     24 >= 2 * 11 + 2; tests/unit/test_float_rule.c checks it), and the
- *     exact operations (Neg, ReLU, Cast, Update)
- *     of floats; the intrinsics are never contracted into fused
- *     multiply-adds;
+ *     exact operations (Neg, ReLU, Cast, Update) of floats; the intrinsics
+ *     are never contracted into fused multiply-adds;
  *   - double arithmetic rounded to the type (coco_round, coco_narrow)
  *     otherwise: mixed FP32/FP16 operands rounded to FP16, BF16 results,
  *     FP64, Pow, Tanh, Dropout, constants that are not floats.
