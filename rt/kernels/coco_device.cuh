@@ -189,14 +189,10 @@ __device__ __forceinline__ float coco_roundf(float x, int t)
     }
 }
 
-// Rounds x (exact in double) to type t, not FP64, held as a float.
+// Rounds x (exact in double) to type t, not FP64, held as a float (exact).
 __device__ __forceinline__ float coco_narrow(double x, int t)
 {
-    switch (t) {
-    case COCO_FP16: return __half2float(__double2half(x));
-    case COCO_BF16: return __bfloat162float(__double2bfloat16(x));
-    default: return __double2float_rn(x);
-    }
+    return (float)coco_round(x, t);
 }
 
 // ---- the counter-based generator of src/rng.c ----
