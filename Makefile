@@ -1,7 +1,9 @@
 # Makefile: builds libcoconet.a, the coconet command and the tests.
 # Warnings are errors; gcc or clang (CC=clang). The CPU tool never needs
 # CUDA: the CUDA runtime build/libcoconet_cuda.so (rt/) is added only when
-# nvcc is found, and the MPI bootstrap (src/cuda_mpi.c) only when mpicc is.
+# nvcc is found, and the MPI bootstrap (src/cuda/cuda_mpi.c) only when mpicc is.
+# Sources are in layers, src/core, front, sched, cpu, then src/api*.c, then
+# src/cuda and src/main.c; objects go to build/ under the same folders.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
@@ -9,8 +11,9 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
 LDLIBS  += -lm -pthread -ldl
 
-SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c)))
+SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c)))
 OBJ     := $(SRC:src/%.c=build/%.o)
+HDR     := $(wildcard src/*.h src/*/*.h) include/coconet.h include/coconet_rt.h
 UNIT    := $(patsubst tests/unit/%.c,build/tests/%,$(wildcard tests/unit/*.c))
 
 # ---- CUDA: the toolkit, and the NCCL the runtime and generated code use ----
@@ -39,8 +42,8 @@ MPICC     ?= $(shell command -v mpicc 2>/dev/null)
 LINK      := $(CC)
 ifneq ($(MPICC),)
 LINK      := $(MPICC)
-build/cuda_mpi.o: CC := $(MPICC)
-build/cuda_mpi.o: CFLAGS += -DCOCO_HAVE_MPI
+build/cuda/cuda_mpi.o: CC := $(MPICC)
+build/cuda/cuda_mpi.o: CFLAGS += -DCOCO_HAVE_MPI
 endif
 
 all: coconet $(CUDA_RT)
@@ -51,23 +54,23 @@ coconet: build/main.o build/libcoconet.a
 build/libcoconet.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-build/%.o: src/%.c src/coco.h include/coconet.h | build
+build/%.o: src/%.c $(HDR) | build
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-build/cuda_mpi.o: build/mpi.conf
-build/cuda_rank.o build/cuda_report.o build/cuda_launch.o build/cuda_mpi.o: rt/cuda_child.h
+build/cuda/cuda_mpi.o: build/mpi.conf
 
 # Rebuilt only when the MPI compiler changes.
 build/mpi.conf: FORCE | build
 	@echo 'MPICC=$(MPICC)' >$@.tmp && (cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@)
 
-build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a src/coco.h include/coconet.h | build
+build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a $(HDR) | build
 	@mkdir -p build/tests
 	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
 
 # The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
 RT_OBJ := build/rt/cuda_child.o build/rt/arena.o build/rt/run.o
-build/rt/%.o: rt/%.c rt/rt_internal.h rt/cuda_child.h include/coconet_cuda.h | build
+build/rt/%.o: rt/%.c rt/rt_internal.h include/coconet_rt.h include/coconet_cuda.h | build
 	@mkdir -p build/rt
 	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
 
@@ -82,7 +85,7 @@ build/cuda.conf: FORCE | build
 
 # A stand-in runtime without CUDA, for the launcher's tests on machines
 # without a GPU (tests/unit/test_cuda_launch.c).
-build/fake/libfake_rt.so: tests/gpu/fake_rt.c rt/cuda_child.h include/coconet_cuda.h | build
+build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/coconet_cuda.h | build
 	@mkdir -p build/fake
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
@@ -92,7 +95,7 @@ build:
 # The command built again with AddressSanitizer and UBSan, for the tests
 # (without MPI: tests never start MPI).
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
-build/asan/coconet: $(SRC) src/main.c src/coco.h include/coconet.h | build
+build/asan/coconet: $(SRC) src/main.c $(HDR) | build
 	@mkdir -p build/asan
 	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(SRC) src/main.c $(LDLIBS) -ldl
 

@@ -44,7 +44,6 @@ int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errl
 int coco_num_schedules(const coco_program *p);
 const char *coco_schedule_name(const coco_program *p, int i);
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen);
-const char *coco_applied_schedule(const coco_program *p); /* NULL: none */
 /* Adds every distinct valid schedule reachable from the program; returns
  * how many. Their text and their names in the paper's notation: */
 int coco_enumerate_schedules(coco_program *p);

@@ -19,7 +19,7 @@
  * rank, the call, the file and the line. Every wait on the GPU polls the
  * stream and NCCL's asynchronous error state against a deadline: a failed or
  * stuck peer gives an error here, never a hang; the caller then closes with
- * abort = 1 (ncclCommAbort). Interface: rt/cuda_child.h.
+ * abort = 1 (ncclCommAbort). Interface: include/coconet_rt.h.
  *
  * This file: errors, bounded waits, opening and closing (device,
  * communicators, handles, the generated code) and the API table; the

@@ -1,11 +1,11 @@
 /* rt_internal.h: what the files of the GPU runtime (build/libcoconet_cuda.so)
  * share: the rank's state (CocoRt), one variant's device buffers (Buffers),
  * the checks that name the failing call, and the functions one file gives
- * another. Not an interface: rt/cuda_child.h is. */
+ * another. Not an interface: include/coconet_rt.h is. */
 #ifndef COCONET_RT_INTERNAL_H
 #define COCONET_RT_INTERNAL_H
 
-#include "cuda_child.h"
+#include "coconet_rt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

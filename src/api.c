@@ -3,7 +3,7 @@
  * it on the CPU reference executor. User errors come back as messages;
  * nothing here prints. */
 #define _DEFAULT_SOURCE /* sysconf(_SC_PHYS_PAGES) */
-#include "coco.h"
+#include "api.h"
 
 #include <errno.h>
 #include <math.h>

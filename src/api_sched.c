@@ -1,7 +1,7 @@
 /* api_sched.c: the public API for schedules: adding schedule files,
  * applying a schedule to get a scheduled program, and comparing the values
  * two runs computed (the check that a schedule preserves the program). */
-#include "coco.h"
+#include "api.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,11 +34,6 @@ int coco_num_schedules(const coco_program *p)
 const char *coco_schedule_name(const coco_program *p, int i)
 {
     return i >= 0 && i < p->nsched ? p->sched[i].name : NULL;
-}
-
-const char *coco_applied_schedule(const coco_program *p)
-{
-    return p->applied;
 }
 
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen)

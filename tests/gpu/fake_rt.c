@@ -1,5 +1,5 @@
 /* fake_rt.c: a stand-in for the CUDA runtime (build/fake/libfake_rt.so),
- * with the interface of rt/cuda_child.h but no CUDA: it loads the
+ * with the interface of include/coconet_rt.h but no CUDA: it loads the
  * "generated" object and calls its entry points on host memory. Only for
  * host-only objects such as tests/gpu/host.cu: it lets the launcher's tests
  * (tests/unit/test_cuda_launch.c) run the whole path (build, cache, fork,
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../rt/cuda_child.h"
+#include "coconet_rt.h"
 #include "coconet_cuda.h"
 
 struct CocoRt {

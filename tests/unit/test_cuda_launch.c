@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coco.h"
+#include "cuda/cuda.h"
 
 #include "unit_check.h"
 

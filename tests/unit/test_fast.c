@@ -1,4 +1,4 @@
-/* test_fast.c: the executor's fast FP16/BF16 conversions (interp_fast.c)
+/* test_fast.c: the executor's fast FP16/BF16 conversions (src/cpu/exec_fast.c)
  * give the bits of the general ones of types.c: every 16-bit pattern
  * decoded and re-encoded, every midpoint between neighbours and the doubles
  * next to it, and millions of doubles drawn over every exponent, with both
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco.h"
+#include "cpu/cpu.h"
 
 #include "unit_check.h"
 

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coco.h"
+#include "cpu/cpu.h"
 
 #include "unit_check.h"
 

@@ -1,6 +1,6 @@
 /* test_numeric.c: unit tests of the numeric core: FP16/BF16 conversions and
  * type rules (types.c), the counter-based RNG (rng.c), slicing (shape.c),
- * input filling (fill.c), and MatMul, Conv2D, reductions and collectives
+ * input filling (src/cpu/inputs.c), and MatMul, Conv2D, reductions and collectives
  * of the CPU executor on small programs built by hand with node_new().
  * Prints one "group: N passed, M failed" line per group; exits non-zero
  * when any check fails. */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coco.h"
+#include "cpu/cpu.h"
 
 #include "unit_check.h"
 

@@ -1,0 +1,78 @@
+/* cpu.h: the CPU reference executor, which defines what is correct: simulated
+ * ranks, seeded input data, the counter-based random generator, and the
+ * tolerance a value is judged by. Files of src/cpu/ may include schedules,
+ * the front end and the core, nothing above. */
+#ifndef COCO_CPU_H
+#define COCO_CPU_H
+
+#include "sched/sched.h"
+
+/* ---- rng.c: counter-based random numbers ---- */
+uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index);
+double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index); /* [0,1), 24 bits */
+
+/* ---- exec.c: the CPU reference executor ---- */
+typedef struct {
+    Program *prog;
+    uint64_t seed;
+    int nthreads;
+    double **val;  /* val[node * nranks + rank]: that rank's data, or NULL */
+    long *count;   /* elements per (node, rank) */
+    int keep_all;  /* 1: keep every intermediate value (default 0) */
+} Exec;
+void exec_fill_inputs(Exec *e);           /* seeded data, see inputs.c */
+void exec_run(Exec *e);                    /* evaluates every node in order */
+
+/* a run of the public API: a program and its executor */
+struct coco_run {
+    Program *prog;
+    Exec *exec;
+};
+
+/* ---- buffers.c: the executor's values, a buffer per (node, rank) ---- */
+Exec *exec_new(Program *p, uint64_t seed, int nthreads);
+void exec_free(Exec *e);
+double *exec_data(Exec *e, int node, int rank, long *count);
+double exec_value_at(Exec *e, const Node *n, int rank, long gidx);
+/* (Re)allocates the value of (node, rank) with count elements, uninitialized. */
+double *exec_alloc(Exec *e, int node, int rank, long count);
+void exec_release(Exec *e, int node);       /* frees its value on every rank */
+
+/* ---- inputs.c: seeded input data ---- */
+void fill_input(Exec *e, const Node *n);
+
+/* ---- exec_ops.c: computation on one rank ---- */
+void eval_pointwise(Exec *e, const Node *n, int rank);
+void eval_matmul(Exec *e, const Node *n, int rank);
+void eval_conv2d(Exec *e, const Node *n, int rank);
+void eval_reduction(Exec *e, const Node *n, int rank);
+double reduce_step(RedOp r, double acc, double x); /* acc (op) x; NaN propagates */
+
+/* ---- exec_comm.c: communication across simulated ranks ---- */
+void eval_comm(Exec *e, const Node *n);
+
+/* ---- exec_fast.c: exact fast rounding and threads of the executor ---- */
+double exec_round(Type t, double x);            /* type_round's bits, faster */
+uint16_t exec_bits16(Type t, double x);         /* FP16/BF16 bits of x */
+double exec_value16(Type t, uint16_t h);        /* the value of FP16/BF16 bits */
+typedef void (*RangeFn)(void *ctx, long lo, long hi);
+void parallel_ranges(int nthreads, long n, RangeFn fn, void *ctx); /* fn over [0,n) split */
+void global_iter_seek(GlobalIter *it, long local); /* jump to a local element */
+int exec_threads(const Exec *e, long count);    /* threads worth using for count */
+
+/* ---- tolerance.c: is a value right, judged against an FP64 evaluation ---- */
+/* What a value's elements are allowed: see within_tolerance. */
+typedef struct {
+    double worst;  /* the reference's largest distance from exact over the value */
+    double scale;  /* the largest exact magnitude of the value */
+    double slack;  /* an extra absolute allowance (0 for schedule comparisons) */
+    int nranks;
+} Tolerance;
+double type_ulp(Type t, double v);          /* spacing of t's values near |v| */
+/* The largest |e's value - exact| of node id over all ranks, x64 holding the
+ * exact evaluation (node xid); *scale gets the largest finite |exact|. */
+double value_error(Exec *e, int id, Exec *x64, int xid, double *scale);
+int within_tolerance(Type t, double ref, double got, double exact, const Tolerance *tol);
+
+
+#endif

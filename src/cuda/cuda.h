@@ -1,0 +1,169 @@
+/* cuda.h: the CUDA backend's host side: lowering, code generation, the
+ * build, and running on GPUs with one process per rank. It may include every
+ * layer below it; no file below src/cuda/ includes it. */
+#ifndef COCO_CUDA_H
+#define COCO_CUDA_H
+
+#include "api.h"
+
+/* ---- lower_scattered.c: the CUDA backend's lowering of collectives over scattered tensors ---- */
+Program *lower_scattered_allreduces(Program *p); /* a lowered clone, or NULL: nothing to lower */
+
+/* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
+void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);
+
+/* ---- compile.c: the backend's passes: lower, emit, write ---- */
+/* The CUDA source of variants[0..n) (variants[0]: the program) to out,
+ * preceded, when only_p > 0, by COCO_ONLY_P (kernel instances for that many
+ * ranks alone). 0, or 1 with the user error in err. */
+int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, size_t errlen);
+
+/* ---- cuda_build.c: toolchain, nvcc command, build cache (no CUDA) ---- */
+enum { CUDA_PATH_MAX = 1024 };
+#define FNV_INIT 14695981039346656037ULL
+uint64_t fnv1a(uint64_t h, const void *data, size_t n);
+void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+typedef struct {
+    char nvcc[CUDA_PATH_MAX], cuda_lib[CUDA_PATH_MAX];
+    char nccl_include[CUDA_PATH_MAX], nccl_lib[CUDA_PATH_MAX], nccl_link[CUDA_PATH_MAX];
+    char arch[CUDA_PATH_MAX];     /* nvcc -arch: "native" unless COCONET_CUDA_ARCH */
+} CudaToolchain;
+typedef struct {
+    int argc;
+    char *argv[64];
+    char buf[16384];
+    size_t used;
+} Argv;
+typedef struct {
+    CudaToolchain tool;
+    char home[CUDA_PATH_MAX];     /* coco_home(): include/, rt/kernels/ */
+    char cache[CUDA_PATH_MAX];
+    double timeout_s;             /* for nvcc */
+    FILE *progress;               /* where a build says it begins (flushed), or NULL */
+    uint64_t key;                 /* results of cuda_build: */
+    char so[CUDA_PATH_MAX + 64];
+    int cached;
+    double seconds;
+} CudaBuild;
+void cuda_runtime_path(const char *home, char *buf, size_t len);
+int cuda_cache_dir(char *buf, size_t len);            /* -1: no HOME */
+void cuda_toolchain_defaults(CudaToolchain *t);       /* from CUDA_HOME, NCCL_HOME */
+void cuda_toolchain_read(CudaToolchain *t, const char *conf); /* build/cuda.conf */
+int nccl_header_version(const char *include_dir);     /* NCCL_VERSION_CODE, or -1 */
+void argv_add(Argv *a, const char *fmt, ...);
+void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, const char *out,
+                    Argv *a);
+uint64_t cuda_cache_key(const char *src, size_t n, const Argv *cmd, const char *nvcc_version,
+                        int nccl_version, const char *gpu, const char *home);
+/* argv[0] with a time limit, output to log_path or into out; its exit
+ * status, 128 + signal, -1 (not started) or -2 (timed out, killed) */
+int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s);
+int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen);
+/* a file's text, or cuda_compile of the variants (user error -> NULL, err) */
+char *cuda_source(Program **v, int nv, const char *path, size_t *n, char *err, size_t errlen);
+
+/* ---- cuda_job.c, cuda_report.c, cuda_rank.c, cuda_launch.c, cuda_mpi.c:
+ * running on GPUs, one process per rank ---- */
+/* One value a variant's GPU run is checked on: an output, or the new value
+ * of an Updated tensor (found in that input's buffer). */
+typedef struct {
+    const char *name;
+    int node;          /* in the variant */
+    int output;        /* its position among the outputs, or -1 */
+    int input;         /* the Execute input holding it, or -1 */
+    Exec *ref;         /* the CPU values it is compared with: node rnode
+                          (NULL when the job is unchecked: only its hash) */
+    int rnode;
+    int xnode;         /* the same value in the FP64 evaluation */
+    Tolerance tol;
+    int replicated;    /* every rank of a group must hold the same bits */
+} CudaCheck;
+typedef struct {
+    Program *prog;     /* the program, or a scheduled clone */
+    const char *name;  /* "program", or the schedule's name */
+    const char *note;  /* the schedule's name in the paper's notation */
+    Exec *own;         /* its own CPU run, or NULL when checked against the program's */
+    CudaCheck *check;
+    int ncheck;
+} CudaVariant;
+typedef struct {
+    Program *base;     /* the program: variant 0 */
+    Exec *data;        /* its CPU run, holding every variant's input data
+                          (unchecked: the inputs alone, the program not run) */
+    Program *exact;
+    Exec *x64;         /* the FP64 evaluation of the program (unchecked: NULL) */
+    int unchecked;     /* --reference none: no CPU reference, no value compared */
+    CudaVariant *v;
+    int nv;
+    char so[CUDA_PATH_MAX + 64];     /* the generated code, built */
+    char runtime[CUDA_PATH_MAX + 64];
+    int iters, warmup;
+    double timeout_s;
+    double cpu_ms;     /* the CPU reference's time (unchecked: drawing the inputs) */
+    uint64_t seed;
+} CudaJob;
+/* cuda_job.c: the CPU references and the checks, before any fork */
+int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
+                     char *err, size_t errlen);
+void cuda_job_free(CudaJob *job);
+/* What the ranks said, gathered: rows[v * nranks + rank]. */
+typedef struct {
+    int seen;
+    long differing, elements, outside;
+    double max_abs, max_rel, median_ms, min_ms, max_ms;
+    char worst[MAXNAME];
+    uint64_t hash[64]; /* of each checked value's bytes (the first 64 checks) */
+    int fault;         /* the runtime's own checks: COCO_RT_FAULT_* (include/coconet_rt.h) */
+    char fault_msg[512];
+} RankRow;
+typedef struct {
+    int nranks, nv;
+    RankRow *rows;
+    char gpu[512];
+    char **error;      /* per rank: why it failed, or NULL */
+    int first_failure; /* the rank that failed first, or -1 */
+    int *done;         /* per rank: said DONE */
+    int *at;           /* per rank: the step it said it began (REPORT_AT_*, or a variant) */
+} Report;
+/* the lines ranks send: "GPU text", "AT step", "ROW v ...", "FAULT v GUARD|REPEAT
+ * text", "ERR text", "DONE"; a step is a variant's index, or one of: */
+enum { REPORT_AT_OPEN = -1, REPORT_AT_CLOSE = -2 };
+typedef void (*EmitFn)(void *ctx, const char *line);
+/* cuda_report.c */
+void report_init(Report *r, int nranks, int nv);
+void report_free(Report *r);
+void report_line(Report *r, int rank, const char *line);
+void report_error(Report *r, int rank, const char *msg); /* the first one counts */
+/* where rank was by its last AT line, e.g. "in variant 'fused'" */
+void report_where(const CudaJob *job, const Report *r, int rank, char *buf, size_t len);
+int report_print(const CudaJob *job, const Report *r, FILE *out); /* 0: all passed */
+void rank_row_line(char *buf, size_t len, int v, const RankRow *row, int nhash);
+/* cuda_rank.c: in a rank's process, load the runtime, run every variant, check it */
+typedef struct CocoRtApi CocoRtApi;
+const CocoRtApi *cuda_load_runtime(const char *path, char *err, size_t errlen);
+/* Where a rank runs: its rank, its GPU on this host, and how many ranks'
+ * processes share the executor's threads (forked together: all of them;
+ * under MPI: 1, each process has its own). */
+typedef struct {
+    int rank, local_rank, sharing;
+} CudaRankPlace;
+int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
+                   const unsigned char *nccl_id, EmitFn emit, void *ctx);
+void cuda_watchdog(int rank, double seconds, const char *what); /* 0 s: off */
+void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg); /* ERR line */
+int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t errlen);
+/* cuda_launch.c: one forked process per rank, watched by the parent */
+int cuda_launch(const CudaJob *job, Report *rep);
+int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
+/* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
+int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */
+int cuda_mpi_active(void);
+int cuda_mpi_rank(void);
+int cuda_mpi_local_rank(void);
+int cuda_mpi_local_size(void);        /* processes on this host */
+int cuda_mpi_all_ok(int ok);          /* 1 when ok on every rank (collective) */
+int cuda_mpi_run(const CudaJob *job, FILE *out); /* this rank's work; rank 0 prints */
+void cuda_mpi_finish(void);
+
+
+#endif

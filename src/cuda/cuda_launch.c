@@ -1,0 +1,652 @@
+/* cuda_launch.c: `coconet run --backend cuda`, the launcher (plain C and
+ * POSIX: no CUDA header, no CUDA call, ever, in this process: a process
+ * that has touched CUDA cannot give it to the children it forks).
+ *
+ * coco_run_cuda: the variants (the program and its schedules), their CUDA
+ * source (emit_cuda, or a file given with --cuda-source), built with nvcc
+ * into the cache (cuda_build.c), the CPU references (cuda_job.c; none with
+ * --reference none: the inputs alone), then one
+ * process per rank: forked here (cuda_launch), or this process itself under
+ * mpirun (cuda_mpi.c). Each rank's process runs cuda_rank_work.
+ *
+ * The fork protocol, over two pipes per child: rank 0 makes the NCCL unique
+ * id and sends "ID <hex>" up; the parent sends it down to every other rank;
+ * then every rank sends its lines (cuda_report.c) up and exits. The parent
+ * watches all of them with poll(): a rank that exits before DONE, or
+ * silence longer than the time limit, stops every other rank (SIGTERM,
+ * then SIGKILL) and says which rank failed and where it was (each rank
+ * says "AT step" as it begins a variant). So does SIGINT, SIGTERM or SIGHUP
+ * sent to this process: the ranks are stopped and the table printed with
+ * what they had reported. A child dies with the parent (PR_SET_PDEATHSIG). */
+#define _DEFAULT_SOURCE
+#include "cuda/cuda.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "coconet_rt.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the child ---- */
+
+static void write_all(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the parent is gone: nothing left to tell */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void emit_fd(void *ctx, const char *line)
+{
+    int fd = *(int *)ctx;
+    write_all(fd, line, strlen(line));
+    write_all(fd, "\n", 1);
+}
+
+/* One line from fd within the time limit (the NCCL id from the parent). */
+static int read_line(int fd, char *buf, size_t len, double timeout_s)
+{
+    size_t used = 0;
+    double deadline = now_s() + timeout_s;
+    while (used + 1 < len) {
+        struct pollfd p = {fd, POLLIN, 0};
+        double left = deadline - now_s();
+        if (left <= 0)
+            return -1;
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r <= 0)
+            continue;
+        ssize_t n = read(fd, buf + used, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        if (buf[used] == '\n')
+            break;
+        used++;
+    }
+    buf[used] = 0;
+    return 0;
+}
+
+static void hex_encode(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static int hex_decode(const char *s, unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return -1;
+        b[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static int child_get_id(const CocoRtApi *api, int rank, int up, int down, double timeout_s,
+                        unsigned char *id, char *err, size_t errlen)
+{
+    char line[2 * COCO_RT_ID_BYTES + 16];
+    if (rank == 0) {
+        if (cuda_unique_id(api, id, err, errlen))
+            return -1;
+        strcpy(line, "ID ");
+        hex_encode(id, COCO_RT_ID_BYTES, line + 3);
+        emit_fd(&up, line);
+        return 0;
+    }
+    if (read_line(down, line, sizeof line, timeout_s) || strncmp(line, "ID ", 3) ||
+        hex_decode(line + 3, id, COCO_RT_ID_BYTES)) {
+        snprintf(err, errlen, "rank %d: no NCCL id came from rank 0 in %.0f s", rank, timeout_s);
+        return -1;
+    }
+    return 0;
+}
+
+static void default_stop_signals(void);
+
+static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, int up, int down)
+{
+    default_stop_signals(); /* the launcher's handlers are not the rank's */
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives the launcher, holding its GPU */
+    if (getppid() != launcher)
+        _exit(1); /* the launcher died before that */
+#else
+    (void)launcher;
+#endif
+    dup2(2, 1); /* whatever a library prints must not mix with the table */
+    char err[4096];
+    unsigned char id[COCO_RT_ID_BYTES];
+    const CocoRtApi *api = cuda_load_runtime(job->runtime, err, sizeof err);
+    if (!api || child_get_id(api, rank, up, down, job->timeout_s, id, err, sizeof err)) {
+        cuda_emit_error(emit_fd, &up, rank, err);
+        _exit(1);
+    }
+    CudaRankPlace at = {rank, rank, job->base->nranks};
+    _exit(cuda_rank_work(job, api, &at, id, emit_fd, &up));
+}
+
+/* ---- the parent ---- */
+
+typedef struct {
+    pid_t pid;
+    int up, down;    /* read end from the child, write end to it */
+    char buf[16384]; /* a partial line */
+    size_t used;
+    int eof, reaped, status;
+} Child;
+
+static void reap(Child *c, double grace_s)
+{
+    double deadline = now_s() + grace_s;
+    while (!c->reaped) {
+        pid_t r = waitpid(c->pid, &c->status, WNOHANG);
+        if (r == c->pid || (r < 0 && errno != EINTR)) {
+            c->reaped = 1;
+            break;
+        }
+        if (now_s() > deadline) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &c->status, 0);
+            c->reaped = 1;
+            break;
+        }
+        sleep_ms(10);
+    }
+}
+
+/* Stops every rank still running: SIGTERM, then SIGKILL after 3 s. */
+static void stop_all(Child *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!c[i].reaped)
+            kill(c[i].pid, SIGTERM);
+    for (int i = 0; i < n; i++)
+        reap(&c[i], 3);
+}
+
+static void exit_reason(const CudaJob *job, const Child *c, int rank, const Report *rep,
+                        char *buf, size_t len)
+{
+    char where[256];
+    report_where(job, rep, rank, where, sizeof where);
+    if (WIFSIGNALED(c->status))
+        snprintf(buf, len, "rank %d was killed by signal %d (%s) %s", rank,
+                 WTERMSIG(c->status), strsignal(WTERMSIG(c->status)), where);
+    else if (WEXITSTATUS(c->status))
+        snprintf(buf, len, "rank %d exited with status %d %s", rank, WEXITSTATUS(c->status),
+                 where);
+    else
+        snprintf(buf, len, "rank %d exited %s%s", rank, where,
+                 rep->done[rank] ? "" : " (no DONE)");
+}
+
+/* A complete line from rank: the NCCL id goes down to the others. */
+static void on_line(Child *c, int n, int rank, const char *line, Report *rep)
+{
+    if (!strncmp(line, "ID ", 3)) {
+        for (int i = 1; i < n; i++) {
+            write_all(c[i].down, line, strlen(line));
+            write_all(c[i].down, "\n", 1);
+        }
+        return;
+    }
+    report_line(rep, rank, line);
+}
+
+/* Reads what rank's pipe has; 1 at end of file. */
+static int on_readable(Child *c, int n, int rank, Report *rep)
+{
+    Child *ch = &c[rank];
+    ssize_t got = read(ch->up, ch->buf + ch->used, sizeof ch->buf - 1 - ch->used);
+    if (got < 0 && errno == EINTR)
+        return 0;
+    if (got <= 0)
+        return 1;
+    ch->used += (size_t)got;
+    ch->buf[ch->used] = 0;
+    char *start = ch->buf, *nl;
+    while ((nl = strchr(start, '\n'))) {
+        *nl = 0;
+        on_line(c, n, rank, start, rep);
+        start = nl + 1;
+    }
+    ch->used = strlen(start);
+    memmove(ch->buf, start, ch->used + 1);
+    if (ch->used == sizeof ch->buf - 1) { /* an overlong line: drop it */
+        report_error(rep, rank, "sent a line too long to read");
+        ch->used = 0;
+    }
+    return 0;
+}
+
+/* A rank whose pipe closed: failed unless it said DONE and exited 0. */
+static int on_eof(const CudaJob *job, Child *c, int rank, Report *rep)
+{
+    c[rank].eof = 1;
+    close(c[rank].up);
+    reap(&c[rank], 10);
+    int ok = rep->done[rank] && WIFEXITED(c[rank].status) && !WEXITSTATUS(c[rank].status);
+    if (!ok) {
+        char why[512];
+        exit_reason(job, &c[rank], rank, rep, why, sizeof why);
+        report_error(rep, rank, why);
+    }
+    return ok;
+}
+
+/* Every rank still running fails with "rank R BEFORE <where it was>AFTER". */
+static void fail_unfinished(const CudaJob *job, const Child *c, int n, Report *rep,
+                            const char *before, const char *after)
+{
+    for (int i = 0; i < n; i++) {
+        if (c[i].eof)
+            continue;
+        char why[512], where[256];
+        report_where(job, rep, i, where, sizeof where);
+        snprintf(why, sizeof why, "rank %d %s %s%s", i, before, where, after);
+        report_error(rep, i, why);
+    }
+}
+
+static void on_silence(const CudaJob *job, Child *c, int n, Report *rep, double seconds)
+{
+    char before[64];
+    snprintf(before, sizeof before, "said nothing for %.0f s,", seconds);
+    fail_unfinished(job, c, n, rep, before, ": stopped (--timeout sets the limit)");
+}
+
+/* ---- a signal to the launcher: stop the ranks, print what they said ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+enum { NSTOP = (int)(sizeof stop_signals / sizeof *stop_signals) };
+
+/* While watching: the first such signal interrupts poll() (no SA_RESTART);
+ * a second one acts as if none was caught (SA_RESETHAND). */
+static void catch_stop_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    for (int i = 0; i < NSTOP; i++)
+        sigaction(stop_signals[i], &sa, &old[i]);
+}
+
+static void default_stop_signals(void)
+{
+    for (int i = 0; i < NSTOP; i++)
+        signal(stop_signals[i], SIG_DFL);
+}
+
+static void restore_stop_signals(const struct sigaction *old)
+{
+    for (int i = 0; i < NSTOP; i++)
+        sigaction(stop_signals[i], &old[i], NULL);
+}
+
+static void on_stop(const CudaJob *job, Child *c, int n, Report *rep)
+{
+    char after[128];
+    snprintf(after, sizeof after, ": coconet received signal %d (%s)", (int)stop_signal,
+             strsignal((int)stop_signal));
+    fail_unfinished(job, c, n, rep, "stopped", after);
+}
+
+/* The parent's loop: until every pipe is closed, a rank fails, silence, or
+ * a signal. */
+static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit_s)
+{
+    struct pollfd *p = xcalloc((size_t)n, sizeof *p);
+    int *who = xcalloc((size_t)n, sizeof *who);
+    double last = now_s();
+    for (;;) {
+        int np = 0;
+        for (int i = 0; i < n; i++)
+            if (!c[i].eof) {
+                p[np] = (struct pollfd){c[i].up, POLLIN, 0};
+                who[np++] = i;
+            }
+        if (!np)
+            break;
+        if (stop_signal) {
+            on_stop(job, c, n, rep);
+            break;
+        }
+        double left = last + limit_s - now_s();
+        if (left <= 0) {
+            on_silence(job, c, n, rep, limit_s);
+            break;
+        }
+        /* at most a second: a signal caught just before poll() is not left waiting */
+        int r = poll(p, (nfds_t)np, left < 1 ? (int)(left * 1000) + 1 : 1000);
+        if (r < 0 && errno != EINTR)
+            BUG("poll: %s", strerror(errno));
+        int failed = 0;
+        for (int k = 0; r > 0 && k < np; k++) {
+            if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            last = now_s();
+            if (on_readable(c, n, who[k], rep))
+                failed |= !on_eof(job, c, who[k], rep);
+        }
+        if (failed)
+            break;
+    }
+    free(p);
+    free(who);
+}
+
+static int fork_ranks(const CudaJob *job, Child *c, int n)
+{
+    pid_t launcher = getpid();
+    for (int r = 0; r < n; r++) {
+        int up[2], down[2];
+        if (pipe(up))
+            return -1;
+        if (pipe(down)) {
+            close(up[0]);
+            close(up[1]);
+            return -1;
+        }
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0)
+            return -1;
+        if (pid == 0) {
+            for (int i = 0; i < r; i++) { /* the other ranks' pipes are not ours */
+                close(c[i].up);
+                close(c[i].down);
+            }
+            close(up[0]);
+            close(down[1]);
+            child_main(job, launcher, r, up[1], down[0]);
+        }
+        close(up[1]);
+        close(down[0]);
+        c[r] = (Child){.pid = pid, .up = up[0], .down = down[1]};
+    }
+    return 0;
+}
+
+int cuda_launch(const CudaJob *job, Report *rep)
+{
+    int n = job->base->nranks;
+    Child *c = xcalloc((size_t)n, sizeof *c);
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a dead child's pipe must not kill us */
+    struct sigaction old_stop[NSTOP];
+    catch_stop_signals(old_stop);
+    int rc = fork_ranks(job, c, n);
+    int started = 0;
+    while (started < n && c[started].pid > 0)
+        started++;
+    if (rc)
+        for (int i = started; i < n; i++)
+            report_error(rep, i, "could not be started (fork or pipe failed)");
+    else
+        watch(job, c, started, rep, job->timeout_s * 1.5 + 5); /* after the ranks' own limits */
+    stop_all(c, started);
+    restore_stop_signals(old_stop);
+    for (int i = 0; i < started; i++) {
+        if (!c[i].eof)
+            close(c[i].up);
+        close(c[i].down);
+    }
+    signal(SIGPIPE, old);
+    free(c);
+    return rc;
+}
+
+/* ---- GPUs, seen without CUDA ---- */
+
+static int count_entries(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && !strncmp(e->d_name, prefix, strlen(prefix)) &&
+            (!*prefix || (e->d_name[strlen(prefix)] >= '0' && e->d_name[strlen(prefix)] <= '9')))
+            n++;
+    closedir(d);
+    return n;
+}
+
+int cuda_gpu_count(void)
+{
+    int n = count_entries("/proc/driver/nvidia/gpus", "");
+    if (n < 0) {
+        n = count_entries("/dev", "nvidia");
+        if (n <= 0)
+            return -1;
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis) {
+        int listed = *vis ? 1 : 0;
+        for (const char *s = vis; *s; s++)
+            listed += *s == ',';
+        if (listed < n)
+            n = listed;
+    }
+    return n;
+}
+
+int coco_cuda_usable(int nranks, char *why, size_t len)
+{
+    char rt[CUDA_PATH_MAX + 64];
+    const char *home = coco_home();
+    if (!home) {
+        snprintf(why, len, "the coconet directory (with include/coconet_cuda.h) is not found: "
+                 "set COCONET_HOME");
+        return 0;
+    }
+    cuda_runtime_path(home, rt, sizeof rt);
+    if (access(rt, R_OK)) {
+        snprintf(why, len, "the CUDA runtime %s is not built (make, with nvcc)", rt);
+        return 0;
+    }
+    int gpus = cuda_gpu_count();
+    if (gpus < 0) {
+        snprintf(why, len, "the NVIDIA driver shows no GPUs (no /proc/driver/nvidia/gpus)");
+        return -1;
+    }
+    if (gpus < nranks) {
+        snprintf(why, len, "%d rank%s need%s %d GPU%s, this machine shows %d", nranks,
+                 nranks == 1 ? "" : "s", nranks == 1 ? "s" : "", nranks, nranks == 1 ? "" : "s",
+                 gpus < 0 ? 0 : gpus);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the public entry points ---- */
+
+static Program **collect_variants(Program *p, const char *only, int *nv, char *err,
+                                  size_t errlen)
+{
+    Program **v = xcalloc((size_t)p->nsched + 1, sizeof *v);
+    v[0] = p;
+    *nv = 1;
+    if (only && !strcmp(only, "program"))
+        return v; /* the program alone, as on the cpu backend */
+    for (int i = 0; i < p->nsched; i++) {
+        const char *name = p->sched[i].name;
+        if (only && strcmp(only, name))
+            continue;
+        if (!strcmp(name, "program")) {
+            snprintf(err, errlen, "%s: error: a schedule may not be named 'program' on the "
+                     "cuda backend (the program's own entry point has that name)\n", p->file);
+        } else if ((v[*nv] = coco_schedule(p, name, err, errlen))) {
+            ++*nv;
+            continue;
+        }
+        for (int k = 1; k < *nv; k++)
+            program_free(v[k]);
+        free(v);
+        return NULL;
+    }
+    if (only && *nv == 1) {
+        snprintf(err, errlen, "%s: error: no schedule named '%s' (the file's own and, with "
+                 "--all-schedules, those `coconet schedules` lists)\n", p->file, only);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static void free_variants(Program **v, int nv)
+{
+    for (int k = 1; k < nv; k++)
+        program_free(v[k]);
+    free(v);
+}
+
+static int setup_build(CudaBuild *b, double timeout_s, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    const char *home = coco_home();
+    if (!home) {
+        snprintf(err, errlen, "coconet: the coconet directory (with include/coconet_cuda.h) "
+                 "is not found: set COCONET_HOME\n");
+        return -1;
+    }
+    snprintf(b->home, sizeof b->home, "%s", home);
+    if (cuda_cache_dir(b->cache, sizeof b->cache)) {
+        snprintf(err, errlen, "coconet: no cache directory: set COCONET_CACHE or HOME\n");
+        return -1;
+    }
+    cuda_toolchain_defaults(&b->tool);
+    char rt[CUDA_PATH_MAX + 64], conf[CUDA_PATH_MAX + 128];
+    cuda_runtime_path(b->home, rt, sizeof rt);
+    snprintf(conf, sizeof conf, "%s", rt);
+    char *slash = strrchr(conf, '/');
+    snprintf(slash ? slash + 1 : conf, sizeof conf - (size_t)(slash ? slash + 1 - conf : 0),
+             "cuda.conf");
+    cuda_toolchain_read(&b->tool, conf);
+    b->timeout_s = timeout_s > 600 ? timeout_s : 600;
+    return 0;
+}
+
+/* Builds (or finds) the shared object; under MPI the first rank of each
+ * host builds while the others wait, then find it in the cache. */
+static int build(const char *src, size_t n, const coco_cuda_options *o, CudaBuild *b,
+                 FILE *out, char *err, size_t errlen)
+{
+    if (setup_build(b, o->timeout_s, err, errlen))
+        return -1;
+    int mpi = cuda_mpi_active(), first = !mpi || cuda_mpi_local_rank() == 0, rc = 0;
+    char e[8192] = "";
+    b->progress = !mpi || cuda_mpi_rank() == 0 ? out : NULL;
+    if (first)
+        rc = cuda_build(b, src, n, e, sizeof e);
+    if (mpi && !cuda_mpi_all_ok(!rc)) {
+        if (!rc)
+            snprintf(e, sizeof e, "another rank could not build the CUDA code");
+        rc = -1;
+    }
+    if (!rc && !first)
+        rc = cuda_build(b, src, n, e, sizeof e);
+    if (rc) {
+        snprintf(err, errlen, "coconet: %s\n", e);
+        return -1;
+    }
+    if (!mpi || cuda_mpi_rank() == 0) {
+        if (b->cached)
+            fprintf(out, "cuda: cached %s\n", b->so);
+        else
+            fprintf(out, "cuda: built %s in %.1f s\n", b->so, b->seconds);
+    }
+    return 0;
+}
+
+static int run_job(CudaJob *job, FILE *out)
+{
+    if (cuda_mpi_active())
+        return cuda_mpi_run(job, out);
+    Report rep;
+    report_init(&rep, job->base->nranks, job->nv);
+    cuda_launch(job, &rep);
+    int bad = report_print(job, &rep, out);
+    report_free(&rep);
+    return bad;
+}
+
+int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
+                  size_t errlen)
+{
+    if (errlen)
+        err[0] = 0;
+    if (o->reference < COCO_REFERENCE_EACH || o->reference > COCO_REFERENCE_NONE) {
+        snprintf(err, errlen, "coconet: coco_cuda_options.reference is %d, not a "
+                 "COCO_REFERENCE_* value\n", o->reference);
+        return 1;
+    }
+    int nv, rc = 1;
+    Program **v = collect_variants(p, o->schedule, &nv, err, errlen);
+    if (!v)
+        return 1;
+    size_t n;
+    char *src = cuda_source(v, nv, o->cuda_source, &n, err, errlen);
+    CudaBuild b;
+    CudaJob job;
+    coco_cuda_options mine = *o; /* under MPI, each process of a host takes its share of cores */
+    mine.threads = o->threads / cuda_mpi_local_size() > 0 ? o->threads / cuda_mpi_local_size() : 1;
+    int built = src && !build(src, n, o, &b, out, err, errlen);
+    if (built && o->build_only) {
+        rc = 0;
+    } else if (built && !cuda_job_prepare(&job, v, nv, &mine, err, errlen)) {
+        snprintf(job.so, sizeof job.so, "%s", b.so);
+        cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
+        rc = run_job(&job, out);
+        cuda_job_free(&job);
+    }
+    free(src);
+    free_variants(v, nv);
+    cuda_mpi_finish();
+    return rc;
+}

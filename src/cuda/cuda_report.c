@@ -1,0 +1,314 @@
+/* cuda_report.c: what the ranks of a CUDA run say and the table made of it.
+ *
+ * A rank sends one line per event (through a pipe to the parent, or
+ * gathered over MPI):
+ *   GPU <description>                      the GPU and NCCL it runs on
+ *   ROW v differing elements outside max-abs max-rel median-ms min-ms max-ms
+ *       worst n hash1 .. hashn             variant v checked and timed
+ *   FAULT v GUARD|REPEAT <message>         the runtime's own checks of v failed:
+ *                                          a write outside a buffer, or a
+ *                                          repeat run with other bits
+ *   ERR <message>                          it failed (and will exit non-zero)
+ *   DONE                                   every variant ran
+ * The table: the program's CPU reference summarised as the CPU backend
+ * does, then one row per variant (the program first) over all ranks:
+ * bitwise / rounding (within tolerance) / WRONG / REPLICAS (a Replicated
+ * value whose bits differ between the ranks of a group) / GUARD (a guard
+ * byte around a buffer was written) / REPEAT (a second run on the same
+ * inputs gave other bits) / FAILED (a rank did not report it), the largest
+ * differences from the CPU values, the differing and out-of-tolerance
+ * element counts, and the GPU time (the slowest rank's median).
+ * Unchecked (--reference none): no CPU reference to summarise (a line says
+ * so) and none to compare with: a row that passes the other checks says
+ * "unchecked", with "-" for the differences and counts. */
+#include "cuda/cuda.h"
+
+#include <inttypes.h>
+
+#include "coconet_rt.h" /* COCO_RT_FAULT_* */
+#include <stdlib.h>
+#include <string.h>
+
+void report_init(Report *r, int nranks, int nv)
+{
+    memset(r, 0, sizeof *r);
+    r->nranks = nranks;
+    r->nv = nv;
+    r->rows = xcalloc((size_t)(nranks * nv + 1), sizeof *r->rows);
+    r->error = xcalloc((size_t)nranks, sizeof *r->error);
+    r->done = xcalloc((size_t)nranks, sizeof *r->done);
+    r->at = xcalloc((size_t)nranks, sizeof *r->at);
+    for (int i = 0; i < nranks; i++)
+        r->at[i] = REPORT_AT_OPEN;
+    r->first_failure = -1;
+}
+
+void report_free(Report *r)
+{
+    for (int i = 0; i < r->nranks; i++)
+        free(r->error[i]);
+    free(r->error);
+    free(r->done);
+    free(r->at);
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+void rank_row_line(char *buf, size_t len, int v, const RankRow *row, int nhash)
+{
+    int cap = (int)(sizeof row->hash / sizeof *row->hash);
+    nhash = nhash < cap ? nhash : cap;
+    size_t u = (size_t)snprintf(buf, len, "ROW %d %ld %ld %ld %.17g %.17g %.17g %.17g %.17g %s %d",
+                                v, row->differing, row->elements, row->outside, row->max_abs,
+                                row->max_rel, row->median_ms, row->min_ms, row->max_ms,
+                                row->worst[0] ? row->worst : "-", nhash);
+    for (int i = 0; i < nhash && u < len; i++)
+        u += (size_t)snprintf(buf + u, len - u, " %016" PRIx64, row->hash[i]);
+}
+
+void report_error(Report *r, int rank, const char *msg)
+{
+    if (r->error[rank])
+        return; /* the first reason is the one that counts */
+    if (r->first_failure < 0)
+        r->first_failure = rank;
+    r->error[rank] = xmalloc(strlen(msg) + 1);
+    strcpy(r->error[rank], msg);
+}
+
+static void parse_row(Report *r, int rank, const char *line)
+{
+    RankRow row;
+    memset(&row, 0, sizeof row);
+    int v, nhash, used = 0;
+    char worst[MAXNAME];
+    if (sscanf(line, "ROW %d %ld %ld %ld %lg %lg %lg %lg %lg %63s %d%n", &v, &row.differing,
+               &row.elements, &row.outside, &row.max_abs, &row.max_rel, &row.median_ms,
+               &row.min_ms, &row.max_ms, worst, &nhash, &used) != 11 ||
+        v < 0 || v >= r->nv || nhash < 0 || nhash > (int)(sizeof row.hash / sizeof *row.hash)) {
+        report_error(r, rank, "sent a malformed report line");
+        return;
+    }
+    snprintf(row.worst, sizeof row.worst, "%s", strcmp(worst, "-") ? worst : "");
+    const char *s = line + used;
+    for (int i = 0; i < nhash; i++) {
+        char *end;
+        row.hash[i] = strtoull(s, &end, 16);
+        if (end == s) {
+            report_error(r, rank, "sent a malformed report line");
+            return;
+        }
+        s = end;
+    }
+    row.seen = 1;
+    r->rows[v * r->nranks + rank] = row;
+}
+
+static void parse_fault(Report *r, int rank, const char *line)
+{
+    int v, used = 0;
+    char kind[16];
+    if (sscanf(line, "FAULT %d %15s %n", &v, kind, &used) != 2 || v < 0 || v >= r->nv ||
+        (strcmp(kind, "GUARD") && strcmp(kind, "REPEAT"))) {
+        report_error(r, rank, "sent a malformed report line");
+        return;
+    }
+    RankRow *row = &r->rows[v * r->nranks + rank];
+    row->fault = strcmp(kind, "GUARD") ? COCO_RT_FAULT_REPEAT : COCO_RT_FAULT_GUARD;
+    snprintf(row->fault_msg, sizeof row->fault_msg, "%s", line + used);
+}
+
+void report_line(Report *r, int rank, const char *line)
+{
+    if (rank < 0 || rank >= r->nranks)
+        return;
+    if (!strncmp(line, "GPU ", 4)) {
+        if (rank == 0 || !r->gpu[0])
+            snprintf(r->gpu, sizeof r->gpu, "%s", line + 4);
+    } else if (!strncmp(line, "ROW ", 4)) {
+        parse_row(r, rank, line);
+    } else if (!strncmp(line, "FAULT ", 6)) {
+        parse_fault(r, rank, line);
+    } else if (!strncmp(line, "ERR ", 4)) {
+        report_error(r, rank, line + 4);
+    } else if (!strncmp(line, "AT ", 3)) {
+        int step = atoi(line + 3);
+        if (step >= REPORT_AT_CLOSE && step < r->nv)
+            r->at[rank] = step;
+    } else if (!strcmp(line, "DONE")) {
+        r->done[rank] = 1;
+    }
+}
+
+void report_where(const CudaJob *job, const Report *r, int rank, char *buf, size_t len)
+{
+    int at = rank >= 0 && rank < r->nranks ? r->at[rank] : REPORT_AT_OPEN;
+    if (at == REPORT_AT_OPEN)
+        snprintf(buf, len, "starting (loading the runtime, joining the NCCL communicators)");
+    else if (at == REPORT_AT_CLOSE)
+        snprintf(buf, len, "closing the communicators, after its last variant");
+    else
+        snprintf(buf, len, "in variant '%s'", job->v[at].name);
+}
+
+/* ---- the table ---- */
+
+static void print_summary(const CudaJob *job, FILE *out)
+{
+    if (job->unchecked) {
+        fprintf(out, "cpu reference: not computed (--reference none): no value below is checked; "
+                "only times, guard bytes, repeat runs and the ranks' agreement on Replicated "
+                "values (inputs drawn in %.1f ms)\n", job->cpu_ms);
+        return;
+    }
+    struct coco_run run = {job->base, job->data};
+    fprintf(out, "%-12s %-5s %-18s %-12s %-16s %14s %14s\n", "output", "type", "shape",
+            "layout", "fnv-1a (cpu)", "sum", "norm");
+    for (int i = 0; i < job->base->nexec_out; i++) {
+        Node *n = node_of(job->base, job->base->exec_out[i]);
+        coco_summary s;
+        if (coco_run_summary(&run, n->name, &s))
+            continue;
+        char shape[128];
+        size_t u = (size_t)snprintf(shape, sizeof shape, "[");
+        for (int d = 0; d < n->ndim && u < sizeof shape; d++)
+            u += (size_t)snprintf(shape + u, sizeof shape - u, "%s%ld", d ? "," : "", n->dim[d].n);
+        if (u < sizeof shape)
+            snprintf(shape + u, sizeof shape - u, "]");
+        fprintf(out, "%-12s %-5s %-18s %-12s %016" PRIx64 " %14.6g %14.6g\n", n->name,
+                type_name(n->type), shape, layout_str(job->base->arena, n->layout), s.hash,
+                s.sum, s.norm);
+    }
+    fprintf(out, "cpu reference %.1f ms%s\n", job->cpu_ms,
+                job->nv > 1 && !job->v[1].own ? " (every schedule checked against the program's)"
+                                              : "");
+}
+
+/* The first Replicated value whose bits differ between two ranks of a
+ * group: its check's index, with the ranks in *rank and *first (the
+ * group's first); -1 when every group's ranks agree on every one. */
+static int replicas_differ(const CudaVariant *v, const RankRow *rows, int nranks, int *rank,
+                           int *first)
+{
+    int cap = (int)(sizeof rows->hash / sizeof *rows->hash);
+    for (int k = 0; k < v->ncheck && k < cap; k++) {
+        if (!v->check[k].replicated)
+            continue;
+        GroupKind g = node_of(v->prog, v->check[k].node)->group;
+        for (*rank = 0; *rank < nranks; ++*rank) {
+            *first = rank_of(v->prog, g, group_index(v->prog, g, *rank), 0);
+            if (rows[*rank].hash[k] != rows[*first].hash[k])
+                return k;
+        }
+    }
+    return -1;
+}
+
+static int replicas_agree(const CudaVariant *v, const RankRow *rows, int nranks)
+{
+    int rank, first;
+    return replicas_differ(v, rows, nranks, &rank, &first) < 0;
+}
+
+/* One variant's row; 0 when it passed. */
+static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
+{
+    const RankRow *rows = &r->rows[vi * r->nranks];
+    RankRow all;
+    memset(&all, 0, sizeof all);
+    int seen = 0, guard = 0, repeat = 0;
+    for (int rank = 0; rank < r->nranks; rank++) {
+        const RankRow *x = &rows[rank];
+        guard |= x->fault == COCO_RT_FAULT_GUARD;
+        repeat |= x->fault == COCO_RT_FAULT_REPEAT;
+        if (!x->seen)
+            continue;
+        seen++;
+        all.differing += x->differing;
+        all.elements += x->elements;
+        all.outside += x->outside;
+        all.max_abs = x->max_abs > all.max_abs ? x->max_abs : all.max_abs;
+        all.max_rel = x->max_rel > all.max_rel ? x->max_rel : all.max_rel;
+        all.median_ms = x->median_ms > all.median_ms ? x->median_ms : all.median_ms;
+    }
+    const CudaVariant *v = &job->v[vi];
+    int agree = seen == r->nranks && replicas_agree(v, rows, r->nranks);
+    const char *verdict = seen < r->nranks ? "FAILED"
+                        : guard ? "GUARD"
+                        : all.outside ? "WRONG"
+                        : repeat ? "REPEAT"
+                        : !agree ? "REPLICAS"
+                        : job->unchecked ? "unchecked"
+                        : all.differing ? "rounding" : "bitwise";
+    if (job->unchecked)
+        fprintf(out, "%-24s %-9s %11s %12s %21s %9s %10.3f ms  %s\n", v->name, verdict, "-", "-",
+                "-", "-", all.median_ms, v->note ? v->note : "");
+    else
+        fprintf(out, "%-24s %-8s %12.3g %12.3g %10ld/%-10ld %9ld %10.3f ms  %s\n", v->name,
+                verdict, all.max_abs, all.max_rel, all.differing, all.elements, all.outside,
+                all.median_ms, v->note ? v->note : "");
+    return seen < r->nranks || all.outside || !agree || guard || repeat;
+}
+
+/* Variants whose every rank reported with no fault. */
+static int variants_clean(const CudaJob *job, const Report *r)
+{
+    int clean = 0;
+    for (int vi = 0; vi < job->nv; vi++) {
+        int ok = 1;
+        for (int rank = 0; rank < r->nranks; rank++) {
+            const RankRow *x = &r->rows[vi * r->nranks + rank];
+            ok &= x->seen && x->fault == COCO_RT_FAULT_NONE;
+        }
+        clean += ok;
+    }
+    return clean;
+}
+
+/* The reasons of GUARD and REPEAT rows, rank by rank, and of REPLICAS. */
+static void print_faults(const CudaJob *job, const Report *r)
+{
+    for (int vi = 0; vi < job->nv; vi++) {
+        const RankRow *rows = &r->rows[vi * r->nranks];
+        for (int rank = 0; rank < r->nranks; rank++)
+            if (rows[rank].fault != COCO_RT_FAULT_NONE)
+                fprintf(stderr, "coconet: rank %d: %s: %s\n", rank, job->v[vi].name,
+                        rows[rank].fault_msg);
+        int seen = 0, rank, first, k;
+        for (rank = 0; rank < r->nranks; rank++)
+            seen += rows[rank].seen;
+        if (seen == r->nranks &&
+            (k = replicas_differ(&job->v[vi], rows, r->nranks, &rank, &first)) >= 0)
+            fprintf(stderr, "coconet: %s: the Replicated value '%s' has other bits on rank %d "
+                    "than on rank %d\n", job->v[vi].name, job->v[vi].check[k].name, rank, first);
+    }
+}
+
+int report_print(const CudaJob *job, const Report *r, FILE *out)
+{
+    Program *p = job->base;
+    fprintf(out, "%s: %d rank%s on %s, cuda backend, seed %llu\n", p->exec_name, r->nranks,
+            r->nranks == 1 ? "" : "s", r->gpu[0] ? r->gpu : "(no GPU reported)",
+            (unsigned long long)job->seed);
+    print_summary(job, out);
+    fprintf(out, "\n%-24s %-8s %12s %12s %21s %9s %13s\n", "schedule", "outputs", "max-abs",
+            "max-rel", "differing/elements", "outside", "gpu-time");
+    int bad = 0;
+    for (int vi = 0; vi < job->nv; vi++)
+        bad |= print_row(job, r, vi, out);
+    if (job->iters > 0)
+        fprintf(out, "gpu-time: median of %d runs after %d warm-up runs, the slowest rank's\n",
+                job->iters, job->warmup);
+    fprintf(out, "gpu-checks: guard bytes intact and the repeat run bit for bit the checked "
+            "run's in %d of %d variants, on every rank\n", variants_clean(job, r), job->nv);
+    fflush(out);
+    print_faults(job, r);
+    for (int rank = 0; rank < r->nranks; rank++) {
+        if (r->error[rank])
+            fprintf(stderr, "coconet: %s\n", r->error[rank]);
+        bad |= r->error[rank] != NULL || !r->done[rank];
+    }
+    if (r->first_failure >= 0 && r->nranks > 1)
+        fprintf(stderr, "coconet: rank %d failed first\n", r->first_failure);
+    return bad;
+}

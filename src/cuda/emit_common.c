@@ -1,0 +1,187 @@
+/* emit_common.c: what the parts of the CUDA code generator share (see
+ * emit_cuda.h): which nodes are elementwise and stored, lists of node ids,
+ * sizes and workspace room as C, the kernels' parameter lists, and the copy
+ * of a new value into its tensor. It calls no other part of the generator. */
+#include "cuda/emit_cuda.h"
+
+#include <ctype.h>
+#include <string.h>
+
+const char *const emit_tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
+
+int emit_is_elementwise(const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    return (k == K_UNARY && n->op != O_SLICE) || k == K_BINARY || k == K_UPDATE;
+}
+
+/* Must member i of its segment be written to memory? */
+int emit_stored(Emitter *e, int i)
+{
+    Program *p = e->p;
+    Node *n = &p->node[i];
+    if (e->out_index[i] >= 0 || e->state_of[i] >= 0 || n->op == O_UPDATE)
+        return 1;
+    for (int j = i + 1; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && k < u->nin; k++)
+            if (u->in[k] == i && e->segment[j] != e->segment[i])
+                return 1;
+    }
+    return 0;
+}
+
+/* A size expression ("4*H") as C, its names read from the size array. */
+void emit_size_expr(Emitter *e, const char *text)
+{
+    for (const char *c = text; *c;) {
+        if (isalpha((unsigned char)*c) || *c == '_') {
+            const char *s = c;
+            while (isalnum((unsigned char)*c) || *c == '_')
+                c++;
+            fprintf(e->o, "S_%.*s", (int)(c - s), s);
+        } else {
+            fputc(*c++, e->o);
+        }
+    }
+}
+
+/* The elements every rank reserves in the workspace for node n's value:
+ * its count, or for a value sliced along d the longest part (every rank's
+ * chunk). Workspace sizes must not depend on the rank: NCCL's collectives
+ * on symmetric windows and the peer-memory kernels address a buffer by its
+ * offset, which has to be the same on every rank. */
+const char *emit_room(Emitter *e, const Node *n)
+{
+    if (n->layout.kind != L_SLICED)
+        return arena_printf(e->p->arena, "coco_count(h%d)", n->id);
+    const char *g = group_name(n->group);
+    return arena_printf(e->p->arena, "(coco_padded_count(h%d, %d, G_%s) / G_%s)", n->id,
+                        n->layout.dim, g, g);
+}
+
+/* Are a and b of one local shape, for every size and rank? */
+int emit_same_local_shape(const Node *a, const Node *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int k = 0; k < a->ndim; k++) {
+        int sa = a->layout.kind == L_SLICED && a->layout.dim == k;
+        int sb = b->layout.kind == L_SLICED && b->layout.dim == k;
+        if (sa != sb || (sa && a->group != b->group) || a->dim[k].n != b->dim[k].n)
+            return 0;
+        if ((a->dim[k].text == NULL) != (b->dim[k].text == NULL) ||
+            (a->dim[k].text && strcmp(a->dim[k].text, b->dim[k].text)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Sorts ids[0..n) ascending: program order. */
+void emit_program_order(int *ids, int n)
+{
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && ids[b - 1] > ids[b]; b--) {
+            int t = ids[b];
+            ids[b] = ids[b - 1];
+            ids[b - 1] = t;
+        }
+}
+
+int emit_in_list(const int *ids, int n, int id)
+{
+    for (int k = 0; k < n; k++)
+        if (ids[k] == id)
+            return 1;
+    return 0;
+}
+
+int emit_needed_outside(Emitter *e, const int *m, int nm, int id)
+{
+    Program *p = e->p;
+    if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
+        return 1;
+    for (int j = 0; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && !emit_in_list(m, nm, j) && k < u->nin; k++)
+            if (u->in[k] == id)
+                return 1;
+    }
+    return 0;
+}
+
+int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids)
+{
+    int n = 0;
+    for (int k = 0; k < nm; k++) {
+        Node *x = node_of(e->p, m[k]);
+        if (!emit_is_elementwise(x))
+            continue;
+        for (int j = 0; j < x->nin; j++) {
+            Node *in = node_of(e->p, x->in[j]);
+            if (emit_in_list(m, nm, in->id) || in->op == O_CONST || (x->op == O_UPDATE && j == 0))
+                continue;
+            n = emit_add_once(ids, n, in->id);
+        }
+    }
+    return n;
+}
+
+void emit_param(Emitter *e, int mode, const char *typed, const char *host, const char *forward,
+                int id)
+{
+    fprintf(e->o, mode == EMIT_TYPED ? typed : mode == EMIT_HOST ? host : forward, id);
+}
+
+void emit_input_param(Emitter *e, const Node *x, int mode)
+{
+    FILE *o = e->o;
+    if (x->op == O_SCALAR && mode == EMIT_TYPED)
+        fprintf(o, ", double s%d", x->id);
+    else if (x->op == O_SCALAR && mode == EMIT_FORWARD)
+        fprintf(o, ", s%d", x->id);
+    else if (x->op == O_SCALAR && x->has_value)
+        fprintf(o, ", %.17g", x->value);
+    else if (x->op == O_SCALAR)
+        fprintf(o, ", args->scalar[%d]", e->in_index[x->id]);
+    else
+        fprintf(o, mode == EMIT_TYPED  ? ", const void *x%d, CocoShape h%d"
+                   : mode == EMIT_HOST ? ", b%d, h%d"
+                                       : ", x%d, h%d", x->id, x->id);
+}
+
+/* Appends id to ids[0..n) unless it is there; the new count. */
+int emit_add_once(int *ids, int n, int id)
+{
+    for (int j = 0; j < n; j++)
+        if (ids[j] == id)
+            return n;
+    ids[n] = id;
+    return n + 1;
+}
+
+/* The member whose shape the segment iterates over (0-dim only: -1). */
+int emit_segment_shape(Emitter *e, int seg)
+{
+    int best = -1;
+    for (int i = 0; i < e->p->nnode; i++)
+        if (e->segment[i] == seg && e->p->node[i].ndim &&
+            (best < 0 || e->p->node[i].ndim > e->p->node[best].ndim))
+            best = i;
+    return best;
+}
+
+/* A value that is both an output and a tensor's new value is computed into
+ * the output buffer, then copied into the tensor; a scattered tensor's, into
+ * the members (emit_scat_outputs fills the output buffer at the end). */
+void emit_state_copy(Emitter *e, const Node *n)
+{
+    int t = e->state_of[n->id];
+    if (t < 0 || e->out_index[n->id] < 0 || node_of(e->p, t)->nmember)
+        return;
+    fprintf(e->o, "    if (args->input[%d] != b%d) /* not one buffer (coco_output_alias) */\n"
+                  "        COCO_CUDA(ctx, \"Update\", %d, cudaMemcpyAsync(args->input[%d], b%d, "
+                  "coco_count(h%d) * coco_type_size(%s), cudaMemcpyDeviceToDevice, st));\n",
+            e->in_index[t], n->id, n->pos.line, e->in_index[t], n->id, n->id,
+            emit_tname[n->type]);
+}

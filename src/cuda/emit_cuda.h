@@ -1,0 +1,120 @@
+/* emit_cuda.h: what the parts of the CUDA code generator share. The parts,
+ * from the top: emit_cuda.c (the entry points, elementwise kernels, library
+ * calls) calls emit_lsa.c and emit_lsa_plan.c (a FusedAllReduce as kernels
+ * over the peers' memory), emit_send.c (a fused Send as one kernel storing
+ * into the receiver), emit_scatter.c (scattered tensors), emit_value.c (one
+ * element's arithmetic) and emit_common.c (helpers), each only those below
+ * it in this list. A part that must lower a node of the program (a fused
+ * operation's NCCL path) does so through Emitter.emit_node. */
+#ifndef COCO_EMIT_CUDA_H
+#define COCO_EMIT_CUDA_H
+
+#include "cuda/cuda.h"
+
+typedef struct Emitter Emitter;
+struct Emitter {
+    Program *p;
+    FILE *o;
+    const char *v;  /* variant prefix: v0, v1, ... */
+    int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
+    int nsegment;
+    int *out_index; /* per node: index in Execute outputs, or -1 */
+    int *in_index;  /* per input node: index in Execute inputs, or -1 */
+    int *state_of;  /* per node: the input it is the new value of, or -1 */
+    char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
+    int *lsa;       /* per fusion: generated as kernels over peers' memory
+                       (a FusedAllReduce: emit_lsa.c; a fused Send: emit_send.c) */
+    int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
+    /* the lowering of node n (its segment's kernel launch, once), then the
+     * copy of a new value into its tensor (emit_cuda.c) */
+    void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
+};
+
+/* ---- emit_common.c ---- */
+extern const char *const emit_tname[NTYPE];
+
+int emit_is_elementwise(const Node *n);
+int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */
+void emit_program_order(int *ids, int n);   /* sorts node ids ascending */
+int emit_in_list(const int *ids, int n, int id); /* is id one of ids[0..n)? */
+/* Of the members m[0..nm) of a kernel: is member id needed outside it (an
+ * output, a tensor's new value, or read by a node that is not a member)? */
+int emit_needed_outside(Emitter *e, const int *m, int nm, int id);
+/* The operands (memory or Scalars) that the elementwise members read from
+ * outside, each once, into ids; their count */
+int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids);
+/* The parameter lists of the peer-memory kernels (emit_lsa.c, emit_send.c):
+ * the kernel's typed parameters, the entry point's arguments, or the
+ * launcher's (_go) arguments forwarded to the kernel. */
+enum { EMIT_TYPED, EMIT_HOST, EMIT_FORWARD };
+/* the format of that mode (typed, host or forward) with id */
+void emit_param(Emitter *e, int mode, const char *typed, const char *host, const char *forward,
+                int id);
+/* ", PARAM" of an input x read from outside the kernel, in that mode */
+void emit_input_param(Emitter *e, const Node *x, int mode);
+int emit_same_local_shape(const Node *a, const Node *b);
+int emit_stored(Emitter *e, int i);          /* must member i be written to memory? */
+/* a new value that is also an output: the copy into its tensor */
+void emit_state_copy(Emitter *e, const Node *n);
+/* the node whose shape segment seg's kernel iterates over, or -1 */
+int emit_segment_shape(Emitter *e, int seg);
+void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
+/* the elements every rank reserves for node n's value in the workspace (the
+ * same on every rank: its count, or a sliced value's chunk), as C */
+const char *emit_room(Emitter *e, const Node *n);
+
+/* ---- emit_value.c: one element's arithmetic ---- */
+/* the C type of the register r<id> of a value of type t: float (FP16,
+ * BF16 and FP32 values are floats exactly) or double */
+const char *emit_register_type(Type t);
+/* r<id> = the value of elementwise node n (a statement inside the v loop) */
+void emit_value_statement(Emitter *e, int seg, const Node *n);
+/* INDENT r<id> = element v of raw array FROM, node n's value */
+void emit_register_load(Emitter *e, const char *indent, const Node *n, const char *from);
+/* INDENT r<id> = double expression FROM rounded to n's type */
+void emit_register_round(Emitter *e, const char *indent, const Node *n, const char *from);
+
+/* ---- emit_scatter.c: scattered tensors ---- */
+/* the scattered input whose members hold node id's value, or NULL */
+const Node *emit_scat_of(Emitter *e, int id);
+void emit_scat_outputs(Emitter *e);      /* outputs in members: into the caller's buffers */
+int emit_scat_needs_buffer(Emitter *e, int id); /* does it also need a contiguous b<id>? */
+/* the fusion whose NCCL path alone reads input i whole (it gathers it), or -1 */
+int emit_scat_gather_fusion(Emitter *e, int i);
+/* the descriptor c<id> of scattered value n (t: its tensor), and b<id> */
+void emit_scat_buffer(Emitter *e, const Node *n, const Node *t);
+/* does collective n also run as one kernel over members (the peers' too)? */
+int emit_scat_lsa(Emitter *e, const Node *n);
+/* the ReduceScatter whose NCCL path alone reads input i whole, or -1 */
+int emit_scat_gather_node(Emitter *e, int i);
+/* if (usable) { the kernel } else { emit_nccl's NCCL path } */
+void emit_scat_lsa_collective(Emitter *e, const Node *n,
+                              void (*emit_nccl)(Emitter *, const Node *));
+/* copies between members c<scat> and b<buf>: to_members 0 gathers, 1 scatters */
+void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members);
+/* fusion f's NCCL path: gathers the scattered inputs only it reads whole */
+void emit_scat_gather_for(Emitter *e, int f);
+void emit_scat_sync(Emitter *e, const Node *n); /* after n: members and copy agree */
+/* is operand or result x of segment seg's kernel addressed in members? */
+int emit_scat_member(Emitter *e, int seg, int x);
+/* the scattered value whose buckets segment seg's kernel takes, or -1 */
+int emit_segment_scat(Emitter *e, int seg, const int *ins, int nin);
+int emit_fusion_scattered(Emitter *e, int f); /* does fusion f touch one? */
+
+/* ---- emit_lsa.c, emit_lsa_plan.c: a FusedAllReduce as kernels over the
+ * peers' memory. "LSA" is NCCL's word for it: load/store accessible, the
+ * ranks whose memory this GPU reaches with plain loads and stores (NVLink on
+ * one host), through the device API's windows (ncclGetLsaPointer). ---- */
+int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */
+void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel computes */
+void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) */
+void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
+void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
+
+/* ---- emit_send.c: a fused Send as one kernel storing into the receiver ---- */
+int send_eligible(Emitter *e, int f);          /* can fusion f be that kernel? */
+void send_claim(Emitter *e, int f);            /* marks the nodes it computes */
+void send_emit_kernel(Emitter *e, int f);      /* the kernel (before the body) */
+void send_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
+
+#endif

@@ -1,0 +1,157 @@
+/* emit_value.c: the arithmetic of one element in generated kernels. The CPU
+ * executor computes every operation in double and rounds it to the result's
+ * type; generated code gives the same bits in one of two ways:
+ *   - FP32 arithmetic (__fmul_rn, ...) where that is the same rounding:
+ *     +, -, *, / and sqrt of operands that are floats, rounded to FP32, and
+ *     of FP16 operands rounded to FP16 (the double rounding through double,
+ *     or through float, of an operation on p-bit operands is innocuous when
+ *     the wider format has at least 2p + 2 bits: 53 >= 2 * 24 + 2 and
+ *     24 >= 2 * 11 + 2; tests/unit/test_float_rule.c checks it), and the
+ *     exact operations (Neg, ReLU, Cast, Update) of floats; the intrinsics
+ *     are never contracted into fused multiply-adds;
+ *   - double arithmetic rounded to the type (coco_round, coco_narrow)
+ *     otherwise: mixed FP32/FP16 operands rounded to FP16, BF16 results,
+ *     FP64, Pow, Tanh, Dropout, constants that are not floats.
+ * Values of FP16, BF16 and FP32 type live in float registers (they are
+ * floats exactly), FP64 ones in double registers. So a fused optimizer step
+ * is FP32 instructions, not conversions between float and double and FP64
+ * divisions: the GPU converts to and from 64-bit types at an eighth of its
+ * FP32 rate. */
+#include "cuda/emit_cuda.h"
+
+#include <math.h>
+
+const char *emit_register_type(Type t)
+{
+    return t == T_FP64 ? "double" : "float";
+}
+
+/* Is operand x's value a float (an FP16, BF16 or FP32 value, or a finite
+ * literal a float holds exactly)? */
+static int is_float_value(const Node *x)
+{
+    if (x->op == O_CONST)
+        return isfinite(x->value) && type_round(T_FP32, x->value) == x->value;
+    return x->type != T_FP64;
+}
+
+/* Is it an FP16 value (an FP16 tensor or Scalar, or a literal FP16 holds)? */
+static int is_half_value(const Node *x)
+{
+    if (x->op == O_CONST)
+        return isfinite(x->value) && type_round(T_FP16, x->value) == x->value;
+    return x->type == T_FP16;
+}
+
+/* Does FP32 arithmetic give node n's value with the CPU's bits? */
+static int float_arithmetic(Emitter *e, const Node *n)
+{
+    if (n->type == T_FP64)
+        return 0;
+    switch (n->op) {
+    case O_NEG: case O_RELU: case O_CAST: /* exact, then one rounding to n's type */
+        return is_float_value(node_of(e->p, n->in[0]));
+    case O_UPDATE:
+        return is_float_value(node_of(e->p, n->in[1]));
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_SQRT:
+        break;
+    default:
+        return 0;
+    }
+    if (n->type != T_FP32 && n->type != T_FP16)
+        return 0;
+    for (int k = 0; k < n->nin; k++) {
+        const Node *x = node_of(e->p, n->in[k]);
+        if (n->type == T_FP32 ? !is_float_value(x) : !is_half_value(x))
+            return 0;
+    }
+    return 1;
+}
+
+/* Operand x of a member of segment seg, as a float (in_float) or a double
+ * expression. Float registers widen to double by themselves; the functions
+ * double arithmetic calls take only doubles (no float overloads). */
+static void emit_operand(Emitter *e, int seg, int x, int in_float)
+{
+    Node *n = node_of(e->p, x);
+    const char *ld = in_float ? "coco_ldf" : "coco_ld";
+    if (n->op == O_CONST)
+        fprintf(e->o, in_float ? "(float)%.17g" : "%.17g", n->value);
+    else if (e->segment[x] == seg)
+        fprintf(e->o, "r%d", x);
+    else if (n->op == O_SCALAR)
+        fprintf(e->o, in_float ? "(float)s%d" : "s%d", x);
+    else if (e->flat[x])
+        fprintf(e->o, "%s(l%d, v, %s)", ld, x, emit_tname[n->type]);
+    else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
+        fprintf(e->o, "%s(x%d, 0, %s)", ld, x, emit_tname[n->type]);
+    else
+        fprintf(e->o, "%s(x%d, coco_bidx(h%d, it, c), %s)", ld, x, x, emit_tname[n->type]);
+}
+
+static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
+{
+    FILE *o = e->o;
+    static const char *const dbl[] = {[O_ADD] = "__dadd_rn", [O_SUB] = "__dsub_rn",
+                                      [O_MUL] = "__dmul_rn", [O_DIV] = "__ddiv_rn",
+                                      [O_POW] = "coco_pow"};
+    static const char *const flt[] = {[O_ADD] = "__fadd_rn", [O_SUB] = "__fsub_rn",
+                                      [O_MUL] = "__fmul_rn", [O_DIV] = "__fdiv_rn"};
+    switch (n->op) {
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW:
+        fprintf(o, "%s(", in_float ? flt[n->op] : dbl[n->op]);
+        emit_operand(e, seg, n->in[0], in_float);
+        fputs(", ", o);
+        emit_operand(e, seg, n->in[1], in_float);
+        fputc(')', o);
+        return;
+    case O_UPDATE:
+        emit_operand(e, seg, n->in[1], in_float);
+        return;
+    case O_NEG: fputs("-", o); break;
+    case O_SQRT: fputs(in_float ? "__fsqrt_rn" : "__dsqrt_rn", o); break;
+    case O_TANH: fputs("coco_tanh", o); break;
+    case O_RELU: fputs(in_float ? "coco_reluf" : "coco_relu", o); break;
+    case O_CAST: break;
+    case O_DROPOUT:
+        fputs("coco_dropout(", o);
+        emit_operand(e, seg, n->in[0], 0);
+        fprintf(o, ", %.17g, seed, %d, %s)", n->value, n->dropout_id,
+                n->ndim ? arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id) : "0");
+        return;
+    default:
+        BUG("not elementwise: %s", op_info(n->op)->name);
+    }
+    fputc('(', o);
+    emit_operand(e, seg, n->in[0], in_float);
+    fputc(')', o);
+}
+
+void emit_value_statement(Emitter *e, int seg, const Node *n)
+{
+    FILE *o = e->o;
+    int in_float = float_arithmetic(e, n);
+    fprintf(o, "            %s r%d = ", emit_register_type(n->type), n->id);
+    if (in_float && n->type == T_FP32) {
+        emit_value(e, seg, n, 1);
+        fputs(";\n", o);
+        return;
+    }
+    fputs(in_float ? "coco_roundf(" : n->type == T_FP64 ? "coco_round(" : "coco_narrow(", o);
+    emit_value(e, seg, n, in_float);
+    fprintf(o, ", %s);\n", emit_tname[n->type]);
+}
+
+void emit_register_load(Emitter *e, const char *indent, const Node *n, const char *from)
+{
+    int wide = n->type == T_FP64;
+    fprintf(e->o, "%s%s r%d = %s(%s, v, %s);\n", indent, emit_register_type(n->type), n->id,
+            wide ? "coco_ld" : "coco_ldf", from, emit_tname[n->type]);
+}
+
+void emit_register_round(Emitter *e, const char *indent, const Node *n, const char *from)
+{
+    int wide = n->type == T_FP64;
+    fprintf(e->o, "%s%s r%d = %s(%s, %s);\n", indent, emit_register_type(n->type), n->id,
+            wide ? "coco_round" : "coco_narrow", from, emit_tname[n->type]);
+}

@@ -1,0 +1,74 @@
+/* front.h: the front end: lexing, parsing, type/shape/layout inference,
+ * where each rank's part of a value lies, the whole-graph check, printing.
+ * Files of src/front/ include this header and src/coco.h, nothing above. */
+#ifndef COCO_FRONT_H
+#define COCO_FRONT_H
+
+#include "coco.h"
+
+/* ---- lex.c ---- */
+typedef enum { TK_IDENT, TK_NUM, TK_STR, TK_PUNCT, TK_EOF } TokKind;
+typedef struct {
+    TokKind kind;
+    const char *start;
+    int len;
+    double num;
+    int is_int;
+    Pos pos;
+} Token;
+typedef struct {
+    const char *src;
+    const char *p;
+    int line;
+    const char *line_start;
+} Lexer;
+void lex_init(Lexer *lx, const char *src);
+Token lex_next(Lexer *lx);
+
+/* ---- parse.c: text -> graph (inference runs as each node is made) ---- */
+typedef struct {
+    const char *name;
+    const char *value;
+} Binding;
+void parse_program(Program *p, const Binding *b, int nb, int nranks, long group_size);
+void parse_schedules(Program *p, const char *file, const char *src); /* Schedule blocks */
+int is_reserved(const char *s);                    /* a keyword of the language */
+
+/* ---- infer.c: type, shape and layout of one node from its inputs ---- */
+void infer_node(Program *p, Node *n);      /* user error on a violated rule */
+int same_members(const Node *a, const Node *b); /* scattered alike (both contiguous: 1) */
+
+/* ---- shape.c: where each rank's part of a value lies ---- */
+long group_size_of(const Program *p, GroupKind g);  /* ranks in one group */
+int ngroups_of(const Program *p, GroupKind g);      /* number of groups */
+int group_index(const Program *p, GroupKind g, int rank); /* which group */
+int group_rank(const Program *p, GroupKind g, int rank);  /* index within it */
+int rank_of(const Program *p, GroupKind g, int group, int index);
+/* blocks of c = ceil(n/parts): part idx is [min(n, idx*c), min(n, (idx+1)*c)) */
+void slice_range(long n, long parts, long idx, long *lo, long *hi);
+/* the shape one rank holds, and where it starts in the logical tensor */
+void local_shape(const Program *p, const Node *n, int rank, long *shape, long *offset);
+long local_count(const Program *p, const Node *n, int rank);
+int same_place(const Node *a, const Node *b); /* the same local part on every rank */
+/* Walks one rank's local elements in local row-major order, giving each
+ * one's row-major index in the node's logical shape (added for inputs.c,
+ * dropout and the collectives). */
+typedef struct {
+    int ndim;
+    long shape[MAXDIM];  /* local shape */
+    long stride[MAXDIM]; /* row-major strides of the logical shape */
+    long idx[MAXDIM];    /* local coordinates of the current element */
+    long gidx;           /* logical row-major index of the current element */
+} GlobalIter;
+void global_iter_start(GlobalIter *it, const Program *p, const Node *n, int rank);
+void global_iter_next(GlobalIter *it);
+
+/* ---- verify.c: whole-graph consistency, run after every step ---- */
+void verify_program(Program *p);           /* BUG() on an internal inconsistency */
+
+/* ---- print.c: graph -> .coco text ---- */
+void print_program(Program *p, FILE *out);
+void print_schedule(const Schedule *s, FILE *out);
+
+
+#endif

@@ -1,0 +1,152 @@
+/* lex.c: turns .coco text into tokens: identifiers, numbers, "strings" and
+ * punctuation; skips white space and line and block comments. Positions are
+ * 1-based line and column. Bad characters are user errors. */
+#include "front/front.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lex_init(Lexer *lx, const char *src)
+{
+    lx->src = src;
+    lx->p = src;
+    lx->line = 1;
+    lx->line_start = src;
+}
+
+static Pos here(Lexer *lx)
+{
+    Pos pos = {lx->line, (int)(lx->p - lx->line_start) + 1};
+    return pos;
+}
+
+static void newline(Lexer *lx)
+{
+    lx->line++;
+    lx->line_start = lx->p + 1;
+}
+
+/* Skips blanks and comments. */
+static void skip_space(Lexer *lx)
+{
+    for (;;) {
+        char c = *lx->p;
+        if (c == '\n') {
+            newline(lx);
+            lx->p++;
+        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+            lx->p++;
+        } else if (c == '/' && lx->p[1] == '/') {
+            while (*lx->p && *lx->p != '\n')
+                lx->p++;
+        } else if (c == '/' && lx->p[1] == '*') {
+            Pos start = here(lx);
+            lx->p += 2;
+            while (*lx->p && !(lx->p[0] == '*' && lx->p[1] == '/')) {
+                if (*lx->p == '\n')
+                    newline(lx);
+                lx->p++;
+            }
+            if (!*lx->p)
+                error_at(start, "unterminated /* comment");
+            lx->p += 2;
+        } else {
+            return;
+        }
+    }
+}
+
+static Token lex_number(Lexer *lx, Token t)
+{
+    const char *s = lx->p;
+    int is_int = 1;
+    while (isdigit((unsigned char)*lx->p))
+        lx->p++;
+    if (*lx->p == '.') {
+        is_int = 0;
+        lx->p++;
+        while (isdigit((unsigned char)*lx->p))
+            lx->p++;
+    }
+    if (*lx->p == 'e' || *lx->p == 'E') {
+        const char *e = lx->p + 1;
+        if (*e == '+' || *e == '-')
+            e++;
+        if (isdigit((unsigned char)*e)) {
+            is_int = 0;
+            lx->p = e;
+            while (isdigit((unsigned char)*lx->p))
+                lx->p++;
+        }
+    }
+    if (isalpha((unsigned char)*lx->p) || *lx->p == '_')
+        error_at(t.pos, "malformed number '%.*s'", (int)(lx->p - s + 1), s);
+    errno = 0;
+    t.num = strtod(s, NULL);
+    if (errno == ERANGE && isinf(t.num))
+        error_at(t.pos, "number '%.*s' is too large", (int)(lx->p - s), s);
+    t.kind = TK_NUM;
+    t.is_int = is_int;
+    t.len = (int)(lx->p - s);
+    return t;
+}
+
+static Token lex_string(Lexer *lx, Token t)
+{
+    lx->p++;
+    while (*lx->p && *lx->p != '"' && *lx->p != '\n')
+        lx->p++;
+    if (*lx->p != '"')
+        error_at(t.pos, "unterminated string");
+    lx->p++;
+    t.kind = TK_STR;
+    t.start++; /* without the quotes */
+    t.len = (int)(lx->p - t.start) - 1;
+    return t;
+}
+
+Token lex_next(Lexer *lx)
+{
+    skip_space(lx);
+    Token t;
+    memset(&t, 0, sizeof t);
+    t.pos = here(lx);
+    t.start = lx->p;
+    char c = *lx->p;
+    if (!c) { /* at the end of the last line, not on the empty line after it */
+        t.kind = TK_EOF;
+        if (lx->p > lx->src && lx->p[-1] == '\n' && lx->line > 1) {
+            const char *start = lx->p - 1;
+            while (start > lx->src && start[-1] != '\n')
+                start--;
+            t.pos.line = lx->line - 1;
+            t.pos.col = (int)(lx->p - 1 - start) + 1;
+        }
+        return t;
+    }
+    if (isalpha((unsigned char)c) || c == '_') {
+        while (isalnum((unsigned char)*lx->p) || *lx->p == '_')
+            lx->p++;
+        t.kind = TK_IDENT;
+        t.len = (int)(lx->p - t.start);
+        if (t.len >= MAXNAME)
+            error_at(t.pos, "name is too long (%d characters, at most %d)", t.len, MAXNAME - 1);
+        return t;
+    }
+    if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)lx->p[1])))
+        return lex_number(lx, t);
+    if (c == '"')
+        return lex_string(lx, t);
+    if (strchr("()[]{},;=+-*/", c)) {
+        lx->p++;
+        t.kind = TK_PUNCT;
+        t.len = 1;
+        return t;
+    }
+    if (isprint((unsigned char)c))
+        error_at(t.pos, "unexpected character '%c'", c);
+    error_at(t.pos, "unexpected byte 0x%02x (is this a text file?)", (unsigned char)c);
+}

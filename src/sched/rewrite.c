@@ -1,0 +1,219 @@
+/* rewrite.c: graph surgery shared by the schedule transformations: cloning
+ * a program, copying nodes, redirecting uses, re-sorting the nodes into a
+ * topological order after new ones were added, and questions about fused
+ * operations and references (a node or a fusion) that the rules ask. */
+#include "sched/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+Program *program_clone(Program *base)
+{
+    Arena *a = arena_new();
+    Program *p = arena_alloc(a, sizeof(Program));
+    *p = *base;
+    p->arena = a;
+    p->base = base->base ? base->base : base;
+    p->node = xmalloc((size_t)(base->capnode ? base->capnode : 1) * sizeof(Node));
+    copy_bytes(p->node, base->node, (size_t)base->nnode * sizeof(Node));
+    p->exec_in = arena_alloc(a, (size_t)(base->nexec_in + 1) * sizeof(int));
+    copy_bytes(p->exec_in, base->exec_in, (size_t)base->nexec_in * sizeof(int));
+    p->exec_out = arena_alloc(a, (size_t)(base->nexec_out + 1) * sizeof(int));
+    copy_bytes(p->exec_out, base->exec_out, (size_t)base->nexec_out * sizeof(int));
+    p->fusion = arena_alloc(a, (size_t)(base->nfusion + 1) * sizeof(Fusion));
+    copy_bytes(p->fusion, base->fusion, (size_t)base->nfusion * sizeof(Fusion));
+    p->overlap = arena_alloc(a, (size_t)(base->noverlap + 1) * sizeof(Overlap));
+    for (int i = 0; i < base->noverlap; i++) {
+        Overlap *o = &p->overlap[i];
+        *o = base->overlap[i];
+        o->item = arena_alloc(a, (size_t)o->nitem * sizeof(Ref));
+        copy_bytes(o->item, base->overlap[i].item, (size_t)o->nitem * sizeof(Ref));
+    }
+    return p;
+}
+
+/* The same program with every value FP64 (inputs keep their declared data):
+ * the exact evaluation that rounding differences are measured against. */
+Program *program_exact(Program *base)
+{
+    Program *p = program_clone(base);
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->fill_type == NTYPE)
+            n->fill_type = n->type;
+        n->type = T_FP64;
+        n->to = T_FP64;
+    }
+    verify_program(p);
+    return p;
+}
+
+Node *node_copy(Program *p, int id, double seq)
+{
+    Node *n = node_new(p, O_CONST, (Pos){0, 0});
+    int nid = n->id;
+    *n = *node_of(p, id);
+    n->id = nid;
+    n->seq = seq;
+    n->named = 0;
+    n->fusion = -1;
+    n->name = arena_printf(p->arena, "_t%d", nid);
+    return n;
+}
+
+/* Makes every live reader of old whose seq is greater than the seq of node
+ * after_seq_of (or every reader, when -1) read with instead. */
+void replace_uses(Program *p, int old, int with, int after_seq_of)
+{
+    double floor_seq = after_seq_of >= 0 ? node_of(p, after_seq_of)->seq : -1e300;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead || i == with || n->seq <= floor_seq)
+            continue;
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] == old)
+                n->in[k] = with;
+    }
+    for (int i = 0; i < p->nexec_out; i++)
+        if (p->exec_out[i] == old)
+            p->exec_out[i] = with;
+}
+
+static int remap(const int *newid, int id)
+{
+    return id < 0 ? id : newid[id];
+}
+
+static void remap_program(Program *p, const int *newid)
+{
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        for (int k = 0; k < n->nin; k++)
+            n->in[k] = remap(newid, n->in[k]);
+        n->target = remap(newid, n->target);
+        n->updated_by = remap(newid, n->updated_by);
+    }
+    for (int i = 0; i < p->nexec_in; i++)
+        p->exec_in[i] = remap(newid, p->exec_in[i]);
+    for (int i = 0; i < p->nexec_out; i++)
+        p->exec_out[i] = remap(newid, p->exec_out[i]);
+    for (int i = 0; i < p->noverlap; i++)
+        for (int k = 0; k < p->overlap[i].nitem; k++)
+            if (!REF_IS_FUSION(p->overlap[i].item[k]))
+                p->overlap[i].item[k] = remap(newid, p->overlap[i].item[k]);
+}
+
+/* Picks, among live nodes whose inputs are all placed, the one of least seq. */
+static int next_ready(Program *p, const int *placed, const int *done)
+{
+    int best = -1;
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead || done[i])
+            continue;
+        int ready = 1;
+        for (int k = 0; k < n->nin && ready; k++)
+            ready = done[n->in[k]];
+        if (ready && (best < 0 || n->seq < p->node[best].seq))
+            best = i;
+    }
+    (void)placed;
+    return best;
+}
+
+void program_resort(Program *p)
+{
+    int n = p->nnode;
+    int *order = xmalloc((size_t)(n + 1) * sizeof(int));
+    int *done = xcalloc((size_t)n + 1, sizeof(int));
+    int *newid = xmalloc((size_t)(n + 1) * sizeof(int));
+    int count = 0;
+    for (int pick; (pick = next_ready(p, order, done)) >= 0;) {
+        done[pick] = 1;
+        order[count++] = pick;
+    }
+    for (int i = 0; i < n; i++) {
+        Node *d = &p->node[i];
+        for (int k = 0; !d->dead && k < d->nin; k++)
+            if (p->node[d->in[k]].dead)
+                BUG("live node %d (%s) reads removed node %d", i, d->name, d->in[k]);
+    }
+    for (int i = 0; i < n; i++)
+        newid[i] = -1;
+    for (int i = 0; i < count; i++)
+        newid[order[i]] = i;
+    Node *sorted = xmalloc((size_t)(p->capnode ? p->capnode : 1) * sizeof(Node));
+    for (int i = 0; i < count; i++) {
+        sorted[i] = p->node[order[i]];
+        sorted[i].id = i;
+        sorted[i].seq = i;
+    }
+    free(p->node);
+    p->node = sorted;
+    p->nnode = count;
+    remap_program(p, newid);
+    free(order);
+    free(done);
+    free(newid);
+}
+
+int fusion_new(Program *p, const char *name, FuseKind kind)
+{
+    Fusion *grown = arena_alloc(p->arena, (size_t)(p->nfusion + 1) * sizeof(Fusion));
+    copy_bytes(grown, p->fusion, (size_t)p->nfusion * sizeof(Fusion));
+    p->fusion = grown;
+    Fusion *f = &p->fusion[p->nfusion];
+    f->name = arena_strdup(p->arena, name);
+    f->kind = kind;
+    return p->nfusion++;
+}
+
+int ref_members(Program *p, Ref r, int *out, int max)
+{
+    if (!REF_IS_FUSION(r)) {
+        if (max > 0)
+            out[0] = r;
+        return 1;
+    }
+    int f = REF_FUSION_INDEX(r), c = 0;
+    for (int i = 0; i < p->nnode; i++)
+        if (!p->node[i].dead && p->node[i].fusion == f) {
+            if (c < max)
+                out[c] = i;
+            c++;
+        }
+    return c;
+}
+
+/* The named node whose statement writes node id inline (id itself if named). */
+int statement_head(Program *p, int id)
+{
+    int users[2];
+    while (!node_of(p, id)->named && op_info(node_of(p, id)->op)->kind != K_LEAF &&
+           node_users(p, id, users, 2) == 1)
+        id = users[0];
+    return id;
+}
+
+/* A node reference stands for its whole statement (its inline parts too). */
+static int in_ref(Program *p, Ref r, int id)
+{
+    Node *n = node_of(p, id);
+    if (REF_IS_FUSION(r))
+        return n->fusion == REF_FUSION_INDEX(r);
+    return id == r || (!n->named && n->fusion < 0 && statement_head(p, id) == r);
+}
+
+/* Does some member of b read a value made by a member of a? */
+int ref_uses(Program *p, Ref a, Ref b)
+{
+    for (int i = 0; i < p->nnode; i++) {
+        Node *n = &p->node[i];
+        if (n->dead || !in_ref(p, b, i))
+            continue;
+        for (int k = 0; k < n->nin; k++)
+            if (in_ref(p, a, n->in[k]) && !in_ref(p, b, n->in[k]))
+                return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* sched.h: schedules: graph rewriting, applying a schedule statement by
+ * statement, the transformations, and the enumeration of schedules.
+ * Files of src/sched/ may include the front end and the core, nothing above. */
+#ifndef COCO_SCHED_H
+#define COCO_SCHED_H
+
+#include "front/front.h"
+
+/* ---- rewrite.c: graph surgery shared by the transformations ---- */
+Program *program_clone(Program *base);          /* deep copy for scheduling */
+Program *program_exact(Program *base);          /* a clone computing everything in FP64 */
+Node *node_copy(Program *p, int id, double seq); /* a new node like id */
+void replace_uses(Program *p, int old, int with, int after_seq_of);
+void program_resort(Program *p);               /* topological, by seq; drops dead */
+int fusion_new(Program *p, const char *name, FuseKind kind);
+int ref_members(Program *p, Ref r, int *out, int max); /* node ids of a ref */
+int ref_uses(Program *p, Ref a, Ref b);        /* does b read a value of a? */
+int statement_head(Program *p, int id);        /* named node writing id inline */
+
+/* ---- xform.c: what the transformations share: names, refusals ---- */
+typedef struct {
+    Program *p;
+    const SchedStmt *st;
+    const char *sched;
+} Xform;
+_Noreturn void refuse(const Xform *x, const char *fmt, ...);
+Ref xform_arg(const Xform *x, int i);           /* the value or fusion argument i names */
+void xform_outs(const Xform *x, int n, const char *what); /* requires n output names */
+/* gives output name i to r; without output names, a fresh name from dflt */
+void xform_name(const Xform *x, int i, Ref r, const char *dflt);
+const char *overlap_name_check(const Xform *x); /* the overlap's name */
+int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
+void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
+const char *schedule_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
+
+/* ---- sched.c: applying a schedule, statement by statement ---- */
+void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
+/* statements made by the compiler, applied as schedule `sched` would be */
+void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n);
+/* verb(args) with policy, no output names */
+SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                        const char *policy);
+const Schedule *schedule_find(Program *p, const char *name);
+
+/* ---- enumerate.c: every distinct valid schedule, added to p->sched ---- */
+int enumerate_schedules(Program *p);
+
+/* ---- xform_*.c: the transformations ---- */
+void xform_split(const Xform *x);
+void xform_reorder(const Xform *x);
+void xform_fuse(const Xform *x);
+void xform_overlap(const Xform *x);
+int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
+void xform_asslice(const Xform *x);
+void xform_dead(const Xform *x);
+
+
+#endif

@@ -1,0 +1,270 @@
+/* xform_fuse.c: fuse and overlap.
+ *
+ * fuse(..., ComputationFuse): computations (values with their inline parts,
+ *   or fused computations) become one operation.
+ * fuse(..., AllReduceFuse | ARFuse): a ReduceScatter, the sliced
+ *   computations on its result and the AllGathers of their results become
+ *   one FusedAllReduce; computations on the paths between them are included
+ *   even when not named, with the Slices and single values they read.
+ * fuse(..., SendFuse): computations and the Send of their result become one
+ *   fused Send.
+ * Valid only when dependencies are preserved: no value outside the fused
+ *   set both reads from it and is read by it.
+ * overlap(a, b, ...): a chain in which each operation consumes the
+ *   previous one runs overlapped. */
+#include "sched/sched.h"
+
+#include <string.h>
+
+typedef struct {
+    const Xform *x;
+    Program *p;
+    char *in; /* in[id]: member */
+    int n;    /* nodes when it started */
+} Members;
+
+static void add_ref(Members *m, Ref r)
+{
+    Program *p = m->p;
+    int *ids = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    int c;
+    if (REF_IS_FUSION(r)) {
+        c = ref_members(p, r, ids, p->nnode);
+    } else {
+        Node *n = node_of(p, r);
+        if (n->fusion >= 0)
+            refuse(m->x, "'%s' is already part of fused operation '%s'", n->name,
+                   p->fusion[n->fusion].name);
+        if (op_info(n->op)->kind == K_LEAF)
+            refuse(m->x, "'%s' is an input, not an operation", n->name);
+        c = statement_nodes(p, r, ids, p->nnode);
+    }
+    for (int i = 0; i < c; i++)
+        m->in[ids[i]] = 1;
+}
+
+static int is_computation(const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    return k == K_UNARY || k == K_BINARY || k == K_UPDATE || k == K_REDUCTION;
+}
+
+/* A value computed outside the set from a member and read by a member. */
+static void check_convex(Members *m)
+{
+    Program *p = m->p;
+    char *down = arena_alloc(p->arena, (size_t)m->n);
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(p, i);
+        if (n->dead)
+            continue;
+        for (int k = 0; k < n->nin; k++) {
+            int v = n->in[k];
+            if (m->in[i] && down[v]) {
+                const char *name = node_of(p, v)->name;
+                refuse(m->x, "'%s' is computed from the fused operations and also needed by them: "
+                       "fusing would break that dependency", name);
+            }
+            if (!m->in[i] && (m->in[v] || down[v]))
+                down[i] = 1;
+        }
+    }
+}
+
+static int count_ops(Members *m, Op op, int *first)
+{
+    int c = 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->in[i] && node_of(m->p, i)->op == op) {
+            if (!c && first)
+                *first = i;
+            c++;
+        }
+    return c;
+}
+
+/* Adds the nodes on paths from node `from` to any member. */
+static void add_paths(Members *m, int from)
+{
+    Program *p = m->p;
+    char *reach = arena_alloc(p->arena, (size_t)m->n);
+    reach[from] = 1;
+    for (int i = from + 1; i < m->n; i++)
+        for (int k = 0; !node_of(p, i)->dead && k < node_of(p, i)->nin; k++)
+            reach[i] |= reach[node_of(p, i)->in[k]];
+    for (int i = m->n - 1; i > from; i--) {
+        if (!m->in[i])
+            continue;
+        Node *n = node_of(p, i);
+        for (int k = 0; k < n->nin; k++)
+            if (reach[n->in[k]])
+                m->in[n->in[k]] = 1;
+    }
+}
+
+/* Adds the Slices and single values that only members read. */
+static void add_helpers(Members *m)
+{
+    Program *p = m->p;
+    int users[64];
+    for (int i = m->n - 1; i >= 0; i--) {
+        Node *n = node_of(p, i);
+        if (m->in[i] || n->dead || op_info(n->op)->kind == K_LEAF || n->fusion >= 0)
+            continue;
+        if (n->op != O_SLICE && n->ndim != 0)
+            continue;
+        int nu = node_users(p, i, users, 64), all = nu > 0 && nu <= 64;
+        for (int k = 0; all && k < nu; k++)
+            all = m->in[users[k]];
+        if (all && !is_output(p, i))
+            m->in[i] = 1;
+    }
+}
+
+static void check_computations(Members *m, int allow_comm)
+{
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(m->p, i);
+        if (!m->in[i] || is_computation(n))
+            continue;
+        int partial_sum = n->op == O_ALLREDUCE && node_of(m->p, n->in[0])->op == O_PARTIAL_REDUCE;
+        if (allow_comm && (n->op == O_REDUCESCATTER || n->op == O_ALLGATHER || partial_sum))
+            continue;
+        refuse(m->x, "%s '%s' is not a computation that can be fused", op_info(n->op)->name,
+               n->name);
+    }
+}
+
+static void check_shapes(Members *m)
+{
+    long size = 1;
+    int big = -1;
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(m->p, i);
+        long c = dim_count(n);
+        if (!m->in[i] || n->ndim == 0 || n->op == O_PARTIAL_REDUCE)
+            continue;
+        if (big >= 0 && c != size)
+            refuse(m->x, "'%s' and '%s' have different numbers of elements (%ld and %ld): a "
+                   "fused computation is one loop over the elements",
+                   node_of(m->p, big)->name, n->name, size, c);
+        size = c;
+        big = i;
+    }
+}
+
+static void check_allreduce_fuse(Members *m)
+{
+    int rs = -1, ag = -1;
+    int nrs = count_ops(m, O_REDUCESCATTER, &rs);
+    if (nrs != 1)
+        refuse(m->x, "a FusedAllReduce has one ReduceScatter, but %d are given", nrs);
+    if (!count_ops(m, O_ALLGATHER, &ag))
+        refuse(m->x, "a FusedAllReduce ends with AllGathers of its results; none is given");
+    add_paths(m, rs);
+    add_helpers(m);
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(m->p, i);
+        if (!m->in[i] || i == rs || n->ndim == 0 || n->op == O_SLICE)
+            continue;
+        if (n->op == O_ALLGATHER || n->layout.kind == L_SLICED)
+            continue;
+        refuse(m->x, "'%s' is %s: inside a FusedAllReduce computations run on the slices of "
+               "'%s' (reorder the AllGather first)",
+               node_of(m->p, statement_head(m->p, i))->name, layout_str(m->p->arena, n->layout),
+               node_of(m->p, rs)->name);
+    }
+    check_computations(m, 1);
+}
+
+static void check_send_fuse(Members *m)
+{
+    int send = -1;
+    int ns = count_ops(m, O_SEND, &send);
+    if (ns != 1)
+        refuse(m->x, "a fused Send has one Send, but %d are given", ns);
+    if (!m->in[node_of(m->p, send)->in[0]])
+        refuse(m->x, "Send '%s' does not send a fused computation", node_of(m->p, send)->name);
+    m->in[send] = 0;
+    check_computations(m, 0);
+    check_shapes(m);
+    m->in[send] = 1;
+}
+
+void xform_fuse(const Xform *x)
+{
+    Program *p = x->p;
+    const char *pol = x->st->policy;
+    if (!pol)
+        refuse(x, "it needs a policy: ComputationFuse, AllReduceFuse or SendFuse");
+    FuseKind kind = !strcmp(pol, "ComputationFuse") ? F_COMPUTATION
+                    : !strcmp(pol, "SendFuse")      ? F_SEND
+                    : !strcmp(pol, "AllReduceFuse") || !strcmp(pol, "ARFuse") ? F_ALLREDUCE
+                                                                              : (FuseKind)-1;
+    if ((int)kind < 0)
+        refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)", pol);
+    if (x->st->narg < 1)
+        refuse(x, "there is nothing to fuse");
+    xform_outs(x, 1, "the fused operation");
+    Members m = {x, p, arena_alloc(p->arena, (size_t)p->nnode), p->nnode};
+    for (int i = 0; i < x->st->narg; i++)
+        add_ref(&m, xform_arg(x, i));
+    if (kind == F_COMPUTATION) {
+        check_computations(&m, 0);
+        check_shapes(&m);
+    } else if (kind == F_ALLREDUCE) {
+        check_allreduce_fuse(&m);
+    } else {
+        check_send_fuse(&m);
+    }
+    check_convex(&m);
+    int f = fusion_new(p, "", kind);
+    for (int i = 0; i < m.n; i++) /* a fused operation joins whole */
+        if (m.in[i] && node_of(p, i)->fusion >= 0)
+            p->fusion[node_of(p, i)->fusion].dead = 1;
+    for (int i = 0; i < m.n; i++) {
+        Node *n = node_of(p, i);
+        if (m.in[i] || (n->fusion >= 0 && n->fusion != f && p->fusion[n->fusion].dead))
+            n->fusion = f;
+    }
+    xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));
+}
+
+int in_some_overlap(Program *p, Ref r)
+{
+    for (int i = 0; i < p->noverlap; i++)
+        for (int k = 0; k < p->overlap[i].nitem; k++)
+            if (p->overlap[i].item[k] == r)
+                return 1;
+    return 0;
+}
+
+void xform_overlap(const Xform *x)
+{
+    Program *p = x->p;
+    if (x->st->policy)
+        refuse(x, "it takes no policy");
+    if (x->st->narg < 2)
+        refuse(x, "it needs at least two operations");
+    xform_outs(x, 1, "the overlapped chain");
+    Ref *items = arena_alloc(p->arena, (size_t)x->st->narg * sizeof(Ref));
+    for (int i = 0; i < x->st->narg; i++) {
+        items[i] = xform_arg(x, i);
+        if (!REF_IS_FUSION(items[i]) && node_of(p, items[i])->fusion >= 0)
+            refuse(x, "'%s' is inside fused operation '%s': overlap the fused operation",
+                   ref_name(p, items[i]), p->fusion[node_of(p, items[i])->fusion].name);
+        if (in_some_overlap(p, items[i]))
+            refuse(x, "'%s' is already overlapped", ref_name(p, items[i]));
+        if (i && !ref_uses(p, items[i - 1], items[i]))
+            refuse(x, "'%s' does not consume '%s': only a producer-consumer chain can overlap",
+                   ref_name(p, items[i]), ref_name(p, items[i - 1]));
+    }
+    const char *name = overlap_name_check(x);
+    Overlap *grown = arena_alloc(p->arena, (size_t)(p->noverlap + 1) * sizeof(Overlap));
+    copy_bytes(grown, p->overlap, (size_t)p->noverlap * sizeof(Overlap));
+    p->overlap = grown;
+    Overlap *o = &p->overlap[p->noverlap++];
+    o->name = name;
+    o->item = items;
+    o->nitem = x->st->narg;
+}
