@@ -43,24 +43,13 @@ typedef struct {
     int line, col; /* 1-based; line 0 means "no position" */
 } Pos;
 
-/* ---- operations (table in ops.c) ---- */
+/* ---- operations: one row each in core/ops.def ---- */
+/* O_INPUT is a Tensor declaration, O_SCALAR a Scalar's (an input, or a
+ * constant when it has a value), O_CONST a numeric literal */
 typedef enum {
-    /* leaves */
-    O_INPUT,  /* Tensor declaration */
-    O_SCALAR, /* Scalar declaration (input, or constant when it has a value) */
-    O_CONST,  /* numeric literal */
-    /* pointwise */
-    O_NEG, O_SQRT, O_TANH, O_RELU, O_DROPOUT, O_CAST, O_SLICE,
-    O_ADD, O_SUB, O_MUL, O_DIV, O_POW,
-    /* layers */
-    O_MATMUL, O_CONV2D,
-    /* reductions within a rank */
-    O_NORM, O_REDUCE_TENSOR,
-    O_PARTIAL_REDUCE, /* reduces what each rank holds of a Sliced value: Local */
-    /* state */
-    O_UPDATE,
-    /* communication */
-    O_ALLREDUCE, O_REDUCESCATTER, O_ALLGATHER, O_REDUCE, O_BROADCAST, O_SEND,
+#define OP(id, name, kind, nin, elementwise, keyword, paper) id,
+#include "core/ops.def"
+#undef OP
     NOP
 } Op;
 
@@ -68,10 +57,13 @@ typedef enum {
     K_LEAF, K_UNARY, K_BINARY, K_LAYER, K_REDUCTION, K_UPDATE, K_COMM
 } OpKind;
 
-typedef struct {
-    const char *name; /* as written in programs */
+typedef struct {              /* a row of core/ops.def */
+    const char *name;        /* in messages and printed programs */
     OpKind kind;
-    int nin;          /* number of tensor inputs */
+    int nin;                 /* number of tensor inputs */
+    int elementwise;         /* fuses into one kernel, element by element */
+    const char *keyword;     /* the word a program calls it by, or NULL */
+    const char *paper;       /* its token in a schedule's paper name, or NULL */
 } OpInfo;
 
 /* ---- the program graph ---- */

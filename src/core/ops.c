@@ -1,37 +1,15 @@
-/* ops.c: the table of operation facts, and names of reduction operators,
- * layouts and groups. Every pass asks here instead of switching on names. */
+/* ops.c: the facts of each operation (made from core/ops.def), and names of
+ * reduction operators, layouts and groups. Every pass asks here instead of
+ * switching on names. */
 #include "coco.h"
 
 #include <string.h>
 
 static const OpInfo ops[NOP] = {
-    [O_INPUT] = {"Tensor", K_LEAF, 0},
-    [O_SCALAR] = {"Scalar", K_LEAF, 0},
-    [O_CONST] = {"const", K_LEAF, 0},
-    [O_NEG] = {"-", K_UNARY, 1},
-    [O_SQRT] = {"Sqrt", K_UNARY, 1},
-    [O_TANH] = {"Tanh", K_UNARY, 1},
-    [O_RELU] = {"ReLU", K_UNARY, 1},
-    [O_DROPOUT] = {"Dropout", K_UNARY, 1},
-    [O_CAST] = {"Cast", K_UNARY, 1},
-    [O_SLICE] = {"Slice", K_UNARY, 1},
-    [O_ADD] = {"+", K_BINARY, 2},
-    [O_SUB] = {"-", K_BINARY, 2},
-    [O_MUL] = {"*", K_BINARY, 2},
-    [O_DIV] = {"/", K_BINARY, 2},
-    [O_POW] = {"Pow", K_BINARY, 2},
-    [O_MATMUL] = {"MatMul", K_LAYER, 2},
-    [O_CONV2D] = {"Conv2D", K_LAYER, 2},
-    [O_NORM] = {"Norm", K_REDUCTION, 1},
-    [O_REDUCE_TENSOR] = {"ReduceTensor", K_REDUCTION, 1},
-    [O_PARTIAL_REDUCE] = {"PartialReduce", K_REDUCTION, 1},
-    [O_UPDATE] = {"Update", K_UPDATE, 2},
-    [O_ALLREDUCE] = {"AllReduce", K_COMM, 1},
-    [O_REDUCESCATTER] = {"ReduceScatter", K_COMM, 1},
-    [O_ALLGATHER] = {"AllGather", K_COMM, 1},
-    [O_REDUCE] = {"Reduce", K_COMM, 1},
-    [O_BROADCAST] = {"Broadcast", K_COMM, 1},
-    [O_SEND] = {"Send", K_COMM, 1},
+#define OP(id, name, kind, nin, elementwise, keyword, paper) \
+    [id] = {name, kind, nin, elementwise, keyword, paper},
+#include "core/ops.def"
+#undef OP
 };
 
 const OpInfo *op_info(Op op)

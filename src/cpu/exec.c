@@ -153,8 +153,7 @@ static void release_after(Exec *e, const int *last, int i)
  * so that element i of n reads element i of it), or -1. */
 static int reusable_input(const Exec *e, const int *last, const Node *n)
 {
-    OpKind k = op_info(n->op)->kind;
-    if ((k != K_UNARY && k != K_BINARY && k != K_UPDATE) || n->op == O_SLICE)
+    if (!op_info(n->op)->elementwise)
         return -1;
     for (int i = 0; i < n->nin; i++) {
         const Node *x = &e->prog->node[n->in[i]];

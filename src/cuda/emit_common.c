@@ -11,8 +11,7 @@ const char *const emit_tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "C
 
 int emit_is_elementwise(const Node *n)
 {
-    OpKind k = op_info(n->op)->kind;
-    return (k == K_UNARY && n->op != O_SLICE) || k == K_BINARY || k == K_UPDATE;
+    return op_info(n->op)->elementwise;
 }
 
 /* Must member i of its segment be written to memory? */

@@ -25,12 +25,15 @@ typedef struct {
     const char *file; /* of a schedule file; NULL: the program's */
 } Parser;
 
+/* The words of the language that are not operations; the operations'
+ * keywords (core/ops.def) and Recv are reserved too. */
 static const char *const reserved[] = {
     "Tensor", "Var", "Scalar", "Size", "Group", "Execute", "Schedule", "WORLD", "GROUP",
     "RANK", "GroupRank", "FP16", "BF16", "FP32", "FP64", "Sliced", "Replicated", "Local",
-    "AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "Send", "Recv",
-    "MatMul", "Conv2D", "Dropout", "Tanh", "ReLU", "Sqrt", "Pow", "Norm", "ReduceTensor",
-    "Update", "Cast", "Slice", "PartialReduce", "Scattered", NULL};
+    "Scattered", NULL};
+
+/* The receiving side of a Send: a call of O_SEND by another keyword. */
+static const char recv_keyword[] = "Recv";
 
 /* ---- tokens ---- */
 
@@ -90,12 +93,25 @@ static int next_is_lparen(Parser *ps)
     return t.kind == TK_PUNCT && t.start[0] == '(';
 }
 
+/* The operation whose keyword s is (Recv: O_SEND), or NOP. */
+static Op op_of_keyword(const char *s, size_t len)
+{
+    if (strlen(recv_keyword) == len && !strncmp(s, recv_keyword, len))
+        return O_SEND;
+    for (int op = 0; op < NOP; op++) {
+        const char *k = op_info((Op)op)->keyword;
+        if (k && strlen(k) == len && !strncmp(s, k, len))
+            return (Op)op;
+    }
+    return NOP;
+}
+
 int is_reserved(const char *s)
 {
     for (int i = 0; reserved[i]; i++)
         if (!strcmp(s, reserved[i]))
             return 1;
-    return 0;
+    return op_of_keyword(s, strlen(s)) != NOP;
 }
 
 /* NAME, which must not be a keyword */
@@ -833,30 +849,19 @@ static int call_reduce_tensor(Parser *ps, Op op, Pos pos)
     return id;
 }
 
-static const struct {
-    const char *name;
-    Op op;
-} calls[] = {
-    {"AllReduce", O_ALLREDUCE}, {"ReduceScatter", O_REDUCESCATTER}, {"AllGather", O_ALLGATHER},
-    {"Reduce", O_REDUCE},       {"Broadcast", O_BROADCAST},         {"Send", O_SEND},
-    {"Recv", O_SEND},           {"MatMul", O_MATMUL},               {"Conv2D", O_CONV2D},
-    {"Dropout", O_DROPOUT},     {"Tanh", O_TANH},                   {"ReLU", O_RELU},
-    {"Sqrt", O_SQRT},           {"Pow", O_POW},                     {"Norm", O_NORM},
-    {"ReduceTensor", O_REDUCE_TENSOR}, {"Update", O_UPDATE},        {"Cast", O_CAST},
-    {"Slice", O_SLICE},         {"PartialReduce", O_PARTIAL_REDUCE},
-};
+/* The operation the current token calls by its keyword, or NOP. */
+static Op call_op(Parser *ps)
+{
+    return ps->tok.kind == TK_IDENT ? op_of_keyword(ps->tok.start, (size_t)ps->tok.len) : NOP;
+}
 
 /* call = OPNAME "(" arguments ")"  (arguments per operation, see doc/language.md) */
 static int call(Parser *ps)
 {
     Pos pos = ps->tok.pos;
-    int k = -1;
-    for (int i = 0; i < (int)(sizeof calls / sizeof calls[0]); i++)
-        if (is_word(ps, calls[i].name))
-            k = i;
-    ASSERT(k >= 0);
-    Op op = calls[k].op;
-    int is_recv = !strcmp(calls[k].name, "Recv");
+    Op op = call_op(ps);
+    ASSERT(op != NOP);
+    int is_recv = is_word(ps, recv_keyword);
     advance(ps);
     expect_punct(ps, '(');
     int id;
@@ -892,10 +897,7 @@ static int call(Parser *ps)
 
 static int is_call_name(Parser *ps)
 {
-    for (int i = 0; i < (int)(sizeof calls / sizeof calls[0]); i++)
-        if (is_word(ps, calls[i].name))
-            return 1;
-    return 0;
+    return call_op(ps) != NOP;
 }
 
 static int constant(Parser *ps, double v, Pos pos)

@@ -389,17 +389,10 @@ static void put_raw(Name *nm, const char *s)
 static const char *token(Program *q, const Node *n, int *comp)
 {
     *comp = 0;
-    switch (n->op) {
-    case O_MATMUL: return "MM";
-    case O_CONV2D: return "Conv";
-    case O_ALLREDUCE: return node_of(q, n->in[0])->op == O_PARTIAL_REDUCE ? NULL : "AR";
-    case O_REDUCESCATTER: return "RS";
-    case O_ALLGATHER: return "AG";
-    case O_REDUCE: return "Reduce";
-    case O_BROADCAST: return "Bcast";
-    case O_SEND: return "P2P";
-    default: break;
-    }
+    if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op == O_PARTIAL_REDUCE)
+        return NULL; /* a Norm's sum across ranks, part of the computation */
+    if (op_info(n->op)->paper)
+        return op_info(n->op)->paper;
     if (!is_comp(n) || n->op == O_SLICE)
         return NULL;
     *comp = 1;
