@@ -14,7 +14,7 @@
 # the cache in the background, at low priority, for a later call on the same
 # machine). The cache is build/cache (kept while the machine stays warm).
 #
-#   COMMIT=$(git rev-parse --short HEAD) R=4 sh bench/device/final.sh
+#   COMMIT=<sha> R=4 sh bench/device/final.sh   (COMMIT given literally: lease.sh says why)
 . bench/device/lease.sh # T0, left, lease_make
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS"

@@ -1,8 +1,8 @@
 #!/bin/sh
-# bench/device/slots.sh: one lease of P = R GPUs (2 unless set) for the
-# push algorithm's staging slots laid out at the input's alignment
-# (coco_lsa_slot) and the scattered kernels' bucket walk: the GPU tests'
-# knobs part over the programs with push (scattered W = 41 and 401,
+# bench/device/slots.sh: the push algorithm and the scattered kernels on
+# P = R GPUs (2 unless set; first written for the staging slots at the
+# input's alignment, coco_lsa_slot, and the scattered bucket walk): the GPU
+# tests' knobs part over the programs with push (scattered W = 41 and 401,
 # contiguous N = 3 and 1001; KNOBS=0 leaves it out, e.g. after
 # bench/device/final.sh on the same machine, whose examples part has it),
 # then BERT-large's Adam scattered against contiguous (bench/scattered.sh)

@@ -1,12 +1,14 @@
 #!/bin/sh
-# bench/device/verify.sh: one lease that runs on GPUs what was built without
-# them (fused Send, uneven slices, scattered fused collectives, two-pass
-# reductions, --reference none), then one program at N = 2^28 with
-# COCONET_TRACE=1 to show where a large run spends its time. Logs under $OUT;
-# a short table last. Variables: R (ranks, 4), DEADLINE (seconds, 565),
-# COMMIT (the commit to name in the tables).
+# bench/device/verify.sh: every example and test program x every schedule
+# (tests/gpu/run.sh's selftest and examples parts), then uneven slices
+# (adam, lamb, sgd_momentum at N = 1, 5, 1001, 1000003, fused and with
+# COCONET_FUSED=nccl) and scattered parts cutting buckets (W = 41 and 401),
+# --reference none at 2^24, then Adam at N = 2^28 with COCONET_TRACE=1 to
+# show where a large run spends its time. Logs under $OUT; a short table
+# last. Variables: R (ranks, 4), DEADLINE (seconds, 565), COMMIT (the
+# commit to name in the tables).
 #
-#   COMMIT=$(git rev-parse --short HEAD) R=4 sh bench/device/verify.sh
+#   COMMIT=<sha> R=4 sh bench/device/verify.sh   (COMMIT given literally: lease.sh says why)
 export COCONET_HOME=$PWD
 R=${R:-4}
 . bench/device/deadline.sh # T0, left
