@@ -24,7 +24,7 @@
 //             kernels) kernel 0 has no gathered stores to overlap its
 //             pushes with, and pushing everything first would serialise
 //             its NVLink traffic and its local work (LAMB,
-//             bench/results/2026-11-22-h200x2-lamb.md): there it goes in
+//             bench/results/archive/2026-11-22-h200x2-lamb.md): there it goes in
 //             rounds (coco_lsa_rounds, ctx->fused_push_round steps a
 //             thread), round r + 1's stores during round r's work. Over
 //             scattered operands, coco_lsa_scat_push_parts

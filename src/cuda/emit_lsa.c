@@ -112,7 +112,7 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
  * has no gathered stores, and pushing everything first would serialise
  * its NVLink traffic and its local work (LAMB at P = 2, 2^28 FP32: 3.48 ms
  * by loads, 4.87 ms by push in one round;
- * bench/results/2026-11-22-h200x2-lamb.md); the run takes it there only
+ * bench/results/archive/2026-11-22-h200x2-lamb.md); the run takes it there only
  * when asked (COCONET_FUSED=push; push_choice). */
 static int push_allowed(const Lsa *l)
 {
@@ -152,7 +152,7 @@ static const char *push_choice(const Lsa *l)
  * kernel's rate (5.40 ms at 2^28 where mixed LAMB, 4 elements a step and
  * two blocks per SM, took 3.94; bench/results/2026-11-22-h200x4-p4.md);
  * mixed LAMB at P = 2 and 2^28 took 5.28 ms at V = 8 against 3.78 at V = 1
- * (bench/results/2026-11-22-h200x2-lamb.md). */
+ * (bench/results/archive/2026-11-22-h200x2-lamb.md). */
 static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
     size_t size = type_size(nd(e, nd(e, l->rs)->in[0])->type);
