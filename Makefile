@@ -20,7 +20,7 @@ UNIT    := $(patsubst tests/unit/%.c,build/tests/%,$(wildcard tests/unit/*.c))
 # NCCL: NCCL_HOME, else the first of CUDA_HOME, /usr/local, /usr with
 # include/nccl.h (the order nvcc searches); its library next to it. The choice
 # is written to build/cuda.conf, which the launcher reads to build generated
-# code against the same NCCL (see README, "GPU").
+# code against the same NCCL (see doc/gpu.md, "Which NCCL").
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 ifneq ($(NVCC),)
