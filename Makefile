@@ -107,7 +107,7 @@ test: coconet $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet
 run: coconet
 	@for f in examples/*.coco; do ./coconet run $$f --ranks 4 --backend cpu || exit 1; echo; done
 
-# On a machine with GPUs: every example x every schedule x P in 2 and 4, at
+# On a machine with GPUs: every example x every schedule x P in 1, 2 and 4, at
 # the examples' sizes and the paper's, checked against the CPU reference;
 # the table goes to $(OUT).
 OUT ?= build/gpu-results.md

@@ -21,7 +21,8 @@
  *        (world: the communicator the window is registered with,
  *        ctx->world_window) 0 with *devcomm an ncclDevComm over it with `blocks` LSA
  *        barriers, or with *devcomm NULL when the ranks cannot all load and
- *        store each other's memory; non-zero with a message on an error;
+ *        store each other's memory or there is one rank (whose fused kernels
+ *        need none); non-zero with a message on an error;
  *   void coco_lsa_close(void *world, void *devcomm);
  *
  * coco_run__S enqueues the whole program on ctx->stream (no host
@@ -55,7 +56,10 @@ typedef struct {
     size_t workspace_bytes;
     char *err;         /* message on failure */
     size_t errlen;
-    /* one-kernel fused collectives (rt/kernels/coco_lsa.cuh) */
+    /* one-kernel fused collectives (rt/kernels/coco_lsa.cuh); with one rank
+       (nranks 1) they run over local memory with no device communicator and
+       no window: lsa_base must then be NULL (as the runtime leaves it; else
+       they take NCCL calls), and lsa_comm and lsa_window are not needed */
     void *lsa_comm;    /* const ncclDevComm * over world_window; NULL when the ranks
                           cannot load and store each other's memory */
     void *lsa_window;  /* ncclWindow_t: the symmetric window holding every

@@ -260,11 +260,13 @@ static int read_knobs(CocoRt *rt)
  * a twin of WORLD (world_window): NCCL runs its symmetric kernels on
  * buffers of a window, which are slower than its ring and tree kernels for
  * large values (bench/results/2026-11-22-h200x2-probe.md), so the
- * generated code sends those through WORLD itself (coco_world). */
+ * generated code sends those through WORLD itself (coco_world). One rank
+ * needs none of them: its fused kernels run over its own memory, with no
+ * barrier (coco_lsa_usable, rt/kernels/coco_lsa.cuh). */
 static int open_lsa(CocoRt *rt)
 {
     coco_lsa_open_fn open = (coco_lsa_open_fn)(size_t)dlsym(rt->so, "coco_lsa_open");
-    if (!open || rt->fused_algo == 3)
+    if (!open || rt->fused_algo == 3 || rt->nranks == 1)
         return 0;
     NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
     char why[512] = "";
@@ -364,7 +366,10 @@ static void rt_describe(CocoRt *rt, char *buf, size_t len)
 {
     snprintf(buf, len, "%s, NCCL %d.%d.%d, fused collectives: %s", rt->gpu,
              rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100,
-             rt->lsa ? "one kernel over the peers' memory" : "NCCL calls");
+             rt->lsa ? "one kernel over the peers' memory"
+             : rt->nranks == 1 && rt->fused_algo != 3 && dlsym(rt->so, "coco_lsa_open")
+                 ? "one kernel over local memory (one rank)"
+                 : "NCCL calls");
 }
 
 const CocoRtApi *coco_rt_api(void);

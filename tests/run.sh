@@ -19,7 +19,8 @@
 #   fused-gen which fused collectives of adam, lamb, tests/gpu/norms.coco and
 #             the scattered adam_scattered, tests/gpu/lamb_scattered.coco and
 #             bench/bert_adam_scattered.coco are generated as kernels over the
-#             peers' memory (one or two; scattered: over buckets, no gather),
+#             peers' memory (one or two; scattered: over buckets, no gather;
+#             each with an instance for one rank, over local memory),
 #             and which fused Sends of pipeline and tests/gpu/send.coco as one
 #             kernel storing into the receiver (with barriers and the NCCL path);
 #   bench     bench/*.coco (but BERT) with all schedules, and bench/plot_fig6.py on a
@@ -378,6 +379,22 @@ for c in "examples/lamb.coco|fuse_RS_AG_Opt one,fuse_RS_Opt_AG two,fuse_RS_Opt_A
     two=$(grep -c 'as two kernels' "$cu")
     ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
     if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    # one rank: every fused launch can take its kernels (no window, no
+    # device communicator: coco_lsa_devcomm gives zeros), whose _go has an
+    # instance for P = 1 at each V, and every kernel's barrier is
+    # CocoLsaBarrier<P> (none at P = 1) and every peer address coco_lsa_ptr<P>
+    fused_launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
+    one_rank=$(grep -c ' && (G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {$' "$cu")
+    devcomms=$(grep -c '^        ncclDevComm dc = coco_lsa_devcomm(ctx);$' "$cu")
+    gos=$(grep -c '^static int v[0-9]*_f[0-9]*_go(' "$cu")
+    p1=$(awk '/^static int v[0-9]+_f[0-9]+_go\(/ { on = 1; n = 0 } on && /^    if \(V == [0-9]+ && P == 1\) \{$/ { n++ }
+              on && /^}/ { on = 0; if (n >= 1) k++ } END { print k + 0 }' "$cu")
+    fkernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
+    bars=$(grep -c '^    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};$' "$cu")
+    direct=$(grep -c 'ncclGetLsaPointer\|ncclLsaBarrierSession' "$cu")
+    if [ "$one_rank" -eq "$fused_launches" ] && [ "$devcomms" -eq "$fused_launches" ] &&
+        [ "$p1" -eq "$gos" ] && [ "$bars" -eq "$fkernels" ] && [ "$direct" -eq 0 ]; then ok
+    else bad "$f: $fused_launches fused launches, $one_rank for one rank, $devcomms with coco_lsa_devcomm; $gos dispatchers, $p1 with P = 1 instances; $fkernels kernels, $bars CocoLsaBarrier<P>; $direct direct NCCL peer addresses or barriers"; fi
     # the autotuner's knobs reach every fused launch: vector width and the
     # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
     # with a kernel instance
@@ -548,7 +565,9 @@ done
 # the CUDA of a scattered program compiles (the cuda-gen group has the
 # example), as the runtime builds it for a run on 4 ranks (COCO_ONLY_P,
 # src/cuda_build.c): the fused kernels' and the scattered collectives'
-# instances for 4 ranks, none for 2 or 8
+# instances for 4 ranks, none for 1, 2 or 8; and LAMB's for one rank (its
+# fused kernels, one and two of them, and collectives over members, over
+# local memory), none for 2, 4 or 8
 if command -v nvcc >/dev/null 2>&1; then
     coco gen bench/bert_adam_scattered.coco -o "$TMP/gen/bert" --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/bert_adam_scattered.coco: ${why:-exit status $rc}: $(err1)"
@@ -557,9 +576,19 @@ if command -v nvcc >/dev/null 2>&1; then
         nm -C "$TMP/gen/bert/generated.o" >"$TMP/nm.out" 2>&1
         fused='_f[0-9]+(_b)?<[0-9]+, ' scat='coco_lsa_scat_collective<[0-9]+, [0-9]+, [0-9]+, '
         if grep -q -E "$fused"'4,' "$TMP/nm.out" && grep -q -E "$scat"'4,' "$TMP/nm.out" &&
-            ! grep -q -E "($fused|$scat)[28]," "$TMP/nm.out"; then ok
+            ! grep -q -E "($fused|$scat)[128]," "$TMP/nm.out"; then ok
         else bad "bench/bert_adam_scattered.coco with COCO_ONLY_P=4: other instances than for 4 ranks"; fi
     else bad "nvcc bench/bert_adam_scattered.coco:"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'; fi
+    coco gen tests/gpu/lamb_scattered.coco -o "$TMP/gen/lamb1" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen tests/gpu/lamb_scattered.coco: ${why:-exit status $rc}: $(err1)"
+    elif (cd "$TMP/gen/lamb1" && timeout 300 nvcc -O1 -std=c++17 -Werror all-warnings \
+            -DCOCO_ONLY_P=1 -c ./*.cu -o generated.o) >"$TMP/nvcc.out" 2>&1; then
+        nm -C "$TMP/gen/lamb1/generated.o" >"$TMP/nm.out" 2>&1
+        fused='_f[0-9]+(_b)?<[0-9]+, ' scat='coco_lsa_scat_collective<[0-9]+, [0-9]+, [0-9]+, '
+        if grep -q -E "_f[0-9]+<[0-9]+, 1," "$TMP/nm.out" && grep -q -E "_f[0-9]+_b<[0-9]+, 1," "$TMP/nm.out" &&
+            grep -q -E "$scat"'1,' "$TMP/nm.out" && ! grep -q -E "($fused|$scat)[248]," "$TMP/nm.out"; then ok
+        else bad "tests/gpu/lamb_scattered.coco with COCO_ONLY_P=1: not the instances for one rank alone"; fi
+    else bad "nvcc tests/gpu/lamb_scattered.coco (COCO_ONLY_P=1):"; head -n 10 "$TMP/nvcc.out" | sed 's/^/  /'; fi
 fi
 group_end
 

@@ -9,6 +9,13 @@
 // ReduceScatter + kernel + AllGather path (several hosts, no window, a group
 // size with no kernel instance).
 //
+// One rank (P = 1) is the same kernels' instance for one peer, itself: no
+// device communicator, no window, no barrier (CocoLsaBarrier<1>); the runtime
+// makes neither, and coco_lsa_usable gives each buffer's address as its
+// "offset" (coco_lsa_ptr<1>), so a FusedAllReduce is its computation over
+// the local input in one kernel, and a ReduceScatter or AllGather over
+// scattered members a copy.
+//
 // Algorithms (ctx->fused_algo; COCO_FUSED_AUTO picks by size):
 //   two-shot  each rank reduces its slice by loading it from every peer,
 //             computes, and stores the gathered results into every peer;
@@ -59,6 +66,41 @@ enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL,
 #endif
 enum { COCO_LSA_MAXBLOCKS = 1024 }; // the most blocks of a fused kernel (slots per reduction)
 
+// The address of window offset off in peer q's memory. One rank has no
+// window: its offsets are the buffers' addresses (coco_lsa_usable).
+template <int P>
+__device__ __forceinline__ void *coco_lsa_ptr(ncclWindow_t win, size_t off, int q)
+{
+    if constexpr (P == 1)
+        return (void *)(uintptr_t)off;
+    else
+        return ncclGetLsaPointer(win, off, q);
+}
+
+// A fused kernel's LSA barrier over P ranks, one per block, made from the
+// device communicator dc as NCCL's session is (kernels declare
+// `CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
+// blockIdx.x};` and call bar.sync): that session itself, or for one rank
+// none (CocoNoBarrier: the stream orders the kernels; dc is zeros, never
+// read).
+struct CocoNoBarrier {
+    __device__ __forceinline__ CocoNoBarrier(ncclCoopCta, const ncclDevComm &, ncclTeam,
+                                             ncclLsaBarrierHandle, uint32_t)
+    {
+    }
+    __device__ __forceinline__ void sync(ncclCoopCta, cuda::memory_order) {}
+};
+
+template <int P> struct CocoLsaBarrierOf {
+    using type = ncclLsaBarrierSession<ncclCoopCta>;
+};
+
+template <> struct CocoLsaBarrierOf<1> {
+    using type = CocoNoBarrier;
+};
+
+template <int P> using CocoLsaBarrier = typename CocoLsaBarrierOf<P>::type;
+
 // acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double.
 template <int V, int T, int P>
 __device__ __forceinline__ void coco_lsa_fold(const CocoRaw<T> (*x)[V], int op, double *acc)
@@ -96,14 +138,14 @@ __device__ __forceinline__ void coco_lsa_reduce_with(ncclWindow_t win, size_t of
         alignas(16) CocoRaw<T> x[P][V];
 #pragma unroll
         for (int q = 0; q < P; q++)
-            L::template ld<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n,
+            L::template ld<V, T>((const CocoRaw<T> *)coco_lsa_ptr<P>(win, off, q) + base, i0, n,
                                  x[q]);
         coco_lsa_fold<V, T, P>(x, op, acc);
     } else {
         alignas(16) CocoRaw<T> x[V];
 #pragma unroll
         for (int q = 0; q < P; q++) {
-            L::template ld<V, T>((const CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n,
+            L::template ld<V, T>((const CocoRaw<T> *)coco_lsa_ptr<P>(win, off, q) + base, i0, n,
                                  x);
 #pragma unroll
             for (int v = 0; v < V; v++)
@@ -294,7 +336,7 @@ __device__ __forceinline__ void coco_lsa_store(ncclWindow_t win, size_t off, lon
 #pragma unroll
     for (int q = 0; q < P; q++)
         if (q >= first && q <= last)
-            coco_stv<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
+            coco_stv<V, T>((CocoRaw<T> *)coco_lsa_ptr<P>(win, off, q) + base, i0, n, raw);
 }
 
 // The fold (operation op of coco_red_step) of every thread's acc, in a
@@ -336,7 +378,7 @@ __device__ __forceinline__ double coco_lsa_peer_fold(ncclWindow_t win, size_t of
     double x[P];
 #pragma unroll
     for (int q = 0; q < P; q++)
-        x[q] = *(const volatile double *)ncclGetLsaPointer(win, off, q);
+        x[q] = *(const volatile double *)coco_lsa_ptr<P>(win, off, q);
     double a = x[0];
 #pragma unroll
     for (int q = 1; q < P; q++)
@@ -345,10 +387,18 @@ __device__ __forceinline__ double coco_lsa_peer_fold(ncclWindow_t win, size_t of
 }
 
 // Are the peers load/store reachable, with `nranks` of them, and do the
-// buffers lie inside the window? Offsets of the buffers go to off[].
+// buffers lie inside the window? Offsets of the buffers go to off[]. One
+// rank needs no window: its own memory, every buffer's offset its address
+// (coco_lsa_ptr<1>; ctx->lsa_base is then NULL, as the runtime leaves it,
+// else the NCCL path).
 static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const void *const *buf,
                                   const size_t *bytes, size_t *off, int n)
 {
+    if (nranks == 1 && ctx->nranks == 1 && ctx->fused_algo != COCO_FUSED_NCCL && !ctx->lsa_base) {
+        for (int k = 0; k < n; k++)
+            off[k] = (size_t)(uintptr_t)buf[k];
+        return 1;
+    }
     if (!ctx->lsa_comm || ctx->fused_algo == COCO_FUSED_NCCL || nranks != ctx->nranks)
         return 0;
     const char *base = (const char *)ctx->lsa_base;
@@ -377,7 +427,7 @@ static inline int coco_lsa_oneshot(const coco_cuda_ctx *ctx, int allowed, size_t
 static inline int coco_lsa_pushes(const coco_cuda_ctx *ctx, int allowed, int oneshot_allowed,
                                   size_t bytes)
 {
-    if (!allowed || !ctx->lsa_comm || ctx->fused_algo == COCO_FUSED_TWOSHOT ||
+    if (!allowed || !ctx->lsa_comm || ctx->nranks == 1 || ctx->fused_algo == COCO_FUSED_TWOSHOT ||
         coco_lsa_oneshot(ctx, oneshot_allowed, bytes))
         return 0;
     return ctx->fused_algo == COCO_FUSED_PUSH || bytes >= ctx->fused_push_bytes;
@@ -407,6 +457,17 @@ static inline void coco_lsa_grid(const coco_cuda_ctx *ctx, long n, int v, dim3 *
     *block = dim3((unsigned)threads);
 }
 
+// The device communicator a fused kernel takes: the runtime's, or zeros
+// where there is none (one rank: the kernel never reads it, CocoNoBarrier).
+static inline ncclDevComm coco_lsa_devcomm(const coco_cuda_ctx *ctx)
+{
+    ncclDevComm dc;
+    memset(&dc, 0, sizeof dc);
+    if (ctx->lsa_comm)
+        dc = *(const ncclDevComm *)ctx->lsa_comm;
+    return dc;
+}
+
 // ---- the device communicator, for the runtime (include/coconet_cuda.h) ----
 extern "C" int coco_lsa_open(void *world, int blocks, void **devcomm, char *err, size_t errlen)
 {
@@ -415,6 +476,8 @@ extern "C" int coco_lsa_open(void *world, int blocks, void **devcomm, char *err,
     *devcomm = NULL;
     if (ncclCommCount(comm, &nranks) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess)
         return snprintf(err, errlen, "cannot read WORLD's size"), 1;
+    if (nranks == 1)
+        return 0; /* one rank: its kernels need no device communicator (coco_lsa_usable) */
     ncclTeam_t team = ncclTeamLsa(comm);
     if (team.nRanks != nranks || team.rank != rank)
         return 0; /* several hosts: the NCCL path */

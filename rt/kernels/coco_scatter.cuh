@@ -266,7 +266,8 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
 // too. A member of a peer is addressed at the member's offset in the local
 // window (its address minus ctx->lsa_base): the runtime lays each variant's
 // arena out alike on every rank and members have the same sizes on every
-// rank, so the offsets agree.
+// rank, so the offsets agree. One rank has no window (lsa_base NULL): a
+// member's offset is its address (coco_lsa_ptr<1>).
 
 // The first bucket of each part (P <= 8), computed on the host.
 struct CocoLsaParts {
@@ -312,11 +313,13 @@ static inline void coco_lsa_scat_grid(const coco_cuda_ctx *ctx, const CocoScat &
 }
 
 // Do the members of d (elements of esize bytes) lie in the window? A C
-// caller's may lie anywhere: then the NCCL path.
+// caller's may lie anywhere: then the NCCL path. One rank's anywhere.
 static inline int coco_lsa_members_usable(const coco_cuda_ctx *ctx, const CocoScat &d,
                                           size_t esize)
 {
     const char *base = (const char *)ctx->lsa_base;
+    if (ctx->nranks == 1 && !base && d.layout && d.host_member)
+        return 1;
     if (!ctx->lsa_comm || !d.layout || !d.host_member)
         return 0;
     for (long m = 0; m < d.layout->nm; m++) {
@@ -331,7 +334,7 @@ static inline int coco_lsa_members_usable(const coco_cuda_ctx *ctx, const CocoSc
 __device__ __forceinline__ size_t coco_lsa_member_off(void *const *member, unsigned m,
                                                       const char *lbase)
 {
-    return (size_t)((const char *)member[m] - lbase);
+    return (size_t)((uintptr_t)member[m] - (uintptr_t)lbase);
 }
 
 // Bucket b as a fused kernel takes it for a part starting at flat element
@@ -412,7 +415,7 @@ __device__ __forceinline__ void coco_lsa_store_any(ncclWindow_t win, size_t off,
 #pragma unroll
     for (int q = 0; q < P; q++)
         if (q >= first && q <= last)
-            coco_stv_any<V, T>((CocoRaw<T> *)ncclGetLsaPointer(win, off, q) + base, i0, n, raw);
+            coco_stv_any<V, T>((CocoRaw<T> *)coco_lsa_ptr<P>(win, off, q) + base, i0, n, raw);
 }
 
 // The push algorithm over a scattered input (member table mb, type T):
@@ -474,7 +477,8 @@ __device__ __forceinline__ void coco_lsa_reduce_staged_any(ncclWindow_t win, siz
 // the part from `local` and stores it into every peer's members. No copy
 // into a contiguous buffer. An LSA barrier before (the peers' earlier work
 // on the members is done) and after (no peer goes on while they are read
-// or written).
+// or written). One rank (P = 1): a copy between its members and `local`,
+// no barrier.
 template <int V, int TI, int TO, int P, int RS>
 __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, ncclWindow_t win,
                                                                 CocoScat sc, CocoLsaParts pb,
@@ -482,8 +486,7 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
                                                                 long nall, int rank, int op,
                                                                 void *local)
 {
-    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
-                                           blockIdx.x};
+    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};
     bar.sync(ncclCoopCta(), cuda::memory_order_acquire);
     coco_lsa_scat_walk<V>(
         sc, pb.first[rank], rank * cs, coco_lsa_part_n(rank, cs, nall),
@@ -508,13 +511,14 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
 
 // Does this run take coco_lsa_scat_collective for the members of d
 // (elements of esize bytes) on a group of nranks: what coco_lsa_usable asks
-// of any kernel over the peers' memory, 2, 4 or 8 ranks, the members in the
-// window? Otherwise the generated NCCL path.
+// of any kernel over the peers' memory, 1, 2, 4 or 8 ranks, the members in
+// the window? Otherwise the generated NCCL path.
 static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, const CocoScat &d,
                                        size_t esize)
 {
     return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) &&
-           (nranks == 2 || nranks == 4 || nranks == 8) && coco_lsa_members_usable(ctx, d, esize);
+           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8) &&
+           coco_lsa_members_usable(ctx, d, esize);
 }
 
 // Launches coco_lsa_scat_collective over the members of d for P ranks;
@@ -529,7 +533,7 @@ static int coco_lsa_scat_go_p(const coco_cuda_ctx *ctx, const CocoScat &d, long 
         dim3 grid, block;
         coco_lsa_scat_grid(ctx, d, P, &grid, &block);
         coco_lsa_scat_collective<V, TI, TO, P, RS><<<grid, block, 0, st>>>(
-            *(const ncclDevComm *)ctx->lsa_comm, (ncclWindow_t)ctx->lsa_window, d,
+            coco_lsa_devcomm(ctx), (ncclWindow_t)ctx->lsa_window, d,
             coco_lsa_parts(d, cs, P), (const char *)ctx->lsa_base, cs, nall, ctx->rank, op,
             local);
         return 0;
@@ -542,6 +546,8 @@ static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs
                             int op, void *local, cudaStream_t st)
 {
     switch (ctx->nranks) {
+    case 1:
+        return coco_lsa_scat_go_p<V, TI, TO, 1, RS>(ctx, d, cs, nall, op, local, st);
     case 2:
         return coco_lsa_scat_go_p<V, TI, TO, 2, RS>(ctx, d, cs, nall, op, local, st);
     case 4:

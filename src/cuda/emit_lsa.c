@@ -48,7 +48,11 @@
  * input is reduced from the peers' members and gathered values are stored
  * into the peers' members at the member's window offset; whole tensors are
  * read from the local members; contiguous operands as before, at the
- * part-local index, at any alignment. */
+ * part-local index, at any alignment.
+ *
+ * One rank takes the same kernels' instance for P = 1: its only part, its
+ * own buffers (addresses for offsets), no barrier, no device communicator
+ * (coco_lsa.cuh); one instance whatever the algorithm asked. */
 #include "cuda/emit_lsa.h"
 
 #include <stdlib.h>
@@ -571,7 +575,7 @@ static void emit_exchange(Emitter *e, const Lsa *l)
 {
     FILE *o = e->o;
     fprintf(o, "    __shared__ double red[%d];\n", l->nred);
-    fprintf(o, "    double *slot = (double *)ncclGetLsaPointer(win, ored, rank) + blockIdx.x;\n");
+    fprintf(o, "    double *slot = (double *)coco_lsa_ptr<P>(win, ored, rank) + blockIdx.x;\n");
     for (int k = 0; k < l->nred; k++) {
         int t = lsa_red_partial_type(e, l, k);
         fprintf(o, "    {\n        double a = coco_lsa_rank_fold(%d, blk + %d * COCO_LSA_MAXBLOCKS, "
@@ -655,8 +659,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH>\n__global__ void "
                "__launch_bounds__(512, 2) %s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
-    fprintf(o, ")\n{\n    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, "
-               "ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
+    fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
+               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
@@ -715,20 +719,25 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                "dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
-    static const int peers[] = {2, 4, 8};
+    static const int peers[] = {1, 2, 4, 8};
     /* V: vmax, or 1 (misaligned buffers, or ctx->fused_vec); U: every
      * peer's loads in flight, or one's (ctx->fused_peers); push: two-shot
-     * only, its loads all local (U = 0) */
+     * only, its loads all local (U = 0). One rank: one instance whatever
+     * the algorithm asked (its only part, loaded locally, no barrier) */
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
-        for (int pi = 0; pi < 3; pi++)
+        for (int pi = 0; pi < 4; pi++)
             for (int os = 0; os < 3; os++) /* two-shot, one-shot, push */
                 for (int u = 0; u < (os == 2 ? 1 : 2); u++) {
-                    if ((os == 1 && !one) || (os == 2 && !push_allowed(l)))
+                    if ((os == 1 && !one) || (os == 2 && !push_allowed(l)) ||
+                        (peers[pi] == 1 && (os || u)))
                         continue;
                     int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
                     fprintf(o, "#if COCO_HAS_P(%d)\n", peers[pi]);
-                    fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && PUSH == %d) "
-                               "{\n", v, peers[pi], oneshot, u, push);
+                    if (peers[pi] == 1)
+                        fprintf(o, "    if (V == %d && P == 1) {\n", v);
+                    else
+                        fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && "
+                                   "PUSH == %d) {\n", v, peers[pi], oneshot, u, push);
                     for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
                         fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d><<<grid, block, 0, st>>>(",
                                 e->v, f, kn ? "_b" : "", v, peers[pi], oneshot, u, push);
@@ -849,7 +858,7 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
             fprintf(o, " &&\n            coco_lsa_members_usable(ctx, c%d, %zu)", id,
                     type_size(nd(e, id)->type));
     }
-    fprintf(o, " && (G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
+    fprintf(o, " && (G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
 }
 
 /* Pointers whose alignment decides V: the starts of the buffers addressed
@@ -910,7 +919,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     else
         fprintf(o, "        dim3 grid, block;\n        coco_lsa_scat_grid(ctx, c%d, G_WORLD, &grid, "
                    "&block);\n", l.scat);
-    fprintf(o, "        ncclDevComm dc = *(const ncclDevComm *)ctx->lsa_comm;\n"
+    fprintf(o, "        ncclDevComm dc = coco_lsa_devcomm(ctx);\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
     if (push_allowed(&l))
         fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, fpush%d ? 0 : ctx->fused_peers, "

@@ -30,7 +30,8 @@
 # sizes, P, schedule, result, max error, GPU time) goes to OUT (markdown),
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
-# Variables: RANKS (default "2 4"), PARTS (default "selftest examples paper"),
+# Variables: RANKS (default "1 2 4"; one rank: every fused collective one
+# kernel over local memory, no device communicator), PARTS (default "selftest examples paper"),
 # BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
 # build ahead while other work runs), EXAMPLES (the examples and knobs parts'
 # programs: those of them named here, e.g. "examples/adam.coco
@@ -53,7 +54,7 @@
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-build/gpu-results.md}
 LOG=$OUT.log
-RANKS=${RANKS:-2 4}
+RANKS=${RANKS:-1 2 4}
 PARTS=${PARTS:-selftest examples paper}
 B_SIZES=${B_SIZES:-8 16}
 N_POW=${N_POW:-10 16 20 24 28}
@@ -221,7 +222,12 @@ part_selftest() {
     heading "## Runtime self-test (CUDA written by hand)"
     for p in $RANKS; do
         run selftest "N=1024" "$p" tests/gpu/selftest.coco --cuda-source tests/gpu/selftest.cu
-        run group "N=512, G=2" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu
+        if [ "$p" = 1 ]; then # GROUP(2) does not divide one rank: groups of one
+            run group "N=512, G=1" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu \
+                --group-size 1
+        else
+            run group "N=512, G=2" "$p" tests/gpu/group.coco --cuda-source tests/gpu/group.cu
+        fi
         faults "$p"
     done
 }
@@ -233,7 +239,9 @@ part_examples() {
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
-            if ! allowed "$f" "$p"; then
+            # pipeline and send: each group size is checked below (the
+            # file's GROUP(2) does not divide one rank; groups of one do)
+            if [ "$name" != pipeline ] && [ "$name" != send ] && ! allowed "$f" "$p"; then
                 [ "$PREBUILD" = 1 ] || skip=$((skip + 1))
                 continue
             fi
@@ -331,10 +339,15 @@ tuning_knobs() {
     done
     chosen tests/gpu/send.coco || return 0
     for p in $RANKS; do # the fused Send: only the vector width applies
-        allowed tests/gpu/send.coco "$p" || continue
+        if [ "$p" = 1 ]; then # groups of one: each rank sends to itself
+            set -- --group-size 1
+        else
+            set --
+        fi
+        allowed tests/gpu/send.coco "$p" "$@" || continue
         COCONET_FUSED_VEC=1
         export COCONET_FUSED_VEC
-        run send "file's group, VEC=1" "$p" tests/gpu/send.coco --all-schedules
+        run send "${1:+G=1, }file's group, VEC=1" "$p" tests/gpu/send.coco --all-schedules "$@"
         unset COCONET_FUSED_VEC
     done
 }

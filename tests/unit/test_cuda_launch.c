@@ -370,6 +370,32 @@ static void test_job(void)
     test_job_unchecked(v, sp ? 2 : 1);
     coco_program_free(sp);
     coco_program_free(p);
+    /* one rank: the same program, its source built for one rank */
+    coco_program *one = load("Size N = 64;\n"
+                             "Tensor g(FP32, [N], Local, WORLD, RANK);\n"
+                             "Tensor w(FP32, [N], Replicated, WORLD);\n"
+                             "Var s = AllReduce(\"+\", g);\n"
+                             "Var w_ = Update(w, w - s * 0.5);\n"
+                             "Execute step({g, w}, {w_});\n"
+                             "Schedule fused { (rs, ag) = split(s, ARSplitRSAG);\n"
+                             "  f = fuse(rs, ag, AllReduceFuse); }\n", 1);
+    check(one != NULL, "a program on one rank loads");
+    coco_program *fused = one ? coco_schedule(one, "fused", err, sizeof err) : NULL;
+    check(fused != NULL, "its fused schedule applies on one rank");
+    if (fused) {
+        Program *v1[2] = {one, fused};
+        check(cuda_job_prepare(&job, v1, 2, &o, err, sizeof err) == 0, "prepare (one rank)");
+        cuda_job_free(&job);
+        src = cuda_source(v1, 2, NULL, &n, err, sizeof err);
+        check(src && !strncmp(src, "#define COCO_ONLY_P 1 ", 22),
+              "the runtime's source for one rank: its kernel instances alone");
+        check(src && strstr(src, "(G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)") &&
+                  strstr(src, "#if COCO_HAS_P(1)\n    if (V == 4 && P == 1) {\n"),
+              "one rank: the fused collective's kernel has an instance for it");
+        free(src);
+    }
+    coco_program_free(fused);
+    coco_program_free(one);
     group_end("job");
 }
 
@@ -454,6 +480,22 @@ static void test_launch(void)
     rc = coconet(out, sizeof out, "ok", "--ranks 2 --schedule program");
     check(rc == 0 && strstr(out, "\nprogram                  bitwise ") && !strstr(out, "\nfused "),
           "--schedule program: the program alone");
+    rc = coconet(out, sizeof out, "ok", "--ranks 1");
+    check(rc == 0 && strstr(out, "1 rank on a stand-in runtime") &&
+              strstr(out, "\nprogram                  bitwise ") &&
+              strstr(out, "\nfused                    bitwise ") &&
+              strstr(out, "checked run's in 2 of 2 variants, on every rank\n"),
+          "one rank runs and passes");
+    if (rc)
+        printf("%s\n", out);
+    setenv("FAKE_RT_RANK", "0", 1);
+    rc = coconet(out, sizeof out, "wrong", "--ranks 1");
+    check(rc == 1 && strstr(out, "\nprogram                  WRONG "),
+          "one rank: a wrong element fails the run");
+    rc = coconet(out, sizeof out, "crash", "--ranks 1");
+    check(rc == 1 && strstr(out, "rank 0 was killed by signal 11") && strstr(out, "FAILED"),
+          "one rank that dies");
+    unsetenv("FAKE_RT_RANK");
     rc = coconet(out, sizeof out, "ok", "--ranks 1 --schedule nope");
     check(rc == 1 && strstr(out, "no schedule named 'nope'"), "an unknown schedule");
     rc = coconet(out, sizeof out, "wrong", "--ranks 2");
