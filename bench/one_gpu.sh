@@ -1,0 +1,87 @@
+#!/bin/sh
+# bench/one_gpu.sh OUT: coconet on one GPU beside PyTorch, in the same run
+# (after `make`, on a machine with a GPU). PyTorch's side is
+# bench/torch_one_gpu.py (the device copy, torch._fused_adam_, fused SGD,
+# foreach LAMB, torch.matmul and the Megatron-style layer); coconet's side is
+# `coconet run --backend cuda --ranks 1 --reference none` of the data-parallel
+# optimizers at N = 2^POW and of the model-parallel layers at the paper's
+# sizes (S = 1024, H = 3072; self_attention: K = H, mlp: K = 4H), each with
+# the program and the file's schedules. Correctness is checked elsewhere
+# (make test-gpu, at the examples' sizes): here the times alone.
+#
+#   sh bench/one_gpu.sh OUT
+#   POWS="24 28" B_SIZES="8 16" ITERS=20 ARGS=--all-schedules sh bench/one_gpu.sh OUT
+#
+# Variables: POWS (24 28), B_SIZES (8 16), ITERS (20), PROGRAMS (the
+# optimizers: adam_fp32 lamb_fp32 in bench/, adam lamb sgd_momentum in
+# examples/; default all), LAYERS (self_attention mlp), ARGS (more `coconet
+# run` options, e.g. --breakdown or --all-schedules), TORCH (1: run the
+# PyTorch side; 0: skip it).
+# Writes OUT/torch.csv, OUT/coconet.log (every report whole) and
+# OUT/summary.md (the variants' times beside PyTorch's), and prints the summary.
+cd "$(dirname "$0")/.." || exit 2
+OUT=${1:-build/one-gpu}
+POWS=${POWS:-24 28}
+B_SIZES=${B_SIZES:-8 16}
+ITERS=${ITERS:-20}
+PROGRAMS=${PROGRAMS:-adam_fp32 lamb_fp32 adam lamb sgd_momentum}
+LAYERS=${LAYERS:-self_attention mlp}
+TORCH=${TORCH:-1}
+mkdir -p "$OUT"
+LOG=$OUT/coconet.log
+: >"$LOG"
+
+source_of() { # NAME: the program's file
+    if [ -f "bench/$1.coco" ]; then echo "bench/$1.coco"; else echo "examples/$1.coco"; fi
+}
+
+# run WHAT ARGS...: one coconet run; its variant rows into OUT/rows.txt as
+# "WHAT|variant|verdict|ms"
+run() {
+    what=$1
+    shift
+    echo "== $what: ./coconet run $* --backend cuda --ranks 1 --reference none --iters $ITERS $ARGS" >>"$LOG"
+    # shellcheck disable=SC2086 # ARGS is a list of options
+    ./coconet run "$@" --backend cuda --ranks 1 --reference none --iters "$ITERS" $ARGS \
+        >"$OUT/one.txt" 2>&1
+    echo "exit status $?" >>"$OUT/one.txt"
+    cat "$OUT/one.txt" >>"$LOG"
+    awk -v w="$what" '$2 != "unchecked" && $2 != "FAILED" && $2 != "GUARD" && $2 != "REPEAT" { next }
+                      { for (i = 3; i <= NF; i++) if ($i == "ms") { print w "|" $1 "|" $2 "|" $(i - 1); break } }' \
+        "$OUT/one.txt" >>"$OUT/rows.txt"
+}
+
+: >"$OUT/rows.txt"
+if [ "$TORCH" = 1 ]; then
+    # shellcheck disable=SC2086 # lists of numbers
+    python3 bench/torch_one_gpu.py --pow $POWS --b $B_SIZES --iters "$ITERS" >"$OUT/torch.csv" 2>&1
+fi
+for p in $POWS; do
+    n=$((1 << p))
+    for prog in $PROGRAMS; do
+        run "$prog N=2^$p" "$(source_of "$prog")" -D N=$n
+    done
+done
+for b in $B_SIZES; do
+    for layer in $LAYERS; do
+        run "$layer B=$b" "examples/$layer.coco" -D B="$b" -D S=1024 -D H=3072
+    done
+done
+
+{
+    echo "# coconet on one GPU beside PyTorch"
+    echo
+    echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1);" \
+         "command: POWS=\"$POWS\" B_SIZES=\"$B_SIZES\" ITERS=$ITERS ARGS=\"$ARGS\" sh bench/one_gpu.sh"
+    echo
+    echo "| what | variant | verdict | ms |"
+    echo "|---|---|---|---|"
+    awk -F'|' '{ print "| " $1 " | " $2 " | " $3 " | " $4 " |" }' "$OUT/rows.txt"
+    echo
+    echo "PyTorch, same run (bench/torch_one_gpu.py: what, size, ms, rate, unit):"
+    echo
+    echo '```'
+    cat "$OUT/torch.csv" 2>/dev/null
+    echo '```'
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
