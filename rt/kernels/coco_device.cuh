@@ -231,6 +231,20 @@ __device__ __forceinline__ void coco_coords(const CocoShape &s, long i, long *c)
     }
 }
 
+// The coordinates of the next element: c advanced by one in the row-major
+// order of s. The first coordinate is never wrapped, as coco_coords leaves
+// it, so that the two agree for every i: generated kernels find the first
+// element's coordinates of a vector by division and step to the others.
+__device__ __forceinline__ void coco_coords_next(const CocoShape &s, long *c)
+{
+    for (int k = s.nd - 1; k > 0; k--) {
+        if (++c[k] < s.dim[k])
+            return;
+        c[k] = 0;
+    }
+    c[0]++;
+}
+
 // Offset in x (right-aligned against iteration shape `it`, broadcasting
 // dimensions of size 1) of the element at iteration coordinates c.
 __device__ __forceinline__ long coco_bidx(const CocoShape &x, const CocoShape &it, const long *c)

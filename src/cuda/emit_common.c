@@ -184,3 +184,17 @@ void emit_state_copy(Emitter *e, const Node *n)
             e->in_index[t], n->id, n->pos.line, e->in_index[t], n->id, n->id,
             emit_tname[n->type]);
 }
+
+/* Before a vector's element loop: c, the coordinates of its first element
+ * i0 (divisions, once a vector). */
+void emit_coords_first(Emitter *e, const char *indent)
+{
+    fprintf(e->o, "%slong c[COCO_MAXDIM];\n%scoco_coords(it, i0, c);\n", indent, indent);
+}
+
+/* At the top of the element loop: c advanced to element i0 + v (a step with
+ * carries from the last, for v > 0; the loop is unrolled). */
+void emit_coords_next(Emitter *e, const char *indent)
+{
+    fprintf(e->o, "%sif (v)\n%s    coco_coords_next(it, c);\n", indent, indent);
+}

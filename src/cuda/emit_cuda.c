@@ -232,10 +232,13 @@ static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
     for (int i = 0; i < p->nnode; i++)
         if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
             fprintf(o, "        alignas(16) CocoRaw<%s> s%d[V];\n", emit_tname[p->node[i].type], i);
+    int coords = needs_coords(e, seg, ins, nin);
+    if (coords)
+        emit_coords_first(e, "        ");
     fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
                "            const long i = i0 + v;\n            (void)i;\n");
-    if (needs_coords(e, seg, ins, nin))
-        fprintf(o, "            long c[COCO_MAXDIM];\n            coco_coords(it, i, c);\n");
+    if (coords)
+        emit_coords_next(e, "            ");
     for (int i = 0; i < p->nnode; i++) {
         Node *m = &p->node[i];
         if (e->segment[i] != seg)

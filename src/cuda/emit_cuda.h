@@ -62,6 +62,10 @@ void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
 /* the elements every rank reserves for node n's value in the workspace (the
  * same on every rank: its count, or a sliced value's chunk), as C */
 const char *emit_room(Emitter *e, const Node *n);
+/* the coordinates c of the elements of a kernel's vector: the first's before
+ * the element loop (INDENT), then a step at the top of each iteration */
+void emit_coords_first(Emitter *e, const char *indent);
+void emit_coords_next(Emitter *e, const char *indent);
 
 /* ---- emit_value.c: one element's arithmetic ---- */
 /* the C type of the register r<id> of a value of type t: float (FP16,

@@ -557,10 +557,13 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *in
                "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
     emit_loop_head(e, l, round, zs, nz);
     emit_loads(e, l, kn, ins, nin);
+    int coords = needs_coords(e, l, kn, ins, nin);
+    if (coords)
+        emit_coords_first(e, "            ");
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
-    if (needs_coords(e, l, kn, ins, nin))
-        fprintf(o, "                long c[COCO_MAXDIM];\n                coco_coords(it, i, c);\n");
+    if (coords)
+        emit_coords_next(e, "                ");
     for (int k = 0; k < l->nm; k++)
         emit_member(e, l, kn, nd(e, l->m[k]));
     if (kn == 0)
