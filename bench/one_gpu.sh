@@ -13,10 +13,13 @@
 #   POWS="24 28" B_SIZES="8 16" ITERS=20 ARGS=--all-schedules sh bench/one_gpu.sh OUT
 #
 # Variables: POWS (24 28), B_SIZES (8 16), ITERS (20), PROGRAMS (the
-# optimizers: adam_fp32 lamb_fp32 in bench/, adam lamb sgd_momentum in
-# examples/; default all), LAYERS (self_attention mlp), ARGS (more `coconet
-# run` options, e.g. --breakdown or --all-schedules), TORCH (1: run the
-# PyTorch side; 0: skip it).
+# optimizers: adam_fp32 lamb_fp32 sgd_fp16 in bench/, adam lamb sgd_momentum
+# in examples/; default all), LAYERS (self_attention mlp), OPT_SCHEDULES and
+# LAYER_SCHEDULES (enumerated schedules run besides the program and the
+# file's own, by the names `coconet schedules` gives them; defaults
+# "AR_Opt fuse_RS_Opt_AG" and "MM_AR_C MM_fuse_RS_C_AG"), ARGS (more
+# `coconet run` options, e.g. --breakdown), TORCH (1: run the PyTorch side;
+# 0: skip it).
 # Writes OUT/torch.csv, OUT/coconet.log (every report whole) and
 # OUT/summary.md (the variants' times beside PyTorch's), and prints the summary.
 cd "$(dirname "$0")/.." || exit 2
@@ -24,8 +27,10 @@ OUT=${1:-build/one-gpu}
 POWS=${POWS:-24 28}
 B_SIZES=${B_SIZES:-8 16}
 ITERS=${ITERS:-20}
-PROGRAMS=${PROGRAMS:-adam_fp32 lamb_fp32 adam lamb sgd_momentum}
+PROGRAMS=${PROGRAMS:-adam_fp32 lamb_fp32 sgd_fp16 adam lamb sgd_momentum}
 LAYERS=${LAYERS:-self_attention mlp}
+OPT_SCHEDULES=${OPT_SCHEDULES-AR_Opt fuse_RS_Opt_AG}
+LAYER_SCHEDULES=${LAYER_SCHEDULES-MM_AR_C MM_fuse_RS_C_AG}
 TORCH=${TORCH:-1}
 mkdir -p "$OUT"
 LOG=$OUT/coconet.log
@@ -33,6 +38,15 @@ LOG=$OUT/coconet.log
 
 source_of() { # NAME: the program's file
     if [ -f "bench/$1.coco" ]; then echo "bench/$1.coco"; else echo "examples/$1.coco"; fi
+}
+
+# selected FILE NAMES: the enumerated schedules NAMES of FILE, as a file
+selected() {
+    ./coconet schedules "$1" --ranks 1 2>/dev/null |
+        awk -v want=" $2 " '/^Schedule / { keep = index(want, " " $2 " ") > 0 }
+                            keep { print }
+                            /^}/ { keep = 0 }' >"$OUT/$(basename "$1" .coco).sched"
+    echo "$OUT/$(basename "$1" .coco).sched"
 }
 
 # run WHAT ARGS...: one coconet run; its variant rows into OUT/rows.txt as
@@ -59,12 +73,15 @@ fi
 for p in $POWS; do
     n=$((1 << p))
     for prog in $PROGRAMS; do
-        run "$prog N=2^$p" "$(source_of "$prog")" -D N=$n
+        f=$(source_of "$prog")
+        run "$prog N=2^$p" "$f" -D N=$n --schedule-file "$(selected "$f" "$OPT_SCHEDULES")"
     done
 done
 for b in $B_SIZES; do
     for layer in $LAYERS; do
-        run "$layer B=$b" "examples/$layer.coco" -D B="$b" -D S=1024 -D H=3072
+        f=examples/$layer.coco
+        run "$layer B=$b" "$f" -D B="$b" -D S=1024 -D H=3072 \
+            --schedule-file "$(selected "$f" "$LAYER_SCHEDULES")"
     done
 done
 

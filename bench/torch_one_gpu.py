@@ -6,7 +6,9 @@ coconet times (CUDA events, 3 warm-up runs, the median of ITERS runs):
   adam         torch._fused_adam_ on FP32 p, g, m, v (28 bytes an element)
   adam_mixed   the same after g.float() of FP16 gradients
   sgd          torch._fused_sgd_ with momentum, FP32 (20 bytes an element)
+  sgd_mixed    the same after g.float() of FP16 gradients
   lamb         examples/lamb.coco's formula with torch._foreach_* ops, FP32
+  lamb_mixed   the same after g.float() of FP16 gradients
   mm           torch.matmul FP16 [B*S, K] x [K, H] (cuBLAS)
   pointwise    dropout(y + b, 0.1) + r, FP16 [B*S, H]
   layer        mm then pointwise: the Megatron-style model-parallel layer at P = 1
@@ -54,13 +56,14 @@ def optimizers(n, iters):
     row("adam", n, timed(lambda: adam(g), iters), 28 * n, "GB/s")
     g16 = g.half()
     row("adam_mixed", n, timed(lambda: adam(g16.float()), iters), 26 * n, "GB/s")
-    torch._fused_sgd_([p], [g], [m], weight_decay=0.0, momentum=0.9, lr=LR, dampening=0.0,
-                      nesterov=False, maximize=False, is_first_step=True)
-    row("sgd", n, timed(lambda: torch._fused_sgd_(
-        [p], [g], [m], weight_decay=0.0, momentum=0.9, lr=LR, dampening=0.0, nesterov=False,
-        maximize=False, is_first_step=False), iters), 20 * n, "GB/s")
+    def sgd(grad, first=False):
+        torch._fused_sgd_([p], [grad], [m], weight_decay=0.0, momentum=0.9, lr=LR,
+                          dampening=0.0, nesterov=False, maximize=False, is_first_step=first)
+    sgd(g, True)
+    row("sgd", n, timed(lambda: sgd(g), iters), 20 * n, "GB/s")
+    row("sgd_mixed", n, timed(lambda: sgd(g16.float()), iters), 18 * n, "GB/s")
 
-    def lamb():
+    def lamb(g=g):
         torch._foreach_mul_([m], BETA1)
         torch._foreach_add_([m], [g], alpha=1 - BETA1)
         torch._foreach_mul_([v], BETA2)
@@ -73,6 +76,7 @@ def optimizers(n, iters):
         torch._foreach_mul_(u, ratio)
         torch._foreach_add_([p], u, alpha=-LR)
     row("lamb", n, timed(lamb, iters), 28 * n, "GB/s")
+    row("lamb_mixed", n, timed(lambda: lamb(g16.float()), iters), 26 * n, "GB/s")
     del p, g, m, v, g16
     torch.cuda.empty_cache()
 
