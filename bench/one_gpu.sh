@@ -19,7 +19,8 @@
 # file's own, by the names `coconet schedules` gives them; defaults
 # "AR_Opt fuse_RS_Opt_AG" and "MM_AR_C MM_fuse_RS_C_AG"), ARGS (more
 # `coconet run` options, e.g. --breakdown), TORCH (1: run the PyTorch side;
-# 0: skip it).
+# 0: skip it), BUILD_ONLY (1: build every run's code into the cache, all at
+# once, and time nothing).
 # Writes OUT/torch.csv, OUT/coconet.log (every report whole) and
 # OUT/summary.md (the variants' times beside PyTorch's), and prints the summary.
 cd "$(dirname "$0")/.." || exit 2
@@ -54,6 +55,10 @@ selected() {
 run() {
     what=$1
     shift
+    if [ "${BUILD_ONLY:-0}" = 1 ]; then
+        ./coconet run "$@" --backend cuda --ranks 1 --build-only >>"$LOG" 2>&1 &
+        return
+    fi
     echo "== $what: ./coconet run $* --backend cuda --ranks 1 --reference none --iters $ITERS $ARGS" >>"$LOG"
     # shellcheck disable=SC2086 # ARGS is a list of options
     ./coconet run "$@" --backend cuda --ranks 1 --reference none --iters "$ITERS" $ARGS \
@@ -66,7 +71,7 @@ run() {
 }
 
 : >"$OUT/rows.txt"
-if [ "$TORCH" = 1 ]; then
+if [ "$TORCH" = 1 ] && [ "${BUILD_ONLY:-0}" != 1 ]; then
     # shellcheck disable=SC2086 # lists of numbers
     python3 bench/torch_one_gpu.py --pow $POWS --b $B_SIZES --iters "$ITERS" >"$OUT/torch.csv" 2>&1
 fi
@@ -84,6 +89,11 @@ for b in $B_SIZES; do
             --schedule-file "$(selected "$f" "$LAYER_SCHEDULES")"
     done
 done
+if [ "${BUILD_ONLY:-0}" = 1 ]; then
+    wait
+    echo "built (BUILD_ONLY=1): $LOG"
+    exit 0
+fi
 
 {
     echo "# coconet on one GPU beside PyTorch"
