@@ -42,12 +42,14 @@ source_of() { # NAME: the program's file
 }
 
 # selected FILE NAMES: the enumerated schedules NAMES of FILE, as a file
+# (written once for each FILE: runs built at once read it)
 selected() {
-    ./coconet schedules "$1" --ranks 1 2>/dev/null |
+    s=$OUT/$(basename "$1" .coco).sched
+    [ -f "$s" ] || ./coconet schedules "$1" --ranks 1 2>/dev/null |
         awk -v want=" $2 " '/^Schedule / { keep = index(want, " " $2 " ") > 0 }
                             keep { print }
-                            /^}/ { keep = 0 }' >"$OUT/$(basename "$1" .coco).sched"
-    echo "$OUT/$(basename "$1" .coco).sched"
+                            /^}/ { keep = 0 }' >"$s"
+    echo "$s"
 }
 
 # run WHAT ARGS...: one coconet run; its variant rows into OUT/rows.txt as
@@ -71,6 +73,7 @@ run() {
 }
 
 : >"$OUT/rows.txt"
+rm -f "$OUT"/*.sched
 if [ "$TORCH" = 1 ] && [ "${BUILD_ONLY:-0}" != 1 ]; then
     # shellcheck disable=SC2086 # lists of numbers
     python3 bench/torch_one_gpu.py --pow $POWS --b $B_SIZES --iters "$ITERS" >"$OUT/torch.csv" 2>&1
