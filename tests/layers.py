@@ -15,7 +15,7 @@ Includes are read from the sources; calls from the symbols the objects under
 build/ define and use (nm), so run it after `make`. The GPU runtime, rt/,
 may include include/ and rt/ alone.
 
-Usage: python3 tests/layers.py [BUILD_DIR]   (exit 1 and a line per
+Usage: python3 tests/layers.py [BUILD_DIR] [--root DIR]   (exit 1 and a line per
 violation when the layers are broken; one line "layers: N files, M arrows,
 ok" otherwise)
 """
@@ -171,8 +171,13 @@ def circles(graph):
 
 
 def main():
+    args = sys.argv[1:]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build")
+    if "--root" in args:  # another tree's sources (the test of this check)
+        i = args.index("--root")
+        root = args[i + 1]
+        del args[i:i + 2]
+    build = args[0] if args else os.path.join(root, "build")
     files = sources(root)
     errors, arrows = include_errors(root, files)
     graph = call_graph(build)

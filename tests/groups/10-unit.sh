@@ -1,0 +1,12 @@
+# ---- unit tests ----
+group unit
+for t in build/tests/*; do
+    if [ ! -f "$t" ] || [ ! -x "$t" ]; then continue; fi
+    timeout 60 "$t" >"$TMP/unit.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then ok; else
+        bad "unit $t exited with status $rc:"
+        grep -i 'fail' "$TMP/unit.out" | head -n 20
+    fi
+done
+group_end

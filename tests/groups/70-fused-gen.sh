@@ -1,0 +1,145 @@
+# ---- which fused collectives become kernels over the peers' memory ----
+# (src/emit_lsa.c, src/emit_send.c; generation only, no nvcc): "VARIANT
+# one|two" per FusedAllReduce and "VARIANT send" per fused Send generated so,
+# compared with the expected list in tests/gen/fused/NAME.expect (its header:
+# the program, the arguments of `coconet gen`, and whether the rules below,
+# which every generated fused kernel keeps, are checked too). Over scattered tensors nearly every
+# variant has one: an AllReduce no schedule fused, or a ReduceScatter whose
+# only reader is an AllGather, is generated as a FusedAllReduce with no
+# computation (src/lower_scattered.c).
+group fused-gen
+fused_kinds() {
+    awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
+         /^\/\/ FusedAllReduce .* as two kernels/ { print v, "two" }
+         /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }
+         /^\/\/ fused Send .* as one kernel/ { print v, "send" }' "$1"
+}
+for x in tests/gen/fused/*.expect; do
+    f=$(sed -n 's|^# program: ||p' "$x")
+    args=$(sed -n 's|^# args: *||p' "$x")
+    want=$(grep -v '^#' "$x" | paste -sd, -)
+    rm -rf "$TMP/fused"
+    set -f
+    # shellcheck disable=SC2086 # args are words
+    coco gen "$f" -o "$TMP/fused" $args
+    set +f
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f ($x): ${why:-exit status $rc}: $(err1)"; continue; fi
+    cu=$(ls "$TMP"/fused/*.cu | head -n 1)
+    got=$(fused_kinds "$cu" | paste -sd, -)
+    if [ "$got" = "$want" ]; then ok; else bad "fused kernels of $f ($x): got '$got', expected '$want'"; fi
+    if ! grep -q '^# rules: yes$' "$x"; then continue; fi
+    # every two-kernel fusion exchanges its ranks' folds and ends on a barrier
+    two=$(grep -c 'as two kernels' "$cu")
+    ex=$(grep -c 'coco_lsa_peer_fold<P>' "$cu")
+    if [ "$two" -eq 0 ] || [ "$ex" -ge "$two" ]; then ok; else bad "$f: $two two-kernel fusions, $ex exchanges"; fi
+    # one rank: every fused launch can take its kernels (no window, no
+    # device communicator: coco_lsa_devcomm gives zeros), whose _go has an
+    # instance for P = 1 at each V, and every kernel's barrier is
+    # CocoLsaBarrier<P> (none at P = 1) and every peer address coco_lsa_ptr<P>
+    fused_launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
+    one_rank=$(grep -c ' && (G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {$' "$cu")
+    devcomms=$(grep -c '^        ncclDevComm dc = coco_lsa_devcomm(ctx);$' "$cu")
+    gos=$(grep -c '^static int v[0-9]*_f[0-9]*_go(' "$cu")
+    p1=$(awk '/^static int v[0-9]+_f[0-9]+_go\(/ { on = 1; n = 0 } on && /^    if \(V == [0-9]+ && P == 1\) \{$/ { n++ }
+              on && /^}/ { on = 0; if (n >= 1) k++ } END { print k + 0 }' "$cu")
+    fkernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
+    bars=$(grep -c '^    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier, blockIdx.x};$' "$cu")
+    direct=$(grep -c 'ncclGetLsaPointer\|ncclLsaBarrierSession' "$cu")
+    if [ "$one_rank" -eq "$fused_launches" ] && [ "$devcomms" -eq "$fused_launches" ] &&
+        [ "$p1" -eq "$gos" ] && [ "$bars" -eq "$fkernels" ] && [ "$direct" -eq 0 ]; then ok
+    else bad "$f: $fused_launches fused launches, $one_rank for one rank, $devcomms with coco_lsa_devcomm; $gos dispatchers, $p1 with P = 1 instances; $fkernels kernels, $bars CocoLsaBarrier<P>; $direct direct NCCL peer addresses or barriers"; fi
+    # the autotuner's knobs reach every fused launch: vector width and the
+    # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
+    # with a kernel instance
+    launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
+    peers=$(grep -c '_go(V, (int)G_WORLD, one, \(fpush[0-9]* ? 0 : \)\{0,1\}ctx->fused_peers, ' "$cu")
+    vecs=$(grep -c 'int V = .*ctx->fused_vec' "$cu")
+    sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
+    u1=$(grep -c '&& U == 1 && PUSH == 0) {$' "$cu")
+    if [ "$peers" -eq "$launches" ] && [ "$vecs" -eq $((launches + sends)) ] &&
+        { [ "$launches" -eq 0 ] || [ "$u1" -gt 0 ]; }; then ok
+    else bad "$f: $launches fused launches, $peers with fused_peers, $vecs V choices with fused_vec ($sends Sends), $u1 U=1 instances"; fi
+    # the push algorithm: every launch over contiguous operands can take it
+    # (its choice passed, an instance generated), one-kernel fusions by
+    # size, two-kernel ones (cross-rank reductions) when asked
+    # (COCONET_FUSED=push) and then in rounds (their steps passed:
+    # coco_lsa_push_round; the next round's stores before a round's
+    # elements, the barrier after); over scattered operands only when
+    # asked, and not with cross-rank reductions
+    pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
+    instances=$(grep -c '&& PUSH == 1) {$' "$cu")
+    by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
+    asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
+    rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);$' "$cu")
+    knobs=$(grep -c ', coco_lsa_push_round(ctx)[,)]' "$cu")
+    ahead=$(awk '/^    if \(r \+ 1 < rounds\) \/\* round r \+ 1.s stores, while round r computes \*\/$/ { s = NR }
+                 /^        coco_lsa_push_parts<V, [A-Z0-9_]+, P>\(win, o[0-9]+, ost, rank, cs, nall, r \+ 1, steps\);$/ && s == NR - 1 { p++ }
+                 /^    if \(r \+ 1 < rounds\) \/\* round r \+ 1.s stores seen by the peers \*\/$/ { b = NR }
+                 /^        bar.sync\(ncclCoopCta\(\), cuda::memory_order_acq_rel\);$/ && b == NR - 1 { q++ }
+                 END { print (p < q ? p : q) + 0 }' "$cu")
+    case $f in
+    *scattered*) want=$((launches - two)) want_asked=$want want_rounds=0 ;;
+    *) want=$launches want_asked=$two want_rounds=$two ;;
+    esac
+    if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
+        [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&
+        [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ] && [ "$ahead" -eq "$want_rounds" ]; then ok
+    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds, $knobs given the round, $ahead pipelined (expected $want_rounds)"; fi
+    # every one-kernel Send syncs before and after its stores, and keeps its
+    # NCCL lowering (the run-time fallback) in the same entry point
+    sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
+    bars=$(grep -c 'CocoSendSync<PEER> xfer(dc);' "$cu")
+    ends=$(grep -c 'xfer.finish();' "$cu")
+    falls=$(awk '/^    [{] [/][*] line [0-9]+: fused Send / { inb = 1; nccl = 0 }
+                 inb && /ncclSend\(/ { nccl = 1 }
+                 inb && /^    } [/][*] fused Send / { n += nccl; inb = 0 }
+                 END { print n + 0 }' "$cu")
+    if [ "$sends" -eq "$bars" ] && [ "$sends" -eq "$ends" ] && [ "$falls" -eq "$sends" ]; then ok
+    else bad "$f: $sends one-kernel Sends, $bars start barriers, $ends end barriers, $falls fallbacks"; fi
+    # over scattered tensors every kernel takes buckets through the one walk
+    # (coco_lsa_scat_walk; each part's first bucket found on the host), and
+    # the kernels' path copies nothing between members and one buffer (an
+    # output that is an updated tensor's new value included: it is computed
+    # into the members, and a caller's buffer is filled at the end)
+    case $f in *scattered*)
+        kernels=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { n++ } END { print n + 0 }' "$cu")
+        buckets=$(grep -c 'coco_lsa_scat_walk<V>(sc, pb.first\[part\], base, n,$' "$cu")
+        parts=$(grep -c 'CocoLsaParts pb = coco_lsa_parts(' "$cu")
+        fcopies=$(awk '/FusedAllReduce .* \*\/$/ { on = 1 } on && /} else {$/ { on = 0 }
+                       on && /coco_scat_copy\(/ { n++ } END { print n + 0 }' "$cu")
+        if [ "$kernels" -gt 0 ] && [ "$buckets" -eq "$kernels" ] && [ "$parts" -ge 1 ] && [ "$fcopies" -eq 0 ]; then ok
+        else bad "$f: $kernels fused kernels, $buckets over buckets, $parts part tables, $fcopies copies on the kernels' path"; fi
+        # a ReduceScatter of a scattered tensor, or an AllGather into one,
+        # outside fusions: one kernel over the members beside its NCCL path
+        # (coco_lsa_scat_launch), whose path copies nothing
+        blocks=$(grep -c '^    { /\* line [0-9]*: [A-Za-z0-9_]* = \(ReduceScatter\|AllGather\) \*/$' "$cu")
+        launches=$(grep -c 'if (coco_lsa_scat_launch<' "$cu")
+        copies=$(awk '/if [(]coco_lsa_scat_usable[(]/ { on = 1 } on && /} else [{]/ { on = 0 }
+                      on && /coco_scat_copy[(]/ { n++ } END { print n + 0 }' "$cu")
+        # nor does any entry point gather a member list at its start (an
+        # FP32 gradient, lamb_scattered's, is gathered in the NCCL paths)
+        starts=$(awk '/COCO_FAIL[(]ctx, "workspace"/ { on = 1; next } on && /^    ([{] )?[/][*] line/ { on = 0 }
+                      on && /coco_scat_copy[(].*, 0[)][)]$/ { n++ } END { print n + 0 }' "$cu")
+        if [ "$launches" -gt 0 ] && [ "$launches" -le "$blocks" ] && [ "$copies" -eq 0 ] && [ "$starts" -eq 0 ]; then ok
+        else bad "$f: $blocks ReduceScatter/AllGather blocks, $launches over the members, $copies copies on their path, $starts gathers at the start"; fi ;;
+    *)  if ! grep -q 'coco_lsa_scat_launch<' "$cu"; then ok
+        else bad "$f: a ReduceScatter or AllGather over members in a program without scattered tensors"; fi
+        # every element loop of a contiguous fused kernel starts at the
+        # shift that aligns the peers' vectors (coco_lsa_first, or the
+        # round's span from it: coco_lsa_round_span), and its part-local
+        # arrays are read and written at any alignment
+        loops=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { on = 1 } on && /^}/ { on = 0 }
+                     on && /for \(long [ij]0 = / { n++ } END { print n + 0 }' "$cu")
+        shifted=$(awk '/for \(long j0 = coco_lsa_first<V>\(base\); j0 < n; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ { n++ }
+                       /^        coco_lsa_round_span<V>\(base, n, r, steps, jb, je\);$/ { span = NR }
+                       /^        for \(long j0 = jb; j0 < je; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ && span == NR - 1 { n++ }
+                       END { print n + 0 }' "$cu")
+        locals=$(grep -c 'coco_[ls]tv<V, [A-Z0-9_]*>([xyc][0-9]*, i0, lim, ' "$cu")
+        if { [ "$launches" -eq 0 ] || [ "$loops" -gt 0 ]; } && [ "$shifted" -eq "$loops" ] &&
+            [ "$locals" -eq 0 ]; then ok
+        else bad "$f: $loops element loops in fused kernels, $shifted from the shift, $locals part-local accesses needing alignment"; fi ;;
+    esac
+    rm -rf "$TMP/fused"
+done
+rm -rf "$TMP/fused"
+group_end

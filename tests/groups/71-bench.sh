@@ -1,0 +1,36 @@
+# ---- the benchmark's programs and plot ----
+# bench/*.coco run with all their schedules on the CPU backend (P = 4) and
+# match their programs; bench/plot_fig6.py draws the expected SVG from a
+# synthetic CSV (tests/bench/check_plot.py, where python3 is installed) and
+# takes unchecked rows (--reference none) as timings.
+group bench
+for f in bench/*.coco; do
+    case $f in bench/bert_*) continue ;; esac # BERT-large's size: in group scattered, smaller
+    coco run "$f" --ranks 4 --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
+    else ok; fi
+done
+for sh in bench/fused.sh bench/scattered.sh; do
+    if sh -n "$sh" 2>"$TMP/err"; then ok; else bad "$sh: $(err1)"; fi
+done
+if command -v "$PYTHON" >/dev/null 2>&1; then
+    if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
+        bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
+    fi
+    # rows timed with --reference none (result unchecked) are timings; a
+    # failed check (REPLICAS) is not
+    printf '%s\n' "tool,program,optimizer,precision,N,variant,schedule,result,ms" \
+        "coconet,adam_fp32,adam,fp32,1073741824,AR_Opt,AR-Opt,unchecked,40.0" \
+        "coconet,adam_fp32,adam,fp32,1073741824,fuse_RS_Opt_AG,fuse(RS-Opt-AG),REPLICAS,1.0" \
+        "torch,torch_adam,adam,fp32,1073741824,allreduce+fused_adam,baseline,measured,80.0" \
+        >"$TMP/unchecked.csv"
+    timeout 60 "$PYTHON" bench/plot_fig6.py "$TMP/unchecked.csv" -o "$TMP/unchecked.svg" \
+        >"$TMP/plot.out" 2>&1
+    got=$(grep '^adam-fp32,' "$TMP/plot.out" | paste -sd ' ' -)
+    if [ "$got" = "adam-fp32,2^30,AR-Opt,2.000" ]; then ok; else
+        bad "plot_fig6.py with unchecked rows: got '$got', expected 'adam-fp32,2^30,AR-Opt,2.000'"
+    fi
+    group_end
+else
+    group_end "plot skipped: no $PYTHON"
+fi
