@@ -42,7 +42,7 @@ typedef struct {
     int nranks;        /* ranks in WORLD */
     int group_size;    /* ranks in each GROUP (nranks when the program has none) */
     void *world;       /* ncclComm_t over WORLD, no window registered with it */
-    void *world_window; /* ncclComm_t over WORLD with which the arena is registered
+    void *world_window; /* ncclComm_t over WORLD with which the slab is registered
                            as a symmetric window (lsa_window), or NULL */
     size_t nccl_window_bytes; /* NCCL calls over WORLD on values of fewer bytes
                                  use world_window (coco_world) */

@@ -1,6 +1,6 @@
 /* coconet_rt.h: the interface between the launcher (src/cuda/cuda_launch.c,
  * src/cuda/cuda_rank.c: plain C, no CUDA) and the GPU runtime of one rank
- * (rt/cuda_child.c, arena.c and run.c, built into build/libcoconet_cuda.so
+ * (rt/cuda_child.c, slab.c and run.c, built into build/libcoconet_cuda.so
  * and loaded with dlopen by each rank's process, never by the parent that
  * forks them).
  *

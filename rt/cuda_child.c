@@ -11,7 +11,7 @@
  * inputs restored from pristine device copies outside the timed region;
  * ranks lined up by a one-element AllReduce before each run), then one more
  * run whose results must equal the checked run's bit for bit. Around every
- * buffer of the arena lie guard bytes (a known pattern written before the
+ * buffer of the slab lie guard bytes (a known pattern written before the
  * checked run, verified after it and at the end): a write just outside a
  * buffer is reported (CocoRtFault), as is a repeat run that differs.
  *
@@ -23,7 +23,7 @@
  *
  * This file: errors, bounded waits, opening and closing (device,
  * communicators, handles, the generated code) and the API table; the
- * buffers of a variant are in arena.c, running it in run.c. */
+ * buffers of a variant are in slab.c, running it in run.c. */
 #define _GNU_SOURCE /* dladdr */
 #include "rt_internal.h"
 
@@ -256,7 +256,7 @@ static int read_knobs(CocoRt *rt)
 
 /* The device communicator of the one-kernel fused collectives, made by the
  * generated code (NCCL's device API is C++), when every rank of WORLD can
- * load and store every other's memory. It and the arena's window belong to
+ * load and store every other's memory. It and the slab's window belong to
  * a twin of WORLD (world_window): NCCL runs its symmetric kernels on
  * buffers of a window, which are slower than its ring and tree kernels for
  * large values (bench/results/2026-11-22-h200x2-probe.md), so the

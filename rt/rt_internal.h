@@ -22,7 +22,7 @@ enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H20
        ONESHOT_BYTES = 256 << 10,     /* fused collectives: one-shot up to this input */
        PUSH_BYTES = 4 << 20,          /* fused collectives: push from this input */
        WINDOW_BYTES = 0,              /* NCCL calls on smaller values: on the window's comm */
-       ALIGN = 4096,                  /* of every buffer in the arena */
+       ALIGN = 4096,                  /* of every buffer in the slab */
        GUARD = 256,                   /* guard bytes before and after each buffer */
        STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */
 
@@ -30,7 +30,7 @@ struct CocoRt {
     int rank, nranks, group_size, device;
     double timeout_s;
     ncclComm_t world, group;
-    ncclComm_t world_window; /* WORLD's twin, the arena's window registered with it, or NULL */
+    ncclComm_t world_window; /* WORLD's twin, the slab's window registered with it, or NULL */
     long nccl_window_bytes; /* COCONET_NCCL_WINDOW_BYTES (coco_world) */
     cudaStream_t stream, side;
     cublasLtHandle_t lt;
@@ -49,7 +49,7 @@ struct CocoRt {
     size_t errlen;
 };
 
-/* A buffer of the arena, with GUARD bytes before and after it that nothing
+/* A buffer of the slab, with GUARD bytes before and after it that nothing
  * may write: an input's working copy, an output (not an input's buffer) or
  * the workspace. */
 typedef struct {
@@ -58,7 +58,7 @@ typedef struct {
     int output, input;  /* whose it is: as in CocoRtFault */
 } Guarded;
 
-/* Device buffers of one variant, all in one arena (a symmetric NCCL window
+/* Device buffers of one variant, all in one slab (a symmetric NCCL window
  * when the ranks reach each other's memory): after a lead of ALIGN bytes,
  * the working copy of each input, each output and the workspace, each
  * ALIGN-aligned and followed by at least GUARD bytes, at the same offsets
@@ -71,8 +71,8 @@ typedef struct {
     int alias_of[MAXARGS]; /* that input, or -1 */
     void **member[MAXARGS]; /* a scattered input's member buffers (host array), else NULL */
     void *workspace;
-    void *arena;
-    size_t arena_bytes;
+    void *slab;
+    size_t slab_bytes;
     ncclWindow_t window;
     ncclComm_t window_comm;
     cudaEvent_t start, stop;
@@ -114,8 +114,8 @@ RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
 RT_INTERNAL int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what);
 RT_INTERNAL int wait_streams(CocoRt *rt, const char *what); /* both streams */
 
-/* ---- one variant's buffers (arena.c) ---- */
-/* the arena, the inputs' pristine copies, outputs poisoned, guards written */
+/* ---- one variant's buffers (slab.c) ---- */
+/* the slab, the inputs' pristine copies, outputs poisoned, guards written */
 RT_INTERNAL int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b);
 RT_INTERNAL void free_buffers(Buffers *b);
 /* input i between its working buffer (or members) and `flat` */

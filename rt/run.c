@@ -2,7 +2,7 @@
  * generated code, the context and arguments set up, one checked run whose
  * results are copied back, timed runs (CUDA events, inputs restored and
  * ranks lined up before each), then a repeat run compared with the checked
- * one, and the guard bytes checked (arena.c). */
+ * one, and the guard bytes checked (slab.c). */
 #include "rt_internal.h"
 
 #include <dlfcn.h>
@@ -73,8 +73,8 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
         c->lsa_comm = rt->lsa;
         c->world_window = rt->world_window;
         c->lsa_window = b->window;
-        c->lsa_base = b->arena;
-        c->lsa_bytes = b->arena_bytes;
+        c->lsa_base = b->slab;
+        c->lsa_bytes = b->slab_bytes;
     }
     e->args.input = b->in;
     e->args.scalar = v->scalar;

@@ -428,7 +428,7 @@ static inline size_t coco_type_size(int t)
 
 // The communicator for NCCL calls over WORLD that move a value of `bytes`
 // (the same on every rank, so that all ranks pick the same one): below
-// ctx->nccl_window_bytes the one the arena is registered with as a
+// ctx->nccl_window_bytes the one the slab is registered with as a
 // symmetric window (NCCL's symmetric kernels: fast for small and middle
 // sizes), else WORLD's twin without the registration (NCCL's ring and tree
 // kernels, faster for large ones). ctx->world alone when there is no window.

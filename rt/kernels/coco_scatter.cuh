@@ -265,7 +265,7 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
 // operand has the same members, so the bucket's member and offset serve it
 // too. A member of a peer is addressed at the member's offset in the local
 // window (its address minus ctx->lsa_base): the runtime lays each variant's
-// arena out alike on every rank and members have the same sizes on every
+// slab out alike on every rank and members have the same sizes on every
 // rank, so the offsets agree. One rank has no window (lsa_base NULL): a
 // member's offset is its address (coco_lsa_ptr<1>).
 

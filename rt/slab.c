@@ -1,10 +1,11 @@
-/* arena.c: the device buffers of one variant on one rank. One arena (a
- * symmetric NCCL window when the fused collectives reach the peers'
- * memory) holds every input's working copy, every output and the
- * workspace, at the same offsets on every rank, each between guard bytes;
- * pristine copies of the inputs restore them before each run. Also the
- * guard bytes' checks and the comparison of a repeat run with the checked
- * run. */
+/* slab.c: the device buffers of one variant on one rank, in one block of
+ * device memory, its slab (the compiler's host memory pools are the other,
+ * unrelated "arenas" of src/core/util.c). The slab (a symmetric NCCL window
+ * when the fused collectives reach the peers' memory) holds every input's
+ * working copy, every output and the workspace, at the same offsets on every
+ * rank, each between guard bytes; pristine copies of the inputs restore them
+ * before each run. Also the guard bytes' checks and the comparison of a
+ * repeat run with the checked run. */
 #include "rt_internal.h"
 
 #include <dlfcn.h>
@@ -27,9 +28,9 @@ void free_buffers(Buffers *b)
     if (b->window)
         ncclCommWindowDeregister(b->window_comm, b->window);
     if (b->window_comm)
-        ncclMemFree(b->arena);
+        ncclMemFree(b->slab);
     else
-        cudaFree(b->arena);
+        cudaFree(b->slab);
     if (b->start)
         cudaEventDestroy(b->start);
     if (b->stop)
@@ -44,13 +45,13 @@ static size_t aligned(size_t bytes)
     return (bytes + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* A buffer's place in the arena: itself and the guard after it. */
+/* A buffer's place in the slab: itself and the guard after it. */
 static size_t slot(size_t bytes)
 {
     return aligned(bytes + GUARD);
 }
 
-/* Every rank lays the arena out with the largest size any rank needs for
+/* Every rank lays the slab out with the largest size any rank needs for
  * each buffer, so that offsets agree. */
 static int agree_sizes(CocoRt *rt, unsigned long long *size, int n)
 {
@@ -71,7 +72,7 @@ static int scattered(const CocoRtVariant *v, int i)
 }
 
 /* Which outputs are given an input's buffer (coco_output_alias): those need
- * no place of their own in the arena. A scattered input's new value is
+ * no place of their own in the slab. A scattered input's new value is
  * given no buffer at all (NULL): it is read back from the members. */
 static void find_aliases(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 {
@@ -89,7 +90,7 @@ static void guard(Buffers *b, void *at, size_t bytes, int output, int input)
     b->guarded[b->nguarded++] = (Guarded){(char *)at, bytes, output, input};
 }
 
-/* The arena bytes of input i: a scattered tensor's members each in its
+/* The slab bytes of input i: a scattered tensor's members each in its
  * guarded slot, with ALIGN bytes between them (no kernel can take them for one buffer). */
 static size_t input_span(const CocoRtVariant *v, int i)
 {
@@ -117,8 +118,8 @@ static int place_members(CocoRt *rt, const CocoRtVariant *v, int i, char *at, Bu
     return 0;
 }
 
-/* The arena: a lead, inputs, outputs, then `workspace` bytes. */
-static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
+/* The slab: a lead, inputs, outputs, then `workspace` bytes. */
+static int make_slab(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
     int n = v->ninputs + v->noutputs + 1;
     unsigned long long size[2 * MAXARGS + 1];
@@ -130,15 +131,15 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     size[n - 1] = workspace ? slot(workspace) : 0;
     if (agree_sizes(rt, size, n))
         return -1;
-    b->arena_bytes = ALIGN; /* the lead: the guard before the first buffer */
+    b->slab_bytes = ALIGN; /* the lead: the guard before the first buffer */
     for (int k = 0; k < n; k++)
-        b->arena_bytes += size[k];
+        b->slab_bytes += size[k];
     if (rt->lsa) {
-        NCCL_OK(rt, ncclMemAlloc(&b->arena, b->arena_bytes));
+        NCCL_OK(rt, ncclMemAlloc(&b->slab, b->slab_bytes));
         b->window_comm = rt->world_window;
-        NCCL_OK(rt, ncclCommWindowRegister(rt->world_window, b->arena, b->arena_bytes, &b->window,
+        NCCL_OK(rt, ncclCommWindowRegister(rt->world_window, b->slab, b->slab_bytes, &b->window,
                                            NCCL_WIN_COLL_SYMMETRIC));
-    } else if (device_alloc(rt, &b->arena, b->arena_bytes)) {
+    } else if (device_alloc(rt, &b->slab, b->slab_bytes)) {
         return -1;
     }
     size_t nguard = (size_t)v->noutputs + 1;
@@ -147,7 +148,7 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
     b->guarded = calloc(nguard, sizeof *b->guarded);
     if (!b->guarded)
         return rt_error(rt, "out of host memory");
-    char *at = (char *)b->arena + ALIGN;
+    char *at = (char *)b->slab + ALIGN;
     for (int i = 0; i < v->ninputs; i++, at += size[i - 1]) {
         b->in[i] = v->input[i] ? at : NULL;
         if (v->input[i] && scattered(v, i) && place_members(rt, v, i, at, b))
@@ -170,11 +171,11 @@ static int make_arena(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buff
 
 /* ---- guard bytes ---- */
 
-/* The pattern at each byte of the arena's guards: it changes from byte to
+/* The pattern at each byte of the slab's guards: it changes from byte to
  * byte, so that no plain fill (zeros, NaNs, a repeated value) matches it. */
 static unsigned char guard_byte(const Buffers *b, const char *p)
 {
-    return (unsigned char)(0xa5 ^ ((size_t)(p - (const char *)b->arena) & 0xff));
+    return (unsigned char)(0xa5 ^ ((size_t)(p - (const char *)b->slab) & 0xff));
 }
 
 /* The guard before (side 0) or after (side 1) guarded buffer k. */
@@ -298,7 +299,7 @@ int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *
  * (NaN in every float type), so an output never written shows. */
 int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
-    if (make_arena(rt, v, workspace, b))
+    if (make_slab(rt, v, workspace, b))
         return -1;
     for (int i = 0; i < v->ninputs; i++, b->nin++) {
         if (!v->input[i])
