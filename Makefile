@@ -8,7 +8,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wno-unused-parameter -ffp-contract=off -pthread \
-           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
+           -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -fPIC
 LDLIBS  += -lm -pthread -ldl
 
 SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c)))
@@ -46,13 +46,17 @@ build/cuda/cuda_mpi.o: CC := $(MPICC)
 build/cuda/cuda_mpi.o: CFLAGS += -DCOCO_HAVE_MPI
 endif
 
-all: coconet $(CUDA_RT)
+all: coconet build/libcoconet.so $(CUDA_RT)
 
 coconet: build/main.o build/libcoconet.a
 	$(LINK) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 build/libcoconet.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^
+
+# The same library shared, for the Python package (python/coconet, ctypes).
+build/libcoconet.so: $(OBJ)
+	$(LINK) -shared -o $@ $^ $(LDLIBS)
 
 build/%.o: src/%.c $(HDR) | build
 	@mkdir -p $(dir $@)
@@ -99,7 +103,7 @@ build/asan/coconet: $(SRC) src/main.c $(HDR) | build
 	@mkdir -p build/asan
 	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(SRC) src/main.c $(LDLIBS) -ldl
 
-test: coconet $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet
+test: coconet build/libcoconet.so $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet
 	@sh tests/run.sh
 
 # The main job: every example on the CPU backend with 4 simulated ranks,

@@ -82,14 +82,30 @@ typedef struct {
     long local_shape[8];
     long count;         /* elements this rank holds */
     double *data;       /* writable for inputs before coco_run_execute */
+    int group_ranks;    /* ranks of the value's group (WORLD: every rank); groups
+                           are consecutive ranks: group g is ranks g*G .. g*G+G-1 */
 } coco_tensor;
 
 /* Running on the CPU reference executor: create (inputs are filled with
  * seeded data), optionally overwrite inputs, execute, read values. */
 int coco_run_fits(coco_program *p, char *err, size_t errlen); /* 0: memory suffices */
 coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads); /* NULL: too large */
+/* A named value as one rank holds it, without data (t->data NULL): its
+ * type, layout and shapes. 0, or -1: no such value or rank. */
+int coco_describe(coco_program *p, const char *name, int rank, coco_tensor *t);
 int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t); /* 0 ok */
+/* Writes count values into input `name` on one rank (count: the elements
+ * that rank holds), each rounded to the tensor's element type (to nearest,
+ * ties to even). 0, or -1 with a message: not an input, no such rank, or
+ * another count. */
+int coco_run_write(coco_run *r, const char *name, int rank, const double *data, long count,
+                   char *err, size_t errlen);
 int coco_run_execute(coco_run *r, char *err, size_t errlen);                  /* 0 ok */
+/* After coco_run_execute: input `name` as the run leaves it on one rank, its
+ * new value when an Update changes it (else the value it was given), with
+ * the new value's layout and shape (a schedule may leave it Sliced: asSlice).
+ * 0, or -1: not an input, no such rank, or the run has not executed. */
+int coco_run_updated(coco_run *r, const char *name, int rank, coco_tensor *t);
 void coco_run_free(coco_run *r);
 
 /* Summary of an output over all ranks: the logical tensor (gathered when

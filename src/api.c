@@ -212,26 +212,98 @@ static int find_named(Program *p, const char *name)
     return -1;
 }
 
-int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t)
+/* Node id as one rank holds it, without data */
+static void describe_node(Program *p, int id, int rank, coco_tensor *t)
 {
-    Program *p = r->prog;
-    int id = find_named(p, name);
-    if (id < 0 || rank < 0 || rank >= p->nranks)
-        return -1;
     Node *n = node_of(p, id);
-    long count;
-    double *data = exec_data(r->exec, id, rank, &count);
-    if (!data)
-        return -1;
     memset(t, 0, sizeof *t);
     t->name = n->name;
     t->type = type_name(n->type);
     t->layout = layout_str(p->arena, n->layout);
     t->ndim = n->ndim;
+    t->group_ranks = (int)group_size_of(p, n->group);
     long off[MAXDIM];
     local_shape(p, n, rank, t->local_shape, off);
-    for (int i = 0; i < n->ndim; i++)
+    t->count = 1;
+    for (int i = 0; i < n->ndim; i++) {
         t->global_shape[i] = n->dim[i].n;
+        t->count *= t->local_shape[i];
+    }
+}
+
+int coco_describe(coco_program *p, const char *name, int rank, coco_tensor *t)
+{
+    int id = find_named(p, name);
+    if (id < 0 || rank < 0 || rank >= p->nranks)
+        return -1;
+    describe_node(p, id, rank, t);
+    return 0;
+}
+
+int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t)
+{
+    long count;
+    if (coco_describe(r->prog, name, rank, t))
+        return -1;
+    double *data = exec_data(r->exec, find_named(r->prog, name), rank, &count);
+    if (!data)
+        return -1;
+    t->count = count;
+    t->data = data;
+    return 0;
+}
+
+/* The Execute input named so, or -1 */
+static int find_input(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nexec_in; i++)
+        if (!strcmp(p->node[p->exec_in[i]].name, name))
+            return p->exec_in[i];
+    return -1;
+}
+
+int coco_run_write(coco_run *r, const char *name, int rank, const double *data, long count,
+                   char *err, size_t errlen)
+{
+    Program *p = r->prog;
+    int id = find_input(p, name);
+    if (errlen)
+        err[0] = 0;
+    if (id < 0) {
+        snprintf(err, errlen, "'%s' is not an input of program '%s'", name, coco_program_name(p));
+        return -1;
+    }
+    if (rank < 0 || rank >= p->nranks) {
+        snprintf(err, errlen, "rank %d of input '%s': the program has ranks 0 to %d", rank, name,
+                 p->nranks - 1);
+        return -1;
+    }
+    long have;
+    double *to = exec_data(r->exec, id, rank, &have);
+    if (!to || have != count) {
+        snprintf(err, errlen, "input '%s' on rank %d holds %ld elements, %ld were given", name,
+                 rank, to ? have : 0L, count);
+        return -1;
+    }
+    Type t = node_of(p, id)->type;
+    for (long i = 0; i < count; i++)
+        to[i] = type_round(t, data[i]);
+    return 0;
+}
+
+int coco_run_updated(coco_run *r, const char *name, int rank, coco_tensor *t)
+{
+    Program *p = r->prog;
+    int id = find_input(p, name);
+    if (id < 0 || rank < 0 || rank >= p->nranks)
+        return -1;
+    int by = node_of(p, id)->updated_by, at = by >= 0 ? by : id;
+    long count;
+    double *data = exec_data(r->exec, at, rank, &count);
+    if (!data)
+        return -1;
+    describe_node(p, at, rank, t);
+    t->name = node_of(p, id)->name;
     t->count = count;
     t->data = data;
     return 0;

@@ -1,6 +1,6 @@
 # ---- oracle: examples (and extra programs) against numpy ----
 group oracle
-if ! $PYTHON -c 'import numpy' 2>/dev/null; then
+if ! $PYTHON -c "import numpy" 2>/dev/null; then
     # (a Debian python refuses pip installs unless told to: PEP 668)
     $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||
         PIP_BREAK_SYSTEM_PACKAGES=1 $PYTHON -m pip install --quiet -r tests/requirements.txt \
