@@ -58,11 +58,15 @@ build/libcoconet.a: $(OBJ)
 build/libcoconet.so: $(OBJ)
 	$(LINK) -shared -o $@ $^ $(LDLIBS)
 
-build/%.o: src/%.c $(HDR) | build
+build/%.o: src/%.c $(HDR) build/cflags.conf | build
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 build/cuda/cuda_mpi.o: build/mpi.conf
+
+# Rebuilt only when the compiler or its flags change (objects then follow).
+build/cflags.conf: FORCE | build
+	@echo 'CC=$(CC) CFLAGS=$(CFLAGS)' >$@.tmp && (cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@)
 
 # Rebuilt only when the MPI compiler changes.
 build/mpi.conf: FORCE | build
