@@ -165,6 +165,11 @@ typedef struct {
     const char *cuda_source;/* NULL: generate the code; else build this .cu file */
     int reference;          /* COCO_REFERENCE_*: what the runs are checked against */
     int build_only;         /* 1: build (or find in the cache) the code, run nothing */
+    int breakdown;          /* 1: after the timed runs, as many runs again (at least
+                               one) timing each kernel and library call: a second
+                               table, per variant (doc/gpu.md) */
+    int remeasure;          /* 1: measure the machine's limits again, not from the
+                               cache (so does COCONET_REMEASURE=1) */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);
