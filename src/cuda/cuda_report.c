@@ -450,8 +450,8 @@ static void print_limits(const Report *r, FILE *out)
     if (l->peer_gbs > 0)
         snprintf(peer, sizeof peer, "peer copy %.4g GB/s", l->peer_gbs);
     fprintf(out, "limits: device copy %.4g GB/s (read + written), %s, FP16 GEMM %.4g TFLOP/s; "
-            "%s (--remeasure measures again); %s\n", l->copy_gbs, peer, l->gemm_tflops,
-            strcmp(l->how, "cached") ? "measured now" : "from the cache", l->key);
+            "%s (--remeasure measures again)\nlimits: of %s\n", l->copy_gbs, peer,
+            l->gemm_tflops, strcmp(l->how, "cached") ? "measured now" : "from the cache", l->key);
 }
 
 static void print_roofline(const CudaJob *job, const Report *r, FILE *out)
@@ -460,24 +460,28 @@ static void print_roofline(const CudaJob *job, const Report *r, FILE *out)
             "flops", "GB/s", "TFLOP/s", "bound", "of-bound");
     for (int vi = 0; vi < job->nv; vi++)
         print_roofline_row(job, r, vi, out);
-    fprintf(out, "roofline: the busiest rank's bytes read and written (each input once, each "
-            "output and updated tensor once), bytes sent to other ranks and FLOPs, counted "
-            "from the program; GB/s and TFLOP/s over gpu-time; bound: the limit that gives "
-            "the longest time, of-bound: that time over gpu-time\n");
+    fprintf(out, "roofline: the busiest rank's bytes read and written (inputs once; outputs "
+            "and updated tensors once), bytes sent to other ranks, FLOPs, from the program\n"
+            "roofline: GB/s and TFLOP/s over gpu-time; bound: the limit that gives the longest "
+            "time; of-bound: that time over gpu-time\n");
     print_limits(r, out);
 }
 
 /* ---- the breakdown table ---- */
 
-static void print_step(const CudaJob *job, const ReportStep *s, FILE *out)
+static void print_step(const CudaJob *job, const Report *r, const ReportStep *s, FILE *out)
 {
-    char call[64];
+    char call[64], note[64] = "";
     if (s->calls > 1)
         snprintf(call, sizeof call, "%s x%d", s->call, s->calls);
     else
         snprintf(call, sizeof call, "%s", s->call);
+    if (s->mixed)
+        snprintf(note, sizeof note, "  (the ranks differ here)");
+    else if (s->ranks < r->nranks)
+        snprintf(note, sizeof note, "  (%d of %d ranks)", s->ranks, r->nranks);
     fprintf(out, "%-24s %5d  %-22s %-22s %10.4f ms%s\n", job->v[s->v].name, s->line, s->op, call,
-            s->ms, s->mixed ? "  (the ranks differ here)" : "");
+            s->ms, note);
 }
 
 static void print_breakdown(const CudaJob *job, const Report *r, FILE *out)
@@ -489,7 +493,7 @@ static void print_breakdown(const CudaJob *job, const Report *r, FILE *out)
         int n = 0;
         for (int i = 0; i < r->nstep; i++)
             if (r->step[i].v == vi) {
-                print_step(job, &r->step[i], out);
+                print_step(job, r, &r->step[i], out);
                 sum += r->step[i].ms;
                 n++;
             }
@@ -502,8 +506,8 @@ static void print_breakdown(const CudaJob *job, const Report *r, FILE *out)
                     r->steps_differ[vi] == 1 ? "" : "s", r->steps_differ[vi] == 1 ? "its" : "their");
     }
     fprintf(out, "breakdown: each kernel launch and library call (an NCCL group: its calls "
-            "together), the median of %d runs after the timed runs with an event after each "
-            "call, the slowest rank's; a step runs from the event before it to its own\n",
+            "together), from the event before it\nbreakdown: to its own; the median of %d runs "
+            "after the timed runs with an event after each call, the slowest rank's\n",
             job->breakdown_runs);
 }
 
