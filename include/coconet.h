@@ -55,6 +55,17 @@ const char *coco_schedule_note(const coco_program *p, int i); /* NULL if written
 int coco_gen_cuda(coco_program *p, const char *const *schedules, int n, FILE *out, char *err,
                   size_t errlen);
 
+/* What a program (or a scheduled program) must move and compute on one
+ * rank, counted from its graph (the rules: src/front/roofline.c): bytes read
+ * (each Tensor input once) and written (each output and Updated tensor
+ * once), bytes sent to other ranks by its collectives and Sends (NCCL's
+ * minimal traffic), and floating-point operations. rank -1: each figure's
+ * largest over the ranks. 0, or -1 for a rank out of range. */
+typedef struct {
+    double read_bytes, write_bytes, link_bytes, flops;
+} coco_roofline;
+int coco_program_roofline(const coco_program *p, int rank, coco_roofline *r);
+
 /* The directory holding coconet's include/ and rt/kernels/ (COCONET_HOME,
  * else the executable's directory), or NULL. */
 const char *coco_home(void);
@@ -170,6 +181,11 @@ typedef struct {
     const char *cuda_source;/* NULL: generate the code; else build this .cu file */
     int reference;          /* COCO_REFERENCE_*: what the runs are checked against */
     int build_only;         /* 1: build (or find in the cache) the code, run nothing */
+    int breakdown;          /* 1: after the timed runs, as many runs again (at least
+                               one) timing each kernel and library call: a second
+                               table, per variant (doc/gpu.md) */
+    int remeasure;          /* 1: measure the machine's limits again, not from the
+                               cache (so does COCONET_REMEASURE=1) */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);

@@ -76,7 +76,17 @@ typedef struct {
                                    barrier each); 0: one round; -1: 16 (coco_lsa_push_round) */
     int fused_vec;     /* 0: the widest vectors the buffers' alignment allows; 1: one element */
     int fused_peers;   /* peers' loads in flight when reducing: 0 all of them, 1 one */
+    /* --breakdown: when mark is not NULL, the generated code calls it after
+       each kernel launch and each library call it enqueues on `stream`
+       (mark(marks, COCO_MARK_*, operation, program line, the call's text)),
+       and the runtime records an event there; NULL (the timed runs): no call */
+    void (*mark)(void *marks, int kind, const char *op, int line, const char *call);
+    void *marks;
 } coco_cuda_ctx;
+
+/* What a mark follows: a kernel of coconet's, an NCCL call, a CUDA copy or
+ * memset, a cuBLASLt call. */
+enum { COCO_MARK_KERNEL, COCO_MARK_NCCL, COCO_MARK_CUDA, COCO_MARK_CUBLAS };
 
 /* Arguments, in the order of the program's Execute lists. Every buffer holds
  * this rank's part of the value in its element type (FP16 and BF16 as 16-bit

@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#define COCO_RT_ABI 2
+#define COCO_RT_ABI 3
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct CocoRt CocoRt;
@@ -46,7 +46,26 @@ typedef struct {
      * (their concatenation is input[i]); 0 and NULL for one buffer */
     const int *nmembers;
     const size_t *const *member_bytes;
+    /* --breakdown: after the timed runs, this many more runs with a CUDA
+     * event after each kernel launch and library call (0: none); each
+     * step's median time goes into steps[0 .. max_steps) */
+    int breakdown_runs;
+    struct CocoRtStep *steps;
+    int max_steps;
 } CocoRtVariant;
+
+/* One step of a breakdown: the work one kernel launch or library call (an
+ * NCCL group: the calls between ncclGroupStart and ncclGroupEnd) enqueued,
+ * timed from the event before it to the event after it. */
+enum { COCO_RT_NAME = 48 };
+typedef struct CocoRtStep {
+    int kind;               /* COCO_MARK_* (include/coconet_cuda.h) */
+    int line;               /* the program line */
+    int calls;              /* library calls it stands for (an NCCL group: several) */
+    char op[COCO_RT_NAME];  /* the operation: "MatMul", "AllReduce", "computation" */
+    char call[COCO_RT_NAME]; /* "kernel", "ncclAllReduce", "cublasLtMatmul", ... */
+    double median_ms;       /* over the breakdown runs */
+} CocoRtStep;
 
 /* What the runtime's own checks of a variant found (kind NONE: nothing).
  * GUARD: a guard region just before or after a buffer was written (filled
@@ -70,7 +89,17 @@ typedef struct {
     double median_ms, min_ms, max_ms; /* over the timed runs, CUDA events */
     size_t workspace_bytes;
     CocoRtFault fault;
+    int nsteps;           /* breakdown steps (at most max_steps are given) */
+    int steps_differ;     /* breakdown runs whose calls differed from the first's (left out) */
 } CocoRtTiming;
+
+/* What one GPU of this machine can do, measured (rt/limits.c): the
+ * bandwidth of a large device-to-device copy (bytes read plus bytes
+ * written, per second), of a copy to the next GPU (cudaMemcpyPeer; 0 with
+ * one GPU), and an FP16 GEMM's rate (cuBLASLt, FP32 accumulation). */
+typedef struct {
+    double copy_gbs, peer_gbs, gemm_tflops;
+} CocoRtLimits;
 
 typedef struct CocoRtApi {
     int abi;              /* COCO_RT_ABI */
@@ -89,6 +118,15 @@ typedef struct CocoRtApi {
     void (*close)(CocoRt *rt, int abort);
     /* the GPU's name and the NCCL library's version, for the report */
     void (*describe)(CocoRt *rt, char *buf, size_t len);
+    /* Without opening anything (before open): the GPU local_rank picks, as
+     * the key of its cached limits: its name, UUID and PCI id, the driver's
+     * and the CUDA runtime's versions, and the number of GPUs. 0, or -1
+     * with a message. */
+    int (*machine)(int local_rank, char *key, size_t keylen, char *err, size_t errlen);
+    /* Measures that GPU's limits (about a second; 2 GiB of its memory), and
+     * the peer copy to the next GPU when there are two or more. 0, or -1
+     * with a message. */
+    int (*limits)(int local_rank, CocoRtLimits *l, char *err, size_t errlen);
 } CocoRtApi;
 
 typedef const CocoRtApi *(*coco_rt_api_fn)(void);

@@ -23,7 +23,8 @@
  *
  * This file: errors, bounded waits, opening and closing (device,
  * communicators, handles, the generated code) and the API table; the
- * buffers of a variant are in slab.c, running it in run.c. */
+ * buffers of a variant are in slab.c, running it in run.c, the events of
+ * --breakdown in breakdown.c, the machine's limits in limits.c. */
 #define _GNU_SOURCE /* dladdr */
 #include "rt_internal.h"
 
@@ -376,7 +377,7 @@ const CocoRtApi *coco_rt_api(void);
 
 const CocoRtApi *coco_rt_api(void)
 {
-    static const CocoRtApi api = {COCO_RT_ABI, rt_unique_id, rt_open, rt_run, rt_close,
-                                  rt_describe};
+    static const CocoRtApi api = {COCO_RT_ABI, rt_unique_id, rt_open,          rt_run,
+                                  rt_close,    rt_describe,  rt_machine_key, rt_measure_limits};
     return &api;
 }

@@ -132,4 +132,24 @@ RT_INTERNAL int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, C
 RT_INTERNAL int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err,
                        size_t errlen);
 
+/* ---- --breakdown: events after each launch and library call (breakdown.c) ---- */
+typedef struct {
+    CocoRt *rt;
+    cudaEvent_t *event;  /* events made so far, reused run after run */
+    CocoRtStep *step;    /* per mark of this run: what it follows */
+    int cap, n;          /* events made; marks of this run */
+    int depth;           /* inside an NCCL group */
+    CocoRtStep group;    /* the group's calls, marked at its ncclGroupEnd */
+    char why[256];       /* the first failure (an event not made or recorded), or "" */
+} Marks;
+/* the generated code's ctx->mark (include/coconet_cuda.h) */
+RT_INTERNAL void rt_mark(void *marks, int kind, const char *op, int line, const char *call);
+RT_INTERNAL void marks_begin(Marks *m, CocoRt *rt); /* before each run */
+RT_INTERNAL void marks_free(Marks *m);
+
+/* ---- the machine's limits (limits.c): CocoRtApi.machine and .limits ---- */
+RT_INTERNAL int rt_machine_key(int local_rank, char *key, size_t keylen, char *err,
+                               size_t errlen);
+RT_INTERNAL int rt_measure_limits(int local_rank, CocoRtLimits *l, char *err, size_t errlen);
+
 #endif

@@ -160,6 +160,85 @@ static int time_variant(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e
     return rc;
 }
 
+/* One breakdown run's step times into ms[i * runs + k] (step i after the
+ * run's start event, or after step i-1's event); 0, 1 when its steps are
+ * not those of the first run (template, n of them), -1 on an error. */
+static int step_times(CocoRt *rt, Buffers *b, Marks *m, const CocoRtStep *template, int n,
+                      int runs, int k, float *ms)
+{
+    if (m->n != n)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (m->step[i].line != template[i].line || strcmp(m->step[i].call, template[i].call) ||
+            strcmp(m->step[i].op, template[i].op))
+            return 1;
+    for (int i = 0; i < n; i++)
+        CUDA_OK(rt, cudaEventElapsedTime(&ms[i * runs + k], i ? m->event[i - 1] : b->start,
+                                         m->event[i]));
+    return 0;
+}
+
+static double median_of(float *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_float);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* --breakdown: v->breakdown_runs more runs (after the timed ones, which
+ * run without marks), each with an event after every launch and library
+ * call; each step's median time into v->steps. */
+static int breakdown(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, CocoRtTiming *t)
+{
+    int runs = v->breakdown_runs, n = -1, rc = 0, used = 0;
+    if (runs <= 0)
+        return 0;
+    Marks m;
+    memset(&m, 0, sizeof m);
+    CocoRtStep *template = NULL;
+    float *ms = NULL;
+    e->ctx.mark = rt_mark;
+    e->ctx.marks = &m;
+    for (int k = 0; k < runs && !rc; k++) {
+        float total;
+        marks_begin(&m, rt);
+        rc = timed_run(rt, v, b, e, &total);
+        if (!rc && m.why[0])
+            rc = rt_error(rt, "%s: breakdown: %s", v->name, m.why);
+        if (rc)
+            break;
+        if (n < 0) {
+            n = m.n;
+            template = malloc((size_t)(n + 1) * sizeof *template);
+            ms = calloc((size_t)(n + 1) * (size_t)runs, sizeof *ms);
+            if (!template || !ms) {
+                rc = rt_error(rt, "out of memory");
+                break;
+            }
+            memcpy(template, m.step, (size_t)n * sizeof *template);
+        }
+        int differ = step_times(rt, b, &m, template, n, runs, used, ms);
+        if (differ < 0)
+            rc = -1;
+        else if (differ)
+            t->steps_differ++; /* left out */
+        else
+            used++;
+    }
+    e->ctx.mark = NULL;
+    e->ctx.marks = NULL;
+    for (int i = 0; !rc && i < n && used > 0; i++)
+        if (i < v->max_steps) {
+            v->steps[i] = template[i];
+            v->steps[i].median_ms = median_of(ms + (size_t)i * runs, used);
+        }
+    if (!rc)
+        t->nsteps = used > 0 ? n : 0;
+    marks_free(&m);
+    free(template);
+    free(ms);
+    return rc;
+}
+
 /* With COCONET_TRACE set: the seconds of each step of a variant's run since
  * *since, on stderr; *since moves to now. */
 static void trace_step(const CocoRt *rt, const CocoRtVariant *v, const char *step,
@@ -192,7 +271,8 @@ static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buff
     /* timed and repeated even after a fault: every rank makes the same
      * collective calls; the first fault found is the one reported */
     float ms;
-    if (time_variant(rt, v, b, &e, t) || timed_run(rt, v, b, &e, &ms))
+    if (time_variant(rt, v, b, &e, t) || breakdown(rt, v, b, &e, t) ||
+        timed_run(rt, v, b, &e, &ms))
         return -1;
     trace_step(rt, v, "timed runs and the repeat run", &at);
     if (t->fault.kind == COCO_RT_FAULT_NONE && check_guards(rt, b, 1, &t->fault))

@@ -156,6 +156,19 @@ const char *coco_output_name(const coco_program *p, int i)
     return i >= 0 && i < p->nexec_out ? p->node[p->exec_out[i]].name : NULL;
 }
 
+int coco_program_roofline(const coco_program *p, int rank, coco_roofline *r)
+{
+    if (rank < -1 || rank >= p->nranks)
+        return -1;
+    Roofline x;
+    if (rank < 0)
+        roofline_busiest(p, &x);
+    else
+        roofline_rank(p, rank, &x);
+    *r = (coco_roofline){x.read_bytes, x.write_bytes, x.link_bytes, x.flops};
+    return 0;
+}
+
 static double memory_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);

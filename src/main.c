@@ -35,6 +35,8 @@ typedef struct {
     const char *cuda_source;   /* cuda: --cuda-source F */
     int reference;             /* cuda: --reference each|program|none */
     int build_only;            /* cuda: --build-only */
+    int breakdown;             /* cuda: --breakdown */
+    int remeasure;             /* cuda: --remeasure */
 } Options;
 
 static const char usage[] =
@@ -73,6 +75,10 @@ static const char usage[] =
     "                  about the values beyond guard bytes, repeat runs and the ranks'\n"
     "                  agreement on Replicated values)\n"
     "  --cuda-source F cuda: build and run this CUDA file instead of generated code\n"
+    "  --breakdown     cuda: also time each kernel and library call of each variant\n"
+    "                  (as many more runs as --iters), in a second table\n"
+    "  --remeasure     cuda: measure the machine's limits (copy, peer copy, FP16 GEMM)\n"
+    "                  again instead of reading them from the cache\n"
     "  --help, --version\n";
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -138,6 +144,10 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->outdir = option_value(argc, argv, i);
     } else if (!strcmp(a, "--build-only")) {
         o->build_only = 1;
+    } else if (!strcmp(a, "--breakdown")) {
+        o->breakdown = 1;
+    } else if (!strcmp(a, "--remeasure")) {
+        o->remeasure = 1;
     } else if (!strcmp(a, "--iters")) {
         o->iters = (int)parse_count(a, option_value(argc, argv, i), 0, 100000);
     } else if (!strcmp(a, "--timeout")) {
@@ -606,7 +616,8 @@ static _Noreturn void refuse_no_reference(const Options *o)
 static int run_cuda(const Options *o, coco_program *p)
 {
     coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
-                            o->cuda_source, o->reference, o->build_only};
+                            o->cuda_source, o->reference, o->build_only, o->breakdown,
+                            o->remeasure};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);
@@ -622,6 +633,9 @@ int main(int argc, char **argv)
     int cuda = use_cuda(&o);
     if (o.reference == COCO_REFERENCE_NONE && !cuda)
         refuse_no_reference(&o);
+    if ((o.breakdown || o.remeasure) && !cuda)
+        bad_usage("%s goes with `run --backend cuda` (and a CUDA runtime and GPUs for "
+                  "--backend auto)", o.breakdown ? "--breakdown" : "--remeasure");
     coco_program *p = load(&o);
     int rc = 0;
     if (!strcmp(o.cmd, "print") && o.schedule) {

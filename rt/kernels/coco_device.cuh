@@ -106,25 +106,41 @@ static inline int coco_nccl_direct(const CocoShape &s, int d, long g, size_t es)
             snprintf((ctx)->err + used_, (ctx)->errlen - used_, __VA_ARGS__);           \
         return 1;                                                                       \
     } while (0)
+// --breakdown: after each kernel launch and library call, ctx->mark (NULL
+// outside the runtime's breakdown runs: one test of a pointer)
+#define COCO_MARK(ctx, kind, op, line, call)                                            \
+    do {                                                                                \
+        if ((ctx)->mark)                                                                \
+            (ctx)->mark((ctx)->marks, kind, op, line, call);                            \
+    } while (0)
 #define COCO_CUDA(ctx, op, line, call)                                                  \
     do {                                                                                \
         cudaError_t e_ = (call);                                                        \
         if (e_ != cudaSuccess)                                                          \
             COCO_FAIL(ctx, op, line, "%s: %s", #call, cudaGetErrorString(e_));         \
+        COCO_MARK(ctx, COCO_MARK_CUDA, op, line, #call);                                \
     } while (0)
 #define COCO_NCCL(ctx, op, line, call)                                                  \
     do {                                                                                \
         ncclResult_t e_ = (call);                                                       \
         if (e_ != ncclSuccess)                                                          \
             COCO_FAIL(ctx, op, line, "%s: %s", #call, ncclGetErrorString(e_));         \
+        COCO_MARK(ctx, COCO_MARK_NCCL, op, line, #call);                                \
     } while (0)
 #define COCO_LT(ctx, op, line, call)                                                    \
     do {                                                                                \
         cublasStatus_t e_ = (call);                                                     \
         if (e_ != CUBLAS_STATUS_SUCCESS)                                                \
             COCO_FAIL(ctx, op, line, "%s: cuBLAS status %d", #call, (int)e_);           \
+        COCO_MARK(ctx, COCO_MARK_CUBLAS, op, line, #call);                              \
     } while (0)
-#define COCO_LAUNCHED(ctx, op, line) COCO_CUDA(ctx, op, line, cudaGetLastError())
+#define COCO_LAUNCHED(ctx, op, line)                                                    \
+    do {                                                                                \
+        cudaError_t e_ = cudaGetLastError();                                            \
+        if (e_ != cudaSuccess)                                                          \
+            COCO_FAIL(ctx, op, line, "%s: %s", "cudaGetLastError()", cudaGetErrorString(e_)); \
+        COCO_MARK(ctx, COCO_MARK_KERNEL, op, line, "kernel");                           \
+    } while (0)
 
 // ---- elements ----
 __device__ __forceinline__ double coco_ld(const void *p, long i, int t)
@@ -485,6 +501,7 @@ static int coco_matmul(coco_cuda_ctx *ctx, int line, int t, const void *A, const
     if (rc || s != CUBLAS_STATUS_SUCCESS)
         COCO_FAIL(ctx, "MatMul", line, "cublasLtMatmul (M=%ld N=%ld K=%ld batch=%ld): status %d",
                   M, N, K, batch, (int)s);
+    COCO_MARK(ctx, COCO_MARK_CUBLAS, "MatMul", line, "cublasLtMatmul");
     return 0;
 }
 

@@ -98,6 +98,8 @@ typedef struct {
     char so[CUDA_PATH_MAX + 64];     /* the generated code, built */
     char runtime[CUDA_PATH_MAX + 64];
     int iters, warmup;
+    int breakdown_runs; /* --breakdown: runs with an event after each call (0: none) */
+    int remeasure;      /* --remeasure: the machine's limits measured again */
     double timeout_s;
     double cpu_ms;     /* the CPU reference's time (unchecked: drawing the inputs) */
     uint64_t seed;
@@ -116,17 +118,38 @@ typedef struct {
     int fault;         /* the runtime's own checks: COCO_RT_FAULT_* (include/coconet_rt.h) */
     char fault_msg[512];
 } RankRow;
+/* One step of a variant's breakdown (a kernel or a library call), over the
+ * ranks that reported it. */
+typedef struct {
+    int v, index, line, kind, calls;
+    int ranks;         /* how many reported it */
+    int mixed;         /* ranks named another operation at this index */
+    double ms;         /* the slowest rank's median */
+    char op[48], call[48];
+} ReportStep;
+/* The machine's limits (cuda_limits.c), as rank 0 found them. */
+typedef struct {
+    int known;
+    char how[24];      /* "measured", "cached", "measured-uncached" */
+    double copy_gbs, peer_gbs, gemm_tflops;
+    char key[512];     /* the GPU, driver and CUDA; or why they are unknown */
+} ReportLimits;
 typedef struct {
     int nranks, nv;
     RankRow *rows;
+    ReportStep *step;  /* --breakdown, in the order they arrive */
+    int nstep, capstep;
+    int *steps_differ; /* per variant: breakdown runs left out, over all ranks */
+    ReportLimits limits;
     char gpu[512];
     char **error;      /* per rank: why it failed, or NULL */
     int first_failure; /* the rank that failed first, or -1 */
     int *done;         /* per rank: said DONE */
     int *at;           /* per rank: the step it said it began (REPORT_AT_*, or a variant) */
 } Report;
-/* the lines ranks send: "GPU text", "AT step", "ROW v ...", "FAULT v GUARD|REPEAT
- * text", "ERR text", "DONE"; a step is a variant's index, or one of: */
+/* the lines ranks send: "GPU text", "LIMITS ...", "AT step", "ROW v ...", "FAULT v
+ * GUARD|REPEAT text", "STEPS v n differ", "STEP v i ...", "ERR text", "DONE"; a step
+ * (of AT) is a variant's index, or one of: */
 enum { REPORT_AT_OPEN = -1, REPORT_AT_CLOSE = -2 };
 typedef void (*EmitFn)(void *ctx, const char *line);
 /* cuda_report.c */
@@ -152,6 +175,9 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
 void cuda_watchdog(int rank, double seconds, const char *what); /* 0 s: off */
 void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg); /* ERR line */
 int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t errlen);
+/* cuda_limits.c: rank 0's GPU's limits, cached or measured: a LIMITS line */
+void cuda_limits_line(const CudaJob *job, const CocoRtApi *api, int local_rank, char *line,
+                      size_t len);
 /* cuda_launch.c: one forked process per rank, watched by the parent */
 int cuda_launch(const CudaJob *job, Report *rep);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */

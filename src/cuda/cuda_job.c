@@ -282,6 +282,10 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
     job->seed = o->seed;
     job->iters = o->iters > 0 ? o->iters : 0;
     job->warmup = o->iters > 0 ? 3 : 0;
+    /* --breakdown: as many runs as the timed ones, at least 1, at most 1000 */
+    job->breakdown_runs = !o->breakdown ? 0 : job->iters > 1000 ? 1000
+                          : job->iters > 0 ? job->iters : 1;
+    job->remeasure = o->remeasure;
     job->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
     job->unchecked = o->reference == COCO_REFERENCE_NONE;
     if (make_reference(job, variants, nv, o, err, errlen)) {

@@ -9,7 +9,8 @@
  * hashed, for the parent's comparison of Replicated values across ranks.
  *
  * What it finds goes out as text lines through an EmitFn ("GPU ...",
- * "ROW ...", "ERR ...", "DONE"; see report_line in cuda_launch.c). No CUDA
+ * "LIMITS ..." (rank 0, before it opens the communicators: cuda_limits.c),
+ * "ROW ...", "STEP ...", "ERR ...", "DONE"; see report_line in cuda_report.c). No CUDA
  * header here: the runtime is reached only through its function table. */
 #define _DEFAULT_SOURCE
 #include "cuda/cuda.h"
@@ -543,6 +544,27 @@ static double seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* --breakdown: "STEPS v n differ", then a "STEP v i line kind calls ms call op" line
+ * per step given */
+enum { MAX_STEPS = 4096 };
+
+static void emit_steps(int vi, const CocoRtTiming *t, const CocoRtStep *steps, EmitFn emit,
+                       void *ctx)
+{
+    char line[512];
+    snprintf(line, sizeof line, "STEPS %d %d %d", vi, t->nsteps, t->steps_differ);
+    emit(ctx, line);
+    for (int i = 0; i < t->nsteps && i < MAX_STEPS; i++) {
+        const CocoRtStep *s = &steps[i];
+        snprintf(line, sizeof line, "STEP %d %d %d %d %d %.17g %s %s", vi, i, s->line, s->kind,
+                 s->calls, s->median_ms, s->call[0] ? s->call : "-", s->op[0] ? s->op : "-");
+        for (char *c = line; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        emit(ctx, line);
+    }
+}
+
 static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi, int rank,
                    EmitFn emit, void *ctx)
 {
@@ -552,15 +574,18 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     double t0 = seconds_now();
     host_make(job, v->prog, rank, &h);
     double t1 = seconds_now();
+    CocoRtStep *steps = job->breakdown_runs ? xcalloc(MAX_STEPS, sizeof *steps) : NULL;
     CocoRtVariant rv = {v->name, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
                         h.updated, h.nout, h.output, h.output_bytes, h.size,
                         job->seed, job->iters, job->warmup, h.nmembers,
-                        (const size_t *const *)h.member_bytes};
+                        (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
+                        steps ? MAX_STEPS : 0};
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {
         cuda_emit_error(emit, ctx, rank, err);
         host_free(&h);
+        free(steps);
         return -1;
     }
     double t2 = seconds_now();
@@ -578,6 +603,9 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     emit(ctx, line);
     if (t.fault.kind != COCO_RT_FAULT_NONE)
         emit_fault(v, &t.fault, vi, emit, ctx);
+    if (steps)
+        emit_steps(vi, &t, steps, emit, ctx);
+    free(steps);
     host_free(&h);
     return 0;
 }
@@ -590,9 +618,14 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
     CocoRtConfig cfg = {rank, nranks, local_rank,
                         job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
                         job->so, job->timeout_s};
-    char err[4096], line[1024];
+    char err[4096], line[2048];
     input_cache_free(); /* of another job run by this process, if any */
     result_pool_free();
+    if (rank == 0 && job->iters > 0) { /* before the communicators: no rank runs yet */
+        cuda_watchdog(rank, job->timeout_s + 60, "measuring the machine's limits");
+        cuda_limits_line(job, api, local_rank, line, sizeof line);
+        emit(ctx, line);
+    }
     cuda_watchdog(rank, job->timeout_s + 10, "joining the NCCL communicators");
     CocoRt *rt = api->open(&cfg, err, sizeof err);
     if (!rt) {

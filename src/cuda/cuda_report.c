@@ -5,6 +5,11 @@
  *   GPU <description>                      the GPU and NCCL it runs on
  *   ROW v differing elements outside max-abs max-rel median-ms min-ms max-ms
  *       worst n hash1 .. hashn             variant v checked and timed
+ *   LIMITS measured|cached copy peer gemm key   rank 0's GPU's limits (or
+ *   LIMITS none <why>                      why they are unknown): cuda_limits.c
+ *   STEPS v n differ                       --breakdown: v made n steps (differ:
+ *                                          runs with other steps, left out)
+ *   STEP v i line kind calls ms call op    one of them: its median time
  *   FAULT v GUARD|REPEAT <message>         the runtime's own checks of v failed:
  *                                          a write outside a buffer, or a
  *                                          repeat run with other bits
@@ -38,6 +43,7 @@ void report_init(Report *r, int nranks, int nv)
     r->error = xcalloc((size_t)nranks, sizeof *r->error);
     r->done = xcalloc((size_t)nranks, sizeof *r->done);
     r->at = xcalloc((size_t)nranks, sizeof *r->at);
+    r->steps_differ = xcalloc((size_t)nv + 1, sizeof *r->steps_differ);
     for (int i = 0; i < nranks; i++)
         r->at[i] = REPORT_AT_OPEN;
     r->first_failure = -1;
@@ -51,6 +57,8 @@ void report_free(Report *r)
     free(r->done);
     free(r->at);
     free(r->rows);
+    free(r->step);
+    free(r->steps_differ);
     memset(r, 0, sizeof *r);
 }
 
@@ -118,11 +126,90 @@ static void parse_fault(Report *r, int rank, const char *line)
     snprintf(row->fault_msg, sizeof row->fault_msg, "%s", line + used);
 }
 
+static void parse_limits(Report *r, const char *line)
+{
+    ReportLimits *l = &r->limits;
+    int used = 0;
+    memset(l, 0, sizeof *l);
+    if (!strncmp(line, "LIMITS none ", 12)) {
+        snprintf(l->key, sizeof l->key, "%s", line + 12);
+        return;
+    }
+    if (sscanf(line, "LIMITS %23s %lg %lg %lg %n", l->how, &l->copy_gbs, &l->peer_gbs,
+               &l->gemm_tflops, &used) != 4 || l->copy_gbs <= 0 || l->gemm_tflops <= 0) {
+        snprintf(l->key, sizeof l->key, "rank 0 sent a malformed LIMITS line");
+        return;
+    }
+    snprintf(l->key, sizeof l->key, "%s", line + used);
+    l->known = 1;
+}
+
+static void parse_steps(Report *r, int rank, const char *line)
+{
+    int v, n, differ;
+    if (sscanf(line, "STEPS %d %d %d", &v, &n, &differ) != 3 || v < 0 || v >= r->nv) {
+        report_error(r, rank, "sent a malformed report line");
+        return;
+    }
+    r->steps_differ[v] += differ;
+}
+
+/* The step (v, index) of the report, made when new. */
+static ReportStep *step_at(Report *r, int v, int index)
+{
+    for (int i = r->nstep - 1; i >= 0; i--)
+        if (r->step[i].v == v && r->step[i].index == index)
+            return &r->step[i];
+    if (r->nstep == r->capstep) {
+        r->capstep = r->capstep ? 2 * r->capstep : 64;
+        ReportStep *grown = xcalloc((size_t)r->capstep, sizeof *grown);
+        if (r->nstep)
+            memcpy(grown, r->step, (size_t)r->nstep * sizeof *grown);
+        free(r->step);
+        r->step = grown;
+    }
+    ReportStep *s = &r->step[r->nstep++];
+    memset(s, 0, sizeof *s);
+    s->v = v;
+    s->index = index;
+    return s;
+}
+
+static void parse_step(Report *r, int rank, const char *line)
+{
+    ReportStep x;
+    int used = 0;
+    memset(&x, 0, sizeof x);
+    if (sscanf(line, "STEP %d %d %d %d %d %lg %47s %n", &x.v, &x.index, &x.line, &x.kind,
+               &x.calls, &x.ms, x.call, &used) != 7 || x.v < 0 || x.v >= r->nv ||
+        x.index < 0 || !line[used]) {
+        report_error(r, rank, "sent a malformed report line");
+        return;
+    }
+    snprintf(x.op, sizeof x.op, "%s", line + used);
+    ReportStep *s = step_at(r, x.v, x.index);
+    if (!s->ranks) {
+        x.ranks = 1;
+        *s = x;
+        return;
+    }
+    s->mixed |= s->line != x.line || strcmp(s->call, x.call) || strcmp(s->op, x.op);
+    s->ms = x.ms > s->ms ? x.ms : s->ms;
+    s->ranks++;
+}
+
 void report_line(Report *r, int rank, const char *line)
 {
     if (rank < 0 || rank >= r->nranks)
         return;
-    if (!strncmp(line, "GPU ", 4)) {
+    if (!strncmp(line, "LIMITS ", 7)) {
+        if (rank == 0)
+            parse_limits(r, line);
+    } else if (!strncmp(line, "STEPS ", 6)) {
+        parse_steps(r, rank, line);
+    } else if (!strncmp(line, "STEP ", 5)) {
+        parse_step(r, rank, line);
+    } else if (!strncmp(line, "GPU ", 4)) {
         if (rank == 0 || !r->gpu[0])
             snprintf(r->gpu, sizeof r->gpu, "%s", line + 4);
     } else if (!strncmp(line, "ROW ", 4)) {
@@ -284,6 +371,146 @@ static void print_faults(const CudaJob *job, const Report *r)
     }
 }
 
+/* ---- the roofline table ---- */
+
+/* The slowest rank's median time of variant vi, or -1 when a rank did not
+ * report it. */
+static double slowest_ms(const Report *r, int vi)
+{
+    double ms = 0;
+    for (int rank = 0; rank < r->nranks; rank++) {
+        const RankRow *x = &r->rows[vi * r->nranks + rank];
+        if (!x->seen)
+            return -1;
+        ms = x->median_ms > ms ? x->median_ms : ms;
+    }
+    return ms;
+}
+
+/* x with an SI prefix: "16 kB", "2.15 GFLOP" */
+static const char *si(double x, const char *unit, char *buf, size_t len)
+{
+    static const char *prefix[] = {"", "k", "M", "G", "T", "P"};
+    int i = 0;
+    while (x >= 999.5 && i < 5) {
+        x /= 1000;
+        i++;
+    }
+    snprintf(buf, len, "%.3g %s%s", x, prefix[i], unit);
+    return buf;
+}
+
+/* Which limit gives the longest time for rf, and that time in seconds. */
+static const char *bound_of(const Roofline *rf, const ReportLimits *l, double *seconds)
+{
+    double mem = (rf->read_bytes + rf->write_bytes) / (l->copy_gbs * 1e9);
+    double link = l->peer_gbs > 0 ? rf->link_bytes / (l->peer_gbs * 1e9) : 0;
+    double gemm = rf->flops / (l->gemm_tflops * 1e12);
+    *seconds = mem;
+    const char *name = "memory";
+    if (link > *seconds) {
+        *seconds = link;
+        name = "link";
+    }
+    if (gemm > *seconds) {
+        *seconds = gemm;
+        name = "gemm";
+    }
+    return *seconds > 0 ? name : "-";
+}
+
+static void print_roofline_row(const CudaJob *job, const Report *r, int vi, FILE *out)
+{
+    Roofline rf;
+    roofline_busiest(job->v[vi].prog, &rf);
+    char mem[32], link[32], flops[32], rate[32] = "-", tflops[32] = "-", pct[32] = "-";
+    double ms = slowest_ms(r, vi), bound_s = 0;
+    const char *bound = r->limits.known ? bound_of(&rf, &r->limits, &bound_s) : "-";
+    if (ms > 0) {
+        snprintf(rate, sizeof rate, "%.4g", (rf.read_bytes + rf.write_bytes) / (ms * 1e-3) / 1e9);
+        snprintf(tflops, sizeof tflops, "%.4g", rf.flops / (ms * 1e-3) / 1e12);
+        if (strcmp(bound, "-"))
+            snprintf(pct, sizeof pct, "%.1f %%", 100 * bound_s / (ms * 1e-3));
+    }
+    fprintf(out, "%-24s %10s %10s %12s %10s %10s  %-7s %9s\n", job->v[vi].name,
+            si(rf.read_bytes + rf.write_bytes, "B", mem, sizeof mem),
+            si(rf.link_bytes, "B", link, sizeof link), si(rf.flops, "FLOP", flops, sizeof flops),
+            rate, tflops, bound, pct);
+}
+
+static void print_limits(const Report *r, FILE *out)
+{
+    const ReportLimits *l = &r->limits;
+    if (!l->known) {
+        fprintf(out, "limits: unknown%s%s: no bound and no %% of it\n", l->key[0] ? ": " : "",
+                l->key);
+        return;
+    }
+    char peer[48] = "no peer copy (one GPU)";
+    if (l->peer_gbs > 0)
+        snprintf(peer, sizeof peer, "peer copy %.4g GB/s", l->peer_gbs);
+    fprintf(out, "limits: device copy %.4g GB/s (read + written), %s, FP16 GEMM %.4g TFLOP/s; "
+            "%s (--remeasure measures again)\nlimits: of %s\n", l->copy_gbs, peer,
+            l->gemm_tflops, strcmp(l->how, "cached") ? "measured now" : "from the cache", l->key);
+}
+
+static void print_roofline(const CudaJob *job, const Report *r, FILE *out)
+{
+    fprintf(out, "\n%-24s %10s %10s %12s %10s %10s  %-7s %9s\n", "roofline", "memory", "link",
+            "flops", "GB/s", "TFLOP/s", "bound", "of-bound");
+    for (int vi = 0; vi < job->nv; vi++)
+        print_roofline_row(job, r, vi, out);
+    fprintf(out, "roofline: the busiest rank's bytes read and written (inputs once; outputs "
+            "and updated tensors once), bytes sent to other ranks, FLOPs, from the program\n"
+            "roofline: GB/s and TFLOP/s over gpu-time; bound: the limit that gives the longest "
+            "time; of-bound: that time over gpu-time\n");
+    print_limits(r, out);
+}
+
+/* ---- the breakdown table ---- */
+
+static void print_step(const CudaJob *job, const Report *r, const ReportStep *s, FILE *out)
+{
+    char call[64], note[64] = "";
+    if (s->calls > 1)
+        snprintf(call, sizeof call, "%s x%d", s->call, s->calls);
+    else
+        snprintf(call, sizeof call, "%s", s->call);
+    if (s->mixed)
+        snprintf(note, sizeof note, "  (the ranks differ here)");
+    else if (s->ranks < r->nranks)
+        snprintf(note, sizeof note, "  (%d of %d ranks)", s->ranks, r->nranks);
+    fprintf(out, "%-24s %5d  %-22s %-22s %10.4f ms%s\n", job->v[s->v].name, s->line, s->op, call,
+            s->ms, note);
+}
+
+static void print_breakdown(const CudaJob *job, const Report *r, FILE *out)
+{
+    fprintf(out, "\n%-24s %5s  %-22s %-22s %13s\n", "breakdown", "line", "operation", "call",
+            "time");
+    for (int vi = 0; vi < job->nv; vi++) {
+        double sum = 0;
+        int n = 0;
+        for (int i = 0; i < r->nstep; i++)
+            if (r->step[i].v == vi) {
+                print_step(job, r, &r->step[i], out);
+                sum += r->step[i].ms;
+                n++;
+            }
+        if (n)
+            fprintf(out, "%-24s %5s  %-22s %-22s %10.4f ms\n", job->v[vi].name, "", "(sum)", "",
+                    sum);
+        if (r->steps_differ[vi])
+            fprintf(out, "breakdown: %s: %d run%s left out: %s calls differed from the first "
+                    "run's\n", job->v[vi].name, r->steps_differ[vi],
+                    r->steps_differ[vi] == 1 ? "" : "s", r->steps_differ[vi] == 1 ? "its" : "their");
+    }
+    fprintf(out, "breakdown: each kernel launch and library call (an NCCL group: its calls "
+            "together), from the event before it\nbreakdown: to its own; the median of %d runs "
+            "after the timed runs with an event after each call, the slowest rank's\n",
+            job->breakdown_runs);
+}
+
 int report_print(const CudaJob *job, const Report *r, FILE *out)
 {
     Program *p = job->base;
@@ -301,6 +528,10 @@ int report_print(const CudaJob *job, const Report *r, FILE *out)
                 job->iters, job->warmup);
     fprintf(out, "gpu-checks: guard bytes intact and the repeat run bit for bit the checked "
             "run's in %d of %d variants, on every rank\n", variants_clean(job, r), job->nv);
+    if (job->iters > 0)
+        print_roofline(job, r, out);
+    if (job->breakdown_runs > 0)
+        print_breakdown(job, r, out);
     fflush(out);
     print_faults(job, r);
     for (int rank = 0; rank < r->nranks; rank++) {

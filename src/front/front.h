@@ -71,4 +71,14 @@ void print_program(Program *p, FILE *out);
 void print_schedule(const Schedule *s, FILE *out);
 
 
+/* ---- roofline.c: what a variant must move and compute, per rank ---- */
+typedef struct {
+    double read_bytes;  /* each Tensor input read once */
+    double write_bytes; /* each output and each Updated tensor written once */
+    double link_bytes;  /* sent to other ranks: the collectives' minimal traffic */
+    double flops;       /* the counting rule is at the top of roofline.c */
+} Roofline;
+void roofline_rank(const Program *p, int rank, Roofline *r);
+void roofline_busiest(const Program *p, Roofline *r); /* each figure's most over the ranks */
+
 #endif

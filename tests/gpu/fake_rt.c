@@ -10,6 +10,13 @@
  * each input and output (a pattern written before the first run and read
  * after each), reporting what it finds as a CocoRtFault.
  *
+ * Its machine limits are fixed, obviously fake figures (1000 GB/s copy,
+ * 100 GB/s peer, 10 TFLOP/s GEMM) for a "stand-in GPU" key; each
+ * measurement appends a line to the file FAKE_RT_MEASURED names, if set,
+ * so that a test sees whether the launcher measured or read its cache.
+ * With breakdown runs it passes the entry point a mark function and gives
+ * the i-th mark of rank r a fake time of (i + 1) * (r + 1) microseconds.
+ *
  * FAKE_RT_MODE makes rank FAKE_RT_RANK (default 1) misbehave:
  *   wrong  changes one output element      crash  dies of SIGSEGV in run
  *   hang   never returns from run          error  returns an error from run
@@ -94,10 +101,30 @@ static int guard_damaged(const void *p, size_t bytes, int output, int input, Coc
     return 0;
 }
 
+/* The marks of one breakdown run: what each follows. */
+typedef struct {
+    CocoRtStep step[64];
+    int n;
+} FakeMarks;
+
+static void fake_mark(void *marks, int kind, const char *op, int line, const char *call)
+{
+    FakeMarks *m = marks;
+    if (m->n == (int)(sizeof m->step / sizeof *m->step))
+        return;
+    CocoRtStep *s = &m->step[m->n++];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->line = line;
+    s->calls = 1;
+    snprintf(s->op, sizeof s->op, "%s", op);
+    snprintf(s->call, sizeof s->call, "%.*s", (int)strcspn(call, "( "), call);
+}
+
 /* One run of `run` on fresh copies of the inputs, into out[]; the new
- * values left in in[]. */
+ * values left in in[]; with marks, a breakdown run. */
 static int run_once(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
-                    void **out, char *msg, size_t len)
+                    void **out, FakeMarks *marks, char *msg, size_t len)
 {
     for (int i = 0; i < v->ninputs; i++)
         if (v->input[i])
@@ -109,6 +136,11 @@ static int run_once(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, vo
     ctx.group_size = rt->group_size;
     ctx.err = msg;
     ctx.errlen = len;
+    if (marks) {
+        marks->n = 0;
+        ctx.mark = fake_mark;
+        ctx.marks = marks;
+    }
     coco_cuda_args args = {in, v->scalar, out, v->size, v->seed, NULL}; /* no scattered inputs */
     int rc = run(&ctx, &args);
     if (!rc && misbehaves(rt->rank, "wrong") && v->noutputs && v->output_bytes[0])
@@ -141,7 +173,7 @@ static void compare(const void *got, const void *first, size_t bytes, int output
 static int repeat(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
                   void **out, CocoRtTiming *t, char *msg, size_t len)
 {
-    if (run_once(rt, run, v, in, out, msg, len))
+    if (run_once(rt, run, v, in, out, NULL, msg, len))
         return -1;
     if (misbehaves(rt->rank, "repeat") && v->noutputs && v->output_bytes[0])
         ((unsigned char *)out[0])[v->output_bytes[0] - 1] ^= 0x01;
@@ -152,6 +184,24 @@ static int repeat(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void
     for (int i = 0; i < v->ninputs; i++)
         if (v->updated && v->updated[i])
             compare(in[i], v->updated[i], v->input_bytes[i], -1, i, &t->fault);
+    return 0;
+}
+
+/* v->breakdown_runs runs with marks; the steps of the first, with fake times */
+static int breakdown(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
+                     void **out, CocoRtTiming *t, char *msg, size_t len)
+{
+    FakeMarks m;
+    for (int k = 0; k < v->breakdown_runs; k++)
+        if (run_once(rt, run, v, in, out, &m, msg, len))
+            return -1;
+    if (v->breakdown_runs <= 0)
+        return 0;
+    t->nsteps = m.n;
+    for (int i = 0; i < m.n && i < v->max_steps; i++) {
+        v->steps[i] = m.step[i];
+        v->steps[i].median_ms = 0.001 * (i + 1) * (rt->rank + 1);
+    }
     return 0;
 }
 
@@ -182,7 +232,7 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
         out[i] = guarded(v->output_bytes[i]);
     memset(t, 0, sizeof *t);
     t->median_ms = t->min_ms = t->max_ms = 0.001 * (rt->rank + 1);
-    int rc = run_once(rt, run, v, in, out, msg, sizeof msg);
+    int rc = run_once(rt, run, v, in, out, NULL, msg, sizeof msg);
     if (!rc && misbehaves(rt->rank, "guard") && v->noutputs)
         ((unsigned char *)out[0])[v->output_bytes[0] + 3] ^= 0xff;
     for (int i = 0; i < v->noutputs && !rc; i++)
@@ -191,6 +241,8 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
         if (v->updated && v->updated[i])
             memcpy(v->updated[i], in[i], v->input_bytes[i]);
     if (!rc && !check_guards(v, in, out, &t->fault))
+        rc = breakdown(rt, run, v, in, out, t, msg, sizeof msg);
+    if (!rc && t->fault.kind == COCO_RT_FAULT_NONE)
         rc = repeat(rt, run, v, in, out, t, msg, sizeof msg);
     for (int i = 0; i < v->ninputs; i++)
         free(in[i]);
@@ -213,11 +265,30 @@ static void describe(CocoRt *rt, char *buf, size_t len)
     snprintf(buf, len, "a stand-in runtime without GPU");
 }
 
+static int machine(int local_rank, char *key, size_t keylen, char *err, size_t errlen)
+{
+    snprintf(key, keylen, "stand-in GPU (no CUDA) uuid 0 driver 0 cuda 0");
+    return 0;
+}
+
+static int limits(int local_rank, CocoRtLimits *l, char *err, size_t errlen)
+{
+    const char *log = getenv("FAKE_RT_MEASURED");
+    FILE *f = log ? fopen(log, "a") : NULL;
+    if (f) {
+        fprintf(f, "measured by local rank %d\n", local_rank);
+        fclose(f);
+    }
+    *l = (CocoRtLimits){1000, 100, 10};
+    return 0;
+}
+
 const CocoRtApi *coco_rt_api(void);
 
 const CocoRtApi *coco_rt_api(void)
 {
-    static CocoRtApi api = {COCO_RT_ABI, unique_id, rt_open, rt_run, rt_close, describe};
+    static CocoRtApi api = {COCO_RT_ABI, unique_id, rt_open, rt_run, rt_close, describe,
+                            machine,     limits};
     const char *m = getenv("FAKE_RT_MODE");
     if (m && !strcmp(m, "abi"))
         api.abi = COCO_RT_ABI + 100;

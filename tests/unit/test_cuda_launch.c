@@ -8,7 +8,9 @@
  * says): build then cache, fork, NCCL id exchange, reports, and a rank that
  * computes wrong, crashes, fails, hangs, is of another ABI, writes past a
  * buffer (guard bytes) or gives other bits when run again; and the same
- * with no CPU reference (--reference none).
+ * with no CPU reference (--reference none); the roofline table, the
+ * machine limits' cache, and --breakdown's table with the stand-in's fake
+ * figures and times.
  * Run from the repository root. Prints one "group: N passed, M failed" line
  * per group; exits non-zero when any check fails. */
 #define _DEFAULT_SOURCE
@@ -253,6 +255,42 @@ static void test_report_lines(void)
     group_end("report lines");
 }
 
+/* LIMITS and --breakdown's STEPS / STEP lines */
+static void test_report_steps(void)
+{
+    Report r;
+    report_init(&r, 2, 2);
+    report_line(&r, 1, "LIMITS measured 1 2 3 not rank 0's");
+    check(!r.limits.known && !r.limits.key[0], "LIMITS from another rank than 0 is ignored");
+    report_line(&r, 0, "LIMITS cached 3350.5 420 989.25 NVIDIA H200 uuid ab driver 1 cuda 2");
+    check(r.limits.known && !strcmp(r.limits.how, "cached") && r.limits.copy_gbs == 3350.5 &&
+              r.limits.peer_gbs == 420 && r.limits.gemm_tflops == 989.25 &&
+              !strcmp(r.limits.key, "NVIDIA H200 uuid ab driver 1 cuda 2"),
+          "LIMITS round-trips");
+    report_line(&r, 0, "LIMITS none no GPU to measure");
+    check(!r.limits.known && !strcmp(r.limits.key, "no GPU to measure"), "LIMITS none: why");
+    report_line(&r, 0, "LIMITS measured 0 0 0 x");
+    check(!r.limits.known, "LIMITS with a zero bandwidth is not known");
+    report_line(&r, 0, "STEPS 1 2 1");
+    report_line(&r, 1, "STEPS 1 2 2");
+    check(r.steps_differ[1] == 3, "STEPS: runs left out add up over the ranks");
+    report_line(&r, 0, "STEP 1 0 11 1 4 0.25 ncclReduce AllGather");
+    report_line(&r, 1, "STEP 1 0 11 1 4 0.5 ncclReduce AllGather");
+    report_line(&r, 0, "STEP 1 1 12 0 1 0.125 kernel scatter into members");
+    report_line(&r, 1, "STEP 1 1 13 0 1 0.0625 kernel computation");
+    check(r.nstep == 2 && r.step[0].ms == 0.5 && r.step[0].ranks == 2 && r.step[0].calls == 4 &&
+              !strcmp(r.step[0].call, "ncclReduce") && !strcmp(r.step[0].op, "AllGather") &&
+              !r.step[0].mixed, "STEP: the slowest rank's time of a step");
+    check(r.step[1].ms == 0.125 && !strcmp(r.step[1].op, "scatter into members") &&
+              r.step[1].mixed, "STEP: an operation with spaces; ranks that differ are marked");
+    report_line(&r, 0, "STEP 2 0 11 1 1 0.5 kernel x");
+    check(r.error[0] != NULL && r.nstep == 2, "STEP of an unknown variant is an error");
+    report_line(&r, 1, "STEP 0 0 11 1 1 0.5 kernel");
+    check(r.error[1] != NULL, "STEP without an operation is an error");
+    report_free(&r);
+    group_end("report steps");
+}
+
 /* ---- the checks the parent prepares ---- */
 
 static coco_program *load(const char *text, int nranks)
@@ -446,6 +484,87 @@ static void test_launch_unchecked(char *out, size_t len)
           "an unknown --reference");
 }
 
+/* How many times the stand-in runtime measured the limits so far. */
+static int measured_count(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    int n = 0, c;
+    if (!f)
+        return 0;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* The roofline table, the limits cache and --breakdown, with the stand-in
+ * runtime's fixed limits (copy 1000 GB/s, peer 100 GB/s, GEMM 10 TFLOP/s)
+ * and times (rank r: 0.001 (r+1) ms a run; step i: 0.001 (i+1)(r+1) ms).
+ * host.coco at N = 1000: read x, s (8000 bytes), write y, s (8000 bytes),
+ * 3 FLOPs an element (x * a, + 1, s + y), no link. */
+static void test_launch_roofline(char *out, size_t len, const char *cache)
+{
+    char log[600], cmd[1200];
+    snprintf(log, sizeof log, "%s/measured", tmpdir);
+    setenv("FAKE_RT_MEASURED", log, 1);
+    snprintf(cmd, sizeof cmd, "rm -f %s/limits-*.txt", cache);
+    char *rm[] = {"sh", "-c", cmd, NULL};
+    run_capture(rm, NULL, NULL, 0, 60);
+    int rc = coconet(out, len, "ok", "--ranks 2");
+    check(rc == 0 && measured_count(log) == 1, "the limits are measured when not cached");
+    check(strstr(out, "\nroofline                     memory       link        flops       "
+                      "GB/s    TFLOP/s  bound    of-bound\n"
+                      "program                       16 kB        0 B      3 kFLOP          8"
+                      "     0.0015  memory      0.8 %\n") != NULL,
+          "a roofline row: bytes, FLOPs, rates at the slowest rank's 0.002 ms, the bound");
+    check(strstr(out, "\nlimits: device copy 1000 GB/s (read + written), peer copy 100 GB/s, "
+                      "FP16 GEMM 10 TFLOP/s; measured now") != NULL, "the limits line");
+    if (rc)
+        printf("%s\n", out);
+    rc = coconet(out, len, "ok", "--ranks 1 --schedule fused");
+    check(rc == 0 && measured_count(log) == 1 && strstr(out, "; from the cache"),
+          "the second run reads the cache");
+    check(strstr(out, "\nfused                         16 kB        0 B      3 kFLOP         16"
+                      "      0.003  memory      1.6 %\n") != NULL, "one rank: 0.001 ms");
+    rc = coconet(out, len, "ok", "--ranks 1 --remeasure");
+    check(rc == 0 && measured_count(log) == 2 && strstr(out, "; measured now"),
+          "--remeasure measures again");
+    rc = coconet(out, len, "ok", "--ranks 1 --schedule program");
+    check(rc == 0 && measured_count(log) == 2, "... and the cache holds the new figures");
+    setenv("COCONET_REMEASURE", "1", 1);
+    rc = coconet(out, len, "ok", "--ranks 1 --schedule program");
+    unsetenv("COCONET_REMEASURE");
+    check(rc == 0 && measured_count(log) == 3, "COCONET_REMEASURE=1 measures again");
+    rc = coconet(out, len, "ok", "--ranks 1 --iters 0 --remeasure");
+    check(rc == 0 && measured_count(log) == 3 && !strstr(out, "roofline") &&
+              !strstr(out, "limits:"), "--iters 0: no times, no limits, no roofline");
+    rc = coconet(out, len, "ok", "--ranks 2 --breakdown");
+    check(rc == 0 && strstr(out, "\nbreakdown                 line  operation              call"
+                                 "                            time\n"
+                                 "program                      9  computation            kernel"
+                                 "                     0.0020 ms\n"
+                                 "program                     10  computation            kernel"
+                                 "                     0.0040 ms\n"
+                                 "program                         (sum)                        "
+                                 "                     0.0060 ms\n"
+                                 "fused                        9  computation            kernel"
+                                 "                     0.0020 ms\n"),
+          "--breakdown: a row per mark of the code, the slowest rank's time, a sum a variant");
+    check(strstr(out, "the median of 3 runs after the timed runs") != NULL,
+          "--breakdown: as many runs as --iters");
+    if (rc)
+        printf("%s\n", out);
+    rc = coconet(out, len, "ok", "--ranks 2");
+    check(rc == 0 && !strstr(out, "breakdown"), "no --breakdown, no second table");
+    rc = coconet(out, len, "ok", "--ranks 2 --backend cpu --breakdown");
+    check(rc == 2 && strstr(out, "--breakdown goes with `run --backend cuda`"),
+          "--breakdown on the cpu backend is refused");
+    rc = coconet(out, len, "ok", "--ranks 2 --backend cpu --remeasure");
+    check(rc == 2 && strstr(out, "--remeasure goes with `run --backend cuda`"),
+          "--remeasure on the cpu backend is refused");
+    unsetenv("FAKE_RT_MEASURED");
+}
+
 static void test_launch(void)
 {
     char cwd[1024], rt[1200], cache[512];
@@ -547,6 +666,7 @@ static void test_launch(void)
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
     test_launch_unchecked(out, sizeof out);
+    test_launch_roofline(out, sizeof out, cache);
     setenv("COCONET_CUDA_RUNTIME", "/nonexistent/libcoconet_cuda.so", 1);
     rc = coconet(out, sizeof out, "ok", "--ranks 2");
     check(rc == 1 && strstr(out, "is not built"), "no runtime: --backend cuda refuses");
@@ -567,6 +687,7 @@ int main(void)
     test_toolchain_files();
     test_run_capture();
     test_report_lines();
+    test_report_steps();
     test_job();
     test_launch();
     char *rm[] = {"rm", "-rf", tmpdir, NULL};
