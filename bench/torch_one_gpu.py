@@ -72,8 +72,9 @@ def optimizers(n, iters):
         torch._foreach_add_(u, 1e-6)
         u = torch._foreach_div(torch._foreach_div([m], 1 - BETA1), u)
         torch._foreach_add_(u, [p], alpha=0.01)
-        ratio = torch._foreach_div(torch._foreach_norm([p]), torch._foreach_norm(u))
-        torch._foreach_mul_(u, ratio)
+        pn, un = torch._foreach_norm([p])[0], torch._foreach_norm(u)[0]
+        ratio = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+        torch._foreach_mul_(u, [ratio])
         torch._foreach_add_([p], u, alpha=-LR)
     row("lamb", n, timed(lamb, iters), 28 * n, "GB/s")
     row("lamb_mixed", n, timed(lambda: lamb(g16.float()), iters), 26 * n, "GB/s")

@@ -5,7 +5,8 @@ optimizer step: torch.distributed.all_reduce of the gradients, then
         torch._foreach_* ops computing examples/lamb.coco's formula:
         m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
         u = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p;
-        p = p - lr (||p|| / ||u||) u   (norms of the whole tensor).
+        p = p - lr r u,  r = ||p|| / ||u||, or 1 where either norm is 0
+        (norms of the whole tensor; the LAMB paper's trust ratio, apex's).
 One process per GPU (NCCL), timed like coconet: CUDA events, 3 warm-up runs,
 the median of ITERS runs, slowest rank.
 
@@ -62,9 +63,17 @@ def foreach_lamb(p, g, m, v, step):
     u = torch._foreach_div(m, 1 - BETA1 ** step)
     torch._foreach_div_(u, denom)
     torch._foreach_add_(u, p, alpha=LAMB_WD)
-    ratio = torch._foreach_div(torch._foreach_norm(p), torch._foreach_norm(u))
-    torch._foreach_mul_(u, ratio)
+    torch._foreach_mul_(u, trust_ratios(p, u))
     torch._foreach_add_(p, u, alpha=-LR)
+
+
+def trust_ratios(p, u):
+    """||p|| / ||u|| of each tensor, 1 where either norm is 0 (lamb.coco's
+    Ite(r1 > 0, Ite(r2 > 0, r1 / r2, 1.0), 1.0))."""
+    ratios = []
+    for pn, un in zip(torch._foreach_norm(p), torch._foreach_norm(u)):
+        ratios.append(torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn)))
+    return ratios
 
 
 def apex_lamb():
@@ -146,7 +155,9 @@ def check():
     v64 = BETA2 * v64 + (1 - BETA2) * g64 * g64
     u = (m64 / (1 - BETA1 ** step)) / ((v64 / (1 - BETA2 ** step)).sqrt() + LAMB_EPS)
     u = u + LAMB_WD * p64
-    want = p64 - LR * (p64.norm() / u.norm()) * u
+    pn, un = p64.norm(), u.norm()
+    ratio = pn / un if pn > 0 and un > 0 else 1.0
+    want = p64 - LR * ratio * u
     pd, gd, md, vd = (x.to(dev) for x in (p, g, m, v))
     foreach_lamb([pd], [gd], [md], [vd], step)
     err = ((pd.double().cpu() - want).abs() / want.abs().clamp_min(1.0)).max().item()

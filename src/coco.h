@@ -54,7 +54,7 @@ typedef enum {
 } Op;
 
 typedef enum {
-    K_LEAF, K_UNARY, K_BINARY, K_LAYER, K_REDUCTION, K_UPDATE, K_COMM
+    K_LEAF, K_UNARY, K_BINARY, K_TERNARY, K_LAYER, K_REDUCTION, K_UPDATE, K_COMM
 } OpKind;
 
 typedef struct {              /* a row of core/ops.def */

@@ -91,7 +91,8 @@ static void eval_node(Exec *e, const Node *n)
             eval_const(e, n);
         break; /* inputs and scalars are filled beforehand */
     case K_UNARY:
-    case K_BINARY: eval_on_ranks(e, n, eval_pointwise); break; /* threads inside */
+    case K_BINARY:
+    case K_TERNARY: eval_on_ranks(e, n, eval_pointwise); break; /* threads inside */
     case K_LAYER:
         if (n->op == O_MATMUL)
             eval_on_ranks(e, n, eval_matmul);

@@ -7,6 +7,9 @@
  *    (right-aligned; missing or size-1 dimensions repeat); scalars broadcast.
  *  - Update(t, v) is evaluated as the binary op (t, v) -> v: the new value
  *    broadcast to the tensor's shape and rounded to its type.
+ *  - Comparisons give 1 or 0 (C's comparisons of doubles: false with a NaN
+ *    operand but for !=); Ite(c, a, b) is a where c != 0 (a NaN c too),
+ *    else b, broadcast over all three operands and rounded.
  *  - Dropout keeps an element iff
  *      rng_uniform(seed, 2^63 | dropout_id, gidx) >= p,  y = x / (1 - p),
  *    gidx being the element's row-major index in the LOGICAL shape, so the
@@ -133,6 +136,12 @@ static double binary_value(Op op, double a, double b)
     case O_MUL: return a * b;
     case O_DIV: return a / b;
     case O_POW: return pow(a, b);
+    case O_LT: return a < b;
+    case O_LE: return a <= b;
+    case O_GT: return a > b;
+    case O_GE: return a >= b;
+    case O_EQ: return a == b;
+    case O_NE: return a != b;
     case O_UPDATE: return b; /* the new value, broadcast to the tensor */
     default: BUG("not a binary op: %d", (int)op);
     }
@@ -209,60 +218,74 @@ static void eval_slice(Exec *e, const Node *n, int rank)
     parallel_ranges(exec_threads(e, count), count, slice_copy_range, &j);
 }
 
+/* An elementwise operation of NIN operands (binary ones, Update, Ite). */
+enum { NOPERAND = 3 };
 typedef struct {
     const Node *n;
-    const double *a, *b;
+    int nin;
+    const double *x[NOPERAND];
     double *y;
-    long os[MAXDIM], sa[MAXDIM], sb[MAXDIM];
-    long oa, ob;
+    long os[MAXDIM], stride[NOPERAND][MAXDIM];
+    long first[NOPERAND];
     int nd;
-} BinaryJob;
+} OperandsJob;
+
+static double operands_value(const OperandsJob *j, const long *at)
+{
+    if (j->n->op == O_ITE)
+        return j->x[0][at[0]] != 0 ? j->x[1][at[1]] : j->x[2][at[2]];
+    return binary_value(j->n->op, j->x[0][at[0]], j->x[1][at[1]]);
+}
 
 /* Elements [lo, hi): operand offsets from lo's coordinates, then an
  * odometer over the output's dimensions (broadcast ones have stride 0). */
-static void binary_range(void *ctx, long lo, long hi)
+static void operands_range(void *ctx, long lo, long hi)
 {
-    const BinaryJob *j = ctx;
-    long idx[MAXDIM], rest = lo, oa = j->oa, ob = j->ob;
+    const OperandsJob *j = ctx;
+    long idx[MAXDIM], rest = lo, at[NOPERAND];
+    for (int k = 0; k < j->nin; k++)
+        at[k] = j->first[k];
     for (int d = j->nd - 1; d >= 0; d--) {
         idx[d] = rest % j->os[d];
         rest /= j->os[d];
-        oa += idx[d] * j->sa[d];
-        ob += idx[d] * j->sb[d];
+        for (int k = 0; k < j->nin; k++)
+            at[k] += idx[d] * j->stride[k][d];
     }
     for (long i = lo; i < hi; i++) {
-        j->y[i] = exec_round(j->n->type, binary_value(j->n->op, j->a[oa], j->b[ob]));
+        j->y[i] = exec_round(j->n->type, operands_value(j, at));
         for (int d = j->nd - 1; d >= 0; d--) {
             idx[d]++;
-            oa += j->sa[d];
-            ob += j->sb[d];
+            for (int k = 0; k < j->nin; k++)
+                at[k] += j->stride[k][d];
             if (idx[d] < j->os[d])
                 break;
-            oa -= j->os[d] * j->sa[d];
-            ob -= j->os[d] * j->sb[d];
+            for (int k = 0; k < j->nin; k++)
+                at[k] -= j->os[d] * j->stride[k][d];
             idx[d] = 0;
         }
     }
 }
 
-static void eval_binary(Exec *e, const Node *n, int rank)
+static void eval_operands(Exec *e, const Node *n, int rank)
 {
     const Program *p = e->prog;
-    const Node *na = &p->node[n->in[0]], *nb = &p->node[n->in[1]];
-    BinaryJob j;
+    OperandsJob j;
     memset(&j, 0, sizeof j);
-    long ca, cb;
     j.n = n;
+    j.nin = n->nin;
     j.nd = n->ndim;
+    ASSERT(j.nin >= 2 && j.nin <= NOPERAND);
     local_shape(p, n, rank, j.os, NULL);
-    j.a = input_data(e, n, 0, rank, &ca);
-    j.b = input_data(e, n, 1, rank, &cb);
-    ASSERT(ca == local_count(p, na, rank) && cb == local_count(p, nb, rank));
-    j.oa = operand_walk(p, n, na, rank, 0, j.sa);
-    j.ob = operand_walk(p, n, nb, rank, 0, j.sb);
+    for (int k = 0; k < j.nin; k++) {
+        const Node *x = &p->node[n->in[k]];
+        long c;
+        j.x[k] = input_data(e, n, k, rank, &c);
+        ASSERT(c == local_count(p, x, rank));
+        j.first[k] = operand_walk(p, n, x, rank, 0, j.stride[k]);
+    }
     long count = shape_count(j.os, j.nd);
     j.y = exec_alloc(e, n->id, rank, count);
-    parallel_ranges(exec_threads(e, count), count, binary_range, &j);
+    parallel_ranges(exec_threads(e, count), count, operands_range, &j);
 }
 
 void eval_pointwise(Exec *e, const Node *n, int rank)
@@ -271,7 +294,8 @@ void eval_pointwise(Exec *e, const Node *n, int rank)
     case O_DROPOUT: eval_dropout(e, n, rank); break;
     case O_SLICE: eval_slice(e, n, rank); break;
     case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_UPDATE:
-        eval_binary(e, n, rank);
+    case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE: case O_ITE:
+        eval_operands(e, n, rank);
         break;
     default: eval_unary(e, n, rank); break;
     }

@@ -7,11 +7,13 @@
  *     or through float, of an operation on p-bit operands is innocuous when
  *     the wider format has at least 2p + 2 bits: 53 >= 2 * 24 + 2 and
  *     24 >= 2 * 11 + 2; tests/unit/test_float_rule.c checks it), and the
- *     exact operations (Neg, ReLU, Cast, Update) of floats; the intrinsics
- *     are never contracted into fused multiply-adds;
+ *     exact operations (Neg, ReLU, Cast, Update, the comparisons, Ite) of
+ *     floats; the intrinsics are never contracted into fused multiply-adds;
  *   - double arithmetic rounded to the type (coco_round, coco_narrow)
  *     otherwise: mixed FP32/FP16 operands rounded to FP16, BF16 results,
- *     FP64, Pow, Tanh, Dropout, constants that are not floats.
+ *     FP64, Pow, Tanh, Dropout, constants that are not floats. A comparison
+ *     or an Ite's condition compares the operands' values exactly, each in
+ *     its own register type (a condition 1e-300 is not zero).
  * Values of FP16, BF16 and FP32 type live in float registers (they are
  * floats exactly), FP64 ones in double registers. So a fused optimizer step
  * is FP32 instructions, not conversions between float and double and FP64
@@ -53,6 +55,12 @@ static int float_arithmetic(Emitter *e, const Node *n)
         return is_float_value(node_of(e->p, n->in[0]));
     case O_UPDATE:
         return is_float_value(node_of(e->p, n->in[1]));
+    case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE:
+        return is_float_value(node_of(e->p, n->in[0])) &&
+               is_float_value(node_of(e->p, n->in[1]));
+    case O_ITE: /* a selection; the condition is read in its own type */
+        return is_float_value(node_of(e->p, n->in[1])) &&
+               is_float_value(node_of(e->p, n->in[2]));
     case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_SQRT:
         break;
     default:
@@ -89,6 +97,30 @@ static void emit_operand(Emitter *e, int seg, int x, int in_float)
         fprintf(e->o, "%s(x%d, coco_bidx(h%d, it, c), %s)", ld, x, x, emit_tname[n->type]);
 }
 
+/* A comparison, 1 or 0, in float or double. */
+static void emit_comparison(Emitter *e, int seg, const Node *n, int in_float)
+{
+    int exact = is_float_value(node_of(e->p, n->in[0])) &&
+                is_float_value(node_of(e->p, n->in[1]));
+    fputs("((", e->o);
+    emit_operand(e, seg, n->in[0], exact);
+    fprintf(e->o, ") %s (", op_info(n->op)->name);
+    emit_operand(e, seg, n->in[1], exact);
+    fputs(in_float ? ") ? 1.0f : 0.0f)" : ") ? 1.0 : 0.0)", e->o);
+}
+
+/* Ite(c, a, b): c is compared with zero in its own register type. */
+static void emit_ite(Emitter *e, int seg, const Node *n, int in_float)
+{
+    fputs("((", e->o);
+    emit_operand(e, seg, n->in[0], is_float_value(node_of(e->p, n->in[0])));
+    fputs(") != 0 ? (", e->o);
+    emit_operand(e, seg, n->in[1], in_float);
+    fputs(") : (", e->o);
+    emit_operand(e, seg, n->in[2], in_float);
+    fputs("))", e->o);
+}
+
 static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
 {
     FILE *o = e->o;
@@ -107,6 +139,12 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
         return;
     case O_UPDATE:
         emit_operand(e, seg, n->in[1], in_float);
+        return;
+    case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE:
+        emit_comparison(e, seg, n, in_float);
+        return;
+    case O_ITE:
+        emit_ite(e, seg, n, in_float);
         return;
     case O_NEG: fputs("-", o); break;
     case O_SQRT: fputs(in_float ? "__fsqrt_rn" : "__dsqrt_rn", o); break;

@@ -73,16 +73,29 @@ static Type binary_type(const Node *a, const Node *b)
     return type_promote(a->type, b->type);
 }
 
-static GroupKind binary_group(Program *p, Node *n, const Node *a, const Node *b)
+/* The group of a value computed from operands x[0..k): theirs, where the
+ * operands that are Replicated on WORLD (the same everywhere) adopt the
+ * group of the others. */
+static GroupKind operands_group(Program *p, Node *n, Node *const *x, int k)
 {
-    if (a->group == b->group)
-        return a->group;
-    if (world_uniform(a))
-        return b->group;
-    if (world_uniform(b))
-        return a->group;
-    error_at(n->pos, "operands belong to different process groups: %s is on %s, %s on %s",
-             desc(p, a), group_name(a->group), desc(p, b), group_name(b->group));
+    const Node *first = NULL;
+    for (int i = 0; i < k; i++) {
+        if (world_uniform(x[i]))
+            continue;
+        if (!first)
+            first = x[i];
+        else if (x[i]->group != first->group)
+            error_at(n->pos, "operands belong to different process groups: %s is on %s, %s on %s",
+                     desc(p, first), group_name(first->group), desc(p, x[i]),
+                     group_name(x[i]->group));
+    }
+    return first ? first->group : G_WORLD;
+}
+
+static GroupKind binary_group(Program *p, Node *n, Node *a, Node *b)
+{
+    Node *x[2] = {a, b};
+    return operands_group(p, n, x, 2);
 }
 
 /* PyTorch broadcasting of the logical shapes. */
@@ -113,20 +126,30 @@ static int spans(const Node *x, int d, int out_ndim)
     return i >= 0 && x->dim[i].n > 1;
 }
 
-static Layout binary_layout(Program *p, Node *n, const Node *a, const Node *b)
+/* The layout of an elementwise value computed from operands x[0..k): see
+ * the table of doc/language.md, section 8.1, which holds for every pair. */
+static Layout elementwise_layout(Program *p, Node *n, Node *const *x, int k)
 {
-    LayoutKind ka = a->layout.kind, kb = b->layout.kind;
-    Layout l = {L_REPLICATED, 0};
-    if (ka == L_SLICED && kb == L_SLICED) {
-        int da = sliced_out_dim(a, n->ndim), db = sliced_out_dim(b, n->ndim);
-        if (da != db)
+    const Node *s = NULL; /* the first sliced operand */
+    int local = 0;
+    for (int i = 0; i < k; i++) {
+        local |= x[i]->layout.kind == L_LOCAL;
+        if (x[i]->layout.kind != L_SLICED)
+            continue;
+        if (!s)
+            s = x[i];
+        else if (sliced_out_dim(x[i], n->ndim) != sliced_out_dim(s, n->ndim))
             error_at(n->pos, "operands are sliced along different dimensions: %s and %s",
-                     desc(p, a), desc(p, b));
-        l.kind = L_SLICED;
-        l.dim = da;
-    } else if (ka == L_SLICED || kb == L_SLICED) {
-        const Node *s = ka == L_SLICED ? a : b, *o = ka == L_SLICED ? b : a;
-        int d = sliced_out_dim(s, n->ndim);
+                     desc(p, s), desc(p, x[i]));
+    }
+    Layout l = {local ? L_LOCAL : L_REPLICATED, 0};
+    if (!s)
+        return l;
+    int d = sliced_out_dim(s, n->ndim);
+    for (int i = 0; i < k; i++) {
+        const Node *o = x[i];
+        if (o->layout.kind == L_SLICED)
+            continue;
         if (o->layout.kind == L_LOCAL)
             error_at(n->pos, "cannot combine Sliced %s with Local %s: a Local value is a different "
                      "whole tensor on each rank", desc(p, s), desc(p, o));
@@ -135,25 +158,35 @@ static Layout binary_layout(Program *p, Node *n, const Node *a, const Node *b)
                      "write Slice(%s, %d) to take each rank's part",
                      desc(p, o), d - (n->ndim - o->ndim), desc(p, s),
                      o->named ? o->name : "...", d - (n->ndim - o->ndim));
-        l.kind = L_SLICED;
-        l.dim = d;
-    } else if (ka == L_LOCAL || kb == L_LOCAL) {
-        l.kind = L_LOCAL;
     }
-    if (l.kind == L_SLICED && n->dim[l.dim].n != (a->layout.kind == L_SLICED
-                                                       ? a->dim[a->layout.dim].n
-                                                       : b->dim[b->layout.dim].n))
+    if (n->dim[d].n != s->dim[s->layout.dim].n)
         error_at(n->pos, "a sliced dimension cannot be broadcast");
+    l.kind = L_SLICED;
+    l.dim = d;
     return l;
 }
 
 static void infer_binary(Program *p, Node *n)
 {
-    Node *a = input(p, n, 0), *b = input(p, n, 1);
-    broadcast_shape(p, n, a, b);
-    n->type = binary_type(a, b);
-    n->group = binary_group(p, n, a, b);
-    n->layout = binary_layout(p, n, a, b);
+    Node *x[2] = {input(p, n, 0), input(p, n, 1)};
+    broadcast_shape(p, n, x[0], x[1]);
+    n->type = binary_type(x[0], x[1]);
+    n->group = operands_group(p, n, x, 2);
+    n->layout = elementwise_layout(p, n, x, 2);
+}
+
+/* Ite(cond, a, b): broadcast like the binary operations over all three
+ * operands, the type of a and b as a binary operation's (cond's type does
+ * not matter: only whether it is zero). */
+static void infer_ternary(Program *p, Node *n)
+{
+    Node *x[3] = {input(p, n, 0), input(p, n, 1), input(p, n, 2)};
+    Node ab = *n;
+    broadcast_shape(p, &ab, x[1], x[2]);
+    broadcast_shape(p, n, x[0], &ab);
+    n->type = binary_type(x[1], x[2]);
+    n->group = operands_group(p, n, x, 3);
+    n->layout = elementwise_layout(p, n, x, 3);
 }
 
 static void check_axis(Program *p, Node *n, const Node *x, int axis, const char *what)
@@ -418,7 +451,7 @@ int same_members(const Node *a, const Node *b)
 static void check_scattered(Program *p, Node *n)
 {
     OpKind k = op_info(n->op)->kind;
-    int ok = k == K_UNARY || k == K_BINARY || k == K_UPDATE || n->op == O_ALLREDUCE ||
+    int ok = k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || n->op == O_ALLREDUCE ||
              n->op == O_REDUCESCATTER;
     for (int i = 0; i < n->nin; i++) {
         Node *x = input(p, n, i);
@@ -450,6 +483,9 @@ void infer_node(Program *p, Node *n)
         return;
     case K_BINARY:
         infer_binary(p, n);
+        return;
+    case K_TERNARY:
+        infer_ternary(p, n);
         return;
     case K_LAYER:
         if (n->op == O_MATMUL)

@@ -1,6 +1,7 @@
 /* lex.c: turns .coco text into tokens: identifiers, numbers, "strings" and
- * punctuation; skips white space and line and block comments. Positions are
- * 1-based line and column. Bad characters are user errors. */
+ * punctuation (one character, or one of <= >= == !=); skips white space and
+ * line and block comments. Positions are 1-based line and column. Bad
+ * characters are user errors. */
 #include "front/front.h"
 
 #include <ctype.h>
@@ -140,7 +141,13 @@ Token lex_next(Lexer *lx)
         return lex_number(lx, t);
     if (c == '"')
         return lex_string(lx, t);
-    if (strchr("()[]{},;=+-*/", c)) {
+    if (strchr("<>=!", c) && lx->p[1] == '=') { /* <= >= == != */
+        lx->p += 2;
+        t.kind = TK_PUNCT;
+        t.len = 2;
+        return t;
+    }
+    if (strchr("()[]{},;=+-*/<>", c)) {
         lx->p++;
         t.kind = TK_PUNCT;
         t.len = 1;

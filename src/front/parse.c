@@ -44,7 +44,7 @@ static void advance(Parser *ps)
 
 static int is_punct(Parser *ps, char c)
 {
-    return ps->tok.kind == TK_PUNCT && ps->tok.start[0] == c;
+    return ps->tok.kind == TK_PUNCT && ps->tok.len == 1 && ps->tok.start[0] == c;
 }
 
 static int is_word(Parser *ps, const char *w)
@@ -809,6 +809,36 @@ static int call_with_attr(Parser *ps, Op op, Pos pos)
     return id;
 }
 
+/* The comma after argument k of Ite; a ')' there is too few arguments. */
+static void ite_comma(Parser *ps, int k)
+{
+    if (is_punct(ps, ')'))
+        error_at(ps->tok.pos, "Ite takes 3 arguments (a condition, the value where it is "
+                 "nonzero, the value where it is zero), not %d", k);
+    expect_punct(ps, ',');
+}
+
+/* Ite "(" expr "," expr "," expr ")" */
+static int call_ite(Parser *ps, Pos pos)
+{
+    int in[3];
+    for (int k = 0; k < 3; k++) {
+        if (k)
+            ite_comma(ps, k);
+        in[k] = expr(ps);
+    }
+    if (is_punct(ps, ','))
+        error_at(ps->tok.pos, "Ite takes 3 arguments (a condition, the value where it is "
+                 "nonzero, the value where it is zero), not more");
+    expect_punct(ps, ')');
+    Node *n = node_new(ps->p, O_ITE, pos);
+    n->nin = 3;
+    memcpy(n->in, in, sizeof in);
+    int id = n->id;
+    infer_node(ps->p, n);
+    return id;
+}
+
 /* Conv2D "(" expr "," expr [ "," INT [ "," INT ] ] ")" */
 static int call_conv(Parser *ps, Pos pos)
 {
@@ -874,6 +904,8 @@ static int call(Parser *ps)
         return call_update(ps, pos);
     case O_CONV2D:
         return call_conv(ps, pos);
+    case O_ITE:
+        return call_ite(ps, pos);
     case O_REDUCE_TENSOR:
     case O_PARTIAL_REDUCE:
         return call_reduce_tensor(ps, op, pos);
@@ -977,10 +1009,51 @@ static int term(Parser *ps)
     return binary_level(ps, unary, '*', O_MUL, '/', O_DIV);
 }
 
-/* expr = term { ("+" | "-") term } */
-static int expr(Parser *ps)
+/* additive = term { ("+" | "-") term } */
+static int additive(Parser *ps)
 {
     return binary_level(ps, term, '+', O_ADD, '-', O_SUB);
+}
+
+/* The comparison operator (of ops, ending at NOP) that the current token
+ * is, or NOP. */
+static Op comparison_at(Parser *ps, const Op *ops)
+{
+    for (int i = 0; ops[i] != NOP; i++) {
+        const char *text = op_info(ops[i])->name;
+        if (ps->tok.kind == TK_PUNCT && ps->tok.len == (int)strlen(text) &&
+            !strncmp(ps->tok.start, text, strlen(text)))
+            return ops[i];
+    }
+    return NOP;
+}
+
+/* One level of left-associative comparisons: operand { OP operand }, OP
+ * one of ops. */
+static int comparison_level(Parser *ps, int (*operand)(Parser *), const Op *ops)
+{
+    int l = operand(ps);
+    for (Op op; (op = comparison_at(ps, ops)) != NOP;) {
+        Pos pos = ps->tok.pos;
+        advance(ps);
+        int r = operand(ps);
+        l = make_node(ps, op, pos, l, r);
+    }
+    return l;
+}
+
+/* relational = additive { ("<" | "<=" | ">" | ">=") additive } */
+static int relational(Parser *ps)
+{
+    static const Op ops[] = {O_LT, O_LE, O_GT, O_GE, NOP};
+    return comparison_level(ps, additive, ops);
+}
+
+/* expr = relational { ("==" | "!=") relational } */
+static int expr(Parser *ps)
+{
+    static const Op ops[] = {O_EQ, O_NE, NOP};
+    return comparison_level(ps, relational, ops);
 }
 
 /* var_stmt = "Var" NAME "=" expr ";" */

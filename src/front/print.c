@@ -39,19 +39,30 @@ static int is_statement(Printer *pr, const Node *n)
     return n->named || pr->uses[n->id] != 1 || k == K_LEAF || k == K_UPDATE || k == K_COMM;
 }
 
+/* The precedence of an operator (that of C): a call or a name is PREC_CALL. */
+enum { PREC_NEG = 5, PREC_CALL = 6 };
+
 static int prec_of(const Node *n)
 {
     switch (n->op) {
+    case O_EQ:
+    case O_NE:
+        return 1;
+    case O_LT:
+    case O_LE:
+    case O_GT:
+    case O_GE:
+        return 2;
     case O_ADD:
     case O_SUB:
-        return 1;
+        return 3;
     case O_MUL:
     case O_DIV:
-        return 2;
-    case O_NEG:
-        return 3;
-    default:
         return 4;
+    case O_NEG:
+        return PREC_NEG;
+    default:
+        return PREC_CALL;
     }
 }
 
@@ -110,7 +121,7 @@ static void print_operator(Printer *pr, const Node *n)
     int prec = prec_of(n);
     if (n->op == O_NEG) {
         fputc('-', pr->out);
-        print_expr(pr, n->in[0], 3);
+        print_expr(pr, n->in[0], PREC_NEG);
         return;
     }
     print_expr(pr, n->in[0], prec);
@@ -134,7 +145,7 @@ static void print_expr(Printer *pr, int id, int prec)
     int paren = mine < prec;
     if (paren)
         fputc('(', pr->out);
-    if (mine < 4)
+    if (mine < PREC_CALL)
         print_operator(pr, n);
     else
         print_call(pr, n);
@@ -264,8 +275,7 @@ void print_program(Program *p, FILE *out)
             continue;
         }
         fprintf(out, "Var %s = ", n->name);
-        int mine = prec_of(n);
-        if (mine < 4)
+        if (prec_of(n) < PREC_CALL)
             print_operator(&pr, n);
         else
             print_call(&pr, n);

@@ -97,7 +97,7 @@ static char *signature(Program *q)
 static int is_comp(const Node *n)
 {
     OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_UPDATE || k == K_REDUCTION;
+    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
 }
 
 /* The name of the unit (fused computation or statement) holding node id. */

@@ -73,7 +73,7 @@ static void collect(Reorder *r, Ref *refs, int *newfus)
 static int sliceable(Program *p, const Node *n)
 {
     OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_UPDATE || k == K_REDUCTION ||
+    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION ||
            n->op == O_SEND || n->op == O_MATMUL;
 }
 

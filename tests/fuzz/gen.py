@@ -5,7 +5,8 @@
                            coconet arguments to run it with (// args: ...)
 
 Each program is one of four shapes seen in distributed training, with random
-sizes, element types, pointwise chains, scalars and constants:
+sizes, element types, pointwise chains (arithmetic, comparisons, Ite),
+scalars and constants:
   data-parallel  Local gradients, AllReduce, Updates of Replicated state
                  (optionally with a Norm, as LAMB does);
   model-parallel a MatMul of operands sliced on the contraction dimension,
@@ -45,7 +46,7 @@ class Gen:
             return x
         y = self.pointwise(x, others, depth - 1)
         o = self.pick(others) if others else self.const()
-        form = self.r.randrange(9)
+        form = self.r.randrange(12)
         if form == 0:
             return "(%s + %s)" % (y, o)
         if form == 1:
@@ -62,7 +63,16 @@ class Gen:
             return "Dropout(%s, %s)" % (y, self.pick(["0.1", "0.25", "0.5"]))
         if form == 7:
             return "Sqrt(1 + %s * %s)" % (y, y)
+        if form == 9:  # a comparison as a value: 0 or 1 (C's precedence)
+            return "(%s + %s %s %s)" % (y, o, self.comparison(), self.const())
+        if form == 10:  # a leaky ReLU, or a clamp
+            return "Ite(%s %s %s, %s, %s * %s)" % (y, self.comparison(), o, y, o, self.const())
+        if form == 11:  # a condition of any type, compared with nothing
+            return "Ite(ReLU(%s), %s, %s)" % (o, y, self.const())
         return "-%s" % y
+
+    def comparison(self):
+        return self.pick(["<", "<=", ">", ">=", "==", "!="])
 
     def var(self, expr):
         v = self.name("v")

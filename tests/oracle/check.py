@@ -19,6 +19,10 @@ Two checks, each written from the language's definition, not from the C code:
     every rank from the dumped inputs on the LOGICAL tensors. Each operation's
     result is rounded to its type as the language defines:
       - pointwise ops: computed in float64 from rounded inputs, rounded once;
+        a comparison is 1 where it holds (IEEE: false with a NaN operand,
+        but for !=), else 0; Ite(c, a, b) is a where c != 0 (NaN too), else
+        b, broadcast over the three; both have the type of a binary op
+        (of a and b for Ite);
         the type of a binary op (doc/language.md section 5): with a literal,
         the other operand's type (a literal is an exact FP64 number); else
         the type of the operand with dimensions when the other has none; else
@@ -341,6 +345,24 @@ def relu(x):
     return np.where(x > 0, x, 0.0)
 
 
+COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+           "==": np.equal, "!=": np.not_equal}
+
+
+def compare(op, a, b, typ):
+    """a OP b: 1.0 where it holds, else 0.0, of type typ (numpy's comparisons
+    are IEEE's: false with a NaN operand, but for !=)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return ROUND[typ](np.where(COMPARE[op](a, b), 1.0, 0.0))
+
+
+def ite(cond, a, b, typ):
+    """Ite(cond, a, b): a where cond is not zero (a NaN is not), else b;
+    broadcast over the three, rounded to typ."""
+    cond = np.asarray(cond, np.float64)
+    return ROUND[typ](np.where(cond != 0, np.asarray(a, np.float64), np.asarray(b, np.float64)))
+
+
 def ltanh(x):
     return np.vectorize(math.tanh, otypes=[np.float64])(x) if np.ndim(x) else np.float64(math.tanh(x))
 
@@ -431,8 +453,11 @@ def oracle_lamb(c):
     m1, v1 = adam_moments(c, g, m, v, beta1, beta2, t)
     u = r32(r32(m1 / r32(r32(np.sqrt(v1)) + eps)) + r32(wd * p))
     r1, r2 = norm(p, "FP32"), norm(u, "FP32")
-    # p - ((lr * (r1/r2)) * u), all FP32
-    p_ = r32(p - r32(r32(lr * r32(r1 / r2)) * u))
+    # Ite(r1 > 0, Ite(r2 > 0, r1 / r2, 1.0), 1.0): FP32 (the literal takes
+    # the other operand's type), then p - ((lr * ratio) * u), all FP32
+    inner = ite(compare(">", r2, 0, "FP32"), r32(r1 / r2), ONE, "FP32")
+    ratio = ite(compare(">", r1, 0, "FP32"), inner, ONE, "FP32")
+    p_ = r32(p - r32(r32(lr * ratio) * u))
     return {"p_": c.everywhere(p_)}, None
 
 

@@ -4,7 +4,7 @@ These programs exercise what the examples do not: every reduction operator,
 uneven ReduceScatter slices, AllGather, Reduce/Broadcast with a non-zero
 root, MatMul and Conv2D in each allowed layout and in every type, casts,
 Slice, Dropout of a Sliced value, Norm and ReduceTensor along a dimension,
-and groups with Send/Recv offsets that wrap around. Each function is written
+every comparison and Ite in every type, and groups with Send/Recv offsets that wrap around. Each function is written
 from its .coco text with the building blocks of check.py (C below), which
 states the language's rounding rules. Outputs must agree exactly.
 """
@@ -163,5 +163,40 @@ def oracles(C):
             "agq": c.everywhere(r32(r32(C.fold(q, "max")) + 1)),
         }, None
 
-    return {"collectives": collectives, "layers": layers, "pointwise": pointwise, "groups": groups,
+    # ---- compare.coco ----
+    def compare(c):
+        P = c.P
+        ranks = list(range(P))
+        h, f, d = c.gathered("h", ranks), c.gathered("f", ranks), c.gathered("d", ranks)
+        b, s, k = c.replicated("b"), c.scalar("s"), c.scalar("k")
+        g = [c.rank_data("g", r) for r in ranks]
+        cmp, ite = C.compare, C.ite
+        relu = C.relu
+        lt = cmp("<", relu(h), relu(b), "FP32")
+        ge = cmp(">=", relu(b), 0, "BF16")
+        rt = r16(np.sqrt(h))
+        sliced = {
+            "lt": lt,
+            "le": cmp("<=", relu(f), relu(d), "FP64"),
+            "gt": cmp(">", relu(d), relu(r32(-s)), "FP64"),
+            "eq": cmp("==", relu(h), relu(f), "FP32"),
+            "ne": cmp("!=", d, relu(d), "FP64"),
+            "pr": cmp("==", cmp(">", r16(h + 1), r32(f * 2), "FP32"), cmp("<", b, 0, "BF16"), "FP32"),
+            "i1": ite(relu(h), f, b, "FP32"),
+            "i2": ite(lt, d, 0.5, "FP64"),
+            "i3": ite(ge, b, h, "FP32"),
+            "i5": ite(cmp(">", h, 0, "FP16"), s, h, "FP16"),
+            "i6": ite(cmp("<", f, 0.5, "FP32"), 0.1, b, "BF16"),
+            "nn": ite(rt, cmp("!=", rt, rt, "FP16"), cmp(">=", rt, 0, "FP16"), "FP16"),
+        }
+        # every result has the shape of its broadcast operands
+        sliced["i2"] = np.broadcast_to(sliced["i2"], h.shape)
+        out = {n: per_rank_sliced(np.asarray(v), 0, P) for n, v in sliced.items()}
+        sg = r32(C.fold(g))
+        out["ge"] = c.everywhere(ge)
+        out["i4"] = c.everywhere(ite(cmp(">", k, s, "FP64"), s, r64(k * 2), "FP64"))
+        out["leaky"] = c.everywhere(ite(cmp(">", sg, 0, "FP32"), sg, r32(0.01 * sg), "FP32"))
+        return out, None
+
+    return {"collectives": collectives, "compare": compare, "layers": layers, "pointwise": pointwise, "groups": groups,
             "ragged": ragged}
