@@ -2,6 +2,11 @@
  *   - every enumerated and written schedule of every example, printed with
  *     `coconet print --schedule`, is a program that loads, checks and
  *     computes bit for bit what the scheduled program computes;
+ *   - the enumerated schedules of every example (and of
+ *     tests/oracle/programs/ragged.coco) are distinct: no two print the same
+ *     program once the names the transformations generate are renamed in
+ *     order of appearance (fusing, splitting and reordering in another order
+ *     is the same schedule);
  *   - the schedule comparison's tolerance accepts nothing but rounding: a
  *     program off by 0.1% is caught, an identical one is bitwise;
  *   - a refused schedule leaves the program it was applied to untouched;
@@ -10,6 +15,7 @@
 #define _DEFAULT_SOURCE
 #include "coconet.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +30,11 @@ static void check(int ok, const char *what, const char *detail)
         failed++;
         printf("FAIL: %s %s\n", what, detail ? detail : "");
     }
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static char *print_to_string(coco_program *p)
@@ -74,6 +85,124 @@ static void check_printed_schedule(coco_program *p, int i, const coco_config *cf
     coco_program_free(s);
 }
 
+/* Is word w (n bytes) an identifier of text? */
+static int has_word(const char *text, const char *w, size_t n)
+{
+    for (const char *c = text; *c; c++) {
+        if (strncmp(c, w, n) || (c > text && (isalnum((unsigned char)c[-1]) || c[-1] == '_')))
+            continue;
+        if (!isalnum((unsigned char)c[n]) && c[n] != '_')
+            return 1;
+    }
+    return 0;
+}
+
+/* The printed scheduled program with every identifier that the program
+ * itself does not have renamed _1, _2... in order of first appearance; the
+ * header and the schedule's own name are dropped, and the summary of
+ * fusions and overlaps is sorted. */
+static char *canonical(const char *text, const char *program_text)
+{
+    size_t cap = 2 * strlen(text) + 64, len = 0;
+    char *out = malloc(cap);
+    char (*names)[64] = calloc(512, 64);
+    int nnames = 0;
+    size_t header = strcspn(text, "\n");
+    const char *body = text + header + (text[header] ? 1 : 0);
+    const char *tail = strstr(body, "// as scheduled by");
+    for (const char *c = body; *c && len + 80 < cap;) {
+        if (c == tail) {
+            c = strchr(c, '\n');
+            if (!c)
+                break;
+            c++;
+            continue;
+        }
+        if (!isalpha((unsigned char)*c) && *c != '_') {
+            out[len++] = *c++;
+            continue;
+        }
+        size_t n = 0;
+        while (isalnum((unsigned char)c[n]) || c[n] == '_')
+            n++;
+        if (n < 64 && !has_word(program_text, c, n)) {
+            int k = 0;
+            while (k < nnames && (strlen(names[k]) != n || strncmp(names[k], c, n)))
+                k++;
+            if (k == nnames && nnames < 512)
+                memcpy(names[nnames++], c, n);
+            len += (size_t)snprintf(out + len, cap - len, "_%d", k + 1);
+        } else {
+            memcpy(out + len, c, n);
+            len += n;
+        }
+        c += n;
+    }
+    out[len] = 0;
+    free(names);
+    /* the summary lines in a fixed order */
+    char *sum = strstr(out, "\n//   ");
+    if (sum) {
+        char *lines[512];
+        int nl = 0;
+        for (char *l = strtok(sum + 1, "\n"); l && nl < 512; l = strtok(NULL, "\n"))
+            lines[nl++] = strdup(l);
+        qsort(lines, (size_t)nl, sizeof lines[0], cmp_str);
+        size_t at = (size_t)(sum + 1 - out);
+        for (int i = 0; i < nl; i++) {
+            at += (size_t)snprintf(out + at, cap - at, "%s\n", lines[i]);
+            free(lines[i]);
+        }
+    }
+    return out;
+}
+
+/* No two enumerated schedules of p print the same program. */
+static void check_distinct(coco_program *p, const char *file)
+{
+    char err[4096], what[1024];
+    char *program_text = print_to_string(p);
+    int n = coco_num_schedules(p);
+    char **canon = calloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        if (!coco_schedule_note(p, i))
+            continue;
+        coco_program *s = coco_schedule(p, coco_schedule_name(p, i), err, sizeof err);
+        if (!s)
+            continue; /* check_printed_schedule reports it */
+        char *text = print_to_string(s);
+        canon[i] = canonical(text, program_text);
+        free(text);
+        coco_program_free(s);
+        for (int j = 0; j < i; j++)
+            if (canon[j] && !strcmp(canon[i], canon[j])) {
+                snprintf(what, sizeof what, "%s: schedules %s and %s", file,
+                         coco_schedule_name(p, j), coco_schedule_name(p, i));
+                check(0, what, "give the same program");
+            }
+    }
+    check(1, file, NULL);
+    for (int i = 0; i < n; i++)
+        free(canon[i]);
+    free(canon);
+    free(program_text);
+}
+
+static void check_file(const char *path)
+{
+    char err[4096];
+    coco_config cfg = {NULL, 0, 4, 0};
+    coco_program *p = coco_load_file(path, &cfg, err, sizeof err);
+    check(p != NULL, path, err);
+    if (!p)
+        return;
+    coco_enumerate_schedules(p);
+    for (int i = 0; i < coco_num_schedules(p); i++)
+        check_printed_schedule(p, i, &cfg, path);
+    check_distinct(p, path);
+    coco_program_free(p);
+}
+
 static void check_examples(void)
 {
     DIR *d = opendir("examples");
@@ -85,19 +214,12 @@ static void check_examples(void)
         size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 5, ".coco"))
             continue;
-        char path[512], err[4096];
+        char path[512];
         snprintf(path, sizeof path, "examples/%s", e->d_name);
-        coco_config cfg = {NULL, 0, 4, 0};
-        coco_program *p = coco_load_file(path, &cfg, err, sizeof err);
-        check(p != NULL, path, err);
-        if (!p)
-            continue;
-        coco_enumerate_schedules(p);
-        for (int i = 0; i < coco_num_schedules(p); i++)
-            check_printed_schedule(p, i, &cfg, path);
-        coco_program_free(p);
+        check_file(path);
     }
     closedir(d);
+    check_file("tests/oracle/programs/ragged.coco");
 }
 
 static coco_program *load(const char *text)
