@@ -44,7 +44,7 @@ SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n)
 {
     for (int i = 0; i < n; i++) {
-        Xform x = {p, &st[i], sched};
+        Xform x = {.p = p, .st = &st[i], .sched = sched};
         apply_stmt(&x);
     }
 }

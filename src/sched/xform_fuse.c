@@ -191,6 +191,16 @@ static void check_send_fuse(Members *m)
     m->in[send] = 1;
 }
 
+/* ComputationFuse of an AllReduce: say how to fuse it with its computations. */
+static void refuse_allreduce_computation(const Xform *x)
+{
+    Ref r = xform_arg(x, 0);
+    if (!REF_IS_FUSION(r) && node_of(x->p, r)->op == O_ALLREDUCE)
+        refuse(x, "AllReduce '%s' is not a computation: fuse(%s, ..., AllReduceFuse) fuses it "
+               "with the computations after it (split, reorder and fuse)", x->st->arg[0],
+               x->st->arg[0]);
+}
+
 void xform_fuse(const Xform *x)
 {
     Program *p = x->p;
@@ -205,7 +215,13 @@ void xform_fuse(const Xform *x)
         refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)", pol);
     if (x->st->narg < 1)
         refuse(x, "there is nothing to fuse");
+    if (kind == F_ALLREDUCE && fuse_allreduce_shorthand(x))
+        return;
+    if (kind == F_COMPUTATION)
+        refuse_allreduce_computation(x);
     xform_outs(x, 1, "the fused operation");
+    if (kind == F_ALLREDUCE)
+        fuse_gathers_after_updates(x);
     Members m = {x, p, arena_alloc(p->arena, (size_t)p->nnode), p->nnode};
     for (int i = 0; i < x->st->narg; i++)
         add_ref(&m, xform_arg(x, i));
