@@ -88,9 +88,9 @@ static void sig_node(Program *q, const Node *n, const int *order, char *item, si
                      n->layout.dim, n->group,
                      n->fusion >= 0 ? (int)q->fusion[n->fusion].kind : -1,
                      canon_fusion(q, order, n->fusion));
-    k += snprintf(item + k, size - (size_t)k, ".a%.17g.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d", n->value,
-                  n->redop, n->axis, n->root, n->shift, n->is_recv, n->stride, n->pad, n->to,
-                  n->dropout_id, n->target, n->ndim);
+    k += snprintf(item + k, size - (size_t)k, ".a%.17g.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d",
+                  n->value, n->redop, n->axis, n->root, n->shift, n->is_recv, n->linear, n->stride,
+                  n->pad, n->to, n->dropout_id, n->target, n->ndim);
     for (int j = 0; j < n->ndim && k < (int)size - 24; j++)
         k += snprintf(item + k, size - (size_t)k, "x%ld", n->dim[j].n);
     for (int j = 0; j < n->nin && k < (int)size - 24; j++)
