@@ -9,7 +9,7 @@ static const struct {
     const char *verb;
     void (*apply)(const Xform *);
 } verbs[] = {
-    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse},
+    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse_verb},
     {"overlap", xform_overlap}, {"asSlice", xform_asslice}, {"dead", xform_dead},
 };
 

@@ -51,11 +51,9 @@ int enumerate_schedules(Program *p);
 void xform_split(const Xform *x);
 void xform_reorder(const Xform *x);
 void xform_fuse(const Xform *x);
-/* xform_fuse_ar.c: fuse(allreduce, C..., AllReduceFuse) as split + reorder +
- * fuse (0 when argument 0 is not an AllReduce), and Update(t, AllGather(v))
- * among the arguments rewritten as the AllGather of a sliced Update */
-int fuse_allreduce_shorthand(const Xform *x);
-void fuse_gathers_after_updates(const Xform *x);
+/* xform_fuse_ar.c: the verb fuse: fuse(allreduce, C..., AllReduceFuse) as
+ * split + reorder + fuse, anything else xform_fuse */
+void xform_fuse_verb(const Xform *x);
 void xform_overlap(const Xform *x);
 int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
 void xform_asslice(const Xform *x);

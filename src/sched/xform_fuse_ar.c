@@ -1,17 +1,14 @@
-/* xform_fuse_ar.c: the forms of fuse(..., AllReduceFuse) that stand for
- * more than one step.
- *
- * fuse(ar, C..., AllReduceFuse), ar an AllReduce (the original CoCoNet's
- *   fuse of an AllReduce with the computations after it): shorthand for
- *     (rs, ag) = split(ar, ARSplitRSAG);
- *     (sc..., ags...) = reorder(ag, C..., AGReorder);
- *     f = fuse(rs, sc..., ags..., AllReduceFuse);
- *   each applied as that statement would be (same checks, same names), so
- *   the graph is the spelled-out schedule's; a refused step is named.
- * Update(t, AllGather(x)) inside a FusedAllReduce (the RS-C-AG form written
- *   by hand): the Update becomes the sliced Update(t, x) and the AllGather
- *   follows it as t's new value, which is the graph reorder makes of an
- *   Update, so the AllGather ends the fused operation. */
+/* xform_fuse_ar.c: the schedule verb fuse, with its shorthand for an
+ * AllReduce (the original CoCoNet's fuse of an AllReduce with the
+ * computations after it, the paper's FusedAllReduce):
+ *   f = fuse(ar, C..., AllReduceFuse);   ar an AllReduce
+ * stands for
+ *   (rs, ag) = split(ar, ARSplitRSAG);
+ *   (sc..., ags...) = reorder(ag, C..., AGReorder);
+ *   f = fuse(rs, sc..., ags..., AllReduceFuse);
+ * each applied as that statement would be (same checks, same names), so the
+ * graph is the spelled-out schedule's; a refused step is named. Any other
+ * fuse is xform_fuse's (xform_fuse.c). */
 #include "sched/sched.h"
 
 #include <string.h>
@@ -55,9 +52,29 @@ static void shorthand_step(const Xform *x, SchedStmt *st, void (*apply)(const Xf
     error_pop(&ctx);
 }
 
-/* Is argument 0 of the fuse an AllReduce (not a Norm's sum across ranks)? */
+/* A statement verb(args, policy) with no result names. */
+static SchedStmt step_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                           const char *policy)
+{
+    SchedStmt st;
+    memset(&st, 0, sizeof st);
+    st.verb = verb;
+    st.arg = arena_alloc(a, (size_t)(nargs + 1) * sizeof(char *));
+    st.argpos = arena_alloc(a, (size_t)(nargs + 1) * sizeof(Pos));
+    for (int i = 0; i < nargs; i++)
+        st.arg[i] = args[i];
+    st.narg = nargs;
+    st.policy = policy;
+    return st;
+}
+
+/* Is this fuse an AllReduceFuse whose argument 0 is an AllReduce (not a
+ * Norm's sum across ranks)? */
 static int names_allreduce(const Xform *x)
 {
+    const char *pol = x->st->policy;
+    if (!pol || (strcmp(pol, "AllReduceFuse") && strcmp(pol, "ARFuse")) || x->st->narg < 1)
+        return 0;
     Ref r = xform_arg(x, 0);
     if (REF_IS_FUSION(r))
         return 0;
@@ -66,7 +83,7 @@ static int names_allreduce(const Xform *x)
            n->fusion < 0;
 }
 
-int fuse_allreduce_shorthand(const Xform *x)
+static int fuse_allreduce_shorthand(const Xform *x)
 {
     if (!names_allreduce(x))
         return 0;
@@ -84,19 +101,19 @@ int fuse_allreduce_shorthand(const Xform *x)
     int cap = 2 * p->nnode + x->st->narg + 16, nsplit = 0, nreorder = 0;
     const char **split_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
     const char **reorder_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
-    SchedStmt split = schedule_stmt(p->arena, "split", x->st->arg, 1, "ARSplitRSAG");
+    SchedStmt split = step_stmt(p->arena, "split", x->st->arg, 1, "ARSplitRSAG");
     shorthand_step(x, &split, xform_split, split_out, &nsplit);
     ASSERT(nsplit == 2);
     const char **args = arena_alloc(p->arena, (size_t)(x->st->narg + cap) * sizeof(char *));
     args[0] = split_out[1];
     for (int i = 1; i < x->st->narg; i++)
         args[i] = x->st->arg[i];
-    SchedStmt reorder = schedule_stmt(p->arena, "reorder", args, x->st->narg, "AGReorder");
+    SchedStmt reorder = step_stmt(p->arena, "reorder", args, x->st->narg, "AGReorder");
     shorthand_step(x, &reorder, xform_reorder, reorder_out, &nreorder);
     args[0] = split_out[0];
     for (int i = 0; i < nreorder; i++)
         args[i + 1] = reorder_out[i];
-    SchedStmt fuse = schedule_stmt(p->arena, "fuse", args, nreorder + 1, x->st->policy);
+    SchedStmt fuse = step_stmt(p->arena, "fuse", args, nreorder + 1, x->st->policy);
     fuse.out = x->st->out;
     fuse.nout = x->st->nout;
     int nfuse = 0;
@@ -104,59 +121,8 @@ int fuse_allreduce_shorthand(const Xform *x)
     return 1;
 }
 
-/* Is node u an Update whose new value is an AllGather written inline in
- * it, read by nothing else? */
-static int update_of_gather(Program *p, int u)
+void xform_fuse_verb(const Xform *x)
 {
-    Node *n = node_of(p, u);
-    if (n->op != O_UPDATE || n->fusion >= 0 || n->layout.kind != L_REPLICATED)
-        return 0;
-    Node *g = node_of(p, n->in[1]);
-    int users[2];
-    return g->op == O_ALLGATHER && !g->named && g->fusion < 0 &&
-           node_users(p, g->id, users, 2) == 1;
-}
-
-/* Update(t, AllGather(v)) -> sc = Update(t, v) (sliced); AllGather(sc),
- * which takes the Update's name and place as t's new value. */
-static void gather_after_update(const Xform *x, int u)
-{
-    Program *p = x->p;
-    int old_gather = node_of(p, u)->in[1];
-    node_of(p, u)->in[1] = node_of(p, old_gather)->in[0];
-    node_of(p, old_gather)->dead = 1;
-    check_node(x, node_of(p, u));
-    Node *g = node_new(p, O_ALLGATHER, node_of(p, old_gather)->pos);
-    int gid = g->id;
-    g->nin = 1;
-    g->in[0] = u;
-    g->seq = node_of(p, u)->seq + 0.5;
-    check_node(x, g);
-    replace_uses(p, u, gid, -1);
-    Node *un = node_of(p, u);
-    node_of(p, un->target)->updated_by = gid;
-    if (un->named) {
-        g->name = un->name;
-        g->named = 1;
-        un->name = schedule_fresh_name(p, arena_printf(p->arena, "sc_%s", g->name));
-    }
-}
-
-void fuse_gathers_after_updates(const Xform *x)
-{
-    Program *p = x->p;
-    int ids[256], changed = 0;
-    for (int i = 0; i < x->st->narg; i++) {
-        Ref r = xform_arg(x, i);
-        if (REF_IS_FUSION(r))
-            continue;
-        int c = statement_nodes(p, r, ids, 256);
-        for (int k = 0; k < c && k < 256; k++)
-            if (update_of_gather(p, ids[k])) {
-                gather_after_update(x, ids[k]);
-                changed = 1;
-            }
-    }
-    if (changed)
-        program_resort(p);
+    if (!fuse_allreduce_shorthand(x))
+        xform_fuse(x);
 }
