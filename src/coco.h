@@ -102,6 +102,8 @@ typedef struct Node {
     int root;        /* O_REDUCE, O_BROADCAST: rank within the group */
     int shift;       /* O_SEND: destination group = group + shift (mod groups) */
     int is_recv;     /* O_SEND written as Recv(x, GroupRank(GROUP-k, RANK)) */
+    int linear;      /* O_SEND: GroupRank(..., Linear): no wrap-around; a rank
+                        no group sends to keeps its own value */
     int stride, pad; /* O_CONV2D */
     Type to;         /* O_CAST */
     Type fill_type;  /* inputs: type their data is rounded to (NTYPE: `type`) */

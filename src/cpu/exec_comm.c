@@ -11,7 +11,9 @@
  *   Reduce         group rank n->root gets the reduction, the others zeros.
  *   Broadcast      every rank gets group rank n->root's data.
  *   Send           rank (group j, index i) receives the data of rank
- *                  (group (j - n->shift) mod ngroups, index i).
+ *                  (group (j - n->shift) mod ngroups, index i); Linear
+ *                  (n->linear): of group j - n->shift when there is one,
+ *                  else the rank keeps its own data.
  * Large values are cut into element ranges over threads, each element
  * folded and written by one thread, so the bits never depend on the thread
  * count; no buffer is made besides the outputs. */
@@ -210,6 +212,8 @@ static void send_all(Exec *e, const Node *n)
     for (int rank = 0; rank < p->nranks; rank++) {
         int j = group_index(p, n->group, rank), i = group_rank(p, n->group, rank);
         int from = ((j - n->shift) % ng + ng) % ng;
+        if (n->linear)
+            from = j - n->shift >= 0 && j - n->shift < ng ? j - n->shift : j;
         long count;
         rank_input(e, n, rank_of(p, n->group, from, i), &count);
         Fold f = fold_new(e, n);

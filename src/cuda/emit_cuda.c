@@ -544,26 +544,40 @@ static void emit_reduce_result(Emitter *e, const Node *n)
             n->id, n->id, n->id, emit_tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
 }
 
+/* Send: each rank sends to the same index in group g + shift and receives
+ * from group g - shift (mod the number of groups). Linear: no wrap-around;
+ * a rank with no group g + shift sends nothing, one with no group g - shift
+ * receives nothing and keeps its own value (the CPU executor's rule). */
 static void emit_send(Emitter *e, const Node *n)
 {
     const char *g = group_name(n->group), *name = op_info(n->op)->name, *t = emit_tname[n->type];
     int l = n->pos.line, id = n->id, xi = n->in[0];
-    fprintf(e->o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n"
-                  "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
-                  "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n"
-                  "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
+    fprintf(e->o, "        long ng = ctx->nranks / G_%s, g = rank / G_%s, idx = rank %% G_%s;\n",
+            g, g, g);
+    if (n->linear)
+        fprintf(e->o, "        long tg = g + %d, fg = g - %d;\n"
+                      "        int dst = tg >= 0 && tg < ng ? (int)(tg * G_%s + idx) : -1;\n"
+                      "        int src = fg >= 0 && fg < ng ? (int)(fg * G_%s + idx) : -1;\n",
+                n->shift, n->shift, g, g);
+    else
+        fprintf(e->o, "        int dst = (int)((((g + %d) %% ng + ng) %% ng) * G_%s + idx);\n"
+                      "        int src = (int)((((g - %d) %% ng + ng) %% ng) * G_%s + idx);\n",
+                n->shift, g, n->shift, g);
+    fprintf(e->o, "        size_t bytes = coco_count(h%d) * coco_type_size(%s);\n"
                   "        ncclComm_t comm = coco_world(ctx, coco_gcount(h%d) * coco_type_size(%s));\n"
-                  "        if (dst == rank) {\n"
+                  "        if (dst == rank || src < 0) {\n"
                   "            COCO_CUDA(ctx, \"%s\", %d, cudaMemcpyAsync(b%d, b%d, bytes, "
-                  "cudaMemcpyDeviceToDevice, st));\n        } else {\n"
+                  "cudaMemcpyDeviceToDevice, st));\n        }\n"
+                  "        if (dst != rank && (dst >= 0 || src >= 0)) {\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupStart());\n"
-                  "            COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), "
+                  "            if (dst >= 0)\n"
+                  "                COCO_NCCL(ctx, \"%s\", %d, ncclSend(b%d, coco_count(h%d), "
                   "coco_nccl_type(%s), dst, comm, st));\n"
-                  "            COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), "
+                  "            if (src >= 0)\n"
+                  "                COCO_NCCL(ctx, \"%s\", %d, ncclRecv(b%d, coco_count(h%d), "
                   "coco_nccl_type(%s), src, comm, st));\n"
                   "            COCO_NCCL(ctx, \"%s\", %d, ncclGroupEnd());\n        }\n",
-            g, g, g, n->shift, g, n->shift, g, id, t, id, t, name, l, id, xi, name, l, name, l, xi,
-            xi, t, name, l, id, id, t, name, l);
+            id, t, id, t, name, l, id, xi, name, l, name, l, xi, xi, t, name, l, id, id, t, name, l);
 }
 
 /* The blocks of a ReduceScatter or AllGather along d: block q (rank q's

@@ -198,11 +198,11 @@ static void emit_params(Emitter *e, const SendPlan *s, int mode)
 {
     FILE *o = e->o;
     static const char *const head[] = {
-        "ncclDevComm dc, ncclWindow_t win, size_t off, int to, void *dl, long n, CocoShape it, "
-        "unsigned long long seed",
+        "ncclDevComm dc, ncclWindow_t win, size_t off, int to, int keep, void *dl, long n, "
+        "CocoShape it, unsigned long long seed",
         "coco_send_devcomm(ctx, peer), peer ? (ncclWindow_t)ctx->lsa_window : NULL, lo[0], to, "
-        "b%d, n, it, args->seed",
-        "dc, win, off, to, dl, n, it, seed"};
+        "keep, b%d, n, it, args->seed",
+        "dc, win, off, to, keep, dl, n, it, seed"};
     fprintf(o, head[mode], s->send);
     for (int k = 0; k < s->nin; k++) {
         Node *x = nd(e, s->ins[k]);
@@ -284,7 +284,9 @@ static void emit_stores(Emitter *e, const SendPlan *s)
         Node *n = nd(e, s->m[k]);
         const char *t = emit_tname[n->type];
         if (n->id == s->send)
-            fprintf(o, "        coco_stv<V, %s>(out, i0, n, g%d);\n", t, n->id);
+            fprintf(o, "        if (out)\n            coco_stv<V, %s>(out, i0, n, g%d);\n"
+                       "        if (keep)\n            coco_stv<V, %s>(dl, i0, n, g%d);\n",
+                    t, n->id, t, n->id);
         else if (stores_local(e, s, n->id) && n->ndim)
             fprintf(o, "        coco_stv<V, %s>(y%d, i0, n, g%d);\n", t, n->id, n->id);
     }
@@ -310,7 +312,7 @@ static void emit_kernel(Emitter *e, int f, const SendPlan *s)
     emit_params(e, s, EMIT_TYPED);
     fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n"
                "    CocoSendSync<PEER> xfer(dc);\n"
-               "    void *out = xfer.target(win, off, to, dl);\n"
+               "    void *out = to >= 0 ? xfer.target(win, off, to, dl) : nullptr;\n"
                "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
                "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
     emit_loads(e, s);
@@ -378,14 +380,26 @@ void send_emit_kernel(Emitter *e, int f)
 /* ---- the launch, inside the entry point ---- */
 
 /* The receiver: the same index in group (g + shift) mod ngroups, as the
- * NCCL lowering (emit_cuda.c) and the CPU executor pair them. */
+ * NCCL lowering (emit_cuda.c) and the CPU executor pair them. Linear: group
+ * g + shift if there is one (else to = -1: the value goes nowhere), and a
+ * rank no group sends to stores its own value (keep). peer is the same on
+ * every rank: every rank then takes part in the barriers. */
 static void emit_receiver(Emitter *e, const Node *send)
 {
     const char *g = group_name(send->group);
-    fprintf(e->o, "        const long ngr = ctx->nranks / G_%s, grp = rank / G_%s;\n"
-                  "        const int to = (int)((((grp + %d) %% ngr + ngr) %% ngr) * G_%s + rank %% "
-                  "G_%s);\n        const int peer = to != rank;\n",
-            g, g, send->shift, g, g);
+    int k = send->shift;
+    fprintf(e->o, "        const long ngr = ctx->nranks / G_%s, grp = rank / G_%s;\n", g, g);
+    if (!send->linear) {
+        fprintf(e->o, "        const int to = (int)((((grp + %d) %% ngr + ngr) %% ngr) * G_%s + "
+                      "rank %% G_%s);\n        const int peer = to != rank, keep = 0;\n",
+                k, g, g);
+        return;
+    }
+    fprintf(e->o, "        const long tgr = grp + %d, fgr = grp - %d;\n"
+                  "        const int to = tgr >= 0 && tgr < ngr ? (int)(tgr * G_%s + rank %% G_%s) "
+                  ": -1;\n        const int keep = !(fgr >= 0 && fgr < ngr);\n"
+                  "        const int peer = %d != 0 && %d < ngr && %d < ngr;\n",
+            k, k, g, g, k, k, -k);
 }
 
 /* Elements a rank computes, from the logical sizes only (the grid of a

@@ -415,9 +415,9 @@ static void infer_comm(Program *p, Node *n)
         break;
     case O_SEND:
         if (x->group != G_GROUP)
-            error_at(n->pos, "%s GroupRank(GROUP%+d, RANK) needs a value of GROUP, but %s is "
+            error_at(n->pos, "%s GroupRank(GROUP%+d, RANK%s) needs a value of GROUP, but %s is "
                      "on WORLD", n->is_recv ? "Recv from" : "Send to",
-                     n->is_recv ? -n->shift : n->shift, desc(p, x));
+                     n->is_recv ? -n->shift : n->shift, n->linear ? ", Linear" : "", desc(p, x));
         break;
     default:
         BUG("not a collective");

@@ -677,8 +677,9 @@ static RedOp expect_redop(Parser *ps, int sumsq_ok)
     return r;
 }
 
-/* group_rank = "GroupRank" "(" "GROUP" ("+" | "-") INT "," "RANK" ")"; gives the shift */
-static int group_rank_ref(Parser *ps)
+/* group_rank = "GroupRank" "(" "GROUP" ("+" | "-") INT "," "RANK" [ "," "Linear" ] ")";
+ * gives the shift, and in *linear whether it is Linear (no wrap-around) */
+static int group_rank_ref(Parser *ps, int *linear)
 {
     expect_word(ps, "GroupRank");
     expect_punct(ps, '(');
@@ -698,6 +699,14 @@ static int group_rank_ref(Parser *ps)
     int k = expect_int(ps, "a group offset");
     expect_punct(ps, ',');
     expect_word(ps, "RANK");
+    *linear = 0;
+    if (is_punct(ps, ',')) {
+        advance(ps);
+        if (!is_word(ps, "Linear"))
+            expected(ps, "'Linear' (the next group if there is one, without wrapping around)");
+        advance(ps);
+        *linear = 1;
+    }
     expect_punct(ps, ')');
     return sign * k;
 }
@@ -727,7 +736,7 @@ static int call_collective(Parser *ps, Op op, Pos pos, int is_recv)
     }
     if (op == O_SEND) {
         expect_punct(ps, ',');
-        tmp.shift = group_rank_ref(ps);
+        tmp.shift = group_rank_ref(ps, &tmp.linear);
     }
     expect_punct(ps, ')');
     Node *n = node_new(ps->p, op, pos);
@@ -738,6 +747,7 @@ static int call_collective(Parser *ps, Op op, Pos pos, int is_recv)
     n->root = tmp.root;
     n->shift = is_recv ? -tmp.shift : tmp.shift;
     n->is_recv = is_recv;
+    n->linear = tmp.linear;
     int id = n->id;
     infer_node(ps->p, n);
     return id;

@@ -96,7 +96,8 @@ static void print_call(Printer *pr, const Node *n)
         break;
     case O_SEND: {
         int k = n->is_recv ? -n->shift : n->shift;
-        fprintf(o, ", GroupRank(GROUP%c%d, RANK)", k < 0 ? '-' : '+', abs(k));
+        fprintf(o, ", GroupRank(GROUP%c%d, RANK%s)", k < 0 ? '-' : '+', abs(k),
+                n->linear ? ", Linear" : "");
         break;
     }
     case O_DROPOUT:

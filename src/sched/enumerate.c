@@ -57,28 +57,67 @@ static Program *try_seq(Program *base, Seq s)
     return q;
 }
 
-/* The graph without names: two schedules with the same one are the same. */
+/* Appends text to the growing signature s (length *len, capacity *cap). */
+static char *sig_put(char *s, size_t *len, size_t *cap, const char *text)
+{
+    size_t k = strlen(text);
+    if (*len + k + 1 > *cap) {
+        *cap = 2 * (*cap + k);
+        s = realloc(s, *cap);
+        if (!s)
+            BUG("out of memory");
+    }
+    memcpy(s + *len, text, k + 1);
+    *len += k;
+    return s;
+}
+
+/* A fusion's number in order of first appearance, so that fusing in another
+ * order (another index in q->fusion) gives the same signature. */
+static int canon_fusion(Program *q, const int *order, int f)
+{
+    return f < 0 ? -1 : order[f];
+}
+
+/* One node: its operation, operands, type, shape, layout and attributes,
+ * and its name where the user wrote it (a name the program has); the names
+ * transformations generate (sc_x, fused_x, rs_x...) are left out. */
+static void sig_node(Program *q, const Node *n, const int *order, char *item, size_t size)
+{
+    int k = snprintf(item, size, "%d:t%d.l%d.%d.g%d.f%d.%d", n->op, n->type, n->layout.kind,
+                     n->layout.dim, n->group,
+                     n->fusion >= 0 ? (int)q->fusion[n->fusion].kind : -1,
+                     canon_fusion(q, order, n->fusion));
+    k += snprintf(item + k, size - (size_t)k, ".a%.17g.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d",
+                  n->value, n->redop, n->axis, n->root, n->shift, n->is_recv, n->linear, n->stride,
+                  n->pad, n->to, n->dropout_id, n->target, n->ndim);
+    for (int j = 0; j < n->ndim && k < (int)size - 24; j++)
+        k += snprintf(item + k, size - (size_t)k, "x%ld", n->dim[j].n);
+    for (int j = 0; j < n->nin && k < (int)size - 24; j++)
+        k += snprintf(item + k, size - (size_t)k, ",%d", n->in[j]);
+    if (n->named && q->base && program_find(q->base, n->name) >= 0 && k < (int)size - MAXNAME - 4)
+        snprintf(item + k, size - (size_t)k, "=%s", n->name);
+}
+
+/* The graph without generated names: two schedules with the same one are
+ * the same schedule. */
 static char *signature(Program *q)
 {
     size_t cap = 256, len = 0;
     char *s = xmalloc(cap);
+    s[0] = 0;
+    int *order = xmalloc(((size_t)q->nfusion + 1) * sizeof(int));
+    int nf = 0;
+    for (int f = 0; f < q->nfusion; f++)
+        order[f] = -1;
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
-        char item[160];
-        int k = snprintf(item, sizeof item, "%d:%d.%d.%d.%d", n->op, n->layout.kind,
-                         n->layout.dim, n->fusion >= 0 ? (int)q->fusion[n->fusion].kind : -1,
-                         n->fusion);
-        for (int j = 0; j < n->nin; j++)
-            k += snprintf(item + k, sizeof item - (size_t)k, ",%d", n->in[j]);
-        if (len + (size_t)k + 2 > cap) {
-            cap = 2 * (cap + (size_t)k);
-            s = realloc(s, cap);
-            if (!s)
-                BUG("out of memory");
-        }
-        memcpy(s + len, item, (size_t)k);
-        len += (size_t)k;
-        s[len++] = ';';
+        if (n->fusion >= 0 && order[n->fusion] < 0)
+            order[n->fusion] = nf++;
+        char item[512];
+        sig_node(q, n, order, item, sizeof item);
+        s = sig_put(s, &len, &cap, item);
+        s = sig_put(s, &len, &cap, ";");
     }
     char tail[512];
     int k = snprintf(tail, sizeof tail, "ol%d", q->noverlap);
@@ -89,8 +128,8 @@ static char *signature(Program *q)
             ref_members(q, r, &first, 1); /* a fusion by its first member */
             k += snprintf(tail + k, sizeof tail - (size_t)k, ",%d", first);
         }
-    s = realloc(s, len + (size_t)k + 1);
-    memcpy(s + len, tail, (size_t)k + 1);
+    s = sig_put(s, &len, &cap, tail);
+    free(order);
     return s;
 }
 

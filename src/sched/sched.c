@@ -9,7 +9,7 @@ static const struct {
     const char *verb;
     void (*apply)(const Xform *);
 } verbs[] = {
-    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse},
+    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse_verb},
     {"overlap", xform_overlap}, {"asSlice", xform_asslice}, {"dead", xform_dead},
 };
 
@@ -44,7 +44,7 @@ SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n)
 {
     for (int i = 0; i < n; i++) {
-        Xform x = {p, &st[i], sched};
+        Xform x = {.p = p, .st = &st[i], .sched = sched};
         apply_stmt(&x);
     }
 }

@@ -22,6 +22,8 @@ typedef struct {
     Program *p;
     const SchedStmt *st;
     const char *sched;
+    const char **got; /* optional: the names of the results, in order */
+    int *ngot;        /* how many got[] holds */
 } Xform;
 _Noreturn void refuse(const Xform *x, const char *fmt, ...);
 Ref xform_arg(const Xform *x, int i);           /* the value or fusion argument i names */
@@ -49,6 +51,9 @@ int enumerate_schedules(Program *p);
 void xform_split(const Xform *x);
 void xform_reorder(const Xform *x);
 void xform_fuse(const Xform *x);
+/* xform_fuse_ar.c: the verb fuse: fuse(allreduce, C..., AllReduceFuse) as
+ * split + reorder + fuse, anything else xform_fuse */
+void xform_fuse_verb(const Xform *x);
 void xform_overlap(const Xform *x);
 int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
 void xform_asslice(const Xform *x);

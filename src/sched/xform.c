@@ -71,6 +71,15 @@ static const char *fresh_name(Program *p, const char *dflt, Ref self)
     return name;
 }
 
+static void record_result(const Xform *x, int i, Ref r)
+{
+    if (!x->got)
+        return;
+    x->got[i] = ref_name(x->p, r);
+    if (*x->ngot < i + 1)
+        *x->ngot = i + 1;
+}
+
 void xform_name(const Xform *x, int i, Ref r, const char *dflt)
 {
     Program *p = x->p;
@@ -82,6 +91,7 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
             node_of(p, r)->name = name;
             node_of(p, r)->named = 1;
         }
+        record_result(x, i, r);
         return;
     }
     const char *name = x->st->out[i];
@@ -98,6 +108,7 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
         node_of(p, r)->name = arena_strdup(p->arena, name);
         node_of(p, r)->named = 1;
     }
+    record_result(x, i, r);
 }
 
 /* Node id with the unnamed computations written inline in its statement. */

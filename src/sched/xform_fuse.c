@@ -6,6 +6,10 @@
  *   computations on its result and the AllGathers of their results become
  *   one FusedAllReduce; computations on the paths between them are included
  *   even when not named, with the Slices and single values they read.
+ *   Update(t, AllGather(v)) among them (the RS-C-AG form written by hand)
+ *   becomes the sliced Update(t, v) followed by the AllGather of t's new
+ *   value, the graph reorder makes of an Update: the AllGather ends the
+ *   fused operation.
  * fuse(..., SendFuse): computations and the Send of their result become one
  *   fused Send.
  * Valid only when dependencies are preserved: no value outside the fused
@@ -191,6 +195,73 @@ static void check_send_fuse(Members *m)
     m->in[send] = 1;
 }
 
+/* Is node u an Update whose new value is an AllGather written inline in
+ * it, read by nothing else? */
+static int update_of_gather(Program *p, int u)
+{
+    Node *n = node_of(p, u);
+    if (n->op != O_UPDATE || n->fusion >= 0 || n->layout.kind != L_REPLICATED)
+        return 0;
+    Node *g = node_of(p, n->in[1]);
+    int users[2];
+    return g->op == O_ALLGATHER && !g->named && g->fusion < 0 &&
+           node_users(p, g->id, users, 2) == 1;
+}
+
+/* Update(t, AllGather(v)) -> sc = Update(t, v) (sliced); AllGather(sc),
+ * which takes the Update's name and place as t's new value. */
+static void gather_after_update(const Xform *x, int u)
+{
+    Program *p = x->p;
+    int old_gather = node_of(p, u)->in[1];
+    node_of(p, u)->in[1] = node_of(p, old_gather)->in[0];
+    node_of(p, old_gather)->dead = 1;
+    check_node(x, node_of(p, u));
+    Node *g = node_new(p, O_ALLGATHER, node_of(p, old_gather)->pos);
+    int gid = g->id;
+    g->nin = 1;
+    g->in[0] = u;
+    g->seq = node_of(p, u)->seq + 0.5;
+    check_node(x, g);
+    replace_uses(p, u, gid, -1);
+    Node *un = node_of(p, u);
+    node_of(p, un->target)->updated_by = gid;
+    if (un->named) {
+        g->name = un->name;
+        g->named = 1;
+        un->name = schedule_fresh_name(p, arena_printf(p->arena, "sc_%s", g->name));
+    }
+}
+
+static void fuse_gathers_after_updates(const Xform *x)
+{
+    Program *p = x->p;
+    int ids[256], changed = 0;
+    for (int i = 0; i < x->st->narg; i++) {
+        Ref r = xform_arg(x, i);
+        if (REF_IS_FUSION(r))
+            continue;
+        int c = statement_nodes(p, r, ids, 256);
+        for (int k = 0; k < c && k < 256; k++)
+            if (update_of_gather(p, ids[k])) {
+                gather_after_update(x, ids[k]);
+                changed = 1;
+            }
+    }
+    if (changed)
+        program_resort(p);
+}
+
+/* ComputationFuse of an AllReduce: say how to fuse it with its computations. */
+static void refuse_allreduce_computation(const Xform *x)
+{
+    Ref r = xform_arg(x, 0);
+    if (!REF_IS_FUSION(r) && node_of(x->p, r)->op == O_ALLREDUCE)
+        refuse(x, "AllReduce '%s' is not a computation: fuse(%s, ..., AllReduceFuse) fuses it "
+               "with the computations after it (split, reorder and fuse)", x->st->arg[0],
+               x->st->arg[0]);
+}
+
 void xform_fuse(const Xform *x)
 {
     Program *p = x->p;
@@ -205,7 +276,11 @@ void xform_fuse(const Xform *x)
         refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)", pol);
     if (x->st->narg < 1)
         refuse(x, "there is nothing to fuse");
+    if (kind == F_COMPUTATION)
+        refuse_allreduce_computation(x);
     xform_outs(x, 1, "the fused operation");
+    if (kind == F_ALLREDUCE)
+        fuse_gathers_after_updates(x);
     Members m = {x, p, arena_alloc(p->arena, (size_t)p->nnode), p->nnode};
     for (int i = 0; i < x->st->narg; i++)
         add_ref(&m, xform_arg(x, i));

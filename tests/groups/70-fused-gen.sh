@@ -142,4 +142,26 @@ for x in tests/gen/fused/*.expect; do
     rm -rf "$TMP/fused"
 done
 rm -rf "$TMP/fused"
+# A Linear Send (examples/pipeline_linear.coco): every fused Send kernel's
+# receiver is the next group only where there is one (to = -1 on the last
+# group: no store), the first group stores its own value (keep), and the
+# same rank-independent `peer` decides the barriers; the NCCL lowering sends
+# from all but the last group, receives into all but the first (which copies
+# its input), and nothing wraps around.
+coco gen examples/pipeline_linear.coco -o "$TMP/linear" --all-schedules
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen examples/pipeline_linear.coco: ${why:-exit status $rc}: $(err1)"
+else
+    cu=$(ls "$TMP"/linear/*.cu | head -n 1)
+    sends=$(grep -c '^    { /\* line [0-9]*: fused Send ' "$cu")
+    to=$(grep -c '^        const int to = tgr >= 0 && tgr < ngr ? (int)(tgr \* G_GROUP + rank % G_GROUP) : -1;$' "$cu")
+    keep=$(grep -c '^        const int keep = !(fgr >= 0 && fgr < ngr);$' "$cu")
+    peer=$(grep -c '^        const int peer = 1 != 0 && 1 < ngr && -1 < ngr;$' "$cu")
+    nccl_src=$(grep -c '^        int src = fg >= 0 && fg < ng ? (int)(fg \* G_GROUP + idx) : -1;$' "$cu")
+    nccl_send=$(grep -c '^            if (dst >= 0)$' "$cu")
+    wraps=$(grep -c '% ngr + ngr) % ngr\|% ng + ng) % ng' "$cu")
+    if [ "$sends" -gt 0 ] && [ "$to" -eq "$sends" ] && [ "$keep" -eq "$sends" ] && [ "$peer" -eq "$sends" ] &&
+        [ "$nccl_src" -gt 0 ] && [ "$nccl_send" -eq "$nccl_src" ] && [ "$wraps" -eq 0 ]; then ok
+    else bad "examples/pipeline_linear.coco: $sends fused Sends, $to linear receivers, $keep keep, $peer peer; $nccl_src NCCL linear sources, $nccl_send guarded sends; $wraps wrapping around"; fi
+fi
+rm -rf "$TMP/linear"
 group_end

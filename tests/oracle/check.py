@@ -35,7 +35,9 @@ Two checks, each written from the language's definition, not from the C code:
         result), rounded to the type;
       - collectives: a float64 fold over the group's ranks in rank order
         starting from group rank 0, rounded once; Reduce leaves zeros on
-        the other ranks; Send moves group j's value to group j+shift (mod);
+        the other ranks; Send moves group j's value to group j+shift (mod;
+        Linear: only where that group exists, a group no one sends to
+        keeps its own value);
       - Norm / ReduceTensor: float64 fold in index order, rounded once;
       - Dropout: keep iff uniform(seed, 2^63 | dropout_id, logical index) >= p,
         then x / (1 - p) rounded, else 0.
@@ -566,6 +568,31 @@ def oracle_pipeline(c):
     return {"output": out}, None
 
 
+def oracle_pipeline_linear(c):
+    """Each group: MatMul(in, w) sliced on K, AllReduce in the group,
+    Dropout(sum + b, 0.1) + r; Send to GroupRank(GROUP+1, RANK, Linear):
+    group j >= 1 gets group j-1's value, group 0 (no group before it) keeps
+    its own, the last group's value goes nowhere."""
+    P, G = c.P, c.src.group_size                # Group GROUP(2) in the file
+    grps = groups(P, G)
+    send, plain_send, tol_send = [], [], []
+    for ranks in grps:
+        b, res = c.replicated("b", ranks[0]), c.replicated("r", ranks[0])
+        parts = [matmul(c.rank_data("in", k), c.rank_data("w", k), "FP16") for k in ranks]
+        s = r16(fold(parts))
+        send.append(r16(dropout(r16(s + b), 0.1, 0, "FP16", c.seed) + res))
+        a_full, w_full = c.gathered("in", ranks), c.gathered("w", ranks)
+        plain_send.append(r16(dropout(r16(np.matmul(a_full, w_full) + b), 0.1, 0, "FP16", c.seed) + res))
+        M = np.matmul(np.abs(a_full), np.abs(w_full)) / 0.9 + np.abs(b) / 0.9 + np.abs(res) + 1e-3
+        tol_send.append(plain_tolerance(M, 3))
+    out, plain, tol = {}, {}, {}
+    for j, ranks in enumerate(grps):
+        src = j - 1 if j >= 1 else j
+        for r in ranks:
+            out[r], plain[r], tol[r] = send[src], plain_send[src], tol_send[src]
+    return {"output": out}, ({"output": plain}, {"output": tol})
+
+
 ORACLES = {
     "adam": oracle_adam,
     "adam_scattered": oracle_adam,  # the same on a scattered tensor (its 1-D concatenation)
@@ -576,6 +603,7 @@ ORACLES = {
     "self_attention": oracle_self_attention,
     "conv2d": oracle_conv2d,
     "pipeline": oracle_pipeline,
+    "pipeline_linear": oracle_pipeline_linear,
 }
 
 # the oracles of tests/oracle/programs/*.coco
