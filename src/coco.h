@@ -167,6 +167,7 @@ typedef struct {
 } SizeDecl;
 
 typedef struct Arena Arena;
+typedef struct NameIndex NameIndex; /* graph.c: name -> node or size */
 
 typedef struct Program {
     Arena *arena;
@@ -197,6 +198,7 @@ typedef struct Program {
     int noverlap;
     const char *applied;   /* name of the schedule applied, or NULL */
     struct Program *base;  /* a clone's original: owns the shared sizes and text */
+    NameIndex *names;      /* of named nodes and sizes: through graph.c only */
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */
@@ -257,7 +259,13 @@ Program *program_new(const char *file, const char *src);
 void program_free(Program *p);
 Node *node_new(Program *p, Op op, Pos pos);
 Node *node_of(Program *p, int id);
-int program_find(Program *p, const char *name); /* node id or -1 */
+/* Names: give names through node_set_name and size_named (after adding
+ * p->size[i]) so that lookups find them; after moving nodes to other ids,
+ * call program_names_changed. */
+void node_set_name(Program *p, Node *n, const char *name); /* named = 1 */
+void size_named(Program *p, int i);
+void program_names_changed(Program *p);
+int program_find(Program *p, const char *name); /* newest live named node or -1 */
 int program_input(const Program *p, const char *name); /* Execute input or -1 */
 SizeDecl *size_find(Program *p, const char *name);
 long dim_count(const Node *n);                    /* elements of the logical tensor */

@@ -206,6 +206,7 @@ static SizeDecl *size_add(Parser *ps, const char *name, Pos pos)
     SizeDecl *s = &p->size[p->nsize++];
     s->name = name;
     s->pos = pos;
+    size_named(p, p->nsize - 1);
     const char *b = binding_value(ps, name);
     if (b) {
         s->value = parse_size_binding(name, b);
@@ -520,8 +521,7 @@ static void tensor_decl(Parser *ps)
     define_name(ps, name, pos);
     Node *n = node_new(p, O_INPUT, pos);
     int id = n->id;
-    n->name = name;
-    n->named = 1;
+    node_set_name(p, n, name);
     expect_punct(ps, '(');
     Type t = expect_type(ps);
     expect_punct(ps, ',');
@@ -617,8 +617,7 @@ static void scalar_decl(Parser *ps)
     if (isinf(type_round(t, v)) && !isinf(v))
         error_at(pos, "the value %g of scalar %s is too large for %s", v, name, type_name(t));
     Node *n = node_new(p, O_SCALAR, pos);
-    n->name = name;
-    n->named = 1;
+    node_set_name(p, n, name);
     n->type = t;
     n->layout.kind = L_REPLICATED;
     n->group = G_WORLD;
@@ -999,8 +998,7 @@ static void var_stmt(Parser *ps)
     if (id < first)
         error_at(epos, "'Var %s = %s;' only renames a value: use %s directly", name, n->name,
                  n->name);
-    n->name = name;
-    n->named = 1;
+    node_set_name(ps->p, n, name);
 }
 
 /* names = "{" [ NAME { "," NAME } ] "}" */
@@ -1015,10 +1013,7 @@ static int *name_list(Parser *ps, int *count, int inputs)
             expected(ps, "a name");
         char name[MAXNAME];
         snprintf(name, sizeof name, "%.*s", ps->tok.len, ps->tok.start);
-        int id = -1;
-        for (int i = ps->p->nnode - 1; i >= 0 && id < 0; i--)
-            if (ps->p->node[i].named && !strcmp(ps->p->node[i].name, name))
-                id = i;
+        int id = program_find(ps->p, name);
         if (id < 0)
             error_at(pos, "unknown name '%s'", name);
         Op op = node_of(ps->p, id)->op;

@@ -78,10 +78,8 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
         const char *name = fresh_name(p, dflt, r);
         if (REF_IS_FUSION(r))
             p->fusion[REF_FUSION_INDEX(r)].name = name;
-        else {
-            node_of(p, r)->name = name;
-            node_of(p, r)->named = 1;
-        }
+        else
+            node_set_name(p, node_of(p, r), name);
         return;
     }
     const char *name = x->st->out[i];
@@ -95,8 +93,7 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
     if (REF_IS_FUSION(r)) {
         p->fusion[REF_FUSION_INDEX(r)].name = arena_strdup(p->arena, name);
     } else {
-        node_of(p, r)->name = arena_strdup(p->arena, name);
-        node_of(p, r)->named = 1;
+        node_set_name(p, node_of(p, r), arena_strdup(p->arena, name));
     }
 }
 

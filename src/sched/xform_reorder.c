@@ -231,8 +231,11 @@ static void slice_node(Reorder *r, int old)
     Node *c = node_copy(p, old, n.seq);
     int cid = c->id;
     if (n.named) { /* the sliced version of a named value: sc_<name> */
-        c->name = arena_printf(p->arena, "sc_%s", n.name);
-        c->named = program_find(p, c->name) < 0;
+        const char *sc = arena_printf(p->arena, "sc_%s", n.name);
+        if (program_find(p, sc) < 0)
+            node_set_name(p, c, sc);
+        else
+            c->name = sc;
     }
     memcpy(c->in, in, sizeof in);
     c->fusion = fusion;
