@@ -182,9 +182,9 @@ int coco_run_fits(coco_program *p, char *err, size_t errlen)
         if (n->op == O_INPUT)
             inputs += b;
         if (b > mem || inputs > mem) {
-            snprintf(err, errlen, "%s:%d:%d: error: '%s' needs %.3g GiB on %d simulated ranks: "
+            snprintf(err, errlen, "%s:%d:%d: error: %s needs %.3g GiB on %d simulated ranks: "
                      "too large for this machine's %.3g GiB\n", p->file, n->pos.line, n->pos.col,
-                     n->name, b / (1 << 30), p->nranks, mem / (1 << 30));
+                     value_desc(p, n->id), b / (1 << 30), p->nranks, mem / (1 << 30));
             return -1;
         }
     }

@@ -247,6 +247,8 @@ double bits_double(uint64_t u);            /* the double of those bits */
 
 /* ---- ops.c: operation facts ---- */
 const OpInfo *op_info(Op op);
+const char *article(const char *word);     /* "a" or "an" */
+const char *op_phrase(Arena *a, Op op);    /* "an Update", "a MatMul", "an addition" */
 int op_is_comm(Op op);
 const char *redop_name(RedOp r);           /* "+", "*", "max", "min" */
 int redop_parse(const char *s, RedOp *r);

@@ -444,8 +444,9 @@ static void emit_matmul(Emitter *e, const Node *n)
     Program *p = e->p;
     Node *a = node_of(p, n->in[0]), *b = node_of(p, n->in[1]);
     if (a->type != b->type)
-        error_at(n->pos, "the CUDA backend needs MatMul operands of one type (%s and %s): "
-                 "Cast one of them", type_name(a->type), type_name(b->type));
+        error_at(n->pos, "the CUDA backend needs MatMul operands of one type, but %s is %s and "
+                 "%s is %s: Cast one of them", value_desc(p, a->id), type_name(a->type),
+                 value_desc(p, b->id), type_name(b->type));
     int ka = a->ndim - 1;
     fprintf(e->o, "    { /* line %d: %s = MatMul */\n", n->pos.line, n->name);
     /* an empty slice of an operand (language.md 6): an empty result, or
@@ -468,7 +469,9 @@ static void emit_conv(Emitter *e, const Node *n)
 {
     Node *x = node_of(e->p, n->in[0]), *w = node_of(e->p, n->in[1]);
     if (x->type != w->type)
-        error_at(n->pos, "the CUDA backend needs Conv2D operands of one type: Cast one of them");
+        error_at(n->pos, "the CUDA backend needs Conv2D operands of one type, but %s is %s and "
+                 "%s is %s: Cast one of them", value_desc(e->p, x->id), type_name(x->type),
+                 value_desc(e->p, w->id), type_name(w->type));
     fprintf(e->o, "    /* line %d: %s = Conv2D */\n"
                   "    if (coco_conv2d(ctx, %d, b%d, b%d, b%d, %s, h%d.dim[0], h%d.dim[1], h%d.dim[2], "
                   "h%d.dim[3], h%d.dim[0], h%d.dim[2], h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d))\n"

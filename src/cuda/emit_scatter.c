@@ -314,9 +314,9 @@ int emit_segment_scat(Emitter *e, int seg, const int *ins, int nin)
         if (first < 0)
             first = x;
         else if (!same_members(emit_scat_of(e, first), emit_scat_of(e, x)))
-            error_at(node_of(p, x)->pos, "the CUDA backend computes '%s' and '%s' in one kernel: "
+            error_at(node_of(p, x)->pos, "the CUDA backend computes %s and %s in one kernel: "
                      "their scattered tensors '%s' and '%s' must have the same members",
-                     node_of(p, first)->name, node_of(p, x)->name, emit_scat_of(e, first)->name,
+                     value_desc(p, first), value_desc(p, x), emit_scat_of(e, first)->name,
                      emit_scat_of(e, x)->name);
     }
     return first;

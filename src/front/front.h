@@ -69,6 +69,10 @@ void verify_program(Program *p);           /* BUG() on an internal inconsistency
 /* ---- print.c: graph -> .coco text ---- */
 void print_program(Program *p, FILE *out);
 void print_schedule(const Schedule *s, FILE *out);
+/* a value in a message: its name or its expression as the user wrote it */
+const char *value_text(Program *p, int id);
+const char *value_desc(Program *p, int id); /* 'name', 'text' (line L, column C) */
+const char *ref_desc(Program *p, Ref r);    /* a value's, or a fusion's 'name' */
 
 
 #endif

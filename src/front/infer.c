@@ -22,14 +22,12 @@ static const char *shape_str(Program *p, const Node *n)
     return arena_strdup(p->arena, buf);
 }
 
-/* 'name' (type shape layout), or for an unnamed value its operation and
- * where it is written. */
+/* 'name' (type shape layout), or for an unnamed value its text and where
+ * it is written. */
 static const char *desc(Program *p, const Node *n)
 {
-    const char *what = n->named ? arena_printf(p->arena, "'%s'", n->name)
-                       : n->op == O_CONST ? arena_printf(p->arena, "%g", n->value)
-                       : arena_printf(p->arena, "the %s at %d:%d", op_info(n->op)->name,
-                                      n->pos.line, n->pos.col);
+    const char *what = n->op == O_CONST && !n->named ? arena_printf(p->arena, "%g", n->value)
+                                                     : value_desc(p, n->id);
     return arena_printf(p->arena, "%s (%s %s %s)", what, type_name(n->type), shape_str(p, n),
                         layout_str(p->arena, n->layout));
 }
@@ -134,7 +132,7 @@ static Layout binary_layout(Program *p, Node *n, const Node *a, const Node *b)
             error_at(n->pos, "Replicated %s spans dimension %d, along which %s is sliced: "
                      "write Slice(%s, %d) to take each rank's part",
                      desc(p, o), d - (n->ndim - o->ndim), desc(p, s),
-                     o->named ? o->name : "...", d - (n->ndim - o->ndim));
+                     value_text(p, o->id), d - (n->ndim - o->ndim));
         l.kind = L_SLICED;
         l.dim = d;
     } else if (ka == L_LOCAL || kb == L_LOCAL) {
