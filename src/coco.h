@@ -227,6 +227,7 @@ void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const ch
 void error_pop(ErrorCtx *ctx);
 _Noreturn void error_at(Pos pos, const char *fmt, ...);
 _Noreturn void error_plain(const char *fmt, ...);
+_Noreturn void error_again(const char *msg); /* a caught error, to the enclosing context */
 _Noreturn void internal_error(const char *file, int line, const char *fmt, ...);
 #define BUG(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 #define ASSERT(c) ((c) ? (void)0 : BUG("assertion failed: %s", #c))

@@ -525,6 +525,8 @@ static int gen(const Options *o, coco_program *p)
         rc = 1;
     if (rc) {
         fputs(cu ? err : "coconet: cannot write the .cu file\n", stderr);
+        if (cu)
+            remove(path); /* no half-written source is left behind */
     } else {
         snprintf(path, sizeof path, "%s/%s.h", o->outdir, coco_program_name(p));
         FILE *h = fopen(path, "w");

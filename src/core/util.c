@@ -180,6 +180,17 @@ static _Noreturn void error_vformat(Pos pos, const char *fmt, va_list ap)
     longjmp(ctx->jb, 1);
 }
 
+/* Raises msg, an error caught (and formatted) by a nested context, again in
+ * the enclosing one: a nested context frees what its code holds first. */
+_Noreturn void error_again(const char *msg)
+{
+    ErrorCtx *ctx = error_top;
+    if (!ctx)
+        BUG("user error raised outside any error context: %s", msg);
+    snprintf(ctx->buf, ctx->len, "%s", msg);
+    longjmp(ctx->jb, 1);
+}
+
 _Noreturn void error_at(Pos pos, const char *fmt, ...)
 {
     va_list ap;

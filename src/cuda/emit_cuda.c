@@ -14,7 +14,10 @@
  *     in order on the stream.
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
- * comment naming the program statements it computes. */
+ * comment naming the program statements it computes.
+ * The generator's working memory comes from the program's arena (never
+ * malloc): a user error (error_at) unwinds past it and frees it with the
+ * program, so a refused program leaks nothing. */
 #include "cuda/emit_cuda.h"
 
 #include <ctype.h>
@@ -285,7 +288,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
@@ -329,7 +332,6 @@ static void emit_segment_kernel(Emitter *e, int seg)
     emit_segment_body(e, seg, ins, nin);
     emit_segment_memory(e, seg, ins, nin, scat, 1);
     fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
-    free(ins);
 }
 
 static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int scat)
@@ -387,7 +389,7 @@ static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     int vmax = mark_flat(e, seg, ins, nin);
     int shape = emit_segment_shape(e, seg);
@@ -405,7 +407,6 @@ static void emit_segment_launch(Emitter *e, int seg)
                 vmax, scat);
         emit_segment_args(e, seg, ins, nin, scat);
         fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-        free(ins);
         return;
     }
     if (vmax > 1) {
@@ -419,7 +420,6 @@ static void emit_segment_launch(Emitter *e, int seg)
     fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
     emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-    free(ins);
 }
 
 /* ---- other operations ---- */
@@ -775,8 +775,8 @@ static void emit_body(Emitter *e, const char *entry)
             emit_scat_gather_fusion(e, i) < 0 && emit_scat_gather_node(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
-    int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
-    int *fused_done = xcalloc((size_t)p->nfusion + 1, sizeof(int));
+    int *done = arena_alloc(p->arena, (size_t)e->nsegment + 1 * sizeof(int));
+    int *fused_done = arena_alloc(p->arena, (size_t)p->nfusion + 1 * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         int f = e->lsa_node[i];
         if (f >= 0 && !p->node[i].dead) {
@@ -789,8 +789,6 @@ static void emit_body(Emitter *e, const char *entry)
         }
         emit_node(e, &p->node[i], done);
     }
-    free(fused_done);
-    free(done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
@@ -808,11 +806,11 @@ static void emit_variant(FILE *o, Program *p, int vi)
     e.p = p;
     e.o = o;
     e.v = arena_printf(p->arena, "v%d", vi);
-    e.segment = xmalloc((size_t)p->nnode * sizeof(int));
-    e.out_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.in_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.state_of = xmalloc((size_t)p->nnode * sizeof(int));
-    e.flat = xcalloc((size_t)p->nnode, 1);
+    e.segment = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    e.out_index = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    e.in_index = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    e.state_of = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    e.flat = arena_alloc(p->arena, (size_t)p->nnode * 1);
     e.emit_node = emit_node;
     find_roles(&e);
     find_segments(&e);
@@ -820,8 +818,8 @@ static void emit_variant(FILE *o, Program *p, int vi)
     fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
     for (int s = 0; s < e.nsegment; s++)
         emit_segment_kernel(&e, s);
-    e.lsa = xcalloc((size_t)p->nfusion + 1, sizeof(int));
-    e.lsa_node = xmalloc((size_t)p->nnode * sizeof(int));
+    e.lsa = arena_alloc(p->arena, (size_t)p->nfusion + 1 * sizeof(int));
+    e.lsa_node = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
     for (int i = 0; i < p->nnode; i++)
         e.lsa_node[i] = -1;
     for (int f = 0; f < p->nfusion; f++)
@@ -833,13 +831,6 @@ static void emit_variant(FILE *o, Program *p, int vi)
             send_emit_kernel(&e, f);
         }
     emit_body(&e, entry);
-    free(e.segment);
-    free(e.out_index);
-    free(e.in_index);
-    free(e.state_of);
-    free(e.flat);
-    free(e.lsa);
-    free(e.lsa_node);
 }
 
 /* The Execute input whose new value output k is in program p, or -1. */

@@ -26,10 +26,14 @@ static const char *shape_str(Program *p, const Node *n)
  * it is written. */
 static const char *desc(Program *p, const Node *n)
 {
-    const char *what = n->op == O_CONST && !n->named ? arena_printf(p->arena, "%g", n->value)
-                                                     : value_desc(p, n->id);
-    return arena_printf(p->arena, "%s (%s %s %s)", what, type_name(n->type), shape_str(p, n),
-                        layout_str(p->arena, n->layout));
+    const char *facts = arena_printf(p->arena, "%s %s %s", type_name(n->type), shape_str(p, n),
+                                     layout_str(p->arena, n->layout));
+    if (n->op == O_CONST && !n->named)
+        return arena_printf(p->arena, "%g (%s)", n->value, facts);
+    if (n->named || !n->pos.line)
+        return arena_printf(p->arena, "'%s' (%s)", value_text(p, n->id), facts);
+    return arena_printf(p->arena, "'%s' (%s, line %d, column %d)", value_text(p, n->id), facts,
+                        n->pos.line, n->pos.col);
 }
 
 static void copy_facts(Node *dst, const Node *src)
