@@ -24,6 +24,8 @@ typedef struct {
 } Lexer;
 void lex_init(Lexer *lx, const char *src);
 Token lex_next(Lexer *lx);
+/* text as the grammar's NUMBER (with sign_ok, ["-"] NUMBER), wholly; 1 if so */
+int lex_number_text(const char *text, int sign_ok, double *v, int *is_int);
 
 /* ---- parse.c: text -> graph (inference runs as each node is made) ---- */
 typedef struct {

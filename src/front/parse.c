@@ -179,11 +179,12 @@ static const char *binding_value(Parser *ps, const char *name)
     return NULL;
 }
 
+/* -D NAME=TEXT of a size: an integer as the file writes one (size_atom) */
 static long parse_size_binding(const char *name, const char *text)
 {
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || *end || v != floor(v))
+    double v;
+    int is_int;
+    if (!lex_number_text(text, 1, &v, &is_int) || !is_int)
         error_plain("-D %s=%s: a size must be a positive integer", name, text);
     if (v <= 0)
         error_plain("-D %s=%s: a size must be positive", name, text);
@@ -607,10 +608,9 @@ static void scalar_decl(Parser *ps)
     expect_punct(ps, ')');
     expect_punct(ps, ';');
     const char *b = binding_value(ps, name);
-    if (b) {
-        char *end;
-        v = strtod(b, &end);
-        if (end == b || *end || !isfinite(v))
+    if (b) { /* as the file writes a scalar's value: ["-"] NUMBER */
+        int is_int;
+        if (!lex_number_text(b, 1, &v, &is_int))
             error_plain("-D %s=%s: the value of a scalar must be a number", name, b);
         has_value = 1;
     }
@@ -937,11 +937,13 @@ static int primary(Parser *ps)
     expected(ps, "an expression");
 }
 
-/* unary = "-" unary | primary */
+/* unary = "-" unary | primary
+ * Each level of parentheses, call or minus enters unary once more; the
+ * outermost entry is no nesting (MAXDEPTH levels are allowed). */
 static int unary(Parser *ps)
 {
     Pos pos = ps->tok.pos;
-    if (++ps->depth > MAXDEPTH)
+    if (++ps->depth > MAXDEPTH + 1)
         error_at(pos, "expression is nested too deeply (more than %d levels)", MAXDEPTH);
     int id;
     if (is_punct(ps, '-')) {
