@@ -63,6 +63,7 @@ char *read_source_file(const char *path, char *err, size_t errlen)
         free(buf);
         return NULL;
     }
+    text_unify_line_ends(buf);
     return buf;
 }
 

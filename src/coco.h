@@ -208,6 +208,7 @@ Arena *arena_new(void);
 void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */
 char *arena_strdup(Arena *a, const char *s);
+void text_unify_line_ends(char *text);     /* \r\n and a lone \r become \n */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */

@@ -17,7 +17,9 @@ Program *program_new(const char *file, const char *src)
     Program *p = arena_alloc(a, sizeof(Program));
     p->arena = a;
     p->file = arena_strdup(a, file);
-    p->src = arena_strdup(a, src);
+    char *text = arena_strdup(a, src);
+    text_unify_line_ends(text);
+    p->src = text;
     p->nranks = 1;
     return p;
 }
