@@ -1008,6 +1008,7 @@ static int *name_list(Parser *ps, int *count, int inputs)
 {
     int cap = 8, n = 0;
     int *ids = arena_alloc(ps->p->arena, (size_t)cap * sizeof(int));
+    char *seen = arena_alloc(ps->p->arena, (size_t)ps->p->nnode + 1); /* listed ids */
     expect_punct(ps, '{');
     while (!is_punct(ps, '}')) {
         Pos pos = ps->tok.pos;
@@ -1026,9 +1027,9 @@ static int *name_list(Parser *ps, int *count, int inputs)
         if (inputs && op != O_INPUT && op != O_SCALAR)
             error_at(pos, "'%s' is computed by the program: only Tensors and Scalars are inputs",
                      name);
-        for (int i = 0; i < n; i++)
-            if (ids[i] == id)
-                error_at(pos, "'%s' is listed twice", name);
+        if (seen[id])
+            error_at(pos, "'%s' is listed twice", name);
+        seen[id] = 1;
         if (n == cap) {
             int *grown = arena_alloc(ps->p->arena, (size_t)cap * 2 * sizeof(int));
             memcpy(grown, ids, (size_t)cap * sizeof(int));
@@ -1046,22 +1047,17 @@ static int *name_list(Parser *ps, int *count, int inputs)
     return ids;
 }
 
-static int listed(const int *ids, int n, int id)
-{
-    for (int i = 0; i < n; i++)
-        if (ids[i] == id)
-            return 1;
-    return 0;
-}
-
 /* Every Tensor and every Scalar without a value must be an input. */
 static void check_inputs_listed(Parser *ps, Pos pos)
 {
     Program *p = ps->p;
+    char *listed = arena_alloc(p->arena, (size_t)p->nnode + 1);
+    for (int i = 0; i < p->nexec_in; i++)
+        listed[p->exec_in[i]] = 1;
     for (int i = 0; i < p->nnode; i++) {
         Node *n = &p->node[i];
         int needs = n->op == O_INPUT || (n->op == O_SCALAR && !n->has_value);
-        if (needs && !listed(p->exec_in, p->nexec_in, i))
+        if (needs && !listed[i])
             error_at(pos, "%s '%s' (line %d) is not among the inputs of Execute",
                      n->op == O_INPUT ? "tensor" : "scalar", n->name, n->pos.line);
     }
