@@ -3,10 +3,10 @@
 # expression (Var y = x + x + ...), many chained Vars (Var v_i = v_(i-1) + x),
 # chained Vars with a schedule applied (fuse, split: the graph is re-sorted
 # after each statement), and many Tensors and Vars all listed in Execute
-# (duplicates and unlisted inputs are looked for). `coconet check` of the 4n program must take less than
-# 8 times the CPU time of the n program, plus a floor of 0.1 s for noise
-# (a quadratic step takes 16 times as long). The 4n programs are
-# about 1 MB; the whole group takes a few seconds.
+# (duplicates and unlisted inputs are looked for). `coconet check` of the 4n
+# program must take less than 8 times the CPU time of the n program, plus a
+# floor of 0.1 s for noise (a quadratic step takes 16 times as long). The 4n
+# programs are about 1 MB; the whole group takes a few seconds.
 group scaling
 
 # scaling_expr N: one expression of N terms
