@@ -14,10 +14,7 @@
  *     in order on the stream.
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
- * comment naming the program statements it computes.
- * The generator's working memory comes from the program's arena (never
- * malloc): a user error (error_at) unwinds past it and frees it with the
- * program, so a refused program leaks nothing. */
+ * comment naming the program statements it computes. */
 #include "cuda/emit_cuda.h"
 
 #include <ctype.h>
@@ -288,7 +285,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
@@ -332,6 +329,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     emit_segment_body(e, seg, ins, nin);
     emit_segment_memory(e, seg, ins, nin, scat, 1);
     fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
+    emit_free(e, ins);
 }
 
 static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int scat)
@@ -389,7 +387,7 @@ static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     int vmax = mark_flat(e, seg, ins, nin);
     int shape = emit_segment_shape(e, seg);
@@ -407,6 +405,7 @@ static void emit_segment_launch(Emitter *e, int seg)
                 vmax, scat);
         emit_segment_args(e, seg, ins, nin, scat);
         fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
+        emit_free(e, ins);
         return;
     }
     if (vmax > 1) {
@@ -420,6 +419,7 @@ static void emit_segment_launch(Emitter *e, int seg)
     fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
     emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
+    emit_free(e, ins);
 }
 
 /* ---- other operations ---- */
@@ -775,8 +775,8 @@ static void emit_body(Emitter *e, const char *entry)
             emit_scat_gather_fusion(e, i) < 0 && emit_scat_gather_node(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
-    int *done = arena_alloc(p->arena, (size_t)e->nsegment + 1 * sizeof(int));
-    int *fused_done = arena_alloc(p->arena, (size_t)p->nfusion + 1 * sizeof(int));
+    int *done = emit_alloc(e, ((size_t)e->nsegment + 1) * sizeof(int));
+    int *fused_done = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         int f = e->lsa_node[i];
         if (f >= 0 && !p->node[i].dead) {
@@ -789,6 +789,8 @@ static void emit_body(Emitter *e, const char *entry)
         }
         emit_node(e, &p->node[i], done);
     }
+    emit_free(e, fused_done);
+    emit_free(e, done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
@@ -799,38 +801,57 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
+static void emit_variant_code(Emitter *e, int vi)
+{
+    Program *p = e->p;
+    e->v = arena_printf(p->arena, "v%d", vi);
+    e->segment = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->out_index = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->in_index = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->state_of = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->flat = emit_alloc(e, (size_t)p->nnode);
+    e->emit_node = emit_node;
+    find_roles(e);
+    find_segments(e);
+    const char *entry = p->applied ? p->applied : "program";
+    fprintf(e->o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
+    for (int s = 0; s < e->nsegment; s++)
+        emit_segment_kernel(e, s);
+    e->lsa = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
+    e->lsa_node = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        e->lsa_node[i] = -1;
+    for (int f = 0; f < p->nfusion; f++)
+        if ((e->lsa[f] = lsa_eligible(e, f))) {
+            lsa_claim(e, f);
+            lsa_emit_kernel(e, f);
+        } else if ((e->lsa[f] = !emit_fusion_scattered(e, f) && send_eligible(e, f))) {
+            send_claim(e, f);
+            send_emit_kernel(e, f);
+        }
+    emit_body(e, entry);
+}
+
+/* Variant vi of the source. A refusal (error_at) on the way frees what the
+ * emitter holds (emit_alloc), then goes on to the caller's context. */
 static void emit_variant(FILE *o, Program *p, int vi)
 {
-    Emitter e;
-    memset(&e, 0, sizeof e);
-    e.p = p;
-    e.o = o;
-    e.v = arena_printf(p->arena, "v%d", vi);
-    e.segment = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    e.out_index = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    e.in_index = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    e.state_of = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    e.flat = arena_alloc(p->arena, (size_t)p->nnode * 1);
-    e.emit_node = emit_node;
-    find_roles(&e);
-    find_segments(&e);
-    const char *entry = p->applied ? p->applied : "program";
-    fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
-    for (int s = 0; s < e.nsegment; s++)
-        emit_segment_kernel(&e, s);
-    e.lsa = arena_alloc(p->arena, (size_t)p->nfusion + 1 * sizeof(int));
-    e.lsa_node = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    for (int i = 0; i < p->nnode; i++)
-        e.lsa_node[i] = -1;
-    for (int f = 0; f < p->nfusion; f++)
-        if ((e.lsa[f] = lsa_eligible(&e, f))) {
-            lsa_claim(&e, f);
-            lsa_emit_kernel(&e, f);
-        } else if ((e.lsa[f] = !emit_fusion_scattered(&e, f) && send_eligible(&e, f))) {
-            send_claim(&e, f);
-            send_emit_kernel(&e, f);
-        }
-    emit_body(&e, entry);
+    Emitter *e = xcalloc(1, sizeof *e);
+    e->p = p;
+    e->o = o;
+    char msg[4096];
+    ErrorCtx ctx;
+    error_push(&ctx, msg, sizeof msg, p->file, p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        emit_free_all(e);
+        free(e);
+        error_again(msg);
+    }
+    emit_variant_code(e, vi);
+    error_pop(&ctx);
+    emit_free_all(e);
+    free(e);
 }
 
 /* The Execute input whose new value output k is in program p, or -1. */

@@ -155,12 +155,12 @@ static void plan_inputs(Emitter *e, SendPlan *s)
     }
 }
 
-/* Fusion f's plan (in the program's arena); does it qualify? */
+/* Fusion f's plan (free with plan_free); does it qualify? */
 static int plan(Emitter *e, int f, SendPlan *s)
 {
     memset(s, 0, sizeof *s);
-    s->m = arena_alloc(e->p->arena, (size_t)e->p->nnode * sizeof(int));
-    s->ins = arena_alloc(e->p->arena, (size_t)e->p->nnode * sizeof(int));
+    s->m = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
+    s->ins = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
     s->seg = e->nsegment + 1 + f;
     if (!plan_members(e, f, s))
         return 0;
@@ -168,6 +168,11 @@ static int plan(Emitter *e, int f, SendPlan *s)
     return 1;
 }
 
+static void plan_free(Emitter *e, SendPlan *s)
+{
+    emit_free(e, s->m);
+    emit_free(e, s->ins);
+}
 
 /* The widest V for the element sizes of the vector operands and stores. */
 static int widest(Emitter *e, const SendPlan *s)
@@ -360,12 +365,14 @@ void send_emit_kernel(Emitter *e, int f)
 {
     SendPlan s;
     plan(e, f, &s);
-    int *saved = arena_alloc(e->p->arena, (size_t)s.nm * sizeof(int));
+    int *saved = emit_alloc(e, (size_t)s.nm * sizeof(int));
     swap_segments(e, &s, saved, 1);
     emit_comment(e, f, &s);
     emit_kernel(e, f, &s);
     emit_go(e, f, &s);
     swap_segments(e, &s, saved, 0);
+    emit_free(e, saved);
+    plan_free(e, &s);
 }
 
 /* ---- the launch, inside the entry point ---- */
@@ -467,6 +474,7 @@ void send_emit_launch(Emitter *e, int f, int *done_segment)
     for (int k = 0; k < s.nm; k++)
         e->emit_node(e, nd(e, s.m[k]), done_segment);
     fprintf(o, "        }\n    } /* fused Send %s */\n", e->p->fusion[f].name);
+    plan_free(e, &s);
 }
 
 /* ---- for emit_cuda.c ---- */
@@ -475,6 +483,7 @@ int send_eligible(Emitter *e, int f)
 {
     SendPlan s;
     int ok = plan(e, f, &s);
+    plan_free(e, &s);
     return ok;
 }
 
@@ -484,4 +493,5 @@ void send_claim(Emitter *e, int f)
     plan(e, f, &s);
     for (int k = 0; k < s.nm; k++)
         e->lsa_node[s.m[k]] = f;
+    plan_free(e, &s);
 }
