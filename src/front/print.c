@@ -108,6 +108,17 @@ static void print_call(Printer *pr, const Node *n)
     fputc(')', o);
 }
 
+/* The left operand of n written inline at n's own precedence (the next
+ * link of a chain a + b - c ...)? */
+static int chain_link(Printer *pr, const Node *l, int prec)
+{
+    if (l->op == O_NEG || prec_of(l) != prec || (l->op == O_CONST && !l->named))
+        return 0;
+    return !is_statement(pr, l);
+}
+
+/* A binary operator and the chain of left operands of its precedence, in a
+ * loop rather than by recursion: a sum of 200000 terms is one chain. */
 static void print_operator(Printer *pr, const Node *n)
 {
     int prec = prec_of(n);
@@ -116,9 +127,25 @@ static void print_operator(Printer *pr, const Node *n)
         print_expr(pr, n->in[0], 3);
         return;
     }
-    print_expr(pr, n->in[0], prec);
-    fprintf(pr->out, " %s ", op_info(n->op)->name);
-    print_expr(pr, n->in[1], prec + 1); /* left associative */
+    int len = 0, cap = 16;
+    const Node **chain = xmalloc((size_t)cap * sizeof *chain);
+    for (const Node *s = n;; s = node_of(pr->p, s->in[0])) {
+        if (len == cap) {
+            const Node **grown = xmalloc((size_t)(cap *= 2) * sizeof *chain);
+            memcpy(grown, chain, (size_t)len * sizeof *chain);
+            free(chain);
+            chain = grown;
+        }
+        chain[len++] = s;
+        if (!chain_link(pr, node_of(pr->p, s->in[0]), prec))
+            break;
+    }
+    print_expr(pr, chain[len - 1]->in[0], prec);
+    for (int i = len - 1; i >= 0; i--) {
+        fprintf(pr->out, " %s ", op_info(chain[i]->op)->name);
+        print_expr(pr, chain[i]->in[1], prec + 1); /* left associative */
+    }
+    free(chain);
 }
 
 /* Writes node id as an expression needing at least precedence prec. */
