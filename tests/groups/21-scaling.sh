@@ -1,9 +1,10 @@
 # ---- scaling: checking takes time linear in the size of the program ----
-# Four shapes, each generated at n and 4n names or terms: one long
+# Five shapes, each generated at n and 4n names or terms: one long
 # expression (Var y = x + x + ...), many chained Vars (Var v_i = v_(i-1) + x),
 # chained Vars with a schedule applied (fuse, split: the graph is re-sorted
-# after each statement), and many Tensors and Vars all listed in Execute
-# (duplicates and unlisted inputs are looked for). `coconet check` of the 4n
+# after each statement), many Tensors and Vars all listed in Execute
+# (duplicates and unlisted inputs are looked for), and one long expression
+# fused and overlapped by a schedule (the parts of its statement are found). `coconet check` of the 4n
 # program must take less than 8 times the CPU time of the n program, plus a
 # floor of 0.1 s for noise (a quadratic step takes 16 times as long). The 4n
 # programs are about 1 MB; the whole group takes a few seconds.
@@ -41,6 +42,18 @@ cpu_ms() {
     awk 'NR == 2 { split($1, u, "m"); split($2, s, "m")
                    printf "%d\n", ((u[1] + s[1]) * 60 + u[2] + s[2]) * 1000 }' "$1"
 }
+# scaling_fused N: an expression of N terms, fused with its reader and
+# overlapped with the AllReduce it reads
+scaling_fused() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor g(FP32, [4], Local, WORLD, RANK);"
+        print "Tensor x(FP32, [4], Replicated, WORLD);"
+        print "Var a = AllReduce(\"+\", g);"
+        printf "Var y = a"; for (i = 0; i < n; i++) printf " + x"; print ";"
+        print "Var z = y * 2;"
+        print "Execute f({g,x}, {z});"
+        print "Schedule s {\n  c = fuse(y, z, ComputationFuse);\n  o = overlap(a, c);\n}" }'
+}
 # elapsed_ms FILE: the CPU milliseconds `coconet check FILE` takes; fails
 # (and prints nothing) when it does not succeed within 20 s. `times` runs
 # in this shell, not in a subshell, which has no children.
@@ -67,4 +80,5 @@ scaling_check "one expression" 50000 scaling_expr
 scaling_check "chained Vars" 12500 scaling_chain
 scaling_check "chained Vars with a schedule" 20000 scaling_sched
 scaling_check "many names listed in Execute" 20000 scaling_many
+scaling_check "a long expression fused" 20000 scaling_fused
 group_end

@@ -7,6 +7,7 @@
 # the file accepts are accepted. Line ends: a lone CR ends a line and CRLF
 # is one line end, so that messages give the right line and column.
 # --dump DIR: a place that cannot be written is refused before the run.
+# print: a sum of 200000 terms is printed (not by recursion) and reads back.
 group front
 
 # front_refused WHAT EXPECT ARGS...: `coconet ARGS` exits 1 with EXPECT in
@@ -57,6 +58,19 @@ for kind in parentheses minus calls size; do
             "error: expression is nested too deeply (more than 200 levels)" check "$f"; fi
     done
 done
+
+# a sum of 200000 terms prints, and its print prints the same
+awk 'BEGIN { print "Tensor x(FP32, [4], Replicated, WORLD);"
+             printf "Var y = x"; for (i = 1; i < 200000; i++) printf " + x"; print ";"
+             print "Execute f({x}, {y});" }' >"$TMP/long_sum.coco"
+coco print "$TMP/long_sum.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "front print of a sum of 200000 terms: ${why:-exit status $rc}: $(err1)"
+else
+    mv "$TMP/out" "$TMP/long_sum_printed.coco"
+    coco print "$TMP/long_sum_printed.coco"
+    if [ $rc -eq 0 ] && cmp -s "$TMP/out" "$TMP/long_sum_printed.coco"; then ok
+    else bad "front print of a sum of 200000 terms does not print to itself: ${why:-$(err1)}"; fi
+fi
 
 # -D with spaces, and the numbers the file's grammar accepts
 printf 'Size N;\nTensor x(FP32, [N], Replicated, WORLD);\nScalar s(FP32, 1);\nVar y = x * s;\nExecute f({x}, {y});\n' >"$TMP/define.coco"
