@@ -63,6 +63,7 @@ char *read_source_file(const char *path, char *err, size_t errlen)
         free(buf);
         return NULL;
     }
+    text_unify_line_ends(buf);
     return buf;
 }
 
@@ -195,9 +196,9 @@ int coco_run_fits(coco_program *p, char *err, size_t errlen)
         if (n->op == O_INPUT)
             inputs += b;
         if (b > mem || inputs > mem) {
-            snprintf(err, errlen, "%s:%d:%d: error: '%s' needs %.3g GiB on %d simulated ranks: "
+            snprintf(err, errlen, "%s:%d:%d: error: %s needs %.3g GiB on %d simulated ranks: "
                      "too large for this machine's %.3g GiB\n", p->file, n->pos.line, n->pos.col,
-                     n->name, b / (1 << 30), p->nranks, mem / (1 << 30));
+                     value_desc(p, n->id), b / (1 << 30), p->nranks, mem / (1 << 30));
             return -1;
         }
     }
@@ -214,15 +215,6 @@ coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads)
     r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);
     exec_fill_inputs(r->exec);
     return r;
-}
-
-/* A named value: a Tensor, Scalar or Var of the program. */
-static int find_named(Program *p, const char *name)
-{
-    for (int i = p->nnode - 1; i >= 0; i--)
-        if (p->node[i].named && !p->node[i].dead && !strcmp(p->node[i].name, name))
-            return i;
-    return -1;
 }
 
 /* Node id as one rank holds it, without data */
@@ -246,7 +238,7 @@ static void describe_node(Program *p, int id, int rank, coco_tensor *t)
 
 int coco_describe(coco_program *p, const char *name, int rank, coco_tensor *t)
 {
-    int id = find_named(p, name);
+    int id = program_find(p, name);
     if (id < 0 || rank < 0 || rank >= p->nranks)
         return -1;
     describe_node(p, id, rank, t);
@@ -258,7 +250,7 @@ int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t)
     long count;
     if (coco_describe(r->prog, name, rank, t))
         return -1;
-    double *data = exec_data(r->exec, find_named(r->prog, name), rank, &count);
+    double *data = exec_data(r->exec, program_find(r->prog, name), rank, &count);
     if (!data)
         return -1;
     t->count = count;
@@ -361,7 +353,7 @@ static int replicas_agree(coco_run *r, Node *n, int rank0, int rank)
 int coco_run_summary(coco_run *r, const char *name, coco_summary *s)
 {
     Program *p = r->prog;
-    int id = find_named(p, name);
+    int id = program_find(p, name);
     if (id < 0 || !exec_data(r->exec, id, 0, &(long){0}))
         return -1;
     Node *n = node_of(p, id);

@@ -169,6 +169,7 @@ typedef struct {
 } SizeDecl;
 
 typedef struct Arena Arena;
+typedef struct NameIndex NameIndex; /* graph.c: name -> node or size */
 
 typedef struct Program {
     Arena *arena;
@@ -199,6 +200,7 @@ typedef struct Program {
     int noverlap;
     const char *applied;   /* name of the schedule applied, or NULL */
     struct Program *base;  /* a clone's original: owns the shared sizes and text */
+    NameIndex *names;      /* of named nodes and sizes: through graph.c only */
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */
@@ -208,6 +210,7 @@ Arena *arena_new(void);
 void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */
 char *arena_strdup(Arena *a, const char *s);
+void text_unify_line_ends(char *text);     /* \r\n and a lone \r become \n */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */
@@ -227,6 +230,7 @@ void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const ch
 void error_pop(ErrorCtx *ctx);
 _Noreturn void error_at(Pos pos, const char *fmt, ...);
 _Noreturn void error_plain(const char *fmt, ...);
+_Noreturn void error_again(const char *msg); /* a caught error, to the enclosing context */
 _Noreturn void internal_error(const char *file, int line, const char *fmt, ...);
 #define BUG(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 #define ASSERT(c) ((c) ? (void)0 : BUG("assertion failed: %s", #c))
@@ -247,6 +251,8 @@ double bits_double(uint64_t u);            /* the double of those bits */
 
 /* ---- ops.c: operation facts ---- */
 const OpInfo *op_info(Op op);
+const char *article(const char *word);     /* "a" or "an" */
+const char *op_phrase(Arena *a, Op op);    /* "an Update", "a MatMul", "an addition" */
 int op_is_comm(Op op);
 const char *redop_name(RedOp r);           /* "+", "*", "max", "min" */
 int redop_parse(const char *s, RedOp *r);
@@ -259,7 +265,13 @@ Program *program_new(const char *file, const char *src);
 void program_free(Program *p);
 Node *node_new(Program *p, Op op, Pos pos);
 Node *node_of(Program *p, int id);
-int program_find(Program *p, const char *name); /* node id or -1 */
+/* Names: give names through node_set_name and size_named (after adding
+ * p->size[i]) so that lookups find them; after moving nodes to other ids,
+ * call program_names_changed. */
+void node_set_name(Program *p, Node *n, const char *name); /* named = 1 */
+void size_named(Program *p, int i);
+void program_names_changed(Program *p);
+int program_find(Program *p, const char *name); /* newest live named node or -1 */
 int program_input(const Program *p, const char *name); /* Execute input or -1 */
 SizeDecl *size_find(Program *p, const char *name);
 long dim_count(const Node *n);                    /* elements of the logical tensor */

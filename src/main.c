@@ -279,20 +279,39 @@ static int write_rank_file(const char *dir, const coco_tensor *t, int rank, FILE
     return 0;
 }
 
-/* Writes each rank's data of every input and output as raw float64. */
-static int dump(coco_program *p, coco_run *r, const char *dir)
+/* Opens DIR/manifest.txt for writing, making DIR if needed; NULL (with a
+ * message) when that cannot be done. */
+static FILE *open_manifest(const char *dir)
 {
     if (mkdir(dir, 0777) && errno != EEXIST) {
-        fprintf(stderr, "coconet: cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
+        fprintf(stderr, "coconet: --dump %s: cannot create the directory: %s\n", dir,
+                strerror(errno));
+        return NULL;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.txt", dir);
     FILE *m = fopen(path, "w");
-    if (!m) {
-        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+    if (!m)
+        fprintf(stderr, "coconet: --dump %s: cannot write %s: %s\n", dir, path, strerror(errno));
+    return m;
+}
+
+/* --dump DIR is checked before the run: a place that cannot be written is
+ * refused at once, not after the whole run. */
+static void check_dump_dir(const char *dir)
+{
+    FILE *m = open_manifest(dir);
+    if (!m)
+        exit(1);
+    fclose(m);
+}
+
+/* Writes each rank's data of every input and output as raw float64. */
+static int dump(coco_program *p, coco_run *r, const char *dir)
+{
+    FILE *m = open_manifest(dir);
+    if (!m)
         return 1;
-    }
     int bad = 0;
     for (int k = 0; k < 2; k++) {
         int n = k ? coco_num_outputs(p) : coco_num_inputs(p);
@@ -535,6 +554,8 @@ static int gen(const Options *o, coco_program *p)
         rc = 1;
     if (rc) {
         fputs(cu ? err : "coconet: cannot write the .cu file\n", stderr);
+        if (cu)
+            remove(path); /* no half-written source is left behind */
     } else {
         snprintf(path, sizeof path, "%s/%s.h", o->outdir, coco_program_name(p));
         FILE *h = fopen(path, "w");
@@ -636,6 +657,8 @@ int main(int argc, char **argv)
     if ((o.breakdown || o.remeasure) && !cuda)
         bad_usage("%s goes with `run --backend cuda` (and a CUDA runtime and GPUs for "
                   "--backend auto)", o.breakdown ? "--breakdown" : "--remeasure");
+    if (o.dump && !strcmp(o.cmd, "run"))
+        check_dump_dir(o.dump);
     coco_program *p = load(&o);
     int rc = 0;
     if (!strcmp(o.cmd, "print") && o.schedule) {

@@ -1,6 +1,11 @@
 /* graph.c: creating programs and nodes, and looking things up in them.
  * Nodes live in one growing array indexed by id; ids follow program order,
- * so every node's inputs have smaller ids (the graph is kept topological). */
+ * so every node's inputs have smaller ids (the graph is kept topological).
+ * Names (of named nodes and of sizes) are found through a hash table in the
+ * program's arena, so that checking a program takes time linear in its
+ * size: node_set_name and size declarations add entries; an entry whose
+ * node was renamed or removed since is skipped when looked up and dropped
+ * when the table is rebuilt (on growth, in a clone, after a re-sort). */
 #include "coco.h"
 
 #include <stdlib.h>
@@ -12,9 +17,113 @@ Program *program_new(const char *file, const char *src)
     Program *p = arena_alloc(a, sizeof(Program));
     p->arena = a;
     p->file = arena_strdup(a, file);
-    p->src = arena_strdup(a, src);
+    char *text = arena_strdup(a, src);
+    text_unify_line_ends(text);
+    p->src = text;
     p->nranks = 1;
     return p;
+}
+
+/* ---- the name index ---- */
+
+/* An entry names node id (>= 0) or size -(id+1); next chains a bucket. */
+typedef struct {
+    const char *name;
+    int id;
+    int next;
+} NameEntry;
+
+struct NameIndex {
+    const Program *owner; /* a clone copies the pointer: it rebuilds its own */
+    int *bucket;          /* first entry of each bucket, or -1 */
+    unsigned mask;        /* number of buckets - 1 */
+    NameEntry *entry;
+    int nentry, capentry;
+};
+
+static unsigned name_hash(const char *s)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_add(NameIndex *ix, const char *name, int id)
+{
+    ASSERT(ix->nentry < ix->capentry);
+    unsigned b = name_hash(name) & ix->mask;
+    ix->entry[ix->nentry] = (NameEntry){name, id, ix->bucket[b]};
+    ix->bucket[b] = ix->nentry++;
+}
+
+static int node_has_name(const Program *p, int id, const char *name)
+{
+    if (id >= p->nnode)
+        return 0;
+    const Node *n = &p->node[id];
+    return n->named && !n->dead && !strcmp(n->name, name);
+}
+
+/* A fresh table for p's live names, with room for as many more. */
+static void index_rebuild(Program *p)
+{
+    int live = p->nsize;
+    for (int i = 0; i < p->nnode; i++)
+        live += p->node[i].named && !p->node[i].dead;
+    unsigned nbucket = 64;
+    while (nbucket < 2u * (unsigned)live + 16)
+        nbucket *= 2;
+    NameIndex *ix = arena_alloc(p->arena, sizeof *ix);
+    ix->owner = p;
+    ix->mask = nbucket - 1;
+    ix->capentry = (int)nbucket;
+    ix->bucket = arena_alloc(p->arena, nbucket * sizeof(int));
+    ix->entry = arena_alloc(p->arena, nbucket * sizeof(NameEntry));
+    for (unsigned b = 0; b < nbucket; b++)
+        ix->bucket[b] = -1;
+    for (int i = 0; i < p->nsize; i++)
+        index_add(ix, p->size[i].name, -(i + 1));
+    for (int i = 0; i < p->nnode; i++)
+        if (p->node[i].named && !p->node[i].dead)
+            index_add(ix, p->node[i].name, i);
+    p->names = ix;
+}
+
+static NameIndex *index_of(Program *p)
+{
+    if (!p->names || p->names->owner != p)
+        index_rebuild(p);
+    return p->names;
+}
+
+/* Records a new name of node id (>= 0) or size -(id+1). */
+static void index_insert(Program *p, const char *name, int id)
+{
+    NameIndex *ix = index_of(p);
+    if (ix->nentry == ix->capentry) {
+        index_rebuild(p); /* drops stale entries and doubles the room */
+        return;           /* the rebuilt table holds the new name already */
+    }
+    index_add(ix, name, id);
+}
+
+void program_names_changed(Program *p)
+{
+    p->names = NULL;
+}
+
+void node_set_name(Program *p, Node *n, const char *name)
+{
+    n->name = name;
+    n->named = 1;
+    if (!n->dead)
+        index_insert(p, name, n->id);
+}
+
+void size_named(Program *p, int i)
+{
+    index_insert(p, p->size[i].name, -(i + 1));
 }
 
 void program_free(Program *p)
@@ -63,10 +172,14 @@ Node *node_of(Program *p, int id)
 /* The newest live node with this user-visible name. */
 int program_find(Program *p, const char *name)
 {
-    for (int i = p->nnode - 1; i >= 0; i--)
-        if (p->node[i].named && !p->node[i].dead && !strcmp(p->node[i].name, name))
-            return i;
-    return -1;
+    NameIndex *ix = index_of(p);
+    int best = -1;
+    for (int e = ix->bucket[name_hash(name) & ix->mask]; e >= 0; e = ix->entry[e].next) {
+        int id = ix->entry[e].id;
+        if (id > best && node_has_name(p, id, name))
+            best = id;
+    }
+    return best;
 }
 
 /* The Execute input with this name (a Tensor or Scalar), or -1. */
@@ -80,9 +193,12 @@ int program_input(const Program *p, const char *name)
 
 SizeDecl *size_find(Program *p, const char *name)
 {
-    for (int i = 0; i < p->nsize; i++)
-        if (!strcmp(p->size[i].name, name))
+    NameIndex *ix = index_of(p);
+    for (int e = ix->bucket[name_hash(name) & ix->mask]; e >= 0; e = ix->entry[e].next) {
+        int i = -ix->entry[e].id - 1;
+        if (i >= 0 && i < p->nsize && !strcmp(p->size[i].name, name))
             return &p->size[i];
+    }
     return NULL;
 }
 

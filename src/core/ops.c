@@ -3,6 +3,7 @@
  * switching on names. */
 #include "coco.h"
 
+#include <ctype.h>
 #include <string.h>
 
 static const OpInfo ops[NOP] = {
@@ -11,6 +12,32 @@ static const OpInfo ops[NOP] = {
 #include "core/ops.def"
 #undef OP
 };
+
+/* "an" before a word said with a vowel first (an Update, an AllReduce),
+ * else "a" (a MatMul, a Send). */
+const char *article(const char *word)
+{
+    return word[0] && strchr("AEIOUaeiou", word[0]) ? "an" : "a";
+}
+
+/* The operation with its article, for messages: "an Update", "a MatMul";
+ * an operator by what it does: "an addition". */
+const char *op_phrase(Arena *a, Op op)
+{
+    switch (op) {
+    case O_ADD: return "an addition";
+    case O_SUB: return "a subtraction";
+    case O_MUL: return "a multiplication";
+    case O_DIV: return "a division";
+    case O_NEG: return "a negation";
+    case O_CONST: return "a constant";
+    default: break;
+    }
+    const char *name = op_info(op)->name;
+    if (!isalpha((unsigned char)name[0]))
+        return arena_printf(a, "an operation '%s'", name);
+    return arena_printf(a, "%s %s", article(name), name);
+}
 
 const OpInfo *op_info(Op op)
 {

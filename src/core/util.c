@@ -88,6 +88,23 @@ char *arena_strndup(Arena *a, const char *s, size_t n)
     return d;
 }
 
+/* Makes every line end of text one '\n': "\r\n" (Windows) and a lone "\r"
+ * (old Mac) become "\n", so that the lexer, the positions of messages and
+ * their carets count lines alike. In place (the text only shrinks). */
+void text_unify_line_ends(char *text)
+{
+    char *out = text;
+    for (const char *in = text; *in; in++) {
+        if (in[0] == '\r') {
+            *out++ = '\n';
+            in += in[1] == '\n';
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = 0;
+}
+
 char *arena_strdup(Arena *a, const char *s)
 {
     return arena_strndup(a, s, strlen(s));
@@ -177,6 +194,17 @@ static _Noreturn void error_vformat(Pos pos, const char *fmt, va_list ap)
     }
     if (pos.line > 0 && ctx->src && used < len)
         format_caret(b + used, len - used, ctx->src, pos);
+    longjmp(ctx->jb, 1);
+}
+
+/* Raises msg, an error caught (and formatted) by a nested context, again in
+ * the enclosing one: a nested context frees what its code holds first. */
+_Noreturn void error_again(const char *msg)
+{
+    ErrorCtx *ctx = error_top;
+    if (!ctx)
+        BUG("user error raised outside any error context: %s", msg);
+    snprintf(ctx->buf, ctx->len, "%s", msg);
     longjmp(ctx->jb, 1);
 }
 

@@ -1,13 +1,51 @@
 /* emit_common.c: what the parts of the CUDA code generator share (see
- * emit_cuda.h): which nodes are elementwise and stored, lists of node ids,
+ * emit_cuda.h): its working memory, which nodes are elementwise and stored,
+ * lists of node ids,
  * sizes and workspace room as C, the kernels' parameter lists, and the copy
  * of a new value into its tensor. It calls no other part of the generator. */
 #include "cuda/emit_cuda.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *const emit_tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
+
+void *emit_alloc(Emitter *e, size_t n)
+{
+    if (e->nscratch == e->capscratch) {
+        e->capscratch = e->capscratch ? 2 * e->capscratch : 16;
+        void **grown = xmalloc((size_t)e->capscratch * sizeof *grown);
+        copy_bytes(grown, e->scratch, (size_t)e->nscratch * sizeof *grown);
+        free(e->scratch);
+        e->scratch = grown;
+    }
+    void *block = xcalloc(n ? n : 1, 1);
+    e->scratch[e->nscratch++] = block;
+    return block;
+}
+
+/* Blocks are freed mostly in the reverse order of their making: the look
+ * starts from the newest. */
+void emit_free(Emitter *e, void *block)
+{
+    for (int i = e->nscratch - 1; i >= 0; i--)
+        if (e->scratch[i] == block) {
+            e->scratch[i] = e->scratch[--e->nscratch];
+            free(block);
+            return;
+        }
+    BUG("emit_free of a block emit_alloc did not give");
+}
+
+void emit_free_all(Emitter *e)
+{
+    for (int i = 0; i < e->nscratch; i++)
+        free(e->scratch[i]);
+    free(e->scratch);
+    e->scratch = NULL;
+    e->nscratch = e->capscratch = 0;
+}
 
 int emit_is_elementwise(const Node *n)
 {

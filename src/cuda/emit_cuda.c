@@ -285,7 +285,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
@@ -329,7 +329,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     emit_segment_body(e, seg, ins, nin);
     emit_segment_memory(e, seg, ins, nin, scat, 1);
     fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
-    free(ins);
+    emit_free(e, ins);
 }
 
 static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int scat)
@@ -387,7 +387,7 @@ static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     int vmax = mark_flat(e, seg, ins, nin);
     int shape = emit_segment_shape(e, seg);
@@ -405,7 +405,7 @@ static void emit_segment_launch(Emitter *e, int seg)
                 vmax, scat);
         emit_segment_args(e, seg, ins, nin, scat);
         fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-        free(ins);
+        emit_free(e, ins);
         return;
     }
     if (vmax > 1) {
@@ -419,7 +419,7 @@ static void emit_segment_launch(Emitter *e, int seg)
     fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
     emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-    free(ins);
+    emit_free(e, ins);
 }
 
 /* ---- other operations ---- */
@@ -444,8 +444,9 @@ static void emit_matmul(Emitter *e, const Node *n)
     Program *p = e->p;
     Node *a = node_of(p, n->in[0]), *b = node_of(p, n->in[1]);
     if (a->type != b->type)
-        error_at(n->pos, "the CUDA backend needs MatMul operands of one type (%s and %s): "
-                 "Cast one of them", type_name(a->type), type_name(b->type));
+        error_at(n->pos, "the CUDA backend needs MatMul operands of one type, but %s is %s and "
+                 "%s is %s: Cast one of them", value_desc(p, a->id), type_name(a->type),
+                 value_desc(p, b->id), type_name(b->type));
     int ka = a->ndim - 1;
     fprintf(e->o, "    { /* line %d: %s = MatMul */\n", n->pos.line, n->name);
     /* an empty slice of an operand (language.md 6): an empty result, or
@@ -468,7 +469,9 @@ static void emit_conv(Emitter *e, const Node *n)
 {
     Node *x = node_of(e->p, n->in[0]), *w = node_of(e->p, n->in[1]);
     if (x->type != w->type)
-        error_at(n->pos, "the CUDA backend needs Conv2D operands of one type: Cast one of them");
+        error_at(n->pos, "the CUDA backend needs Conv2D operands of one type, but %s is %s and "
+                 "%s is %s: Cast one of them", value_desc(e->p, x->id), type_name(x->type),
+                 value_desc(e->p, w->id), type_name(w->type));
     fprintf(e->o, "    /* line %d: %s = Conv2D */\n"
                   "    if (coco_conv2d(ctx, %d, b%d, b%d, b%d, %s, h%d.dim[0], h%d.dim[1], h%d.dim[2], "
                   "h%d.dim[3], h%d.dim[0], h%d.dim[2], h%d.dim[3], h%d.dim[2], h%d.dim[3], %d, %d))\n"
@@ -786,8 +789,8 @@ static void emit_body(Emitter *e, const char *entry)
             emit_scat_gather_fusion(e, i) < 0 && emit_scat_gather_node(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
-    int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
-    int *fused_done = xcalloc((size_t)p->nfusion + 1, sizeof(int));
+    int *done = emit_alloc(e, ((size_t)e->nsegment + 1) * sizeof(int));
+    int *fused_done = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         int f = e->lsa_node[i];
         if (f >= 0 && !p->node[i].dead) {
@@ -800,8 +803,8 @@ static void emit_body(Emitter *e, const char *entry)
         }
         emit_node(e, &p->node[i], done);
     }
-    free(fused_done);
-    free(done);
+    emit_free(e, fused_done);
+    emit_free(e, done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
@@ -812,45 +815,57 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
+static void emit_variant_code(Emitter *e, int vi)
+{
+    Program *p = e->p;
+    e->v = arena_printf(p->arena, "v%d", vi);
+    e->segment = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->out_index = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->in_index = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->state_of = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->flat = emit_alloc(e, (size_t)p->nnode);
+    e->emit_node = emit_node;
+    find_roles(e);
+    find_segments(e);
+    const char *entry = p->applied ? p->applied : "program";
+    fprintf(e->o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
+    for (int s = 0; s < e->nsegment; s++)
+        emit_segment_kernel(e, s);
+    e->lsa = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
+    e->lsa_node = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        e->lsa_node[i] = -1;
+    for (int f = 0; f < p->nfusion; f++)
+        if ((e->lsa[f] = lsa_eligible(e, f))) {
+            lsa_claim(e, f);
+            lsa_emit_kernel(e, f);
+        } else if ((e->lsa[f] = !emit_fusion_scattered(e, f) && send_eligible(e, f))) {
+            send_claim(e, f);
+            send_emit_kernel(e, f);
+        }
+    emit_body(e, entry);
+}
+
+/* Variant vi of the source. A refusal (error_at) on the way frees what the
+ * emitter holds (emit_alloc), then goes on to the caller's context. */
 static void emit_variant(FILE *o, Program *p, int vi)
 {
-    Emitter e;
-    memset(&e, 0, sizeof e);
-    e.p = p;
-    e.o = o;
-    e.v = arena_printf(p->arena, "v%d", vi);
-    e.segment = xmalloc((size_t)p->nnode * sizeof(int));
-    e.out_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.in_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.state_of = xmalloc((size_t)p->nnode * sizeof(int));
-    e.flat = xcalloc((size_t)p->nnode, 1);
-    e.emit_node = emit_node;
-    find_roles(&e);
-    find_segments(&e);
-    const char *entry = p->applied ? p->applied : "program";
-    fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
-    for (int s = 0; s < e.nsegment; s++)
-        emit_segment_kernel(&e, s);
-    e.lsa = xcalloc((size_t)p->nfusion + 1, sizeof(int));
-    e.lsa_node = xmalloc((size_t)p->nnode * sizeof(int));
-    for (int i = 0; i < p->nnode; i++)
-        e.lsa_node[i] = -1;
-    for (int f = 0; f < p->nfusion; f++)
-        if ((e.lsa[f] = lsa_eligible(&e, f))) {
-            lsa_claim(&e, f);
-            lsa_emit_kernel(&e, f);
-        } else if ((e.lsa[f] = !emit_fusion_scattered(&e, f) && send_eligible(&e, f))) {
-            send_claim(&e, f);
-            send_emit_kernel(&e, f);
-        }
-    emit_body(&e, entry);
-    free(e.segment);
-    free(e.out_index);
-    free(e.in_index);
-    free(e.state_of);
-    free(e.flat);
-    free(e.lsa);
-    free(e.lsa_node);
+    Emitter *e = xcalloc(1, sizeof *e);
+    e->p = p;
+    e->o = o;
+    char msg[4096];
+    ErrorCtx ctx;
+    error_push(&ctx, msg, sizeof msg, p->file, p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        emit_free_all(e);
+        free(e);
+        error_again(msg);
+    }
+    emit_variant_code(e, vi);
+    error_pop(&ctx);
+    emit_free_all(e);
+    free(e);
 }
 
 /* The Execute input whose new value output k is in program p, or -1. */

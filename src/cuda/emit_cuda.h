@@ -28,10 +28,18 @@ struct Emitter {
     /* the lowering of node n (its segment's kernel launch, once), then the
      * copy of a new value into its tensor (emit_cuda.c) */
     void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
+    void **scratch; /* emit_alloc's blocks not yet freed */
+    int nscratch, capscratch;
 };
 
 /* ---- emit_common.c ---- */
 extern const char *const emit_tname[NTYPE];
+
+/* The emitter's working memory: a zeroed block kept on e's list until
+ * emit_free, so that a refusal in the middle frees it (emit_free_all). */
+void *emit_alloc(Emitter *e, size_t n);
+void emit_free(Emitter *e, void *block);
+void emit_free_all(Emitter *e);
 
 int emit_is_elementwise(const Node *n);
 int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */

@@ -176,13 +176,24 @@ static void emit_indented(Emitter *e, int extra, void (*emit)(Emitter *, const N
                           const Node *n)
 {
     FILE *saved = e->o;
-    char *text = NULL;
+    char *text = NULL, msg[4096];
     size_t len = 0;
-    e->o = open_memstream(&text, &len);
-    if (!e->o)
+    FILE *captured = open_memstream(&text, &len);
+    if (!captured)
         BUG("open_memstream failed");
+    e->o = captured;
+    ErrorCtx ctx; /* a refusal frees the captured text, then goes on up */
+    error_push(&ctx, msg, sizeof msg, e->p->file, e->p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        fclose(captured);
+        free(text);
+        e->o = saved;
+        error_again(msg);
+    }
     emit(e, n);
-    fclose(e->o);
+    error_pop(&ctx);
+    fclose(captured);
     e->o = saved;
     write_indented(e->o, text, extra);
     free(text);
@@ -314,9 +325,9 @@ int emit_segment_scat(Emitter *e, int seg, const int *ins, int nin)
         if (first < 0)
             first = x;
         else if (!same_members(emit_scat_of(e, first), emit_scat_of(e, x)))
-            error_at(node_of(p, x)->pos, "the CUDA backend computes '%s' and '%s' in one kernel: "
+            error_at(node_of(p, x)->pos, "the CUDA backend computes %s and %s in one kernel: "
                      "their scattered tensors '%s' and '%s' must have the same members",
-                     node_of(p, first)->name, node_of(p, x)->name, emit_scat_of(e, first)->name,
+                     value_desc(p, first), value_desc(p, x), emit_scat_of(e, first)->name,
                      emit_scat_of(e, x)->name);
     }
     return first;

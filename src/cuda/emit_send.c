@@ -159,8 +159,8 @@ static void plan_inputs(Emitter *e, SendPlan *s)
 static int plan(Emitter *e, int f, SendPlan *s)
 {
     memset(s, 0, sizeof *s);
-    s->m = xmalloc((size_t)e->p->nnode * sizeof(int));
-    s->ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+    s->m = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
+    s->ins = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
     s->seg = e->nsegment + 1 + f;
     if (!plan_members(e, f, s))
         return 0;
@@ -168,10 +168,10 @@ static int plan(Emitter *e, int f, SendPlan *s)
     return 1;
 }
 
-static void plan_free(SendPlan *s)
+static void plan_free(Emitter *e, SendPlan *s)
 {
-    free(s->m);
-    free(s->ins);
+    emit_free(e, s->m);
+    emit_free(e, s->ins);
 }
 
 /* The widest V for the element sizes of the vector operands and stores. */
@@ -367,14 +367,14 @@ void send_emit_kernel(Emitter *e, int f)
 {
     SendPlan s;
     plan(e, f, &s);
-    int *saved = xmalloc((size_t)s.nm * sizeof(int));
+    int *saved = emit_alloc(e, (size_t)s.nm * sizeof(int));
     swap_segments(e, &s, saved, 1);
     emit_comment(e, f, &s);
     emit_kernel(e, f, &s);
     emit_go(e, f, &s);
     swap_segments(e, &s, saved, 0);
-    free(saved);
-    plan_free(&s);
+    emit_free(e, saved);
+    plan_free(e, &s);
 }
 
 /* ---- the launch, inside the entry point ---- */
@@ -488,7 +488,7 @@ void send_emit_launch(Emitter *e, int f, int *done_segment)
     for (int k = 0; k < s.nm; k++)
         e->emit_node(e, nd(e, s.m[k]), done_segment);
     fprintf(o, "        }\n    } /* fused Send %s */\n", e->p->fusion[f].name);
-    plan_free(&s);
+    plan_free(e, &s);
 }
 
 /* ---- for emit_cuda.c ---- */
@@ -497,7 +497,7 @@ int send_eligible(Emitter *e, int f)
 {
     SendPlan s;
     int ok = plan(e, f, &s);
-    plan_free(&s);
+    plan_free(e, &s);
     return ok;
 }
 
@@ -507,5 +507,5 @@ void send_claim(Emitter *e, int f)
     plan(e, f, &s);
     for (int k = 0; k < s.nm; k++)
         e->lsa_node[s.m[k]] = f;
-    plan_free(&s);
+    plan_free(e, &s);
 }

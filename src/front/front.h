@@ -24,6 +24,8 @@ typedef struct {
 } Lexer;
 void lex_init(Lexer *lx, const char *src);
 Token lex_next(Lexer *lx);
+/* text as the grammar's NUMBER (with sign_ok, ["-"] NUMBER), wholly; 1 if so */
+int lex_number_text(const char *text, int sign_ok, double *v, int *is_int);
 
 /* ---- parse.c: text -> graph (inference runs as each node is made) ---- */
 typedef struct {
@@ -69,6 +71,10 @@ void verify_program(Program *p);           /* BUG() on an internal inconsistency
 /* ---- print.c: graph -> .coco text ---- */
 void print_program(Program *p, FILE *out);
 void print_schedule(const Schedule *s, FILE *out);
+/* a value in a message: its name or its expression as the user wrote it */
+const char *value_text(Program *p, int id);
+const char *value_desc(Program *p, int id); /* 'name', 'text' (line L, column C) */
+const char *ref_desc(Program *p, Ref r);    /* a value's, or a fusion's 'name' */
 
 
 /* ---- roofline.c: what a variant must move and compute, per rank ---- */

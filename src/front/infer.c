@@ -22,16 +22,18 @@ static const char *shape_str(Program *p, const Node *n)
     return arena_strdup(p->arena, buf);
 }
 
-/* 'name' (type shape layout), or for an unnamed value its operation and
- * where it is written. */
+/* 'name' (type shape layout), or for an unnamed value its text and where
+ * it is written. */
 static const char *desc(Program *p, const Node *n)
 {
-    const char *what = n->named ? arena_printf(p->arena, "'%s'", n->name)
-                       : n->op == O_CONST ? arena_printf(p->arena, "%g", n->value)
-                       : arena_printf(p->arena, "the %s at %d:%d", op_info(n->op)->name,
-                                      n->pos.line, n->pos.col);
-    return arena_printf(p->arena, "%s (%s %s %s)", what, type_name(n->type), shape_str(p, n),
-                        layout_str(p->arena, n->layout));
+    const char *facts = arena_printf(p->arena, "%s %s %s", type_name(n->type), shape_str(p, n),
+                                     layout_str(p->arena, n->layout));
+    if (n->op == O_CONST && !n->named)
+        return arena_printf(p->arena, "%g (%s)", n->value, facts);
+    if (n->named || !n->pos.line)
+        return arena_printf(p->arena, "'%s' (%s)", value_text(p, n->id), facts);
+    return arena_printf(p->arena, "'%s' (%s, line %d, column %d)", value_text(p, n->id), facts,
+                        n->pos.line, n->pos.col);
 }
 
 static void copy_facts(Node *dst, const Node *src)
@@ -157,7 +159,7 @@ static Layout elementwise_layout(Program *p, Node *n, Node *const *x, int k)
             error_at(n->pos, "Replicated %s spans dimension %d, along which %s is sliced: "
                      "write Slice(%s, %d) to take each rank's part",
                      desc(p, o), d - (n->ndim - o->ndim), desc(p, s),
-                     o->named ? o->name : "...", d - (n->ndim - o->ndim));
+                     value_text(p, o->id), d - (n->ndim - o->ndim));
     }
     if (n->dim[d].n != s->dim[s->layout.dim].n)
         error_at(n->pos, "a sliced dimension cannot be broadcast");

@@ -157,3 +157,38 @@ Token lex_next(Lexer *lx)
         error_at(t.pos, "unexpected character '%c'", c);
     error_at(t.pos, "unexpected byte 0x%02x (is this a text file?)", (unsigned char)c);
 }
+
+/* s lexed as one NUMBER token into *t; 0 when malformed or too large. */
+static int lex_one_number(const char *s, Token *t)
+{
+    char msg[256];
+    ErrorCtx ctx;
+    error_push(&ctx, msg, sizeof msg, NULL, NULL);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        return 0;
+    }
+    Lexer lx;
+    lex_init(&lx, s);
+    *t = lex_number(&lx, (Token){TK_NUM, s, 0, 0, 0, {1, 1}});
+    error_pop(&ctx);
+    return *lx.p == 0;
+}
+
+/* Reads text as the program's grammar reads a number: NUMBER, or with
+ * sign_ok ["-"] NUMBER, and nothing else (no spaces, "+", hexadecimal or
+ * trailing characters). The one reader of numbers given on the command line
+ * (-D), so that they mean what they would in the file. 1 on success. */
+int lex_number_text(const char *text, int sign_ok, double *v, int *is_int)
+{
+    int neg = sign_ok && text[0] == '-';
+    const char *s = text + neg;
+    Token t;
+    if (!isdigit((unsigned char)s[0]) && !(s[0] == '.' && isdigit((unsigned char)s[1])))
+        return 0;
+    if (!lex_one_number(s, &t))
+        return 0;
+    *v = neg ? -t.num : t.num;
+    *is_int = t.is_int;
+    return 1;
+}

@@ -179,11 +179,12 @@ static const char *binding_value(Parser *ps, const char *name)
     return NULL;
 }
 
+/* -D NAME=TEXT of a size: an integer as the file writes one (size_atom) */
 static long parse_size_binding(const char *name, const char *text)
 {
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || *end || v != floor(v))
+    double v;
+    int is_int;
+    if (!lex_number_text(text, 1, &v, &is_int) || !is_int)
         error_plain("-D %s=%s: a size must be a positive integer", name, text);
     if (v <= 0)
         error_plain("-D %s=%s: a size must be positive", name, text);
@@ -206,6 +207,7 @@ static SizeDecl *size_add(Parser *ps, const char *name, Pos pos)
     SizeDecl *s = &p->size[p->nsize++];
     s->name = name;
     s->pos = pos;
+    size_named(p, p->nsize - 1);
     const char *b = binding_value(ps, name);
     if (b) {
         s->value = parse_size_binding(name, b);
@@ -520,8 +522,7 @@ static void tensor_decl(Parser *ps)
     define_name(ps, name, pos);
     Node *n = node_new(p, O_INPUT, pos);
     int id = n->id;
-    n->name = name;
-    n->named = 1;
+    node_set_name(p, n, name);
     expect_punct(ps, '(');
     Type t = expect_type(ps);
     expect_punct(ps, ',');
@@ -607,18 +608,16 @@ static void scalar_decl(Parser *ps)
     expect_punct(ps, ')');
     expect_punct(ps, ';');
     const char *b = binding_value(ps, name);
-    if (b) {
-        char *end;
-        v = strtod(b, &end);
-        if (end == b || *end || !isfinite(v))
+    if (b) { /* as the file writes a scalar's value: ["-"] NUMBER */
+        int is_int;
+        if (!lex_number_text(b, 1, &v, &is_int))
             error_plain("-D %s=%s: the value of a scalar must be a number", name, b);
         has_value = 1;
     }
     if (isinf(type_round(t, v)) && !isinf(v))
         error_at(pos, "the value %g of scalar %s is too large for %s", v, name, type_name(t));
     Node *n = node_new(p, O_SCALAR, pos);
-    n->name = name;
-    n->named = 1;
+    node_set_name(p, n, name);
     n->type = t;
     n->layout.kind = L_REPLICATED;
     n->group = G_WORLD;
@@ -980,11 +979,13 @@ static int primary(Parser *ps)
     expected(ps, "an expression");
 }
 
-/* unary = "-" unary | primary */
+/* unary = "-" unary | primary
+ * Each level of parentheses, call or minus enters unary once more; the
+ * outermost entry is no nesting (MAXDEPTH levels are allowed). */
 static int unary(Parser *ps)
 {
     Pos pos = ps->tok.pos;
-    if (++ps->depth > MAXDEPTH)
+    if (++ps->depth > MAXDEPTH + 1)
         error_at(pos, "expression is nested too deeply (more than %d levels)", MAXDEPTH);
     int id;
     if (is_punct(ps, '-')) {
@@ -1082,8 +1083,7 @@ static void var_stmt(Parser *ps)
     if (id < first)
         error_at(epos, "'Var %s = %s;' only renames a value: use %s directly", name, n->name,
                  n->name);
-    n->name = name;
-    n->named = 1;
+    node_set_name(ps->p, n, name);
 }
 
 /* names = "{" [ NAME { "," NAME } ] "}" */
@@ -1091,6 +1091,7 @@ static int *name_list(Parser *ps, int *count, int inputs)
 {
     int cap = 8, n = 0;
     int *ids = arena_alloc(ps->p->arena, (size_t)cap * sizeof(int));
+    char *seen = arena_alloc(ps->p->arena, (size_t)ps->p->nnode + 1); /* listed ids */
     expect_punct(ps, '{');
     while (!is_punct(ps, '}')) {
         Pos pos = ps->tok.pos;
@@ -1098,10 +1099,7 @@ static int *name_list(Parser *ps, int *count, int inputs)
             expected(ps, "a name");
         char name[MAXNAME];
         snprintf(name, sizeof name, "%.*s", ps->tok.len, ps->tok.start);
-        int id = -1;
-        for (int i = ps->p->nnode - 1; i >= 0 && id < 0; i--)
-            if (ps->p->node[i].named && !strcmp(ps->p->node[i].name, name))
-                id = i;
+        int id = program_find(ps->p, name);
         if (id < 0)
             error_at(pos, "unknown name '%s'", name);
         Op op = node_of(ps->p, id)->op;
@@ -1112,9 +1110,9 @@ static int *name_list(Parser *ps, int *count, int inputs)
         if (inputs && op != O_INPUT && op != O_SCALAR)
             error_at(pos, "'%s' is computed by the program: only Tensors and Scalars are inputs",
                      name);
-        for (int i = 0; i < n; i++)
-            if (ids[i] == id)
-                error_at(pos, "'%s' is listed twice", name);
+        if (seen[id])
+            error_at(pos, "'%s' is listed twice", name);
+        seen[id] = 1;
         if (n == cap) {
             int *grown = arena_alloc(ps->p->arena, (size_t)cap * 2 * sizeof(int));
             memcpy(grown, ids, (size_t)cap * sizeof(int));
@@ -1132,22 +1130,17 @@ static int *name_list(Parser *ps, int *count, int inputs)
     return ids;
 }
 
-static int listed(const int *ids, int n, int id)
-{
-    for (int i = 0; i < n; i++)
-        if (ids[i] == id)
-            return 1;
-    return 0;
-}
-
 /* Every Tensor and every Scalar without a value must be an input. */
 static void check_inputs_listed(Parser *ps, Pos pos)
 {
     Program *p = ps->p;
+    char *listed = arena_alloc(p->arena, (size_t)p->nnode + 1);
+    for (int i = 0; i < p->nexec_in; i++)
+        listed[p->exec_in[i]] = 1;
     for (int i = 0; i < p->nnode; i++) {
         Node *n = &p->node[i];
         int needs = n->op == O_INPUT || (n->op == O_SCALAR && !n->has_value);
-        if (needs && !listed(p->exec_in, p->nexec_in, i))
+        if (needs && !listed[i])
             error_at(pos, "%s '%s' (line %d) is not among the inputs of Execute",
                      n->op == O_INPUT ? "tensor" : "scalar", n->name, n->pos.line);
     }

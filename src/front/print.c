@@ -10,8 +10,11 @@
 typedef struct {
     Program *p;
     FILE *out;
-    int *uses; /* live users of each node */
+    int *uses; /* live users of each node; NULL: a message's text (below) */
+    int depth; /* of print_expr calls, for a message's text */
 } Printer;
+
+enum { MESSAGE_DEPTH = 6, MESSAGE_TEXT = 80 }; /* deeper or longer: "..." */
 
 static void print_expr(Printer *pr, int id, int prec);
 
@@ -33,7 +36,7 @@ static void print_number(FILE *out, double v, Type t)
 /* Updates and communication always get a statement of their own. */
 static int is_statement(Printer *pr, const Node *n)
 {
-    if (n->op == O_CONST)
+    if (n->op == O_CONST || !pr->uses)
         return n->named;
     OpKind k = op_info(n->op)->kind;
     return n->named || pr->uses[n->id] != 1 || k == K_LEAF || k == K_UPDATE || k == K_COMM;
@@ -117,6 +120,17 @@ static void print_call(Printer *pr, const Node *n)
     fputc(')', o);
 }
 
+/* The left operand of n written inline at n's own precedence (the next
+ * link of a chain a + b - c ...)? */
+static int chain_link(Printer *pr, const Node *l, int prec)
+{
+    if (l->op == O_NEG || prec_of(l) != prec || (l->op == O_CONST && !l->named))
+        return 0;
+    return !is_statement(pr, l);
+}
+
+/* A binary operator and the chain of left operands of its precedence, in a
+ * loop rather than by recursion: a sum of 200000 terms is one chain. */
 static void print_operator(Printer *pr, const Node *n)
 {
     int prec = prec_of(n);
@@ -125,9 +139,25 @@ static void print_operator(Printer *pr, const Node *n)
         print_expr(pr, n->in[0], PREC_NEG);
         return;
     }
-    print_expr(pr, n->in[0], prec);
-    fprintf(pr->out, " %s ", op_info(n->op)->name);
-    print_expr(pr, n->in[1], prec + 1); /* left associative */
+    int len = 0, cap = 16;
+    const Node **chain = xmalloc((size_t)cap * sizeof *chain);
+    for (const Node *s = n;; s = node_of(pr->p, s->in[0])) {
+        if (len == cap) {
+            const Node **grown = xmalloc((size_t)(cap *= 2) * sizeof *chain);
+            memcpy(grown, chain, (size_t)len * sizeof *chain);
+            free(chain);
+            chain = grown;
+        }
+        chain[len++] = s;
+        if (!chain_link(pr, node_of(pr->p, s->in[0]), prec))
+            break;
+    }
+    print_expr(pr, chain[len - 1]->in[0], prec);
+    for (int i = len - 1; i >= 0; i--) {
+        fprintf(pr->out, " %s ", op_info(chain[i]->op)->name);
+        print_expr(pr, chain[i]->in[1], prec + 1); /* left associative */
+    }
+    free(chain);
 }
 
 /* Writes node id as an expression needing at least precedence prec. */
@@ -142,16 +172,60 @@ static void print_expr(Printer *pr, int id, int prec)
         fputs(n->name, pr->out);
         return;
     }
+    if (!pr->uses && pr->depth >= MESSAGE_DEPTH) {
+        fputs("...", pr->out);
+        return;
+    }
     int mine = prec_of(n);
     int paren = mine < prec;
     if (paren)
         fputc('(', pr->out);
+    pr->depth++;
     if (mine < PREC_CALL)
         print_operator(pr, n);
     else
         print_call(pr, n);
+    pr->depth--;
     if (paren)
         fputc(')', pr->out);
+}
+
+/* The text of value id as the user wrote it (as `coconet print` writes it,
+ * every unnamed part inline): its name, or its expression, shortened. */
+const char *value_text(Program *p, int id)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        BUG("open_memstream failed");
+    Printer pr = {p, f, NULL, 0};
+    print_expr(&pr, id, 0);
+    fclose(f);
+    if (len > MESSAGE_TEXT)
+        strcpy(buf + MESSAGE_TEXT - 3, "...");
+    char *text = arena_strdup(p->arena, buf);
+    free(buf);
+    return text;
+}
+
+/* A value or a fused operation in a message (a fusion by its name). */
+const char *ref_desc(Program *p, Ref r)
+{
+    if (REF_IS_FUSION(r))
+        return arena_printf(p->arena, "'%s'", ref_name(p, r));
+    return value_desc(p, r);
+}
+
+/* A value in a message: 'name' for a named one; for a part of an
+ * expression, 'text' (line L, column C). */
+const char *value_desc(Program *p, int id)
+{
+    Pos pos = node_of(p, id)->pos;
+    if (!pos.line || node_of(p, id)->named)
+        return arena_printf(p->arena, "'%s'", value_text(p, id));
+    return arena_printf(p->arena, "'%s' (line %d, column %d)", value_text(p, id), pos.line,
+                        pos.col);
 }
 
 static void print_facts(Printer *pr, const Node *n)
@@ -254,7 +328,7 @@ static void print_header(Printer *pr)
 
 void print_program(Program *p, FILE *out)
 {
-    Printer pr = {p, out, xcalloc((size_t)p->nnode, sizeof(int))};
+    Printer pr = {p, out, xcalloc((size_t)p->nnode, sizeof(int)), 0};
     for (int i = 0; i < p->nnode; i++)
         if (!p->node[i].dead)
             for (int j = 0; j < p->node[i].nin; j++)

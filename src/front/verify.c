@@ -1,6 +1,7 @@
 /* verify.c: checks that a whole graph is consistent: ids in topological
  * order, inputs alive, every node's facts equal to what infer.c derives
- * from its inputs, Updates paired with their tensors, outputs alive.
+ * from its inputs, Updates paired with their tensors, outputs alive, names
+ * found by program_find.
  * Run after parsing and after every transformation; a failure is a bug in
  * coconet (not in the user's program), so it aborts. */
 #include "front/front.h"
@@ -47,6 +48,9 @@ static void verify_node(Program *p, Node *n)
         ASSERT(u->op == O_UPDATE && u->target == n->id && !u->dead);
     }
     verify_facts(p, n);
+    /* a name given without node_set_name would not be found */
+    if (n->named && program_find(p, n->name) < n->id)
+        BUG("node %d (%s) is named but its name is not in the name index", n->id, n->name);
 }
 
 void verify_program(Program *p)

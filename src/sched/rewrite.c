@@ -103,35 +103,98 @@ static void remap_program(Program *p, const int *newid)
                 p->overlap[i].item[k] = remap(newid, p->overlap[i].item[k]);
 }
 
-/* Picks, among live nodes whose inputs are all placed, the one of least seq. */
-static int next_ready(Program *p, const int *placed, const int *done)
+/* The nodes ready to be placed (all inputs placed), a heap by (seq, id). */
+typedef struct {
+    const Program *p;
+    int *item;
+    int n;
+} ReadyHeap;
+
+static int ready_before(const ReadyHeap *h, int a, int b)
 {
-    int best = -1;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *n = &p->node[i];
-        if (n->dead || done[i])
-            continue;
-        int ready = 1;
-        for (int k = 0; k < n->nin && ready; k++)
-            ready = done[n->in[k]];
-        if (ready && (best < 0 || n->seq < p->node[best].seq))
-            best = i;
+    double sa = h->p->node[a].seq, sb = h->p->node[b].seq;
+    return sa < sb || (sa == sb && a < b);
+}
+
+static void ready_swap(ReadyHeap *h, int i, int j)
+{
+    int t = h->item[i];
+    h->item[i] = h->item[j];
+    h->item[j] = t;
+}
+
+static void ready_push(ReadyHeap *h, int id)
+{
+    int i = h->n++;
+    h->item[i] = id;
+    for (; i > 0 && ready_before(h, h->item[i], h->item[(i - 1) / 2]); i = (i - 1) / 2)
+        ready_swap(h, i, (i - 1) / 2);
+}
+
+static int ready_pop(ReadyHeap *h)
+{
+    int top = h->item[0];
+    h->item[0] = h->item[--h->n];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && ready_before(h, h->item[l], h->item[m]))
+            m = l;
+        if (r < h->n && ready_before(h, h->item[r], h->item[m]))
+            m = r;
+        if (m == i)
+            break;
+        ready_swap(h, i, m);
+        i = m;
     }
-    (void)placed;
-    return best;
+    return top;
+}
+
+/* Orders the live nodes topologically, among ready ones the least seq first
+ * (the one of least id on a tie); a live node reading a removed one is left
+ * out. Returns their number. Linear in the graph, but for the heap. */
+static int topological_order(Program *p, int *order)
+{
+    int n = p->nnode;
+    int *pending = xcalloc((size_t)n + 1, sizeof(int)); /* inputs not placed */
+    int *first = xcalloc((size_t)n + 2, sizeof(int));   /* readers, CSR */
+    int *reader = xmalloc((size_t)n * MAXIN * sizeof(int) + sizeof(int));
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !p->node[i].dead && k < p->node[i].nin; k++)
+            first[p->node[i].in[k] + 2]++;
+    for (int i = 0; i < n; i++)
+        first[i + 2] += first[i + 1];
+    ReadyHeap h = {p, xmalloc((size_t)(n + 1) * sizeof(int)), 0};
+    for (int i = 0; i < n; i++) {
+        Node *d = &p->node[i];
+        if (d->dead)
+            continue;
+        pending[i] = d->nin;
+        for (int k = 0; k < d->nin; k++)
+            reader[first[d->in[k] + 1]++] = i;
+        if (!d->nin)
+            ready_push(&h, i);
+    }
+    int count = 0;
+    while (h.n) {
+        int pick = ready_pop(&h);
+        order[count++] = pick;
+        for (int r = first[pick]; r < first[pick + 1]; r++)
+            if (--pending[reader[r]] == 0)
+                ready_push(&h, reader[r]);
+    }
+    free(h.item);
+    free(reader);
+    free(first);
+    free(pending);
+    return count;
 }
 
 void program_resort(Program *p)
 {
     int n = p->nnode;
     int *order = xmalloc((size_t)(n + 1) * sizeof(int));
-    int *done = xcalloc((size_t)n + 1, sizeof(int));
     int *newid = xmalloc((size_t)(n + 1) * sizeof(int));
-    int count = 0;
-    for (int pick; (pick = next_ready(p, order, done)) >= 0;) {
-        done[pick] = 1;
-        order[count++] = pick;
-    }
+    int count = topological_order(p, order);
     for (int i = 0; i < n; i++) {
         Node *d = &p->node[i];
         for (int k = 0; !d->dead && k < d->nin; k++)
@@ -151,9 +214,9 @@ void program_resort(Program *p)
     free(p->node);
     p->node = sorted;
     p->nnode = count;
+    program_names_changed(p);
     remap_program(p, newid);
     free(order);
-    free(done);
     free(newid);
 }
 

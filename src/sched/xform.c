@@ -4,6 +4,7 @@
  * <rule that failed>" at the statement's position. */
 #include "sched/sched.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 _Noreturn void refuse(const Xform *x, const char *fmt, ...)
@@ -87,10 +88,8 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
         const char *name = fresh_name(p, dflt, r);
         if (REF_IS_FUSION(r))
             p->fusion[REF_FUSION_INDEX(r)].name = name;
-        else {
-            node_of(p, r)->name = name;
-            node_of(p, r)->named = 1;
-        }
+        else
+            node_set_name(p, node_of(p, r), name);
         record_result(x, i, r);
         return;
     }
@@ -105,16 +104,35 @@ void xform_name(const Xform *x, int i, Ref r, const char *dflt)
     if (REF_IS_FUSION(r)) {
         p->fusion[REF_FUSION_INDEX(r)].name = arena_strdup(p->arena, name);
     } else {
-        node_of(p, r)->name = arena_strdup(p->arena, name);
-        node_of(p, r)->named = 1;
+        node_set_name(p, node_of(p, r), arena_strdup(p->arena, name));
     }
     record_result(x, i, r);
 }
 
 /* Node id with the unnamed computations written inline in its statement. */
+/* Is node id among the stored out[0..min(count, max))? A look along them
+ * while the statement is short; past 32 parts, marks (*mark, made here and
+ * kept up by the caller), so that a long expression takes linear time. */
+static int collected(Program *p, const int *out, int count, int max, int id, char **mark)
+{
+    int stored = count < max ? count : max;
+    if (!*mark && stored > 32) {
+        *mark = xcalloc((size_t)p->nnode, 1);
+        for (int j = 0; j < stored; j++)
+            (*mark)[out[j]] = 1;
+    }
+    if (*mark)
+        return (*mark)[id];
+    for (int j = 0; j < stored; j++)
+        if (out[j] == id)
+            return 1;
+    return 0;
+}
+
 int statement_nodes(Program *p, int id, int *out, int max)
 {
     int count = 0, head = 0;
+    char *mark = NULL;
     if (max > 0)
         out[count] = id;
     count++;
@@ -122,18 +140,18 @@ int statement_nodes(Program *p, int id, int *out, int max)
         Node *n = node_of(p, out[head++]);
         for (int k = 0; k < n->nin; k++) {
             Node *in = node_of(p, n->in[k]);
-            if (in->named || op_info(in->op)->kind == K_LEAF)
+            if (in->named || op_info(in->op)->kind == K_LEAF ||
+                collected(p, out, count, max, in->id, &mark))
                 continue;
-            int seen = 0;
-            for (int j = 0; j < count && j < max && !seen; j++)
-                seen = out[j] == in->id;
-            if (!seen) {
-                if (count < max)
-                    out[count] = in->id;
-                count++;
+            if (count < max) {
+                out[count] = in->id;
+                if (mark)
+                    mark[in->id] = 1;
             }
+            count++;
         }
     }
+    free(mark);
     return count;
 }
 

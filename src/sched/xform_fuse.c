@@ -37,10 +37,10 @@ static void add_ref(Members *m, Ref r)
     } else {
         Node *n = node_of(p, r);
         if (n->fusion >= 0)
-            refuse(m->x, "'%s' is already part of fused operation '%s'", n->name,
+            refuse(m->x, "%s is already part of fused operation '%s'", value_desc(p, r),
                    p->fusion[n->fusion].name);
         if (op_info(n->op)->kind == K_LEAF)
-            refuse(m->x, "'%s' is an input, not an operation", n->name);
+            refuse(m->x, "%s is an input, not an operation", value_desc(p, r));
         c = statement_nodes(p, r, ids, p->nnode);
     }
     for (int i = 0; i < c; i++)
@@ -65,8 +65,8 @@ static void check_convex(Members *m)
         for (int k = 0; k < n->nin; k++) {
             int v = n->in[k];
             if (m->in[i] && down[v]) {
-                const char *name = node_of(p, v)->name;
-                refuse(m->x, "'%s' is computed from the fused operations and also needed by them: "
+                const char *name = value_desc(p, v);
+                refuse(m->x, "%s is computed from the fused operations and also needed by them: "
                        "fusing would break that dependency", name);
             }
             if (!m->in[i] && (m->in[v] || down[v]))
@@ -134,8 +134,8 @@ static void check_computations(Members *m, int allow_comm)
         int partial_sum = n->op == O_ALLREDUCE && node_of(m->p, n->in[0])->op == O_PARTIAL_REDUCE;
         if (allow_comm && (n->op == O_REDUCESCATTER || n->op == O_ALLGATHER || partial_sum))
             continue;
-        refuse(m->x, "%s '%s' is not a computation that can be fused", op_info(n->op)->name,
-               n->name);
+        refuse(m->x, "%s %s is not a computation that can be fused", op_info(n->op)->name,
+               value_desc(m->p, i));
     }
 }
 
@@ -149,9 +149,9 @@ static void check_shapes(Members *m)
         if (!m->in[i] || n->ndim == 0 || n->op == O_PARTIAL_REDUCE)
             continue;
         if (big >= 0 && c != size)
-            refuse(m->x, "'%s' and '%s' have different numbers of elements (%ld and %ld): a "
+            refuse(m->x, "%s and %s have different numbers of elements (%ld and %ld): a "
                    "fused computation is one loop over the elements",
-                   node_of(m->p, big)->name, n->name, size, c);
+                   value_desc(m->p, big), value_desc(m->p, i), size, c);
         size = c;
         big = i;
     }
@@ -173,10 +173,10 @@ static void check_allreduce_fuse(Members *m)
             continue;
         if (n->op == O_ALLGATHER || n->layout.kind == L_SLICED)
             continue;
-        refuse(m->x, "'%s' is %s: inside a FusedAllReduce computations run on the slices of "
-               "'%s' (reorder the AllGather first)",
-               node_of(m->p, statement_head(m->p, i))->name, layout_str(m->p->arena, n->layout),
-               node_of(m->p, rs)->name);
+        refuse(m->x, "%s is %s: inside a FusedAllReduce computations run on the slices of "
+               "%s (reorder the AllGather first)",
+               value_desc(m->p, statement_head(m->p, i)), layout_str(m->p->arena, n->layout),
+               value_desc(m->p, rs));
     }
     check_computations(m, 1);
 }
@@ -188,7 +188,7 @@ static void check_send_fuse(Members *m)
     if (ns != 1)
         refuse(m->x, "a fused Send has one Send, but %d are given", ns);
     if (!m->in[node_of(m->p, send)->in[0]])
-        refuse(m->x, "Send '%s' does not send a fused computation", node_of(m->p, send)->name);
+        refuse(m->x, "Send %s does not send a fused computation", value_desc(m->p, send));
     m->in[send] = 0;
     check_computations(m, 0);
     check_shapes(m);
@@ -326,13 +326,13 @@ void xform_overlap(const Xform *x)
     for (int i = 0; i < x->st->narg; i++) {
         items[i] = xform_arg(x, i);
         if (!REF_IS_FUSION(items[i]) && node_of(p, items[i])->fusion >= 0)
-            refuse(x, "'%s' is inside fused operation '%s': overlap the fused operation",
-                   ref_name(p, items[i]), p->fusion[node_of(p, items[i])->fusion].name);
+            refuse(x, "%s is inside fused operation '%s': overlap the fused operation",
+                   ref_desc(p, items[i]), p->fusion[node_of(p, items[i])->fusion].name);
         if (in_some_overlap(p, items[i]))
-            refuse(x, "'%s' is already overlapped", ref_name(p, items[i]));
+            refuse(x, "%s is already overlapped", ref_desc(p, items[i]));
         if (i && !ref_uses(p, items[i - 1], items[i]))
-            refuse(x, "'%s' does not consume '%s': only a producer-consumer chain can overlap",
-                   ref_name(p, items[i]), ref_name(p, items[i - 1]));
+            refuse(x, "%s does not consume %s: only a producer-consumer chain can overlap",
+                   ref_desc(p, items[i]), ref_desc(p, items[i - 1]));
     }
     const char *name = overlap_name_check(x);
     Overlap *grown = arena_alloc(p->arena, (size_t)(p->noverlap + 1) * sizeof(Overlap));

@@ -44,8 +44,8 @@ static void collect(Reorder *r, Ref *refs, int *newfus)
         if (!REF_IS_FUSION(ref) && node_of(p, ref)->op == O_ALLGATHER &&
             node_of(p, ref)->fusion < 0) {
             if (r->ag >= 0)
-                refuse(x, "it moves one AllGather, but '%s' and '%s' are both AllGathers",
-                       node_of(p, r->ag)->name, node_of(p, ref)->name);
+                refuse(x, "it moves one AllGather, but %s and %s are both AllGathers",
+                       value_desc(p, r->ag), value_desc(p, ref));
             r->ag = ref;
             continue;
         }
@@ -59,8 +59,8 @@ static void collect(Reorder *r, Ref *refs, int *newfus)
             n = ref_members(p, ref, ids, p->nnode);
         } else {
             if (node_of(p, ref)->fusion >= 0)
-                refuse(x, "'%s' is inside fused operation '%s': reorder the fused operation",
-                       node_of(p, ref)->name, p->fusion[node_of(p, ref)->fusion].name);
+                refuse(x, "%s is inside fused operation '%s': reorder the fused operation",
+                       value_desc(p, ref), p->fusion[node_of(p, ref)->fusion].name);
             n = statement_nodes(p, ref, ids, p->nnode);
         }
         for (int k = 0; k < n; k++)
@@ -99,15 +99,15 @@ static void check_set(Reorder *r)
             continue;
         Node *n = node_of(p, i);
         if (n->op == O_MATMUL && !matmul_sliceable(r, n))
-            refuse(r->x, "MatMul '%s' cannot run on slices of '%s': it would contract the "
-                   "sliced dimension", n->name, node_of(p, r->ag)->name);
+            refuse(r->x, "MatMul %s cannot run on slices of %s: it would contract the "
+                   "sliced dimension", value_desc(p, i), value_desc(p, r->ag));
         if (!sliceable(p, n))
-            refuse(r->x, "%s '%s' cannot run on slices", op_info(n->op)->name, n->name);
+            refuse(r->x, "%s %s cannot run on slices", op_info(n->op)->name, value_desc(p, i));
         for (int k = 0; k < n->nin; k++)
             reads_ag |= n->in[k] == r->ag;
     }
     if (!reads_ag)
-        refuse(r->x, "none of the computations reads '%s'", node_of(p, r->ag)->name);
+        refuse(r->x, "none of the computations reads %s", value_desc(p, r->ag));
 }
 
 /* The dimension of n's output that its sliced inputs (already mapped) cut. */
@@ -151,7 +151,8 @@ static int slice_input(Reorder *r, int v, int d, int user, int fusion)
     if (yd < 0 || (y->dim[yd].n == 1 && u->dim[d].n != 1))
         return v;
     if (y->layout.kind == L_LOCAL)
-        refuse(r->x, "'%s' reads Local '%s', which cannot be sliced", u->name, y->name);
+        refuse(r->x, "%s reads Local %s, which cannot be sliced", value_desc(p, user),
+               value_desc(p, v));
     double seq = u->seq - 0.3;
     Node *s = node_new(p, O_SLICE, u->pos);
     s->nin = 1;
@@ -231,8 +232,11 @@ static void slice_node(Reorder *r, int old)
     Node *c = node_copy(p, old, n.seq);
     int cid = c->id;
     if (n.named) { /* the sliced version of a named value: sc_<name> */
-        c->name = arena_printf(p->arena, "sc_%s", n.name);
-        c->named = program_find(p, c->name) < 0;
+        const char *sc = arena_printf(p->arena, "sc_%s", n.name);
+        if (program_find(p, sc) < 0)
+            node_set_name(p, c, sc);
+        else
+            c->name = sc;
     }
     memcpy(c->in, in, sizeof in);
     c->fusion = fusion;

@@ -10,12 +10,12 @@ static Node *sliced_update_of(const Xform *x, Node *t)
 {
     Program *p = x->p;
     if (t->updated_by < 0)
-        refuse(x, "'%s' is never updated: only optimizer state written by an Update can be "
-               "stored sliced", t->name);
+        refuse(x, "%s is never updated: only optimizer state written by an Update can be "
+               "stored sliced", value_desc(p, t->id));
     Node *g = node_of(p, t->updated_by);
     if (g->op != O_ALLGATHER)
-        refuse(x, "the Update of '%s' is not sliced: reorder it with the AllGather first",
-               t->name);
+        refuse(x, "the Update of %s is not sliced: reorder it with the AllGather first",
+               value_desc(p, t->id));
     return node_of(p, g->in[0]);
 }
 
@@ -28,9 +28,9 @@ void xform_asslice(const Xform *x)
     Ref r = xform_arg(x, 0);
     Node *t = REF_IS_FUSION(r) ? NULL : node_of(p, r);
     if (!t || t->op != O_INPUT)
-        refuse(x, "'%s' is not a Tensor of the program", ref_name(p, r));
+        refuse(x, "%s is not a Tensor of the program", ref_desc(p, r));
     if (t->layout.kind != L_REPLICATED)
-        refuse(x, "'%s' is %s: only a Replicated tensor can be stored sliced", t->name,
+        refuse(x, "%s is %s: only a Replicated tensor can be stored sliced", value_desc(p, r),
                layout_str(p->arena, t->layout));
     Node *u = sliced_update_of(x, t);
     int d = u->layout.dim, uid = u->id, tid = t->id;
@@ -40,7 +40,8 @@ void xform_asslice(const Xform *x)
             if (n->in[k] != tid || (i == uid && k == 0))
                 continue;
             if (n->op != O_SLICE || n->axis != d)
-                refuse(x, "'%s' still reads the whole of '%s'", n->name, t->name);
+                refuse(x, "%s still reads the whole of %s", value_desc(p, i),
+                       value_desc(p, tid));
         }
     }
     t = node_of(p, tid);
@@ -72,16 +73,16 @@ void xform_dead(const Xform *x)
     int users[4];
     int nu = node_users(p, r, users, 4);
     if (nu)
-        refuse(x, "'%s' is still read by '%s'", n->name, node_of(p, users[0])->name);
+        refuse(x, "%s is still read by %s", value_desc(p, r), value_desc(p, users[0]));
     if (is_output(p, r))
-        refuse(x, "'%s' is an output of the program", n->name);
+        refuse(x, "%s is an output of the program", value_desc(p, r));
     if (op_info(n->op)->kind == K_LEAF)
-        refuse(x, "'%s' is an input of the program", n->name);
+        refuse(x, "%s is an input of the program", value_desc(p, r));
     for (int i = 0; i < p->nnode; i++)
         if (p->node[i].op == O_INPUT && p->node[i].updated_by == r)
-            refuse(x, "'%s' is the new value of tensor '%s' (asSlice it first)", n->name,
-                   p->node[i].name);
+            refuse(x, "%s is the new value of tensor %s (asSlice it first)",
+                   value_desc(p, r), value_desc(p, i));
     if (n->op == O_UPDATE)
-        refuse(x, "'%s' writes tensor '%s'", n->name, node_of(p, n->target)->name);
+        refuse(x, "%s writes tensor %s", value_desc(p, r), value_desc(p, n->target));
     n->dead = 1;
 }

@@ -11,12 +11,14 @@
 static void check_splittable(const Xform *x, Node *ar)
 {
     if (ar->op != O_ALLREDUCE)
-        refuse(x, "'%s' is a %s, not an AllReduce", ar->name, op_info(ar->op)->name);
+        refuse(x, "%s is %s, not an AllReduce", value_desc(x->p, ar->id),
+               op_phrase(x->p->arena, ar->op));
     if (ar->fusion >= 0)
-        refuse(x, "'%s' is part of fused operation '%s'", ar->name,
+        refuse(x, "%s is part of fused operation '%s'", value_desc(x->p, ar->id),
                x->p->fusion[ar->fusion].name);
     if (ar->ndim == 0)
-        refuse(x, "'%s' is a single value: there is nothing to scatter", ar->name);
+        refuse(x, "%s is a single value: there is nothing to scatter",
+               value_desc(x->p, ar->id));
 }
 
 /* A statement such as 'Var avg = AllReduce("+", g) / n;' names its one

@@ -5,6 +5,7 @@
 #   // line: N              optional: stderr must contain "FILE:N:"
 #   // noline               the message has no position (command-line errors)
 #   // command: run         optional: run `coconet run` instead of `coconet check`
+#                           (gen: `coconet gen` into a scratch directory)
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
 check_error() {
     f=$1
@@ -15,6 +16,10 @@ check_error() {
     noline=$(grep -c '^// noline' "$TMP/head")
     cmd=$(sed -n 's|^// command: ||p' "$TMP/head")
     if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
+    if [ "$cmd" = gen ]; then
+        rm -rf "$TMP/gen-out" && mkdir -p "$TMP/gen-out"
+        args="$args -o $TMP/gen-out"
+    fi
     set -f
     # shellcheck disable=SC2086 # args are words
     coco "${cmd:-check}" "$f" $args

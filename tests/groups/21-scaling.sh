@@ -1,0 +1,84 @@
+# ---- scaling: checking takes time linear in the size of the program ----
+# Five shapes, each generated at n and 4n names or terms: one long
+# expression (Var y = x + x + ...), many chained Vars (Var v_i = v_(i-1) + x),
+# chained Vars with a schedule applied (fuse, split: the graph is re-sorted
+# after each statement), many Tensors and Vars all listed in Execute
+# (duplicates and unlisted inputs are looked for), and one long expression
+# fused and overlapped by a schedule (the parts of its statement are found). `coconet check` of the 4n
+# program must take less than 8 times the CPU time of the n program, plus a
+# floor of 0.1 s for noise (a quadratic step takes 16 times as long). The 4n
+# programs are about 1 MB; the whole group takes a few seconds.
+group scaling
+
+# scaling_expr N: one expression of N terms
+scaling_expr() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor x(FP32, [4], Replicated, WORLD);"
+        printf "Var y = x"; for (i = 1; i < n; i++) printf " + x"; print ";"
+        print "Execute f({x}, {y});" }'
+}
+# scaling_chain N [SCHEDULE]: N chained Vars of an AllReduce's result
+scaling_chain() {
+    awk -v n="$1" -v sched="${2:-}" 'BEGIN {
+        print "Tensor g(FP32, [4], Local, WORLD, RANK);"
+        print "Var x = AllReduce(\"+\", g);"
+        print "Var v0 = x + x;"
+        for (i = 1; i < n; i++) printf "Var v%d = v%d + x;\n", i, i - 1
+        printf "Execute f({g}, {v%d});\n", n - 1
+        if (sched) print "Schedule s {\n  c = fuse(v1, v2, v3, ComputationFuse);\n  (rs, ag) = split(x, ARSplitRSAG);\n}" }'
+}
+# scaling_many N: N tensors and N Vars, Execute listing them all
+scaling_many() {
+    awk -v n="$1" 'BEGIN {
+        for (i = 0; i < n; i++) printf "Tensor g%d(FP32, [4], Replicated, WORLD);\n", i
+        for (i = 0; i < n; i++) printf "Var b%d = g%d * 2;\n", i, i
+        printf "Execute f({g0"; for (i = 1; i < n; i++) printf ",g%d", i
+        printf "}, {b0"; for (i = 1; i < n; i++) printf ",b%d", i; print "});" }'
+}
+# cpu_ms FILE: the CPU time (user + system) of the shell's finished children
+# that `times` wrote to FILE, in ms (CPU time, not wall time, so that other
+# work on a busy machine does not count)
+cpu_ms() {
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m")
+                   printf "%d\n", ((u[1] + s[1]) * 60 + u[2] + s[2]) * 1000 }' "$1"
+}
+# scaling_fused N: an expression of N terms, fused with its reader and
+# overlapped with the AllReduce it reads
+scaling_fused() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor g(FP32, [4], Local, WORLD, RANK);"
+        print "Tensor x(FP32, [4], Replicated, WORLD);"
+        print "Var a = AllReduce(\"+\", g);"
+        printf "Var y = a"; for (i = 0; i < n; i++) printf " + x"; print ";"
+        print "Var z = y * 2;"
+        print "Execute f({g,x}, {z});"
+        print "Schedule s {\n  c = fuse(y, z, ComputationFuse);\n  o = overlap(a, c);\n}" }'
+}
+# elapsed_ms FILE: the CPU milliseconds `coconet check FILE` takes; fails
+# (and prints nothing) when it does not succeed within 20 s. `times` runs
+# in this shell, not in a subshell, which has no children.
+elapsed_ms() {
+    times >"$TMP/times0"
+    timeout 20 $COCONET check "$1" >/dev/null 2>"$TMP/err" || return 1
+    times >"$TMP/times1"
+    echo $(($(cpu_ms "$TMP/times1") - $(cpu_ms "$TMP/times0")))
+}
+# scaling_check NAME N GENERATOR: times the program at N and 4N
+scaling_check() {
+    name=$1; n=$2; n4=$((4 * n))
+    "$3" "$n" >"$TMP/scale1.coco"
+    "$3" "$n4" >"$TMP/scale4.coco"
+    if ! elapsed_ms "$TMP/scale1.coco" >"$TMP/t1" || ! elapsed_ms "$TMP/scale4.coco" >"$TMP/t4"; then
+        bad "scaling $name (n=$n): coconet check failed or took more than 20 s: $(err1)"; return
+    fi
+    t1=$(cat "$TMP/t1"); t4=$(cat "$TMP/t4")
+    if [ "$t4" -lt $((8 * t1 + 100)) ]; then ok
+    else bad "scaling $name: n=$n took $t1 ms, 4n=$n4 took $t4 ms (more than 8 times + 100 ms: not linear)"; fi
+}
+scaling_sched() { scaling_chain "$1" schedule; }
+scaling_check "one expression" 50000 scaling_expr
+scaling_check "chained Vars" 12500 scaling_chain
+scaling_check "chained Vars with a schedule" 20000 scaling_sched
+scaling_check "many names listed in Execute" 20000 scaling_many
+scaling_check "a long expression fused" 20000 scaling_fused
+group_end
