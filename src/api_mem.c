@@ -223,6 +223,27 @@ int coco_run_fits(coco_program *p, char *err, size_t errlen)
     return -1;
 }
 
+/* The program under schedule `name`, or NULL when it does not apply (as
+ * coco_schedule, without its message: the run gives it). */
+static Program *scheduled(Program *p, const char *name)
+{
+    const Schedule *s = schedule_find(p, name);
+    if (!s)
+        return NULL;
+    Program *clone = program_clone(p);
+    char ignored[8];
+    ErrorCtx ctx;
+    error_push(&ctx, ignored, sizeof ignored, p->file, p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        program_free(clone);
+        return NULL;
+    }
+    schedule_apply(clone, s);
+    error_pop(&ctx);
+    return clone;
+}
+
 /* worst becomes ph when ph needs more; the program not kept is freed
  * (neither p nor the FP64 one, which the caller frees). */
 static void keep_worst(Phase *worst, Phase *ph, const Program *p, const Program *x64)
@@ -249,8 +270,7 @@ int coco_run_all_fits(coco_program *p, const char *const *schedules, int n, char
     if (x64)
         exec_footprint(x64, 0, &exact.f);
     for (int i = 0; i < n; i++) {
-        char ignored[8];
-        Program *s = coco_schedule(p, schedules[i], ignored, sizeof ignored);
+        Program *s = scheduled(p, schedules[i]);
         if (!s)
             continue; /* the run says why */
         Phase ph = {.prog = s, .beside = program_kept + exact.f.kept,

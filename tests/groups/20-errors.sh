@@ -5,20 +5,24 @@
 #   // line: N              optional: stderr must contain "FILE:N:"
 #   // noline               the message has no position (command-line errors)
 #   // command: run         optional: run `coconet run` instead of `coconet check`
+#   // ulimit: KIB          optional: run under `ulimit -v KIB` (address space),
+#                           so that a memory refusal is the same on any machine
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
 check_error() {
     f=$1
-    head -n 5 "$f" >"$TMP/head"
+    head -n 6 "$f" >"$TMP/head"
     expect=$(sed -n '1s|^// expect: ||p' "$TMP/head")
     args=$(sed -n 's|^// args: ||p' "$TMP/head")
     line=$(sed -n 's|^// line: ||p' "$TMP/head")
     noline=$(grep -c '^// noline' "$TMP/head")
     cmd=$(sed -n 's|^// command: ||p' "$TMP/head")
+    ulimit_v=$(sed -n 's|^// ulimit: ||p' "$TMP/head")
     if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
     set -f
     # shellcheck disable=SC2086 # args are words
     coco "${cmd:-check}" "$f" $args
     set +f
+    ulimit_v=
     if [ -n "$why" ]; then bad "$f: coconet ${cmd:-check} $why: $(err1)"; return; fi
     if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1 ($(err1))"; return; fi
     if ! grep -F -q -- "$expect" "$TMP/err"; then
