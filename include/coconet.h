@@ -115,6 +115,9 @@ int coco_run_fits(coco_program *p, char *err, size_t errlen); /* 0: memory suffi
  * evaluation beside the program's and a schedule's kept values. */
 int coco_run_all_fits(coco_program *p, const char *const *schedules, int n, char *err,
                       size_t errlen);
+/* A cap on the memory runs may use, below the machine's limits (0: none);
+ * for the whole process, read by the checks above. */
+void coco_set_memory_cap(double bytes);
 coco_run *coco_run_create(coco_program *p, uint64_t seed, int nthreads, char *err,
                           size_t errlen);                               /* NULL: see err */
 coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads); /* NULL: too large */

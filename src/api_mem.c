@@ -138,9 +138,18 @@ static void rlimits(Limit *l)
                  "the data-size limit, RLIMIT_DATA (ulimit -d)");
 }
 
+static double memory_cap; /* coco_set_memory_cap's; 0: none */
+
+void coco_set_memory_cap(double bytes)
+{
+    memory_cap = bytes > 0 ? bytes : 0;
+}
+
 double memory_limit(const char **why)
 {
     Limit l = {1e300, "no limit found"};
+    if (memory_cap > 0)
+        consider(&l, memory_cap, "the cap set by coco_set_memory_cap");
     available_memory(&l);
     cgroup_memory(&l);
     rlimits(&l);

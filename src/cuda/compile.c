@@ -1,7 +1,8 @@
 /* compile.c: the CUDA backend's passes over a program and its scheduled
  * variants, in order: lower (collectives over scattered tensors become
  * FusedAllReduces, lower_scattered.c), emit (the CUDA source, emit_cuda.c),
- * write (to the caller's stream; a user error comes back in err). The one
+ * write (to the caller's stream; a user error comes back in err, and what
+ * the emitter had allocated is freed with its scratch). The one
  * entry of `coconet gen` (coco_gen_cuda) and of the build (cuda_source). */
 #include "cuda/cuda.h"
 
@@ -11,6 +12,7 @@ int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, si
 {
     Program **lowered = xcalloc((size_t)n + 1, sizeof *lowered);
     Program **made = xcalloc((size_t)n + 1, sizeof *made);
+    EmitScratch scratch = {arena_new(), NULL, NULL};
     ErrorCtx ctx;
     int rc = 0;
     error_push(&ctx, err, errlen, variants[0]->file, variants[0]->src);
@@ -24,9 +26,13 @@ int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, si
         if (only_p > 0)
             fprintf(out, "#define COCO_ONLY_P %d /* kernel instances for this many ranks only */\n",
                     only_p);
-        emit_cuda(variants, lowered, n, out);
+        emit_cuda(variants, lowered, n, out, &scratch);
     }
     error_pop(&ctx);
+    if (scratch.mem)
+        fclose(scratch.mem);
+    free(scratch.text);
+    arena_free(scratch.arena);
     for (int i = 0; i < n; i++)
         if (made[i])
             program_free(made[i]);

@@ -10,7 +10,15 @@
 Program *lower_scattered_allreduces(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
 /* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
-void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);
+/* What the emitter allocates while writing, owned by its caller, which
+ * frees it also when a user error longjmps out of the emitter: an arena,
+ * and the stream of text being captured (emit_scatter.c), if any. */
+typedef struct {
+    Arena *arena;
+    FILE *mem;
+    char *text;
+} EmitScratch;
+void emit_cuda(Program **variants, Program **lowered, int n, FILE *out, EmitScratch *scratch);
 
 /* ---- compile.c: the backend's passes: lower, emit, write ---- */
 /* The CUDA source of variants[0..n) (variants[0]: the program) to out,

@@ -7,6 +7,11 @@
 #include <ctype.h>
 #include <string.h>
 
+void *emit_alloc(Emitter *e, size_t n)
+{
+    return arena_alloc(e->scratch->arena, n ? n : 1);
+}
+
 const char *const emit_tname[NTYPE] = {"COCO_FP16", "COCO_BF16", "COCO_FP32", "COCO_FP64"};
 
 int emit_is_elementwise(const Node *n)

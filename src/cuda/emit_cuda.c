@@ -285,7 +285,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
@@ -329,7 +329,6 @@ static void emit_segment_kernel(Emitter *e, int seg)
     emit_segment_body(e, seg, ins, nin);
     emit_segment_memory(e, seg, ins, nin, scat, 1);
     fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
-    free(ins);
 }
 
 static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int scat)
@@ -387,7 +386,7 @@ static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = xmalloc((size_t)p->nnode * sizeof(int));
+    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     int nin = segment_inputs(e, seg, ins);
     int vmax = mark_flat(e, seg, ins, nin);
     int shape = emit_segment_shape(e, seg);
@@ -405,7 +404,6 @@ static void emit_segment_launch(Emitter *e, int seg)
                 vmax, scat);
         emit_segment_args(e, seg, ins, nin, scat);
         fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-        free(ins);
         return;
     }
     if (vmax > 1) {
@@ -419,7 +417,6 @@ static void emit_segment_launch(Emitter *e, int seg)
     fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
     emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
-    free(ins);
 }
 
 /* ---- other operations ---- */
@@ -786,8 +783,8 @@ static void emit_body(Emitter *e, const char *entry)
             emit_scat_gather_fusion(e, i) < 0 && emit_scat_gather_node(e, i) < 0)
             emit_scat_copy(e, i, i, &p->node[i], 0);
     emit_input_outputs(e);
-    int *done = xcalloc((size_t)e->nsegment + 1, sizeof(int));
-    int *fused_done = xcalloc((size_t)p->nfusion + 1, sizeof(int));
+    int *done = emit_alloc(e, ((size_t)e->nsegment + 1) * sizeof(int));
+    int *fused_done = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         int f = e->lsa_node[i];
         if (f >= 0 && !p->node[i].dead) {
@@ -800,8 +797,6 @@ static void emit_body(Emitter *e, const char *entry)
         }
         emit_node(e, &p->node[i], done);
     }
-    free(fused_done);
-    free(done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
     fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
@@ -812,18 +807,19 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
-static void emit_variant(FILE *o, Program *p, int vi)
+static void emit_variant(FILE *o, Program *p, int vi, EmitScratch *scratch)
 {
     Emitter e;
     memset(&e, 0, sizeof e);
     e.p = p;
     e.o = o;
+    e.scratch = scratch;
     e.v = arena_printf(p->arena, "v%d", vi);
-    e.segment = xmalloc((size_t)p->nnode * sizeof(int));
-    e.out_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.in_index = xmalloc((size_t)p->nnode * sizeof(int));
-    e.state_of = xmalloc((size_t)p->nnode * sizeof(int));
-    e.flat = xcalloc((size_t)p->nnode, 1);
+    e.segment = emit_alloc(&e, (size_t)p->nnode * sizeof(int));
+    e.out_index = emit_alloc(&e, (size_t)p->nnode * sizeof(int));
+    e.in_index = emit_alloc(&e, (size_t)p->nnode * sizeof(int));
+    e.state_of = emit_alloc(&e, (size_t)p->nnode * sizeof(int));
+    e.flat = emit_alloc(&e, (size_t)p->nnode);
     e.emit_node = emit_node;
     find_roles(&e);
     find_segments(&e);
@@ -831,8 +827,8 @@ static void emit_variant(FILE *o, Program *p, int vi)
     fprintf(o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
     for (int s = 0; s < e.nsegment; s++)
         emit_segment_kernel(&e, s);
-    e.lsa = xcalloc((size_t)p->nfusion + 1, sizeof(int));
-    e.lsa_node = xmalloc((size_t)p->nnode * sizeof(int));
+    e.lsa = emit_alloc(&e, ((size_t)p->nfusion + 1) * sizeof(int));
+    e.lsa_node = emit_alloc(&e, (size_t)p->nnode * sizeof(int));
     for (int i = 0; i < p->nnode; i++)
         e.lsa_node[i] = -1;
     for (int f = 0; f < p->nfusion; f++)
@@ -844,13 +840,6 @@ static void emit_variant(FILE *o, Program *p, int vi)
             send_emit_kernel(&e, f);
         }
     emit_body(&e, entry);
-    free(e.segment);
-    free(e.out_index);
-    free(e.in_index);
-    free(e.state_of);
-    free(e.flat);
-    free(e.lsa);
-    free(e.lsa_node);
 }
 
 /* The Execute input whose new value output k is in program p, or -1. */
@@ -884,7 +873,7 @@ static void emit_output_alias(Program **variants, int n, FILE *o)
 
 /* The source of variants[0..n) (variants[0]: the program), each emitted as
  * lowered[i] (cuda_compile's lowering of it). */
-void emit_cuda(Program **variants, Program **lowered, int n, FILE *o)
+void emit_cuda(Program **variants, Program **lowered, int n, FILE *o, EmitScratch *scratch)
 {
     Program *p = variants[0];
     fprintf(o, "// CUDA code generated by coconet %s for program '%s' of %s: %d variant%s.\n"
@@ -893,7 +882,7 @@ void emit_cuda(Program **variants, Program **lowered, int n, FILE *o)
                "extern \"C\" {\nint coco_nccl_version = NCCL_VERSION_CODE;\n}\n\n",
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++)
-        emit_variant(o, lowered[i], i);
+        emit_variant(o, lowered[i], i, scratch);
     emit_output_alias(variants, n, o);
     fprintf(o, "extern \"C\" {\nextern const char *const coco_schedule_names[];\n"
                "const char *const coco_schedule_names[] = {");

@@ -15,6 +15,7 @@ typedef struct Emitter Emitter;
 struct Emitter {
     Program *p;
     FILE *o;
+    EmitScratch *scratch; /* what the emitter allocates (emit_alloc) */
     const char *v;  /* variant prefix: v0, v1, ... */
     int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
     int nsegment;
@@ -32,6 +33,10 @@ struct Emitter {
 
 /* ---- emit_common.c ---- */
 extern const char *const emit_tname[NTYPE];
+
+/* n zeroed bytes of the emitter's scratch, freed with it (by cuda_compile,
+ * also after a user error): nothing to free */
+void *emit_alloc(Emitter *e, size_t n);
 
 int emit_is_elementwise(const Node *n);
 int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */

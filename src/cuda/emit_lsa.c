@@ -221,14 +221,14 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
     return 0;
 }
 
-/* What the kernels and their launch all need: fusion f's plan (freed by
- * the caller with lsa_free), the operands read from outside (*ins) and the
- * whole tensors read at the slice (*zs), both freed by the caller. */
+/* What the kernels and their launch all need: fusion f's plan, the
+ * operands read from outside (*ins) and the whole tensors read at the slice
+ * (*zs), all in the emitter's scratch. */
 static int prepare(Emitter *e, int f, Lsa *l, int **ins, int **zs, int *nz)
 {
     lsa_plan(e, f, l);
-    *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
-    *zs = xmalloc((size_t)e->p->nnode * sizeof(int));
+    *ins = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
+    *zs = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
     int nin = emit_outside_operands(e, l->m, l->nm, *ins);
     *nz = slice_sources(e, l, *zs);
     mark_flat(e, l, *ins, nin);
@@ -512,7 +512,7 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, i
                    "            coco_lsa_step<V>(j0, n, i0, lim);\n");
         return;
     }
-    int *ids = xmalloc((size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
+    int *ids = emit_alloc(e, (size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
     count = emit_add_once(ids, count, nd(e, l->rs)->in[0]);
     for (int k = 0; k < l->nm; k++)
         count = emit_add_once(ids, count, l->m[k]);
@@ -541,7 +541,6 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, i
                     ids[k], ids[k], ids[k]);
     fprintf(o, "            const long m0 = i0 - ms, mlim = lim - ms;\n"
                "            (void)m0;\n            (void)mlim;\n");
-    free(ids);
 }
 
 /* The element loop of kernel kn; round: of round r only (emit_rounds). */
@@ -757,7 +756,7 @@ void lsa_emit_kernel(Emitter *e, int f)
     Lsa l;
     int *ins, *zs, nz;
     int nin = prepare(e, f, &l, &ins, &zs, &nz);
-    int *saved = xmalloc((size_t)l.nm * sizeof(int));
+    int *saved = emit_alloc(e, (size_t)l.nm * sizeof(int));
     for (int k = 0; k < l.nm; k++) {
         saved[k] = e->segment[l.m[k]];
         e->segment[l.m[k]] = l.seg;
@@ -768,10 +767,6 @@ void lsa_emit_kernel(Emitter *e, int f)
     emit_go(e, f, &l, ins, nin, zs, nz);
     for (int k = 0; k < l.nm; k++)
         e->segment[l.m[k]] = saved[k];
-    free(saved);
-    free(ins);
-    free(zs);
-    lsa_free(&l);
 }
 
 /* ---- the launch, inside the entry point ---- */
@@ -785,14 +780,13 @@ void lsa_emit_workspace(Emitter *e, int f)
     lsa_plan(e, f, &l);
     if (push_allowed(&l)) { /* the push algorithm's staging buffer (coco_lsa_slot) */
         Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
-        int *ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+        int *ins = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
         int nin = emit_outside_operands(e, l.m, l.nm, ins);
         fprintf(e->o, "    const int fpush%d = coco_lsa_pushes(ctx, %s, %d, (size_t)coco_count(h%d) "
                       "* %zu);\n    void *fs%d = coco_ws(&ws, ctx, fpush%d ? coco_lsa_stage_bytes("
                       "h%d, G_WORLD, %zu) : 0);\n", rs->id, push_choice(&l),
                 oneshot_allowed(e, &l, ins, nin), x->id, type_size(x->type), rs->id, rs->id, rs->id,
                 type_size(x->type));
-        free(ins);
     }
     if (l.nred)
         fprintf(e->o, "    void *fr%d = coco_ws(&ws, ctx, %d * COCO_LSA_MAXBLOCKS * "
@@ -802,7 +796,6 @@ void lsa_emit_workspace(Emitter *e, int f)
         if (l.carry[l.m[k]])
             fprintf(e->o, "    void *fc%d = coco_ws(&ws, ctx, %s * %zu);\n", l.m[k],
                     emit_room(e, nd(e, l.m[k])), type_size(nd(e, l.m[k])->type));
-    lsa_free(&l);
 }
 
 /* The buffers of the window (lb[], their offsets to lo[]): the reduced
@@ -811,7 +804,7 @@ void lsa_emit_workspace(Emitter *e, int f)
 static int emit_window_buffers(Emitter *e, const Lsa *l)
 {
     FILE *o = e->o;
-    int *ids = xmalloc((size_t)(l->nm + 1) * sizeof(int)), count = 0;
+    int *ids = emit_alloc(e, (size_t)(l->nm + 1) * sizeof(int)), count = 0;
     int x = nd(e, l->rs)->in[0];
     for (int k = -1; k < l->nm; k++) {
         int id = k < 0 ? x : l->m[k];
@@ -820,7 +813,6 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
     }
     int push = push_allowed(l); /* the staging buffer, even over scattered operands alone */
     if (!count && !push && !l->nred) {
-        free(ids);
         return 0;
     }
     fprintf(o, "        const void *lb[] = {");
@@ -841,7 +833,6 @@ static int emit_window_buffers(Emitter *e, const Lsa *l)
         fprintf(o, "%s%d * COCO_LSA_MAXBLOCKS * sizeof(double)", count + push ? ", " : "",
                 l->nred);
     fprintf(o, "};\n        size_t lo[%d];\n", count + push + (l->nred > 0));
-    free(ids);
     return count + push + (l->nred > 0);
 }
 
@@ -871,7 +862,7 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
 static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *zs, int nz)
 {
     FILE *o = e->o;
-    int count = 0, *ids = xmalloc((size_t)(1 + nz + l->nm) * sizeof(int));
+    int count = 0, *ids = emit_alloc(e, (size_t)(1 + nz + l->nm) * sizeof(int));
     ids[count++] = nd(e, l->rs)->in[0];
     for (int k = 0; k < nz; k++)
         ids[count++] = zs[k];
@@ -885,7 +876,6 @@ static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *zs, int nz)
     for (int k = 0; k < count; k++)
         fprintf(o, "%s%zu", k ? ", " : "", type_size(nd(e, ids[k])->type));
     fprintf(o, "};\n");
-    free(ids);
     return count;
 }
 
@@ -941,7 +931,4 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     for (int k = 0; k < l.nm; k++)
         e->emit_node(e, nd(e, l.m[k]), done_segment);
     fprintf(o, "        }\n    }\n");
-    free(ins);
-    free(zs);
-    lsa_free(&l);
 }

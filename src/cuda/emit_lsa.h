@@ -29,8 +29,7 @@ typedef struct {
     int scat;    /* a scattered operand whose buckets the kernels take (c<scat>), or -1 */
 } Lsa;
 
-int lsa_plan(Emitter *e, int f, Lsa *l); /* fills l (free with lsa_free); qualifies? */
-void lsa_free(Lsa *l);
+int lsa_plan(Emitter *e, int f, Lsa *l); /* fills l (in the emitter's scratch); qualifies? */
 int lsa_is_member(const Lsa *l, int id);
 int lsa_kept(Emitter *e, const Lsa *l, int id); /* needed outside the kernels */
 int lsa_red_index(const Lsa *l, int id);       /* k when l->red[k] == id, else -1 */

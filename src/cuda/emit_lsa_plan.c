@@ -253,10 +253,10 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
 {
     Program *p = e->p;
     memset(l, 0, sizeof *l);
-    l->m = xmalloc((size_t)p->nnode * sizeof(int));
-    l->level = xcalloc((size_t)p->nnode, 1);
-    l->need = xcalloc((size_t)p->nnode, 1);
-    l->carry = xcalloc((size_t)p->nnode, 1);
+    l->m = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    l->level = emit_alloc(e, (size_t)p->nnode);
+    l->need = emit_alloc(e, (size_t)p->nnode);
+    l->carry = emit_alloc(e, (size_t)p->nnode);
     l->nm = members(e, f, l->m);
     l->rs = l->nm ? l->m[0] : -1;
     l->seg = e->nsegment + 1 + f;
@@ -283,14 +283,6 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
         return 0;
     needs(e, l);
     return 1;
-}
-
-void lsa_free(Lsa *l)
-{
-    free(l->m);
-    free(l->level);
-    free(l->need);
-    free(l->carry);
 }
 
 /* ---- the cross-rank reductions ---- */
@@ -337,13 +329,11 @@ void lsa_claim(Emitter *e, int f)
     lsa_plan(e, f, &l);
     for (int k = 0; k < l.nm; k++)
         e->lsa_node[l.m[k]] = f;
-    lsa_free(&l);
 }
 
 int lsa_eligible(Emitter *e, int f)
 {
     Lsa l;
     int ok = lsa_plan(e, f, &l);
-    lsa_free(&l);
     return ok;
 }

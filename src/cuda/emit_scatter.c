@@ -176,16 +176,19 @@ static void emit_indented(Emitter *e, int extra, void (*emit)(Emitter *, const N
                           const Node *n)
 {
     FILE *saved = e->o;
-    char *text = NULL;
+    EmitScratch *s = e->scratch;
     size_t len = 0;
-    e->o = open_memstream(&text, &len);
+    ASSERT(!s->mem && !s->text); /* not nested: one stream in the scratch */
+    e->o = s->mem = open_memstream(&s->text, &len);
     if (!e->o)
         BUG("open_memstream failed");
     emit(e, n);
     fclose(e->o);
+    s->mem = NULL;
     e->o = saved;
-    write_indented(e->o, text, extra);
-    free(text);
+    write_indented(e->o, s->text, extra);
+    free(s->text);
+    s->text = NULL;
 }
 
 /* The contiguous copies ReduceScatter n's NCCL path reads alone,

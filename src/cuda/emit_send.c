@@ -155,23 +155,17 @@ static void plan_inputs(Emitter *e, SendPlan *s)
     }
 }
 
-/* Fusion f's plan (free with plan_free); does it qualify? */
+/* Fusion f's plan (in the emitter's scratch); does it qualify? */
 static int plan(Emitter *e, int f, SendPlan *s)
 {
     memset(s, 0, sizeof *s);
-    s->m = xmalloc((size_t)e->p->nnode * sizeof(int));
-    s->ins = xmalloc((size_t)e->p->nnode * sizeof(int));
+    s->m = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
+    s->ins = emit_alloc(e, (size_t)e->p->nnode * sizeof(int));
     s->seg = e->nsegment + 1 + f;
     if (!plan_members(e, f, s))
         return 0;
     plan_inputs(e, s);
     return 1;
-}
-
-static void plan_free(SendPlan *s)
-{
-    free(s->m);
-    free(s->ins);
 }
 
 /* The widest V for the element sizes of the vector operands and stores. */
@@ -367,14 +361,12 @@ void send_emit_kernel(Emitter *e, int f)
 {
     SendPlan s;
     plan(e, f, &s);
-    int *saved = xmalloc((size_t)s.nm * sizeof(int));
+    int *saved = emit_alloc(e, (size_t)s.nm * sizeof(int));
     swap_segments(e, &s, saved, 1);
     emit_comment(e, f, &s);
     emit_kernel(e, f, &s);
     emit_go(e, f, &s);
     swap_segments(e, &s, saved, 0);
-    free(saved);
-    plan_free(&s);
 }
 
 /* ---- the launch, inside the entry point ---- */
@@ -488,7 +480,6 @@ void send_emit_launch(Emitter *e, int f, int *done_segment)
     for (int k = 0; k < s.nm; k++)
         e->emit_node(e, nd(e, s.m[k]), done_segment);
     fprintf(o, "        }\n    } /* fused Send %s */\n", e->p->fusion[f].name);
-    plan_free(&s);
 }
 
 /* ---- for emit_cuda.c ---- */
@@ -497,7 +488,6 @@ int send_eligible(Emitter *e, int f)
 {
     SendPlan s;
     int ok = plan(e, f, &s);
-    plan_free(&s);
     return ok;
 }
 
@@ -507,5 +497,4 @@ void send_claim(Emitter *e, int f)
     plan(e, f, &s);
     for (int k = 0; k < s.nm; k++)
         e->lsa_node[s.m[k]] = f;
-    plan_free(&s);
 }
