@@ -193,6 +193,7 @@ coco_run *coco_run_create(coco_program *p, uint64_t seed, int nthreads, char *er
     coco_run *r = xcalloc(1, sizeof *r);
     r->prog = p;
     r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);
+    r->exec->recover = 1;
     if (exec_fill_inputs(r->exec)) {
         run_failed(r, 0, err, errlen);
         coco_run_free(r);

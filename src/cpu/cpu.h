@@ -28,7 +28,10 @@ typedef struct {
     void *scratch[EXEC_SCRATCH];
     size_t scratch_bytes[EXEC_SCRATCH];
     int scratch_rank[EXEC_SCRATCH];
-    /* an allocation that failed: where exec_run / exec_fill_inputs return */
+    /* an allocation that fails: with recover set (the API sets it), exec_run
+     * and exec_fill_inputs return -1 (through on_oom); without, the message
+     * is printed and the process exits with status 1 */
+    int recover;
     jmp_buf *on_oom;
     int oom_node, oom_rank; /* what was being allocated */
     double oom_bytes;

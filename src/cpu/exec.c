@@ -22,7 +22,7 @@ int exec_fill_inputs(Exec *e)
 {
     Program *p = e->prog;
     jmp_buf jb;
-    e->on_oom = &jb;
+    e->on_oom = e->recover ? &jb : NULL;
     if (setjmp(jb)) {
         e->on_oom = NULL;
         return -1;
@@ -227,7 +227,7 @@ int exec_run(Exec *e)
     int *last = exec_last_uses(p);
     volatile int lent = -1;
     jmp_buf jb;
-    e->on_oom = &jb;
+    e->on_oom = e->recover ? &jb : NULL;
     if (setjmp(jb))
         return run_failed(e, last, lent);
     for (int i = 0; i < p->nnode; i++) {

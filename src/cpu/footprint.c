@@ -98,6 +98,7 @@ static void evaluate(Walk *w, int keep_all, const int *last, int i)
     if (x >= 0) { /* x's buffers become n's */
         w->live[x] = 0;
         w->live[i] = 1;
+        w->nlive += is_tensor(n) - is_tensor(&p->node[x]);
     } else if (!is_leaf_input(n)) {
         allocate(w, n, i);
     }

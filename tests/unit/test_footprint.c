@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -193,6 +194,7 @@ static void test_limits(void)
     check(!r && strstr(err, "the run needs 1.0 GiB"), "coco_run_create refuses it too");
     /* past the check: the executor's own allocations fail cleanly */
     Exec *e = exec_new(p, 1, 1);
+    e->recover = 1;
     int filled = exec_fill_inputs(e) == 0;
     check(filled, "the inputs (512 MiB) fit under 768 MiB");
     int ran = filled ? exec_run(e) : 0;
@@ -202,6 +204,22 @@ static void test_limits(void)
     check(ran == -1 && e->failed && strstr(msg, "out of memory: 0.125 GiB for 'a' on rank"), msg[0] ? msg : "exec_run fails with out of memory");
     check(e->held <= 768.0 * (1 << 20), "the failed run holds what it made, no more");
     exec_free(e);
+    /* without recover (the CUDA backend's reference runs): a message and
+     * exit status 1, not an abort */
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(3);
+        Exec *x = exec_new(p, 1, 1);
+        exec_fill_inputs(x);
+        exec_run(x);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    check(child > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+          "without recover, a failed allocation exits with status 1");
     restore_address_space();
     program_free(p);
     group_end("memory limits");
