@@ -319,8 +319,8 @@ static int dump(coco_program *p, coco_run *r, const char *dir)
             const char *name = k ? coco_output_name(p, i) : coco_input_name(p, i);
             for (int rank = 0; rank < coco_num_ranks(p); rank++) {
                 coco_tensor t;
-                if (!coco_run_tensor(r, name, rank, &t))
-                    bad |= write_rank_file(dir, &t, rank, m, k ? "output" : "input");
+                if (!bad && !coco_run_tensor(r, name, rank, &t))
+                    bad = write_rank_file(dir, &t, rank, m, k ? "output" : "input");
             }
         }
     }

@@ -71,4 +71,17 @@ group errors
 for f in tests/errors/*.coco "$gen"/*.coco; do
     check_error "$f"
 done
+# a --dump that cannot be written whole (files over `ulimit -f`) fails with
+# status 1 and leaves no manifest (an earlier one is removed), no .tmp file
+# and no partial .f64 file
+mkdir -p "$TMP/dump" && echo stale >"$TMP/dump/manifest.txt"
+(trap '' XFSZ; ulimit -f 2 && exec timeout 60 $COCONET run examples/adam.coco --dump "$TMP/dump") \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+partial=$(find "$TMP/dump" -name '*.tmp' -o -name '*.f64' -size +2k | head -n 1)
+if [ $rc -ne 1 ] || ! grep -q 'cannot write .*: File too large' "$TMP/err"; then
+    bad "dump past ulimit -f: status $rc, expected 1 with a message: $(err1)"
+elif [ -e "$TMP/dump/manifest.txt" ] || [ -n "$partial" ]; then
+    bad "dump past ulimit -f left a manifest or a partial file ($partial)"
+else ok; fi
 group_end
