@@ -26,8 +26,8 @@ else
         [ -f "$f" ] || continue
         { printf '\003'; cat "$f"; } >"$TMP/corpus/$(echo "$f" | tr / _)"
     done
-    timeout $((${FUZZ_SECONDS:-60} + 120)) "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" \
-        -timeout=30 -rss_limit_mb=3072 -max_len=8192 -print_final_stats=1 \
+    timeout $((${FUZZ_SECONDS:-60} + 300)) "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" \
+        -timeout=120 -rss_limit_mb=3072 -max_len=8192 -print_final_stats=1 \
         -dict=tests/fuzz/coco.dict -artifact_prefix=build/fuzz/findings/ \
         "$TMP/corpus" >"$TMP/fuzz.log" 2>&1
     rc=$?
