@@ -92,7 +92,7 @@ def objects(build):
     out = []
     for d, subdirs, files in os.walk(build):
         rel = os.path.relpath(d, build)
-        if rel.split("/")[0] in ("rt", "asan", "tests", "fake"):
+        if rel.split("/")[0] in ("rt", "asan", "tests", "fake", "fuzz"):
             subdirs[:] = []
             continue
         out += [os.path.join(d, f) for f in files if f.endswith(".o")]
