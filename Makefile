@@ -107,7 +107,27 @@ build/asan/coconet: $(SRC) src/main.c $(HDR) | build
 	@mkdir -p build/asan
 	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(SRC) src/main.c $(LDLIBS) -ldl
 
-test: coconet build/libcoconet.so $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet
+# The libFuzzer harness over the public API (tests/fuzz/fuzz_api.c), with
+# AddressSanitizer and UBSan; built by `make test` when clang has libFuzzer
+# (tests/fuzz/has_libfuzzer.sh), else the fuzz-api group is skipped.
+CLANG      ?= $(shell command -v clang 2>/dev/null)
+FUZZ_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -fno-omit-frame-pointer -Wno-string-concatenation
+FUZZ_OBJ   := $(SRC:src/%.c=build/fuzz/%.o)
+build/fuzz/%.o: src/%.c $(HDR) | build
+	@mkdir -p $(dir $@)
+	$(CLANG) $(filter-out -O2,$(CFLAGS)) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+build/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(FUZZ_OBJ) $(HDR) | build
+	$(CLANG) $(filter-out -O2,$(CFLAGS)) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ tests/fuzz/fuzz_api.c \
+	    $(FUZZ_OBJ) $(LDLIBS)
+
+fuzz-api:
+	@if sh tests/fuzz/has_libfuzzer.sh "$(CLANG)"; then \
+	    $(MAKE) --no-print-directory build/fuzz/fuzz_api; \
+	else echo "note: no clang with libFuzzer: the fuzz-api tests will be skipped"; fi
+
+test: coconet build/libcoconet.so $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet fuzz-api
 	@sh tests/run.sh
 
 # The main job: every example on the CPU backend with 4 simulated ranks,
@@ -125,4 +145,4 @@ test-gpu: coconet $(CUDA_RT)
 clean:
 	rm -rf build coconet
 
-.PHONY: all test test-gpu run clean FORCE
+.PHONY: all test test-gpu run clean fuzz-api FORCE

@@ -98,8 +98,28 @@ typedef struct {
 } coco_tensor;
 
 /* Running on the CPU reference executor: create (inputs are filled with
- * seeded data), optionally overwrite inputs, execute, read values. */
+ * seeded data), optionally overwrite inputs, execute, read values.
+ * Memory: coco_run_fits compares the most the run will hold at once (every
+ * simulated rank's values live together, as the executor frees them) with
+ * what this process may still use: the least of the memory available, the
+ * cgroup's limit less its usage, and RLIMIT_AS / RLIMIT_DATA less what is
+ * mapped. 0 when it fits, else -1 with "FILE:LINE:COL: error: the run needs
+ * ... at its peak ..." naming the figure, the values live then and the
+ * limit. coco_run_create checks it first; an allocation that still fails
+ * makes create or execute return NULL / -1 with an "out of memory" message
+ * (the run is then unusable, but can be freed). */
 int coco_run_fits(coco_program *p, char *err, size_t errlen); /* 0: memory suffices */
+/* The same for what `coconet run` does: the program's run, then each of
+ * the named schedules' runs beside the values kept from it and from the
+ * FP64 evaluation (as if needed from the first schedule on), and that
+ * evaluation beside the program's and a schedule's kept values. */
+int coco_run_all_fits(coco_program *p, const char *const *schedules, int n, char *err,
+                      size_t errlen);
+/* A cap on the memory runs may use, below the machine's limits (0: none);
+ * for the whole process, read by the checks above. */
+void coco_set_memory_cap(double bytes);
+coco_run *coco_run_create(coco_program *p, uint64_t seed, int nthreads, char *err,
+                          size_t errlen);                               /* NULL: see err */
 coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads); /* NULL: too large */
 /* A named value as one rank holds it, without data (t->data NULL): its
  * type, layout and shapes. 0, or -1: no such value or rank. */

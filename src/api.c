@@ -170,51 +170,43 @@ int coco_program_roofline(const coco_program *p, int rank, coco_roofline *r)
     return 0;
 }
 
-static double memory_bytes(void)
+/* coco_run_fits is in api_mem.c */
+
+/* The run could not get memory: FILE:LINE:COL of the value it was making,
+ * and the run is unusable from now on. */
+static void run_failed(coco_run *r, int earlier, char *err, size_t errlen)
 {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (double)pages * (double)size : 1e18;
+    Exec *e = r->exec;
+    const Node *n = &r->prog->node[e->oom_node];
+    char msg[512];
+    exec_oom_message(e, msg, sizeof msg);
+    if (errlen && !earlier)
+        snprintf(err, errlen, "%s:%d:%d: error: %s\n", r->prog->file, n->pos.line, n->pos.col,
+                 msg);
+    else if (errlen)
+        snprintf(err, errlen, "%s: error: this run failed earlier (%s)\n", r->prog->file, msg);
 }
 
-/* Bytes the simulated ranks need for node n (doubles on every rank). */
-static double node_bytes(Program *p, const Node *n)
+coco_run *coco_run_create(coco_program *p, uint64_t seed, int nthreads, char *err, size_t errlen)
 {
-    double b = 0;
-    for (int r = 0; r < p->nranks; r++)
-        b += (double)local_count(p, n, r) * sizeof(double);
-    return b;
-}
-
-int coco_run_fits(coco_program *p, char *err, size_t errlen)
-{
-    double mem = memory_bytes(), inputs = 0;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *n = &p->node[i];
-        if (n->dead)
-            continue;
-        double b = node_bytes(p, n);
-        if (n->op == O_INPUT)
-            inputs += b;
-        if (b > mem || inputs > mem) {
-            snprintf(err, errlen, "%s:%d:%d: error: %s needs %.3g GiB on %d simulated ranks: "
-                     "too large for this machine's %.3g GiB\n", p->file, n->pos.line, n->pos.col,
-                     value_desc(p, n->id), b / (1 << 30), p->nranks, mem / (1 << 30));
-            return -1;
-        }
+    if (coco_run_fits(p, err, errlen))
+        return NULL;
+    coco_run *r = xcalloc(1, sizeof *r);
+    r->prog = p;
+    r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);
+    r->exec->recover = 1;
+    if (exec_fill_inputs(r->exec)) {
+        run_failed(r, 0, err, errlen);
+        coco_run_free(r);
+        return NULL;
     }
-    return 0;
+    return r;
 }
 
 coco_run *coco_run_new(coco_program *p, uint64_t seed, int nthreads)
 {
     char err[16];
-    if (coco_run_fits(p, err, sizeof err))
-        return NULL;
-    coco_run *r = xcalloc(1, sizeof *r);
-    r->prog = p;
-    r->exec = exec_new(p, seed, nthreads < 1 ? 1 : nthreads);
-    exec_fill_inputs(r->exec);
-    return r;
+    return coco_run_create(p, seed, nthreads, err, sizeof err);
 }
 
 /* Node id as one rank holds it, without data */
@@ -248,7 +240,7 @@ int coco_describe(coco_program *p, const char *name, int rank, coco_tensor *t)
 int coco_run_tensor(coco_run *r, const char *name, int rank, coco_tensor *t)
 {
     long count;
-    if (coco_describe(r->prog, name, rank, t))
+    if (r->exec->failed || coco_describe(r->prog, name, rank, t))
         return -1;
     double *data = exec_data(r->exec, program_find(r->prog, name), rank, &count);
     if (!data)
@@ -318,7 +310,11 @@ int coco_run_execute(coco_run *r, char *err, size_t errlen)
 {
     if (errlen)
         err[0] = 0;
-    exec_run(r->exec);
+    int earlier = r->exec->failed;
+    if (earlier || exec_run(r->exec)) {
+        run_failed(r, earlier, err, errlen);
+        return -1;
+    }
     return 0;
 }
 
@@ -354,7 +350,7 @@ int coco_run_summary(coco_run *r, const char *name, coco_summary *s)
 {
     Program *p = r->prog;
     int id = program_find(p, name);
-    if (id < 0 || !exec_data(r->exec, id, 0, &(long){0}))
+    if (r->exec->failed || id < 0 || !exec_data(r->exec, id, 0, &(long){0}))
         return -1;
     Node *n = node_of(p, id);
     memset(s, 0, sizeof *s);

@@ -104,6 +104,8 @@ int coco_run_compare(coco_run *a, coco_run *b, coco_run *x64, coco_comparison *c
 {
     Program *pa = a->prog, *pb = b->prog;
     memset(c, 0, sizeof *c);
+    if (!a->exec->ran || !b->exec->ran || (x64 && !x64->exec->ran))
+        return -1;
     if (pa->nexec_out != pb->nexec_out || pa->nranks != pb->nranks)
         return -1;
     for (int i = 0; i < pa->nexec_out; i++)

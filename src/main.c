@@ -257,19 +257,32 @@ static int print_output(coco_run *r, const char *name)
     return !s.replicas_agree;
 }
 
+/* Writes path through path.tmp, renamed once whole: a file that could not
+ * be written whole is removed, never left looking complete. */
+static int write_whole(const char *path, const void *data, size_t size, size_t count)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int bad = !f || fwrite(data, size, count, f) != count;
+    if (f && fclose(f))
+        bad = 1;
+    if (!bad && rename(tmp, path))
+        bad = 1;
+    if (bad) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+    return bad;
+}
+
 static int write_rank_file(const char *dir, const coco_tensor *t, int rank, FILE *manifest,
                            const char *role)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.r%d.f64", dir, t->name, rank);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(t->data, sizeof(double), (size_t)t->count, f) != (size_t)t->count) {
-        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
-        if (f)
-            fclose(f);
+    if (write_whole(path, t->data, sizeof(double), (size_t)t->count))
         return 1;
-    }
-    fclose(f);
     fprintf(manifest, "%s %s %d %s %s %d", role, t->name, rank, t->type, t->layout, t->ndim);
     for (int i = 0; i < t->ndim; i++)
         fprintf(manifest, " %ld", t->global_shape[i]);
@@ -279,9 +292,10 @@ static int write_rank_file(const char *dir, const coco_tensor *t, int rank, FILE
     return 0;
 }
 
-/* Opens DIR/manifest.txt for writing, making DIR if needed; NULL (with a
- * message) when that cannot be done. */
-static FILE *open_manifest(const char *dir)
+/* Makes DIR if needed and opens DIR/manifest.txt.tmp (its name in tmp) for
+ * writing, after removing an old manifest: only a dump written whole has
+ * one. NULL, with a message, when that cannot be done. */
+static FILE *open_manifest(const char *dir, char *tmp, size_t len)
 {
     if (mkdir(dir, 0777) && errno != EEXIST) {
         fprintf(stderr, "coconet: --dump %s: cannot create the directory: %s\n", dir,
@@ -290,9 +304,14 @@ static FILE *open_manifest(const char *dir)
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.txt", dir);
-    FILE *m = fopen(path, "w");
+    snprintf(tmp, len, "%s.tmp", path);
+    if (unlink(path) && errno != ENOENT) {
+        fprintf(stderr, "coconet: --dump %s: cannot remove %s: %s\n", dir, path, strerror(errno));
+        return NULL;
+    }
+    FILE *m = fopen(tmp, "w");
     if (!m)
-        fprintf(stderr, "coconet: --dump %s: cannot write %s: %s\n", dir, path, strerror(errno));
+        fprintf(stderr, "coconet: --dump %s: cannot write %s: %s\n", dir, tmp, strerror(errno));
     return m;
 }
 
@@ -300,16 +319,20 @@ static FILE *open_manifest(const char *dir)
  * refused at once, not after the whole run. */
 static void check_dump_dir(const char *dir)
 {
-    FILE *m = open_manifest(dir);
+    char tmp[4200];
+    FILE *m = open_manifest(dir, tmp, sizeof tmp);
     if (!m)
         exit(1);
     fclose(m);
+    unlink(tmp);
 }
 
-/* Writes each rank's data of every input and output as raw float64. */
+/* Writes each rank's data of every input and output as raw float64, then
+ * manifest.txt, which lists them: only a dump written whole has one. */
 static int dump(coco_program *p, coco_run *r, const char *dir)
 {
-    FILE *m = open_manifest(dir);
+    char tmp[4200], path[4096];
+    FILE *m = open_manifest(dir, tmp, sizeof tmp);
     if (!m)
         return 1;
     int bad = 0;
@@ -319,12 +342,18 @@ static int dump(coco_program *p, coco_run *r, const char *dir)
             const char *name = k ? coco_output_name(p, i) : coco_input_name(p, i);
             for (int rank = 0; rank < coco_num_ranks(p); rank++) {
                 coco_tensor t;
-                if (!coco_run_tensor(r, name, rank, &t))
-                    bad |= write_rank_file(dir, &t, rank, m, k ? "output" : "input");
+                if (!bad && !coco_run_tensor(r, name, rank, &t))
+                    bad = write_rank_file(dir, &t, rank, m, k ? "output" : "input");
             }
         }
     }
-    fclose(m);
+    snprintf(path, sizeof path, "%s/manifest.txt", dir);
+    if (fclose(m) || (!bad && rename(tmp, path))) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        bad = 1;
+    }
+    if (bad)
+        unlink(tmp);
     return bad;
 }
 
@@ -338,10 +367,16 @@ typedef struct {
 static coco_run *exact_run(const Options *o, coco_program *p, Exact *x)
 {
     if (!x->run) {
-        char err[256];
-        x->prog = coco_program_exact(p);
-        x->run = coco_run_new(x->prog, o->seed, o->threads);
-        coco_run_execute(x->run, err, sizeof err);
+        char err[1024];
+        if (!x->prog)
+            x->prog = coco_program_exact(p);
+        x->run = coco_run_create(x->prog, o->seed, o->threads, err, sizeof err);
+        if (x->run && coco_run_execute(x->run, err, sizeof err)) {
+            coco_run_free(x->run);
+            x->run = NULL;
+        }
+        if (!x->run)
+            fprintf(stderr, "%s(in the FP64 evaluation of the program)\n", err);
     }
     return x->run;
 }
@@ -356,9 +391,9 @@ static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const 
         fputs(err, stderr);
         return 1;
     }
-    coco_run *r = coco_run_new(s, o->seed, o->threads);
+    coco_run *r = coco_run_create(s, o->seed, o->threads, err, sizeof err);
     if (!r) {
-        fprintf(stderr, "coconet: schedule %s needs more memory than this machine has\n", name);
+        fprintf(stderr, "%s(in schedule %s)\n", err, name);
         coco_program_free(s);
         return 1;
     }
@@ -366,10 +401,13 @@ static int run_schedule(const Options *o, coco_program *p, coco_run *ref, const 
     int rc = coco_run_execute(r, err, sizeof err);
     double ms = now_ms() - t0;
     coco_comparison c;
+    if (rc)
+        fprintf(stderr, "%s(in schedule %s)\n", err, name);
     if (!rc)
         rc = coco_run_compare(ref, r, NULL, &c) ? 1 : 0;
+    coco_run *exact = !rc && c.differing ? exact_run(o, p, x) : NULL;
     if (!rc && c.differing)
-        rc = coco_run_compare(ref, r, exact_run(o, p, x), &c) ? 1 : 0;
+        rc = !exact || coco_run_compare(ref, r, exact, &c) ? 1 : 0;
     if (rc) {
         fprintf(stderr, "coconet: schedule %s could not be run or compared\n", name);
     } else {
@@ -409,14 +447,41 @@ static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
     return bad;
 }
 
+/* The schedules run_schedules runs: all, or the one --schedule names. */
+static int chosen_schedules(const Options *o, coco_program *p, const char **names)
+{
+    int n = 0;
+    for (int i = 0; i < coco_num_schedules(p); i++)
+        if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
+            names[n++] = coco_schedule_name(p, i);
+    return n;
+}
+
+/* Will the program's run and the schedules' fit in memory, all told? */
+static int run_fits(const Options *o, coco_program *p, char *err, size_t errlen)
+{
+    const char **names = calloc((size_t)coco_num_schedules(p) + 1, sizeof *names);
+    if (!names) {
+        snprintf(err, errlen, "coconet: out of memory\n");
+        return -1;
+    }
+    int rc = coco_run_all_fits(p, names, chosen_schedules(o, p, names), err, errlen);
+    free(names);
+    return rc;
+}
+
 static int run(const Options *o, coco_program *p)
 {
     char err[1024];
-    if (coco_run_fits(p, err, sizeof err)) {
+    if (run_fits(o, p, err, sizeof err)) {
         fputs(err, stderr);
         return 1;
     }
-    coco_run *r = coco_run_new(p, o->seed, o->threads);
+    coco_run *r = coco_run_create(p, o->seed, o->threads, err, sizeof err);
+    if (!r) {
+        fputs(err, stderr);
+        return 1;
+    }
     double t0 = now_ms();
     int rc = coco_run_execute(r, err, sizeof err);
     double ms = now_ms() - t0;

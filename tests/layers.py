@@ -6,7 +6,7 @@ The layers, bottom to top (src/coco.h says the same):
     1 front  src/front/
     2 sched  src/sched/
     3 cpu    src/cpu/
-    4 api    src/api.h, src/api.c, src/api_sched.c
+    4 api    src/api.h, src/api.c, src/api_sched.c, src/api_mem.c
     5 cuda   src/cuda/
     6 main   src/main.c
 A file may include and call only files of its own layer or of a layer below,
@@ -36,7 +36,7 @@ def layer_of(path):
         return None
     if len(parts) == 3 and parts[1] in LAYERS:
         return LAYERS.index(parts[1])
-    if path in ("src/api.h", "src/api.c", "src/api_sched.c"):
+    if path in ("src/api.h", "src/api.c", "src/api_sched.c", "src/api_mem.c"):
         return LAYERS.index("api")
     if path == "src/main.c":
         return LAYERS.index("main")
@@ -92,7 +92,7 @@ def objects(build):
     out = []
     for d, subdirs, files in os.walk(build):
         rel = os.path.relpath(d, build)
-        if rel.split("/")[0] in ("rt", "asan", "tests", "fake"):
+        if rel.split("/")[0] in ("rt", "asan", "tests", "fake", "fuzz"):
             subdirs[:] = []
             continue
         out += [os.path.join(d, f) for f in files if f.endswith(".o")]

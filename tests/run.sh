@@ -12,6 +12,8 @@
 #   schedules every program x every enumerated schedule x P matches the program;
 #   ragged    the optimizers at sizes not divisible by P, every schedule;
 #   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
+#   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
+#             (60), and its kept crashers; skipped where clang has no libFuzzer;
 #   sanitize  the examples, refusals and random programs under ASan and UBSan;
 #   fused-gen the fused collectives and Sends each program's schedules generate
 #             (expected kinds: tests/gen/fused/*.expect) and the rules every
@@ -50,10 +52,15 @@ group_end() {
     echo "group $gname: $((pass - gpass + fail - gfail)) run, $((fail - gfail)) failed${1:+, $1}"
 }
 
-# coco ARGS...: runs coconet under a time limit; stdout to $TMP/out, stderr to
-# $TMP/err; sets $rc and, for a hang or a crash, $why.
+# coco ARGS...: runs coconet under a time limit (and, when $ulimit_v is set,
+# with that many KiB of address space: ulimit -v); stdout to $TMP/out, stderr
+# to $TMP/err; sets $rc and, for a hang or a crash, $why.
 coco() {
-    timeout 60 $COCONET "$@" >"$TMP/out" 2>"$TMP/err"
+    if [ -n "${ulimit_v:-}" ]; then
+        (ulimit -v "$ulimit_v" && exec timeout 60 $COCONET "$@") >"$TMP/out" 2>"$TMP/err"
+    else
+        timeout 60 $COCONET "$@" >"$TMP/out" 2>"$TMP/err"
+    fi
     rc=$?
     why=
     if [ $rc -eq 124 ]; then why="timed out after 60 s"

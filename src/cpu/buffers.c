@@ -1,6 +1,10 @@
 /* buffers.c: the values of the CPU reference executor: one buffer of doubles
- * per (node, rank), made, lent and freed here, and read by logical index. */
+ * per (node, rank), made, lent and freed here, and read by logical index;
+ * the scratch memory of an evaluation; the bytes held (e->held, what
+ * exec_footprint predicts). An allocation that fails ends the run through
+ * e->on_oom (exec_run and exec_fill_inputs set it). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/cpu.h"
 
@@ -13,17 +17,40 @@ Exec *exec_new(Program *p, uint64_t seed, int nthreads)
     e->nthreads = nthreads > 0 ? nthreads : 1;
     e->val = xcalloc(slots ? slots : 1, sizeof *e->val);
     e->count = xcalloc(slots ? slots : 1, sizeof *e->count);
+    e->rank_held = xcalloc(p->nranks > 0 ? (size_t)p->nranks : 1, sizeof *e->rank_held);
     return e;
+}
+
+static double slot_bytes(long count)
+{
+    return (double)(count > 0 ? count : 1) * sizeof(double);
+}
+
+static void account(Exec *e, int rank, double bytes)
+{
+    e->held += bytes;
+    e->rank_held[rank] += bytes;
+    if (e->held > e->held_peak)
+        e->held_peak = e->held;
+    if (e->rank_held[rank] > e->rank_peak)
+        e->rank_peak = e->rank_held[rank];
+}
+
+/* Frees the value of (node, rank), if any. */
+void exec_drop(Exec *e, int node, int rank)
+{
+    size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)rank;
+    if (e->val[k])
+        account(e, rank, -slot_bytes(e->count[k]));
+    free(e->val[k]);
+    e->val[k] = NULL;
+    e->count[k] = 0;
 }
 
 void exec_release(Exec *e, int node)
 {
-    for (int r = 0; r < e->prog->nranks; r++) {
-        size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)r;
-        free(e->val[k]);
-        e->val[k] = NULL;
-        e->count[k] = 0;
-    }
+    for (int r = 0; r < e->prog->nranks; r++)
+        exec_drop(e, node, r);
 }
 
 void exec_free(Exec *e)
@@ -32,8 +59,10 @@ void exec_free(Exec *e)
         return;
     for (int i = 0; i < e->prog->nnode; i++)
         exec_release(e, i);
+    exec_scratch_free_all(e);
     free(e->val);
     free(e->count);
+    free(e->rank_held);
     free(e);
 }
 
@@ -45,10 +74,71 @@ double *exec_alloc(Exec *e, int node, int rank, long count)
     size_t k = (size_t)node * (size_t)e->prog->nranks + (size_t)rank;
     if (e->val[k] && e->count[k] == count)
         return e->val[k];
-    free(e->val[k]);
-    e->val[k] = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(double));
+    exec_drop(e, node, rank);
+    double bytes = slot_bytes(count);
+    double *v = bytes <= (double)SIZE_MAX ? malloc((size_t)bytes) : NULL;
+    if (!v)
+        exec_out_of_memory(e, node, rank, bytes);
+    e->val[k] = v;
     e->count[k] = count;
-    return e->val[k];
+    account(e, rank, bytes);
+    return v;
+}
+
+_Noreturn void exec_out_of_memory(Exec *e, int node, int rank, double bytes)
+{
+    e->oom_node = node;
+    e->oom_rank = rank;
+    e->oom_bytes = bytes;
+    e->failed = 1;
+    if (e->on_oom)
+        longjmp(*e->on_oom, 1);
+    char msg[512];
+    exec_oom_message(e, msg, sizeof msg);
+    fprintf(stderr, "coconet: %s\n", msg);
+    exit(1);
+}
+
+void exec_oom_message(const Exec *e, char *buf, size_t len)
+{
+    const Node *n = &e->prog->node[e->oom_node];
+    snprintf(buf, len, "out of memory: %.3g GiB for '%s' on rank %d could not be allocated, "
+             "with %.3g GiB held by this run", e->oom_bytes / (1 << 30), n->name, e->oom_rank,
+             e->held / (1 << 30));
+}
+
+void *exec_scratch(Exec *e, int node, int rank, size_t bytes)
+{
+    int k = 0;
+    while (k < EXEC_SCRATCH && e->scratch[k])
+        k++;
+    ASSERT(k < EXEC_SCRATCH);
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        exec_out_of_memory(e, node, rank, (double)bytes);
+    e->scratch[k] = p;
+    e->scratch_bytes[k] = bytes ? bytes : 1;
+    e->scratch_rank[k] = rank;
+    account(e, rank, (double)e->scratch_bytes[k]);
+    return p;
+}
+
+void exec_scratch_free(Exec *e, void *p)
+{
+    for (int k = 0; k < EXEC_SCRATCH; k++)
+        if (p && e->scratch[k] == p) {
+            account(e, e->scratch_rank[k], -(double)e->scratch_bytes[k]);
+            free(p);
+            e->scratch[k] = NULL;
+            return;
+        }
+    ASSERT(!p);
+}
+
+void exec_scratch_free_all(Exec *e)
+{
+    for (int k = 0; k < EXEC_SCRATCH; k++)
+        exec_scratch_free(e, e->scratch[k]);
 }
 
 double *exec_data(Exec *e, int node, int rank, long *count)

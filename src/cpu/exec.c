@@ -8,20 +8,32 @@
  * program outputs, O_UPDATE results, and everything when e->keep_all is set.
  * A pointwise node that is the last reader of an input of its own shape and
  * layout writes its value over that input's buffer (element i of the result
- * reads element i of the input): fewer buffers made and touched. */
+ * reads element i of the input): fewer buffers made and touched.
+ * exec_footprint (footprint.c) follows the same liveness (exec_last_uses,
+ * exec_may_free, exec_reusable_input) to tell the memory a run will hold.
+ * An allocation that fails longjmps back here (e->on_oom): the run returns
+ * -1, every value made so far still owned by e. */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu/cpu.h"
 
-void exec_fill_inputs(Exec *e)
+int exec_fill_inputs(Exec *e)
 {
     Program *p = e->prog;
+    jmp_buf jb;
+    e->on_oom = e->recover ? &jb : NULL;
+    if (setjmp(jb)) {
+        e->on_oom = NULL;
+        return -1;
+    }
     for (int i = 0; i < p->nnode; i++) {
         const Node *n = &p->node[i];
         if (!n->dead && (n->op == O_INPUT || n->op == O_SCALAR))
             fill_input(e, n);
     }
+    e->on_oom = NULL;
+    return 0;
 }
 
 /* ---- evaluation ---- */
@@ -64,6 +76,10 @@ static void eval_on_ranks_parallel(Exec *e, const Node *n, void (*fn)(Exec *, co
         eval_on_ranks(e, n, fn);
         return;
     }
+    /* the values are made here, where a failure may end the run: fn
+     * finds them of the right size and allocates nothing */
+    for (int r = 0; r < e->prog->nranks; r++)
+        exec_alloc(e, n->id, r, local_count(e->prog, n, r));
     RankTask *task = xcalloc((size_t)nt, sizeof *task);
     pthread_t *tid = xcalloc((size_t)nt, sizeof *tid);
     int *started = xcalloc((size_t)nt, sizeof *started);
@@ -109,18 +125,23 @@ static void eval_node(Exec *e, const Node *n)
 }
 
 /* is_output() is in src/core/graph.c */
-static int may_free(const Exec *e, const Node *n)
+int exec_may_free(const Program *p, int keep_all, const Node *n)
 {
-    if (e->keep_all || n->op == O_INPUT || n->op == O_SCALAR || n->op == O_UPDATE)
+    if (keep_all || n->op == O_INPUT || n->op == O_SCALAR || n->op == O_UPDATE)
         return 0;
     /* the gather of a sliced Update is the tensor's new value */
-    if (n->op == O_ALLGATHER && e->prog->node[n->in[0]].op == O_UPDATE)
+    if (n->op == O_ALLGATHER && p->node[n->in[0]].op == O_UPDATE)
         return 0;
-    return !is_output(e->prog, n->id);
+    return !is_output(p, n->id);
+}
+
+static int may_free(const Exec *e, const Node *n)
+{
+    return exec_may_free(e->prog, e->keep_all, n);
 }
 
 /* last_use[i]: the largest id of a live node reading i, or i itself. */
-static int *last_uses(const Program *p)
+int *exec_last_uses(const Program *p)
 {
     int *last = xmalloc((size_t)(p->nnode > 0 ? p->nnode : 1) * sizeof *last);
     for (int i = 0; i < p->nnode; i++)
@@ -152,13 +173,13 @@ static void release_after(Exec *e, const int *last, int i)
 /* An input of pointwise node n whose buffers n may write its value over
  * (n is its last reader, it may be freed, and it has n's shape and layout,
  * so that element i of n reads element i of it), or -1. */
-static int reusable_input(const Exec *e, const int *last, const Node *n)
+int exec_reusable_input(const Program *p, int keep_all, const int *last, const Node *n)
 {
     if (!op_info(n->op)->elementwise)
         return -1;
     for (int i = 0; i < n->nin; i++) {
-        const Node *x = &e->prog->node[n->in[i]];
-        if (last[x->id] == n->id && may_free(e, x) && same_place(x, n))
+        const Node *x = &p->node[n->in[i]];
+        if (last[x->id] == n->id && exec_may_free(p, keep_all, x) && same_place(x, n))
             return x->id;
     }
     return -1;
@@ -172,7 +193,7 @@ static void lend_buffers(Exec *e, int x, int n)
         size_t kx = (size_t)x * (size_t)e->prog->nranks + (size_t)r;
         size_t kn = (size_t)n * (size_t)e->prog->nranks + (size_t)r;
         ASSERT(e->count[kx] == local_count(e->prog, &e->prog->node[n], r));
-        free(e->val[kn]);
+        exec_drop(e, n, r);
         e->val[kn] = e->val[kx];
         e->count[kn] = e->count[kx];
     }
@@ -188,22 +209,44 @@ static void forget_buffers(Exec *e, int x)
     }
 }
 
-void exec_run(Exec *e)
+/* After a failed allocation: the lent buffers belong to the borrower
+ * alone, scratch is freed. */
+static int run_failed(Exec *e, int *last, int lent)
+{
+    if (lent >= 0)
+        forget_buffers(e, lent);
+    exec_scratch_free_all(e);
+    free(last);
+    e->on_oom = NULL;
+    return -1;
+}
+
+int exec_run(Exec *e)
 {
     Program *p = e->prog;
-    int *last = last_uses(p);
+    int *last = exec_last_uses(p);
+    volatile int lent = -1;
+    jmp_buf jb;
+    e->on_oom = e->recover ? &jb : NULL;
+    if (setjmp(jb))
+        return run_failed(e, last, lent);
     for (int i = 0; i < p->nnode; i++) {
         const Node *n = &p->node[i];
         if (n->dead)
             continue;
         ASSERT(n->id == i);
-        int x = reusable_input(e, last, n);
+        int x = exec_reusable_input(p, e->keep_all, last, n);
         if (x >= 0)
             lend_buffers(e, x, i);
+        lent = x;
         eval_node(e, n);
+        lent = -1;
         if (x >= 0)
             forget_buffers(e, x);
         release_after(e, last, i);
     }
     free(last);
+    e->on_oom = NULL;
+    e->ran = 1;
+    return 0;
 }

@@ -519,11 +519,12 @@ static void pack_b_range(void *ctx, long lo, long hi)
 }
 
 /* map[t] = index of the matrix of operand x used by output batch t. */
-static long *batch_map(const Program *p, const Node *n, const Node *x, int rank, long nbatch)
+static long *batch_map(Exec *e, const Node *n, const Node *x, int rank, long nbatch)
 {
+    const Program *p = e->prog;
     long os[MAXDIM], stride[MAXDIM], idx[MAXDIM] = {0};
     local_shape(p, n, rank, os, NULL);
-    long *map = xmalloc((size_t)(nbatch > 0 ? nbatch : 1) * sizeof *map);
+    long *map = exec_scratch(e, n->id, rank, (size_t)(nbatch > 0 ? nbatch : 1) * sizeof *map);
     long off = operand_walk(p, n, x, rank, 2, stride);
     int ond = n->ndim - 2;
     for (long t = 0; t < nbatch; t++) {
@@ -542,52 +543,89 @@ static long *batch_map(const Program *p, const Node *n, const Node *x, int rank,
 
 /* A new float or double buffer of size elements, filled by fn (pack_a_range
  * or pack_b_range) over units. */
-static void *pack(const Exec *e, RangeFn fn, Pack pk, long units, long size, int f64)
+static void *pack(Exec *e, const Node *n, int rank, RangeFn fn, Pack pk, long units, long size,
+                  int f64)
 {
-    void *buf = xmalloc((size_t)(size > 0 ? size : 1) * (f64 ? sizeof(double) : sizeof(float)));
+    void *buf = exec_scratch(e, n->id, rank,
+                             (size_t)(size > 0 ? size : 1) * (f64 ? sizeof(double) : sizeof(float)));
     pk.f = f64 ? NULL : buf;
     pk.d = f64 ? buf : NULL;
     parallel_ranges(exec_threads(e, size), units, fn, &pk);
     return buf;
 }
 
-void eval_matmul(Exec *e, const Node *n, int rank)
+/* The sizes of a MatMul on one rank: its matrices, how many of each
+ * operand and of the output, and the packed operands' elements. */
+typedef struct {
+    long M, K, N, nblock, npanel;
+    long nbatch, na_mat, nb_mat;
+    long asize, bsize;
+} MatmulDims;
+
+static MatmulDims matmul_dims(const Program *p, const Node *n, int rank)
 {
-    const Program *p = e->prog;
     const Node *na = &p->node[n->in[0]], *nb = &p->node[n->in[1]];
-    long as[MAXDIM], bs[MAXDIM], os[MAXDIM], ca, cb;
+    long as[MAXDIM], bs[MAXDIM], os[MAXDIM];
     ASSERT(na->ndim >= 2 && nb->ndim >= 2 && n->ndim >= 2);
     local_shape(p, na, rank, as, NULL);
     local_shape(p, nb, rank, bs, NULL);
     local_shape(p, n, rank, os, NULL);
+    MatmulDims d;
+    int obd = n->ndim - 2;
+    d.M = as[na->ndim - 2];
+    d.K = as[na->ndim - 1];
+    d.N = bs[nb->ndim - 1];
+    d.nblock = (d.M + MR - 1) / MR;
+    d.npanel = (d.N + NR - 1) / NR;
+    ASSERT(bs[nb->ndim - 2] == d.K && os[obd] == d.M && os[obd + 1] == d.N);
+    d.nbatch = shape_count(os, obd);
+    d.na_mat = shape_count(as, na->ndim - 2);
+    d.nb_mat = shape_count(bs, nb->ndim - 2);
+    d.asize = d.na_mat * d.nblock * MR * d.K;
+    d.bsize = d.nb_mat * d.npanel * NR * d.K;
+    return d;
+}
+
+/* What eval_matmul's batch_map and pack ask for. */
+static double matmul_scratch(const Program *p, const Node *n, int rank)
+{
+    MatmulDims d = matmul_dims(p, n, rank);
+    double elem = n->type == T_FP64 ? sizeof(double) : sizeof(float);
+    long maps = d.nbatch > 0 ? d.nbatch : 1;
+    return 2.0 * (double)maps * sizeof(long) + (double)(d.asize > 0 ? d.asize : 1) * elem +
+           (double)(d.bsize > 0 ? d.bsize : 1) * elem;
+}
+
+void eval_matmul(Exec *e, const Node *n, int rank)
+{
+    const Program *p = e->prog;
+    const Node *na = &p->node[n->in[0]], *nb = &p->node[n->in[1]];
+    long ca, cb;
+    MatmulDims d = matmul_dims(p, n, rank);
     const double *a = input_data(e, n, 0, rank, &ca);
     const double *b = input_data(e, n, 1, rank, &cb);
 
     MatmulJob j = {0};
-    int obd = n->ndim - 2;
-    j.M = as[na->ndim - 2];
-    j.K = as[na->ndim - 1];
-    j.N = bs[nb->ndim - 1];
-    j.nblock = (j.M + MR - 1) / MR;
-    j.npanel = (j.N + NR - 1) / NR;
+    j.M = d.M;
+    j.K = d.K;
+    j.N = d.N;
+    j.nblock = d.nblock;
+    j.npanel = d.npanel;
     j.type = n->type;
-    ASSERT(bs[nb->ndim - 2] == j.K && os[obd] == j.M && os[obd + 1] == j.N);
-    long nbatch = shape_count(os, obd);
-    long na_mat = shape_count(as, na->ndim - 2), nb_mat = shape_count(bs, nb->ndim - 2);
-    ASSERT(ca == na_mat * j.M * j.K && cb == nb_mat * j.K * j.N);
-    long *amap = batch_map(p, n, na, rank, nbatch);
-    long *bmap = batch_map(p, n, nb, rank, nbatch);
+    long nbatch = d.nbatch;
+    ASSERT(ca == d.na_mat * j.M * j.K && cb == d.nb_mat * j.K * j.N);
+    long *amap = batch_map(e, n, na, rank, nbatch);
+    long *bmap = batch_map(e, n, nb, rank, nbatch);
     j.amap = amap;
     j.bmap = bmap;
     j.out = exec_alloc(e, n->id, rank, nbatch * j.M * j.N);
     pick_kernels(&j.f32, &j.f64);
 
     int f64 = n->type == T_FP64;
-    long asize = na_mat * j.nblock * MR * j.K, bsize = nb_mat * j.npanel * NR * j.K;
-    void *pa = pack(e, pack_a_range, (Pack){a, j.M, j.K, j.nblock, NULL, NULL}, na_mat * j.nblock,
-                    asize, f64);
-    void *pb = pack(e, pack_b_range, (Pack){b, j.K, j.N, j.npanel, NULL, NULL}, nb_mat * j.K, bsize,
-                    f64);
+    void *pa = pack(e, n, rank, pack_a_range, (Pack){a, j.M, j.K, j.nblock, NULL, NULL},
+                    d.na_mat * j.nblock, d.asize, f64);
+    void *pb = pack(e, n, rank, pack_b_range, (Pack){b, j.K, j.N, j.npanel, NULL, NULL},
+                    d.nb_mat * j.K, d.bsize, f64);
     if (f64) {
         j.a64 = pa;
         j.b64 = pb;
@@ -597,10 +635,10 @@ void eval_matmul(Exec *e, const Node *n, int rank)
     }
     if (j.N > 0)
         parallel_ranges(e->nthreads, nbatch * j.nblock, matmul_range, &j);
-    free(pa);
-    free(pb);
-    free(amap);
-    free(bmap);
+    exec_scratch_free(e, pa);
+    exec_scratch_free(e, pb);
+    exec_scratch_free(e, amap);
+    exec_scratch_free(e, bmap);
 }
 
 /* ---- Conv2D ---- */
@@ -611,6 +649,7 @@ typedef struct {
     long stride, pad;
     Type type;
     double *out;
+    int failed; /* a thread could not get its row of sums */
 } ConvJob;
 
 /* ceil(a / b) for b > 0, any sign of a */
@@ -634,8 +673,12 @@ static void conv_row_add(const ConvJob *j, float *acc, const float *xrow, float 
 /* Work units are (image, output channel) pairs. */
 static void conv_range(void *ctx, long lo, long hi)
 {
-    const ConvJob *j = ctx;
-    float *acc = xmalloc((size_t)(j->OW > 0 ? j->OW : 1) * sizeof *acc);
+    ConvJob *j = ctx;
+    float *acc = malloc((size_t)(j->OW > 0 ? j->OW : 1) * sizeof *acc);
+    if (!acc) { /* a worker thread: eval_conv2d ends the run */
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (long t = lo; t < hi; t++) {
         long img = t / j->K, k = t % j->K;
         for (long oh = 0; oh < j->OH; oh++) {
@@ -681,9 +724,9 @@ static void conv_fp64(const ConvJob *j, const double *x, const double *w)
                 }
 }
 
-static float *to_float(const double *v, long count)
+static float *to_float(Exec *e, const Node *n, int rank, const double *v, long count)
 {
-    float *f = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *f);
+    float *f = exec_scratch(e, n->id, rank, (size_t)(count > 0 ? count : 1) * sizeof *f);
     for (long i = 0; i < count; i++)
         f[i] = (float)v[i];
     return f;
@@ -712,12 +755,36 @@ void eval_conv2d(Exec *e, const Node *n, int rank)
         conv_fp64(&j, x, w);
         return;
     }
-    float *fx = to_float(x, cx), *fw = to_float(w, cw);
+    float *fx = to_float(e, n, rank, x, cx), *fw = to_float(e, n, rank, w, cw);
     j.x = fx;
     j.w = fw;
     parallel_ranges(e->nthreads, j.N * j.K, conv_range, &j);
-    free(fx);
-    free(fw);
+    exec_scratch_free(e, fx);
+    exec_scratch_free(e, fw);
+    if (j.failed)
+        exec_out_of_memory(e, n->id, rank, (double)j.OW * sizeof(float));
+}
+
+/* What eval_conv2d's to_float asks for (FP64 needs none). */
+static double conv_scratch(const Program *p, const Node *n, int rank)
+{
+    if (n->type == T_FP64)
+        return 0;
+    double b = 0;
+    for (int k = 0; k < 2; k++) {
+        long c = local_count(p, &p->node[n->in[k]], rank);
+        b += (double)(c > 0 ? c : 1) * sizeof(float);
+    }
+    return b;
+}
+
+double eval_scratch_bytes(const Program *p, const Node *n, int rank)
+{
+    if (n->op == O_MATMUL)
+        return matmul_scratch(p, n, rank);
+    if (n->op == O_CONV2D)
+        return conv_scratch(p, n, rank);
+    return 0;
 }
 
 /* ---- reductions within a rank ---- */

@@ -6,15 +6,18 @@
 #   // noline               the message has no position (command-line errors)
 #   // command: run         optional: run `coconet run` instead of `coconet check`
 #                           (gen: `coconet gen` into a scratch directory)
+#   // ulimit: KIB          optional: run under `ulimit -v KIB` (address space),
+#                           so that a memory refusal is the same on any machine
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
 check_error() {
     f=$1
-    head -n 5 "$f" >"$TMP/head"
+    head -n 6 "$f" >"$TMP/head"
     expect=$(sed -n '1s|^// expect: ||p' "$TMP/head")
     args=$(sed -n 's|^// args: ||p' "$TMP/head")
     line=$(sed -n 's|^// line: ||p' "$TMP/head")
     noline=$(grep -c '^// noline' "$TMP/head")
     cmd=$(sed -n 's|^// command: ||p' "$TMP/head")
+    ulimit_v=$(sed -n 's|^// ulimit: ||p' "$TMP/head")
     if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
     if [ "$cmd" = gen ]; then
         rm -rf "$TMP/gen-out" && mkdir -p "$TMP/gen-out"
@@ -24,6 +27,7 @@ check_error() {
     # shellcheck disable=SC2086 # args are words
     coco "${cmd:-check}" "$f" $args
     set +f
+    ulimit_v=
     if [ -n "$why" ]; then bad "$f: coconet ${cmd:-check} $why: $(err1)"; return; fi
     if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1 ($(err1))"; return; fi
     if ! grep -F -q -- "$expect" "$TMP/err"; then
@@ -72,4 +76,17 @@ group errors
 for f in tests/errors/*.coco "$gen"/*.coco; do
     check_error "$f"
 done
+# a --dump that cannot be written whole (files over `ulimit -f`) fails with
+# status 1 and leaves no manifest (an earlier one is removed), no .tmp file
+# and no partial .f64 file
+mkdir -p "$TMP/dump" && echo stale >"$TMP/dump/manifest.txt"
+(trap '' XFSZ; ulimit -f 2 && exec timeout 60 $COCONET run examples/adam.coco --dump "$TMP/dump") \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+partial=$(find "$TMP/dump" -name '*.tmp' -o -name '*.f64' -size +2k | head -n 1)
+if [ $rc -ne 1 ] || ! grep -q 'cannot write .*: File too large' "$TMP/err"; then
+    bad "dump past ulimit -f: status $rc, expected 1 with a message: $(err1)"
+elif [ -e "$TMP/dump/manifest.txt" ] || [ -n "$partial" ]; then
+    bad "dump past ulimit -f left a manifest or a partial file ($partial)"
+else ok; fi
 group_end

@@ -340,7 +340,7 @@ static void test_job_unchecked(Program **v, int nv)
         return;
     Program *bv[1] = {big};
     o.reference = COCO_REFERENCE_PROGRAM;
-    check(cuda_job_prepare(&job, bv, 1, &o, err, sizeof err) == -1 && strstr(err, "too large"),
+    check(cuda_job_prepare(&job, bv, 1, &o, err, sizeof err) == -1 && strstr(err, "the run needs"),
           "a reference that cannot be held is refused");
     o.reference = COCO_REFERENCE_NONE;
     check(cuda_job_prepare(&job, bv, 1, &o, err, sizeof err) == 0,
