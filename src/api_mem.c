@@ -237,20 +237,7 @@ int coco_run_fits(coco_program *p, char *err, size_t errlen)
 static Program *scheduled(Program *p, const char *name)
 {
     const Schedule *s = schedule_find(p, name);
-    if (!s)
-        return NULL;
-    Program *clone = program_clone(p);
-    char ignored[8];
-    ErrorCtx ctx;
-    error_push(&ctx, ignored, sizeof ignored, p->file, p->src);
-    if (setjmp(ctx.jb)) {
-        error_pop(&ctx);
-        program_free(clone);
-        return NULL;
-    }
-    schedule_apply(clone, s);
-    error_pop(&ctx);
-    return clone;
+    return s ? schedule_applied(p, s, NULL, 0) : NULL;
 }
 
 /* worst becomes ph when ph needs more; the program not kept is freed

@@ -43,17 +43,7 @@ coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t
         snprintf(err, errlen, "%s: error: no schedule named '%s'\n", p->file, name);
         return NULL;
     }
-    Program *clone = program_clone(p);
-    ErrorCtx ctx;
-    error_push(&ctx, err, errlen, s->file ? s->file : p->file, s->src ? s->src : p->src);
-    if (setjmp(ctx.jb)) {
-        error_pop(&ctx);
-        program_free(clone);
-        return NULL;
-    }
-    schedule_apply(clone, s);
-    error_pop(&ctx);
-    return clone;
+    return schedule_applied(p, s, err, errlen);
 }
 
 coco_program *coco_program_exact(coco_program *p)

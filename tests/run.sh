@@ -46,10 +46,11 @@ skip=0
 
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-# a line per group: "group NAME: N run, N failed"
-group() { gname=$1; gpass=$pass; gfail=$fail; }
+# a line per group: "group NAME: N run, N failed[, NOTE] (S s)", S its seconds
+group() { gname=$1; gpass=$pass; gfail=$fail; gstart=$(date +%s); }
 group_end() {
-    echo "group $gname: $((pass - gpass + fail - gfail)) run, $((fail - gfail)) failed${1:+, $1}"
+    echo "group $gname: $((pass - gpass + fail - gfail)) run, $((fail - gfail)) failed${1:+, $1}" \
+         "($(($(date +%s) - gstart)) s)"
 }
 
 # coco ARGS...: runs coconet under a time limit (and, when $ulimit_v is set,

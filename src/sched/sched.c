@@ -26,21 +26,6 @@ static void apply_stmt(const Xform *x)
              "overlap, asSlice or dead)", x->sched, x->st->verb);
 }
 
-SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                        const char *policy)
-{
-    SchedStmt st;
-    memset(&st, 0, sizeof st);
-    st.verb = verb;
-    st.arg = arena_alloc(a, (size_t)(nargs + 1) * sizeof(char *));
-    st.argpos = arena_alloc(a, (size_t)(nargs + 1) * sizeof(Pos));
-    for (int i = 0; i < nargs; i++)
-        st.arg[i] = arena_strdup(a, args[i]);
-    st.narg = nargs;
-    st.policy = policy;
-    return st;
-}
-
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -61,4 +46,21 @@ void schedule_apply(Program *p, const Schedule *s)
 {
     p->applied = s->name;
     schedule_apply_stmts(p, s->name, s->stmt, s->nstmt);
+}
+
+Program *schedule_applied(Program *p, const Schedule *s, char *err, size_t errlen)
+{
+    Program *clone = program_clone(p);
+    char ignored[8];
+    ErrorCtx ctx;
+    error_push(&ctx, errlen ? err : ignored, errlen ? errlen : sizeof ignored,
+               s->file ? s->file : p->file, s->src ? s->src : p->src);
+    if (setjmp(ctx.jb)) {
+        error_pop(&ctx);
+        program_free(clone);
+        return NULL;
+    }
+    schedule_apply(clone, s);
+    error_pop(&ctx);
+    return clone;
 }

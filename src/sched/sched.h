@@ -34,15 +34,18 @@ const char *overlap_name_check(const Xform *x); /* the overlap's name */
 int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 const char *schedule_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
+/* verb(args) with policy, no output names (a statement the compiler makes) */
+SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                        const char *policy);
 
 /* ---- sched.c: applying a schedule, statement by statement ---- */
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */
 /* statements made by the compiler, applied as schedule `sched` would be */
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n);
-/* verb(args) with policy, no output names */
-SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                        const char *policy);
 const Schedule *schedule_find(Program *p, const char *name);
+/* p under schedule s, a new program; NULL with the user error in err (if
+ * errlen) when a statement is refused */
+Program *schedule_applied(Program *p, const Schedule *s, char *err, size_t errlen);
 
 /* ---- enumerate.c: every distinct valid schedule, added to p->sched ---- */
 int enumerate_schedules(Program *p);

@@ -189,3 +189,18 @@ const char *schedule_fresh_name(Program *p, const char *dflt)
 {
     return fresh_name(p, dflt, -1);
 }
+
+SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
+                        const char *policy)
+{
+    SchedStmt st;
+    memset(&st, 0, sizeof st);
+    st.verb = verb;
+    st.arg = arena_alloc(a, (size_t)(nargs + 1) * sizeof(char *));
+    st.argpos = arena_alloc(a, (size_t)(nargs + 1) * sizeof(Pos));
+    for (int i = 0; i < nargs; i++)
+        st.arg[i] = arena_strdup(a, args[i]);
+    st.narg = nargs;
+    st.policy = policy;
+    return st;
+}

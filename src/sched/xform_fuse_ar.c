@@ -52,22 +52,6 @@ static void shorthand_step(const Xform *x, SchedStmt *st, void (*apply)(const Xf
     error_pop(&ctx);
 }
 
-/* A statement verb(args, policy) with no result names. */
-static SchedStmt step_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                           const char *policy)
-{
-    SchedStmt st;
-    memset(&st, 0, sizeof st);
-    st.verb = verb;
-    st.arg = arena_alloc(a, (size_t)(nargs + 1) * sizeof(char *));
-    st.argpos = arena_alloc(a, (size_t)(nargs + 1) * sizeof(Pos));
-    for (int i = 0; i < nargs; i++)
-        st.arg[i] = args[i];
-    st.narg = nargs;
-    st.policy = policy;
-    return st;
-}
-
 /* Is this fuse an AllReduceFuse whose argument 0 is an AllReduce (not a
  * Norm's sum across ranks)? */
 static int names_allreduce(const Xform *x)
@@ -101,19 +85,19 @@ static int fuse_allreduce_shorthand(const Xform *x)
     int cap = 2 * p->nnode + x->st->narg + 16, nsplit = 0, nreorder = 0;
     const char **split_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
     const char **reorder_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
-    SchedStmt split = step_stmt(p->arena, "split", x->st->arg, 1, "ARSplitRSAG");
+    SchedStmt split = schedule_stmt(p->arena, "split", x->st->arg, 1, "ARSplitRSAG");
     shorthand_step(x, &split, xform_split, split_out, &nsplit);
     ASSERT(nsplit == 2);
     const char **args = arena_alloc(p->arena, (size_t)(x->st->narg + cap) * sizeof(char *));
     args[0] = split_out[1];
     for (int i = 1; i < x->st->narg; i++)
         args[i] = x->st->arg[i];
-    SchedStmt reorder = step_stmt(p->arena, "reorder", args, x->st->narg, "AGReorder");
+    SchedStmt reorder = schedule_stmt(p->arena, "reorder", args, x->st->narg, "AGReorder");
     shorthand_step(x, &reorder, xform_reorder, reorder_out, &nreorder);
     args[0] = split_out[0];
     for (int i = 0; i < nreorder; i++)
         args[i + 1] = reorder_out[i];
-    SchedStmt fuse = step_stmt(p->arena, "fuse", args, nreorder + 1, x->st->policy);
+    SchedStmt fuse = schedule_stmt(p->arena, "fuse", args, nreorder + 1, x->st->policy);
     fuse.out = x->st->out;
     fuse.nout = x->st->nout;
     int nfuse = 0;

@@ -2,7 +2,7 @@
 # Built by `make test` when clang has libFuzzer (tests/fuzz/has_libfuzzer.sh);
 # skipped with a note otherwise. First every kept crasher of
 # tests/fuzz/crashers/ is replayed (each must now pass), then the harness
-# fuzzes for FUZZ_SECONDS (default 60) from a corpus made here of every .coco
+# fuzzes for FUZZ_SECONDS (default 30) from a corpus made here of every .coco
 # file of examples/, bench/ and tests/ (a settings byte for 4 ranks, then the
 # text). A finding fails the group; its input is kept in build/fuzz/findings/
 # (minimise it with -minimize_crash=1 and commit it to tests/fuzz/crashers/).
@@ -26,7 +26,7 @@ else
         [ -f "$f" ] || continue
         { printf '\003'; cat "$f"; } >"$TMP/corpus/$(echo "$f" | tr / _)"
     done
-    timeout $((${FUZZ_SECONDS:-60} + 300)) "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" \
+    timeout $((${FUZZ_SECONDS:-30} + 300)) "$fuzzer" -max_total_time="${FUZZ_SECONDS:-30}" \
         -timeout=120 -rss_limit_mb=3072 -max_len=8192 -print_final_stats=1 \
         -dict=tests/fuzz/coco.dict -artifact_prefix=build/fuzz/findings/ \
         "$TMP/corpus" >"$TMP/fuzz.log" 2>&1
