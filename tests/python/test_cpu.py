@@ -139,7 +139,7 @@ def test_inputs_written_from_numpy(small):
     assert out["half"][0].dtype == np.float16
 
 
-def test_updated_tensors_come_back(small):
+def test_updated_tensors_come_back():
     prog = coconet.load(os.path.join(ROOT, "examples", "adam.coco"), sizes={"N": 16}, ranks=2)
     m = np.zeros(16)
     out, ins = prog.run_cpu({"m": m, "lr": 0.01, "t": 1.0}, with_inputs=True)
