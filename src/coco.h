@@ -215,6 +215,9 @@ char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */
 void *xcalloc(size_t n, size_t size);
+/* a (n elements of size bytes, room for *cap) with room for one more: as is,
+ * or copied into a zeroed block of twice the room (first when *cap is 0) */
+void *xgrow(void *a, int n, int *cap, int first, size_t size);
 
 /* A user error unwinds to the innermost error_catch() with its message in
  * the error buffer: "file:line:col: error: msg\n  line text\n  ^". */

@@ -39,6 +39,18 @@ void *xcalloc(size_t n, size_t size)
     return p;
 }
 
+void *xgrow(void *a, int n, int *cap, int first, size_t size)
+{
+    if (n < *cap)
+        return a;
+    *cap = *cap ? 2 * *cap : first;
+    void *grown = xcalloc((size_t)*cap, size);
+    if (n)
+        memcpy(grown, a, (size_t)n * size);
+    free(a);
+    return grown;
+}
+
 void copy_bytes(void *dst, const void *src, size_t n)
 {
     if (n)

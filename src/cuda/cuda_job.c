@@ -134,14 +134,7 @@ static void reference_error(CudaJob *job, KnownErrors *ke, CudaCheck *c)
             return;
         }
     c->tol.worst = value_error(c->ref, c->rnode, job->x64, c->xnode, &c->tol.scale);
-    if (ke->n == ke->cap) {
-        ke->cap = ke->cap ? 2 * ke->cap : 16;
-        Known *grown = xcalloc((size_t)ke->cap, sizeof *grown);
-        if (ke->n)
-            memcpy(grown, ke->k, (size_t)ke->n * sizeof *grown);
-        free(ke->k);
-        ke->k = grown;
-    }
+    ke->k = xgrow(ke->k, ke->n, &ke->cap, 16, sizeof *ke->k);
     ke->k[ke->n++] = (Known){c->ref, c->rnode, c->tol.worst, c->tol.scale};
 }
 

@@ -160,14 +160,7 @@ static ReportStep *step_at(Report *r, int v, int index)
     for (int i = r->nstep - 1; i >= 0; i--)
         if (r->step[i].v == v && r->step[i].index == index)
             return &r->step[i];
-    if (r->nstep == r->capstep) {
-        r->capstep = r->capstep ? 2 * r->capstep : 64;
-        ReportStep *grown = xcalloc((size_t)r->capstep, sizeof *grown);
-        if (r->nstep)
-            memcpy(grown, r->step, (size_t)r->nstep * sizeof *grown);
-        free(r->step);
-        r->step = grown;
-    }
+    r->step = xgrow(r->step, r->nstep, &r->capstep, 64, sizeof *r->step);
     ReportStep *s = &r->step[r->nstep++];
     memset(s, 0, sizeof *s);
     s->v = v;

@@ -139,15 +139,10 @@ static void print_operator(Printer *pr, const Node *n)
         print_expr(pr, n->in[0], PREC_NEG);
         return;
     }
-    int len = 0, cap = 16;
-    const Node **chain = xmalloc((size_t)cap * sizeof *chain);
+    int len = 0, cap = 0;
+    const Node **chain = NULL;
     for (const Node *s = n;; s = node_of(pr->p, s->in[0])) {
-        if (len == cap) {
-            const Node **grown = xmalloc((size_t)(cap *= 2) * sizeof *chain);
-            memcpy(grown, chain, (size_t)len * sizeof *chain);
-            free(chain);
-            chain = grown;
-        }
+        chain = xgrow(chain, len, &cap, 16, sizeof *chain);
         chain[len++] = s;
         if (!chain_link(pr, node_of(pr->p, s->in[0]), prec))
             break;
