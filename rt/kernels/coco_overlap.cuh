@@ -4,9 +4,11 @@
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH
 
-enum { COCO_OVERLAP_DEFAULT_CHUNKS = 4, COCO_OVERLAP_MAX_EVENTS = 65 };
+// The default is no chunks: on 4 x H100 every chunk count from 2 to 8 was
+// slower than none for the paper's layers (doc/gpu.md, Overlap).
+enum { COCO_OVERLAP_DEFAULT_CHUNKS = 1, COCO_OVERLAP_MAX_EVENTS = 65 };
 
-// The chunks of each rank's part: ctx's knob (default 4), at most the
+// The chunks of each rank's part: ctx's knob (default 1), at most the
 // part's rows; 1 (no chunks) unless the MatMul's M rows of N part the
 // tensor the way the kernels do: P parts of M / P whole rows (cs elements
 // each, nall in all).
