@@ -11,8 +11,9 @@
  * rank owns the elements it would own without chunks, so kept slices,
  * Dropout's masks and the values are the unchunked kernel's bit for bit.
  *
- * The kernel is launched once, on the side stream, before the MatMul's
- * chunks, on a grid of two blocks an SM of the SMs it keeps
+ * The kernel is launched once, on the side stream, after the MatMul's
+ * chunks are enqueued (so that CUDA's lazy loading of their code cannot
+ * wait for the kernel that waits for them), on a grid of two blocks an SM of the SMs it keeps
  * (COCONET_OVERLAP_SMS, 32 by default; the MatMul's cuBLASLt SM target is
  * the rest, so both always find SMs). On the main stream each chunk is
  * followed by a one-thread kernel that sets the chunk's flag in device
@@ -98,9 +99,9 @@ static void emit_sizes(Emitter *e, const Node *mm)
             a->id, a->ndim - 1, b->id, a->id);
 }
 
-/* The chunks: `go` (the launch block's lambda) launches the kernels on the
- * side stream first, each block waiting for each chunk's flag; the chunks
- * of the MatMul and their signals follow on the main stream. */
+/* The chunks of the MatMul and their signals on the main stream, then `go`
+ * (the launch block's lambda): the kernel on the side stream, each block
+ * waiting for each chunk's flag. */
 static void emit_chunks(Emitter *e, const Node *mm, int line)
 {
     FILE *o = e->o;
@@ -115,10 +116,6 @@ static void emit_chunks(Emitter *e, const Node *mm, int line)
                "            CocoChunks ck = {chunks, mP, mN, flag, epoch};\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
-               "            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))\n"
-               "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
-               "ranks\", G_WORLD);\n"
-               "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
                "            for (int c = 0; c < chunks; c++) {\n"
                "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
@@ -128,11 +125,17 @@ static void emit_chunks(Emitter *e, const Node *mm, int line)
                "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
                "                COCO_LAUNCH_CHECK(ctx, \"MatMul\", %d);\n"
                "            }\n"
+               "            /* launched last: everything it waits for is enqueued (and its code\n"
+               "               loaded: a lazy load while it spins could wait for it) */\n"
+               "            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))\n"
+               "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
+               "ranks\", G_WORLD);\n"
+               "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
                "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaEventRecord(ev[1], side));\n"
                "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[1], 0));\n"
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
                "\"chunks\");\n",
-            l, l, line, line, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line,
+            l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line, line,
             line, line);
 }
 
