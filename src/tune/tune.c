@@ -1,0 +1,752 @@
+/* tune.c: `coconet tune` (coco_tune), the driver.
+ *
+ * 1. The size points: every combination of the --sizes values (each size
+ *    not named keeps its -D or file value); the check point: the file's
+ *    sizes (or --check-size).
+ * 2. At each point the variants: the program (v[0]), its written schedules
+ *    and its enumerated ones; each crossed with its knob sets (knobs.c),
+ *    the candidates, each predicted by the cost model (cost.c).
+ * 3. Checks: a point small enough for the CPU reference (at most
+ *    INPLACE_ELEMENTS input elements over all ranks) is checked where it is
+ *    timed, in the same launches. Otherwise every (variant, knob set) is
+ *    first checked at the check point, once, a launch per knob set, and a
+ *    pair that fails there is never timed.
+ * 4. The search at each point (search.c): launches, pruning.
+ * 5. A table per point, sorted by time, and the record (record.c).
+ * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
+#include "tune/tune.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
+#define INPLACE_ELEMENTS (1L << 24)
+
+/* ---- options: --sizes and --check-size ---- */
+
+typedef struct {
+    char name[MAXNAME];
+    long value[64];
+    int n;
+} SizeList;
+
+/* a value: a positive integer or 2^k */
+static int parse_value(const char *s, long *v)
+{
+    char *end;
+    errno = 0;
+    if (!strncmp(s, "2^", 2)) {
+        long k = strtol(s + 2, &end, 10);
+        if (errno || end == s + 2 || *end || k < 0 || k > 40)
+            return -1;
+        *v = 1L << k;
+        return 0;
+    }
+    *v = strtol(s, &end, 10);
+    return errno || end == s || *end || *v <= 0 ? -1 : 0;
+}
+
+/* "NAME=v1,v2,..." into l; -1 with a message */
+static int parse_sizes(const char *opt, const char *text, SizeList *l, int many, char *err,
+                       size_t errlen)
+{
+    const char *eq = strchr(text, '=');
+    size_t n = eq ? (size_t)(eq - text) : 0;
+    memset(l, 0, sizeof *l);
+    int bad = !eq || n == 0 || n >= MAXNAME;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = !(text[i] == '_' || (text[i] >= 'A' && text[i] <= 'Z') ||
+                (text[i] >= 'a' && text[i] <= 'z') || (i && text[i] >= '0' && text[i] <= '9'));
+    if (!bad) {
+        memcpy(l->name, text, n);
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", eq + 1);
+        bad = !buf[0];
+        for (char *s = buf; !bad && s;) {
+            char *comma = strchr(s, ',');
+            if (comma)
+                *comma = 0;
+            bad = l->n == 64 || parse_value(s, &l->value[l->n++]);
+            s = comma ? comma + 1 : NULL;
+        }
+        bad |= !many && l->n != 1;
+    }
+    if (bad)
+        snprintf(err, errlen, "coconet: %s '%s': expected NAME=%s with positive integers or 2^k "
+                 "(k up to 40)\n", opt, text, many ? "v1,v2,... (at most 64 values)" : "v");
+    return bad ? -1 : 0;
+}
+
+/* ---- loading the program at a point ---- */
+
+typedef struct {
+    const char *file;
+    const coco_tune_options *o;
+    SizeList *tuned;            /* --sizes */
+    int ntuned;
+    SizeList *check;            /* --check-size */
+    int ncheck;
+} Setup;
+
+static int is_size(Program *p, const char *name)
+{
+    for (int i = 0; i < p->nsize; i++)
+        if (!strcmp(p->size[i].name, name))
+            return 1;
+    return 0;
+}
+
+static int defines_name(const char *def, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(def, name, n) && def[n] == '=';
+}
+
+/* Loads the program with the user's -D, less those `drop` says, plus extra */
+static Program *load_with(const Setup *s, const char *const *extra, int nextra,
+                          int (*drop)(const Setup *, const char *), char *err, size_t errlen)
+{
+    const char *defs[MAXDEF];
+    int n = 0;
+    for (int i = 0; i < s->o->ndefines && n < MAXDEF; i++)
+        if (!drop(s, s->o->defines[i]))
+            defs[n++] = s->o->defines[i];
+    for (int i = 0; i < nextra && n < MAXDEF; i++)
+        defs[n++] = extra[i];
+    coco_config cfg = {defs, n, s->o->nranks, s->o->group_size};
+    Program *p = coco_load_file(s->file, &cfg, err, errlen);
+    if (p && s->o->sched_file && coco_add_schedules(p, s->o->sched_file, err, errlen)) {
+        coco_program_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static int drop_none(const Setup *s, const char *def)
+{
+    return 0;
+}
+
+static int drop_tuned(const Setup *s, const char *def)
+{
+    for (int i = 0; i < s->ntuned; i++)
+        if (defines_name(def, s->tuned[i].name))
+            return 1;
+    return 0;
+}
+
+/* the check point: the file's defaults for every size that has one */
+static Program *g_base; /* the program as the user loaded it, for drop_sized */
+static int drop_sized(const Setup *s, const char *def)
+{
+    for (int i = 0; i < g_base->nsize; i++)
+        if (defines_name(def, g_base->size[i].name) && g_base->size[i].default_text)
+            return 1;
+    for (int i = 0; i < s->ncheck; i++)
+        if (defines_name(def, s->check[i].name))
+            return 1;
+    return 0;
+}
+
+/* The variants of p: the program, then each schedule (written, then
+ * enumerated) applied; NULL with a message */
+static Program **variants(Program *p, int *nv, char *err, size_t errlen)
+{
+    enumerate_schedules(p);
+    Program **v = xcalloc((size_t)p->nsched + 1, sizeof *v);
+    v[0] = p;
+    *nv = 1;
+    for (int i = 0; i < p->nsched; i++) {
+        if (!strcmp(p->sched[i].name, "program")) {
+            snprintf(err, errlen, "%s: error: a schedule may not be named 'program' (the "
+                     "program's own name in the tables and the record)\n", p->file);
+        } else if ((v[*nv] = coco_schedule(p, p->sched[i].name, err, errlen))) {
+            ++*nv;
+            continue;
+        }
+        for (int k = 1; k < *nv; k++)
+            program_free(v[k]);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static void free_variants(Program **v, int nv)
+{
+    for (int k = 1; k < nv; k++)
+        program_free(v[k]);
+    free(v);
+}
+
+/* Input elements over all ranks: the CPU reference's scale */
+static double input_elements(Program *p)
+{
+    double e = 0;
+    for (int i = 0; i < p->nexec_in; i++) {
+        const Node *n = &p->node[p->exec_in[i]];
+        for (int r = 0; n->op == O_INPUT && r < p->nranks; r++)
+            e += (double)local_count(p, n, r);
+    }
+    return e;
+}
+
+static const char *vname(Program *v)
+{
+    return v->applied ? v->applied : "program";
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    char variant[MAXNAME + 8];
+    int knob;
+    char verdict[16];
+} Failure;
+
+typedef struct {
+    Setup s;
+    TuneTimer *t;
+    Progress pg;
+    int done_before;   /* candidates of earlier points */
+    Failure *fail;     /* at the check point */
+    int nfail, capfail;
+    char check_sizes[512];
+    int limits_known;
+    Program **v;       /* the point's variants */
+    FILE *out;
+} Tune;
+
+static int launch_point(void *ctx, Search *s, const int *which, int n, int knob, char *err,
+                        size_t errlen)
+{
+    Tune *tu = ctx;
+    int *vi = xcalloc((size_t)n, sizeof *vi);
+    Measured *m = xcalloc((size_t)n, sizeof *m);
+    for (int i = 0; i < n; i++)
+        vi[i] = s->c[which[i]].variant;
+    int rc = tu->t->measure(tu->t, vi, n, knob, m, err, errlen);
+    for (int i = 0; !rc && i < n; i++) {
+        Cand *c = &s->c[which[i]];
+        c->state = m[i].passed && m[i].ms >= 0 ? CAND_TIMED : CAND_FAILED;
+        c->ms = m[i].ms;
+        snprintf(c->verdict, sizeof c->verdict, "%s", m[i].verdict);
+        snprintf(c->why, sizeof c->why, "%s", m[i].why);
+    }
+    if (!rc && tu->t->limits.known && !tu->limits_known) {
+        tu->limits_known = 1;
+        search_repredict(s, tu->v, &tu->t->limits);
+    }
+    free(vi);
+    free(m);
+    return rc;
+}
+
+static void show_progress(void *ctx, const Search *s)
+{
+    Tune *tu = ctx;
+    int done = 0;
+    for (int i = 0; i < s->n; i++)
+        done += s->c[i].state != CAND_TODO;
+    progress_show(&tu->pg, tu->done_before + done, "");
+}
+
+/* ---- the check at the check point ---- */
+
+static void add_failure(Tune *tu, const char *variant, int knob, const char *verdict)
+{
+    tu->fail = xgrow(tu->fail, tu->nfail, &tu->capfail, 16, sizeof *tu->fail);
+    Failure *f = &tu->fail[tu->nfail++];
+    snprintf(f->variant, sizeof f->variant, "%s", variant);
+    f->knob = knob;
+    snprintf(f->verdict, sizeof f->verdict, "%s", verdict);
+}
+
+static const Failure *failed_at_check(const Tune *tu, const char *variant, int knob)
+{
+    for (int i = 0; i < tu->nfail; i++)
+        if (!strcmp(tu->fail[i].variant, variant) && tu->fail[i].knob == knob)
+            return &tu->fail[i];
+    return NULL;
+}
+
+/* Checks every (variant, knob set) of the check point: a launch per knob set */
+static int check_all(Tune *tu, char *err, size_t errlen)
+{
+    Program *p = load_with(&tu->s, NULL, 0, drop_sized, err, errlen);
+    if (!p)
+        return -1;
+    const char *extra[MAXTUNED];
+    char buf[MAXTUNED][96];
+    for (int i = 0; i < tu->s.ncheck; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s=%ld", tu->s.check[i].name, tu->s.check[i].value[0]);
+        extra[i] = buf[i];
+    }
+    if (tu->s.ncheck) {
+        coco_program_free(p);
+        if (!(p = load_with(&tu->s, extra, tu->s.ncheck, drop_sized, err, errlen)))
+            return -1;
+    }
+    record_sizes(p, tu->check_sizes, sizeof tu->check_sizes);
+    int nv, rc = -1;
+    Program **v = variants(p, &nv, err, errlen);
+    if (v && !tu->t->open(tu->t, v, nv, MEASURE_CHECK, err, errlen)) {
+        Search s;
+        search_init(&s, v, nv, &tu->t->limits, 1, 1);
+        static const int order[NKNOB] = {KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL,
+                                         KNOB_DEFAULT};
+        int *which = xcalloc((size_t)s.n + 1, sizeof *which), *vi = xcalloc((size_t)s.n + 1,
+                                                                            sizeof *vi);
+        Measured *m = xcalloc((size_t)s.n + 1, sizeof *m);
+        rc = 0;
+        for (int k = 0; k < NKNOB && !rc; k++) {
+            int n = 0;
+            for (int i = 0; i < s.n; i++) {
+                Cand *c = &s.c[i];
+                int taken = 0;
+                for (int j = 0; j < n; j++)
+                    taken |= vi[j] == c->variant;
+                if (c->state == CAND_TODO && !taken && knob_runs_in(v[c->variant], c->knob,
+                                                                    order[k])) {
+                    which[n] = i;
+                    vi[n++] = c->variant;
+                }
+            }
+            if (!n)
+                continue;
+            rc = tu->t->measure(tu->t, vi, n, order[k], m, err, errlen);
+            for (int j = 0; !rc && j < n; j++) {
+                s.c[which[j]].state = CAND_TIMED;
+                if (!m[j].passed)
+                    add_failure(tu, vname(v[vi[j]]), s.c[which[j]].knob, m[j].verdict);
+            }
+        }
+        free(which);
+        free(vi);
+        free(m);
+        search_free(&s);
+        tu->t->close(tu->t);
+    }
+    if (v)
+        free_variants(v, nv);
+    coco_program_free(p);
+    return rc;
+}
+
+/* ---- the table of a point ---- */
+
+static int by_time(const void *a, const void *b)
+{
+    const Cand *x = *(const Cand *const *)a, *y = *(const Cand *const *)b;
+    int rx = x->state == CAND_TIMED ? 0 : x->state == CAND_PRUNED ? 1 : 2;
+    int ry = y->state == CAND_TIMED ? 0 : y->state == CAND_PRUNED ? 1 : 2;
+    if (rx != ry)
+        return rx - ry;
+    double kx = rx ? x->pred_ms : x->ms, ky = ry ? y->pred_ms : y->ms;
+    return kx < ky ? -1 : kx > ky;
+}
+
+static void print_row(FILE *out, Program **v, const Cand *c, int rank, double best,
+                      double program, const char *check_sizes)
+{
+    const Schedule *s = v[c->variant]->applied ? schedule_find(v[0], vname(v[c->variant]))
+                                               : NULL;
+    const char *note = s && s->note ? s->note : "";
+    char r[16] = "-";
+    if (c->state == CAND_TIMED) {
+        snprintf(r, sizeof r, "%d", rank);
+        char vs[16] = "-";
+        if (program > 0)
+            snprintf(vs, sizeof vs, "%.2f", c->ms / program);
+        fprintf(out, "%4s  %-24s %-8s %10.4f ms %8.2f %10s %10.4f ms  %s\n", r,
+                vname(v[c->variant]), knob_name(c->knob), c->ms, c->ms / best, vs, c->pred_ms,
+                note);
+    } else if (c->state == CAND_PRUNED) {
+        fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %10.4f ms  %s\n", r, vname(v[c->variant]),
+                knob_name(c->knob), "pruned", "", "", c->pred_ms, note);
+    } else {
+        fprintf(out, "%4s  %-24s %-8s %13s%s%s%s\n", r, vname(v[c->variant]),
+                knob_name(c->knob), c->verdict, c->why[0] ? ": " : "", c->why,
+                check_sizes ? check_sizes : "");
+    }
+}
+
+static void print_table(Tune *tu, Search *s, const char *sizes)
+{
+    FILE *out = tu->out;
+    Program **v = tu->v;
+    int best = search_best(s), prog = search_program(s);
+    int timed = 0, pruned = 0, failed = 0;
+    for (int i = 0; i < s->n; i++) {
+        timed += s->c[i].state == CAND_TIMED;
+        pruned += s->c[i].state == CAND_PRUNED;
+        failed += s->c[i].state == CAND_FAILED;
+    }
+    fprintf(out, "\n%s at %s, %d rank%s: %d candidates (%d variants x knob sets): %d timed, %d "
+            "pruned, %d failed, in %d launch%s\n", v[0]->exec_name, sizes, v[0]->nranks,
+            v[0]->nranks == 1 ? "" : "s", s->n, s->c[s->n - 1].variant + 1, timed, pruned,
+            failed, s->launches, s->launches == 1 ? "" : "es");
+    fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %13s\n", "rank", "schedule", "knobs", "time",
+            "vs-best", "vs-program", "predicted");
+    const Cand **row = xcalloc((size_t)s->n, sizeof *row);
+    for (int i = 0; i < s->n; i++)
+        row[i] = &s->c[i];
+    qsort(row, (size_t)s->n, sizeof *row, by_time);
+    double program = prog >= 0 && s->c[prog].state == CAND_TIMED ? s->c[prog].ms : -1;
+    for (int i = 0; i < s->n; i++)
+        print_row(out, v, row[i], i + 1, best >= 0 ? s->c[best].ms : 1, program, NULL);
+    free(row);
+    if (best < 0) {
+        fprintf(out, "no candidate passed its check at %s\n", sizes);
+        return;
+    }
+    const Cand *b = &s->c[best];
+    fprintf(out, "best at %s: %s with knobs %s", sizes, vname(v[b->variant]), knob_name(b->knob));
+    if (program > 0)
+        fprintf(out, ", %.2fx the program's speed", program / b->ms);
+    fprintf(out, "\n");
+}
+
+/* --exhaustive: what the pruned search would have chosen from these times */
+static void print_replay(Tune *tu, Search *s, double factor)
+{
+    int launches, timed, best = search_best(s);
+    int pick = search_replay(s, tu->v, factor, &launches, &timed);
+    if (best < 0 || pick < 0)
+        return;
+    double loss = s->c[pick].ms / s->c[best].ms - 1;
+    fprintf(tu->out, "pruning at %.3g would pick %s with knobs %s (%s%.1f %% slower than the "
+            "best), timing %d of %d candidates in %d launch%s\n", factor,
+            vname(tu->v[s->c[pick].variant]), knob_name(s->c[pick].knob),
+            pick == best ? "the best, " : "", 100 * loss, timed, s->n, launches,
+            launches == 1 ? "" : "es");
+}
+
+/* ---- one point ---- */
+
+static void tuned_names(const Setup *s, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int i = 0; i < s->ntuned; i++) {
+        size_t u = strlen(buf);
+        snprintf(buf + u, len - u, "%s%s", i ? "," : "", s->tuned[i].name);
+    }
+}
+
+static void mark_check_failures(Tune *tu, Search *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        const Failure *f = failed_at_check(tu, vname(tu->v[s->c[i].variant]), s->c[i].knob);
+        if (f) {
+            s->c[i].state = CAND_FAILED;
+            snprintf(s->c[i].verdict, sizeof s->c[i].verdict, "%s", f->verdict);
+            snprintf(s->c[i].why, sizeof s->c[i].why, "at the check point %.200s",
+                     tu->check_sizes);
+        }
+    }
+}
+
+static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, size_t errlen)
+{
+    int nv;
+    Program **v = variants(p, &nv, err, errlen);
+    if (!v)
+        return -1;
+    tu->v = v;
+    const coco_tune_options *o = tu->s.o;
+    double factor = o->prune > 0 ? o->prune : 1.5;
+    char sizes[512];
+    record_sizes(p, sizes, sizeof sizes);
+    int inplace = input_elements(p) <= (double)INPLACE_ELEMENTS;
+    Search s;
+    search_init(&s, v, nv, &tu->t->limits, factor, o->exhaustive);
+    if (!inplace)
+        mark_check_failures(tu, &s);
+    int rc = tu->t->open(tu->t, v, nv, inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
+    if (!rc) {
+        rc = search_run(&s, v, launch_point, tu, show_progress, err, errlen);
+        tu->t->close(tu->t);
+    }
+    tu->done_before += s.n;
+    if (!rc) {
+        progress_end(&tu->pg);
+        print_table(tu, &s, sizes);
+        if (o->exhaustive)
+            print_replay(tu, &s, factor);
+        int best = search_best(&s), prog = search_program(&s);
+        *ok = best >= 0;
+        if (best >= 0) {
+            RecordEntry e;
+            memset(&e, 0, sizeof e);
+            snprintf(e.sizes, sizeof e.sizes, "%s", sizes);
+            tuned_names(&tu->s, e.tuned, sizeof e.tuned);
+            snprintf(e.schedule, sizeof e.schedule, "%s", vname(v[s.c[best].variant]));
+            e.knob = s.c[best].knob;
+            e.ms = s.c[best].ms;
+            e.program_ms = s.c[prog].state == CAND_TIMED ? s.c[prog].ms : -1;
+            record_put(rec, &e);
+        }
+    }
+    search_free(&s);
+    free_variants(v, nv);
+    tu->v = NULL;
+    return rc;
+}
+
+/* ---- the points ---- */
+
+/* The defines of point k (mixed radix over the tuned lists) into buf */
+static void point_defines(const Setup *s, int k, char buf[][96], const char **defs)
+{
+    for (int i = s->ntuned - 1; i >= 0; i--) {
+        snprintf(buf[i], sizeof buf[i], "%s=%ld", s->tuned[i].name,
+                 s->tuned[i].value[k % s->tuned[i].n]);
+        defs[i] = buf[i];
+        k /= s->tuned[i].n;
+    }
+}
+
+static int npoints(const Setup *s)
+{
+    long n = 1;
+    for (int i = 0; i < s->ntuned; i++)
+        n *= s->tuned[i].n;
+    return n > MAXPOINTS ? -1 : (int)n;
+}
+
+/* Every option refers to a size of the program; 2 with a message if not */
+static int check_names(const Setup *s, Program *p, char *err, size_t errlen)
+{
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < (k ? s->ncheck : s->ntuned); i++) {
+            const char *name = k ? s->check[i].name : s->tuned[i].name;
+            if (!is_size(p, name)) {
+                snprintf(err, errlen, "coconet: %s %s: %s has no size named %s\n",
+                         k ? "--check-size" : "--sizes", name, s->file, name);
+                return 2;
+            }
+            for (int j = 0; j < i; j++)
+                if (!strcmp(name, k ? s->check[j].name : s->tuned[j].name)) {
+                    snprintf(err, errlen, "coconet: %s names %s twice\n",
+                             k ? "--check-size" : "--sizes", name);
+                    return 2;
+                }
+        }
+    return 0;
+}
+
+/* ---- plan: the candidates and their predictions, nothing timed ---- */
+
+static int plan_point(Tune *tu, Program *p, char *err, size_t errlen)
+{
+    int nv;
+    Program **v = variants(p, &nv, err, errlen);
+    if (!v)
+        return -1;
+    TuneLimits l;
+    tune_limits_default(&l);
+    Search s;
+    search_init(&s, v, nv, &l, 1.5, 1);
+    char sizes[512];
+    record_sizes(p, sizes, sizeof sizes);
+    fprintf(tu->out, "\n%s at %s, %d rank%s: %d variants, %d candidates; checked %s\n",
+            p->exec_name, sizes, p->nranks, p->nranks == 1 ? "" : "s", nv, s.n,
+            input_elements(p) <= (double)INPLACE_ELEMENTS ? "in place" : "at the check point");
+    fprintf(tu->out, "%-24s %-8s %13s %12s %12s %12s %8s %5s %8s\n", "schedule", "knobs",
+            "predicted", "memory", "link", "gemm-flops", "launches", "nccl", "barriers");
+    for (int i = 0; i < s.n; i++) {
+        const Cand *c = &s.c[i];
+        TuneCost tc, most;
+        memset(&most, 0, sizeof most);
+        for (int r = 0; r < p->nranks; r++) { /* each figure's most over the ranks */
+            tune_cost(v[c->variant], c->knob, r, &tc);
+            most.mem_bytes = fmax(most.mem_bytes, tc.mem_bytes);
+            most.link_bytes = fmax(most.link_bytes, tc.link_bytes);
+            most.gemm_flops = fmax(most.gemm_flops, tc.gemm_flops);
+            most.launches = tc.launches;
+            most.nccl_calls = tc.nccl_calls;
+            most.barriers = tc.barriers;
+        }
+        fprintf(tu->out, "%-24s %-8s %10.4f ms %12.6g %12.6g %12.6g %8d %5d %8d\n",
+                vname(v[c->variant]), knob_name(c->knob), c->pred_ms, most.mem_bytes,
+                most.link_bytes, most.gemm_flops, most.launches, most.nccl_calls, most.barriers);
+    }
+    search_free(&s);
+    free_variants(v, nv);
+    return 0;
+}
+
+/* ---- the entry point ---- */
+
+static int parse_options(const coco_tune_options *o, SizeList *tuned, SizeList *check,
+                         Setup *s, char *err, size_t errlen)
+{
+    if (o->nsizes > MAXTUNED) {
+        snprintf(err, errlen, "coconet: at most %d --sizes options\n", MAXTUNED);
+        return 2;
+    }
+    for (int i = 0; i < o->nsizes; i++)
+        if (parse_sizes("--sizes", o->sizes[i], &tuned[i], 1, err, errlen))
+            return 2;
+    s->ntuned = o->nsizes;
+    s->ncheck = 0;
+    for (const char *c = o->check_size; c && *c && s->ncheck < MAXTUNED;) {
+        char one[256];
+        size_t n = strcspn(c, ",");
+        snprintf(one, sizeof one, "%.*s", (int)n, c);
+        if (parse_sizes("--check-size", one, &check[s->ncheck++], 0, err, errlen))
+            return 2;
+        c += n + (c[n] == ',');
+    }
+    if (o->prune != 0 && o->prune < 1) {
+        snprintf(err, errlen, "coconet: --prune %g: the factor must be at least 1\n", o->prune);
+        return 2;
+    }
+    if (npoints(s) < 0) {
+        snprintf(err, errlen, "coconet: --sizes: more than %d size points\n", MAXPOINTS);
+        return 2;
+    }
+    return 0;
+}
+
+static TuneTimer *make_timer(const coco_tune_options *o, FILE *log, char *err, size_t errlen)
+{
+    const char *fake = getenv("COCONET_TUNE_FAKE");
+    if (fake && *fake)
+        return timer_fake_new(fake, err, errlen);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    TimerConfig c = {o->nranks, o->iters > 0 ? o->iters : 20,
+                     o->threads > 0 ? o->threads : (cores > 0 ? (int)cores : 1),
+                     o->timeout_s > 0 ? o->timeout_s : 300, o->seed ? o->seed : 1, log};
+    return timer_cuda_new(&c, err, errlen);
+}
+
+/* Times every point and writes the record; 0, or 1 */
+static int tune_points(Tune *tu, Program *base, char *err, size_t errlen)
+{
+    Record rec;
+    if (record_key(base, tu->t->gpu, tu->t->nccl, &rec, err, errlen))
+        return 1;
+    int rr = record_read(&rec, err, errlen);
+    if (rr < 0) {
+        record_free(&rec);
+        return 1;
+    }
+    int n = npoints(&tu->s), rc = 0, all_ok = 1;
+    char buf[MAXTUNED][96];
+    const char *defs[MAXTUNED];
+    for (int k = 0; k < n && !rc; k++) {
+        point_defines(&tu->s, k, buf, defs);
+        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+        int ok = 0;
+        rc = !p || tune_point(tu, p, &rec, &ok, err, errlen);
+        all_ok &= ok;
+        coco_program_free(p);
+    }
+    if (!rc && record_write(&rec, err, errlen))
+        rc = 1;
+    if (!rc)
+        fprintf(tu->out, "\nrecord: %s (%d size point%s); `coconet run %s --schedule tuned` "
+                "uses it\n", rec.path, rec.n, rec.n == 1 ? "" : "s", tu->s.file);
+    record_free(&rec);
+    return rc ? 1 : !all_ok;
+}
+
+/* Are some points too large to check in place? */
+static int needs_check_point(Tune *tu, char *err, size_t errlen, int *needed)
+{
+    char buf[MAXTUNED][96];
+    const char *defs[MAXTUNED];
+    *needed = 0;
+    for (int k = 0; k < npoints(&tu->s) && !*needed; k++) {
+        point_defines(&tu->s, k, buf, defs);
+        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+        if (!p)
+            return -1;
+        *needed = input_elements(p) > (double)INPLACE_ELEMENTS;
+        coco_program_free(p);
+    }
+    return 0;
+}
+
+static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
+{
+    const coco_tune_options *o = tu->s.o;
+    char buf[MAXTUNED][96];
+    const char *defs[MAXTUNED];
+    if (o->plan) {
+        for (int k = 0; k < npoints(&tu->s); k++) {
+            point_defines(&tu->s, k, buf, defs);
+            Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+            int rc = !p || plan_point(tu, p, err, errlen);
+            coco_program_free(p);
+            if (rc)
+                return 1;
+        }
+        return 0;
+    }
+    int needed, total = 0;
+    if (needs_check_point(tu, err, errlen, &needed))
+        return 1;
+    for (int k = 0; k < npoints(&tu->s); k++) { /* the progress bar's total */
+        point_defines(&tu->s, k, buf, defs);
+        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+        int nv;
+        Program **v = p ? variants(p, &nv, err, errlen) : NULL;
+        for (int i = 0; v && i < nv; i++) {
+            int sets[NKNOB];
+            total += knob_sets(v[i], sets);
+        }
+        if (v)
+            free_variants(v, nv);
+        coco_program_free(p);
+        if (!v)
+            return 1;
+    }
+    progress_start(&tu->pg, total, isatty(2));
+    if (needed && check_all(tu, err, errlen))
+        return 1;
+    return tune_points(tu, base, err, errlen);
+}
+
+int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
+              size_t errlen)
+{
+    SizeList tuned[MAXTUNED], check[MAXTUNED];
+    Tune tu;
+    memset(&tu, 0, sizeof tu);
+    tu.s = (Setup){file, o, tuned, 0, check, 0};
+    tu.out = out;
+    err[0] = 0;
+    int rc = parse_options(o, tuned, check, &tu.s, err, errlen);
+    if (rc)
+        return rc;
+    g_base = load_with(&tu.s, NULL, 0, drop_none, err, errlen);
+    if (!g_base)
+        return 1;
+    rc = check_names(&tu.s, g_base, err, errlen);
+    FILE *log = NULL;
+    if (!rc && o->log && !(log = fopen(o->log, "a"))) {
+        snprintf(err, errlen, "coconet: --log %s: %s\n", o->log, strerror(errno));
+        rc = 1;
+    }
+    if (!rc && !o->plan && !(tu.t = make_timer(o, log, err, errlen)))
+        rc = 1;
+    double t0 = tune_now_s();
+    if (!rc)
+        rc = run_tune(&tu, g_base, err, errlen);
+    if (tu.t) {
+        fprintf(out, "tune: %.1f s, %d launch%s of the ranks\n", tune_now_s() - t0,
+                tu.t->launches, tu.t->launches == 1 ? "" : "es");
+        tu.t->free(tu.t);
+    }
+    if (log)
+        fclose(log);
+    free(tu.fail);
+    coco_program_free(g_base);
+    g_base = NULL;
+    return rc;
+}
