@@ -118,5 +118,7 @@ COCONET_CUDA_RUNTIME=/nonexistent/libcoconet_cuda.so coco tune examples/adam.coc
 tune_refused "no GPU runtime" 1 "coconet tune: cannot time on GPUs: the CUDA runtime /nonexistent/libcoconet_cuda.so is not built"
 coco run examples/adam.coco --ranks 3 --schedule tuned
 tune_refused "no record" 1 "run \`coconet tune examples/adam.coco --ranks 3 --sizes ...\` first"
+# the GPU benchmark's script parses
+if sh -n bench/tune.sh 2>"$TMP/err"; then ok; else bad "bench/tune.sh: $(err1)"; fi
 unset COCONET_CACHE
 group_end
