@@ -7,7 +7,10 @@
  * view of that job holding only the variants asked for, with the knob set
  * in the environment the ranks inherit (knob_setenv). No CUDA call is made
  * in this process. The verdicts and times are the run's (report_verdict):
- * the slowest rank's median of --iters timed runs after 3 warm-up runs. */
+ * the slowest rank's median of --iters timed runs after 3 warm-up runs.
+ * When a rank fails, the variants after the one it failed in never ran:
+ * they are said not run (the search launches them again); a signal that
+ * stopped the ranks (Ctrl-C) stops the tuning. */
 #include "tune/tune.h"
 
 #include <stdlib.h>
@@ -86,6 +89,8 @@ static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measure
     }
     char why[256];
     rank_error(&rep, why, sizeof why);
+    /* the variant the first failing rank was in: those after it never ran */
+    int culprit = rep.first_failure >= 0 ? rep.at[rep.first_failure] : -1;
     for (int i = 0; i < n; i++) {
         RankRow all;
         const char *verdict = report_verdict(&view, &rep, i, &all);
@@ -93,9 +98,11 @@ static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measure
         snprintf(out[i].verdict, sizeof out[i].verdict, "%s", verdict);
         out[i].passed = report_passed(verdict);
         out[i].ms = out[i].passed && c->mode != MEASURE_CHECK ? all.median_ms : -1;
+        out[i].not_run = !out[i].passed && culprit >= 0 && i > culprit;
         if (!out[i].passed)
             snprintf(out[i].why, sizeof out[i].why, "%s", why);
     }
+    int stopped = strstr(why, "coconet received signal") != NULL;
     if (rep.limits.known) {
         t->limits.copy_gbs = rep.limits.copy_gbs;
         t->limits.peer_gbs = rep.limits.peer_gbs;
@@ -105,7 +112,9 @@ static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measure
     report_free(&rep);
     free(view.v);
     knob_setenv(KNOB_DEFAULT);
-    return 0;
+    if (stopped)
+        snprintf(err, errlen, "coconet tune: stopped by a signal (the ranks were stopped)\n");
+    return stopped ? -1 : 0;
 }
 
 static void cuda_close(TuneTimer *t)

@@ -6,7 +6,9 @@
  *   nccl VERSION
  *   limits COPY_GBS PEER_GBS GEMM_TFLOPS   (the cost model's; else its defaults)
  *   time SIZES KNOBS VARIANT MS      a variant's time at a size point under a knob set
- *   fail SIZES KNOBS VARIANT VERDICT the variant fails its check there
+ *   fail SIZES KNOBS VARIANT VERDICT the variant fails its check there; CRASH:
+ *                                    a rank dies in it, the launch's later
+ *                                    variants never run
  * SIZES is every size of the program as the record writes them
  * ("N=1048576,B=8"), KNOBS a knob set's name (the one the variant runs
  * as: default for a variant the knobs do not change), VARIANT "program" or a
@@ -81,13 +83,20 @@ static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measure
 {
     FakeTimer *f = (FakeTimer *)t;
     t->launches++;
+    int crashed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = f->names[which[i]];
         int own = own_knob(f->v[which[i]], knob);
         Measured *m = &out[i];
         memset(m, 0, sizeof *m);
         m->ms = -1;
+        if (crashed) { /* the ranks were stopped before it */
+            snprintf(m->verdict, sizeof m->verdict, "FAILED");
+            m->not_run = 1;
+            continue;
+        }
         const FakeLine *bad = find(f, "fail", name, own);
+        crashed = bad && !strcmp(bad->value, "CRASH");
         if (bad) {
             snprintf(m->verdict, sizeof m->verdict, "%.15s", bad->value);
             snprintf(m->why, sizeof m->why, "%.200s: recorded as failing", f->path);

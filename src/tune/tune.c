@@ -229,8 +229,13 @@ static int launch_point(void *ctx, Search *s, const int *which, int n, int knob,
     for (int i = 0; i < n; i++)
         vi[i] = s->c[which[i]].variant;
     int rc = tu->t->measure(tu->t, vi, n, knob, m, err, errlen);
+    int resolved = 0;
+    for (int i = 0; !rc && i < n; i++)
+        resolved += !m[i].not_run;
     for (int i = 0; !rc && i < n; i++) {
         Cand *c = &s->c[which[i]];
+        if (m[i].not_run && resolved) /* launched again; if none ran, all fail */
+            continue;
         c->state = m[i].passed && m[i].ms >= 0 ? CAND_TIMED : CAND_FAILED;
         c->ms = m[i].ms;
         snprintf(c->verdict, sizeof c->verdict, "%s", m[i].verdict);
@@ -318,11 +323,17 @@ static int check_all(Tune *tu, char *err, size_t errlen)
             if (!n)
                 continue;
             rc = tu->t->measure(tu->t, vi, n, order[k], m, err, errlen);
+            int resolved = 0;
+            for (int j = 0; !rc && j < n; j++)
+                resolved += !m[j].not_run;
             for (int j = 0; !rc && j < n; j++) {
+                if (m[j].not_run && resolved)
+                    continue; /* checked in the next launch */
                 s.c[which[j]].state = CAND_TIMED;
                 if (!m[j].passed)
                     add_failure(tu, vname(v[vi[j]]), s.c[which[j]].knob, m[j].verdict);
             }
+            k -= resolved < n && !rc; /* the same knob set again for those not run */
         }
         free(which);
         free(vi);
@@ -649,8 +660,9 @@ static int tune_points(Tune *tu, Program *base, char *err, size_t errlen)
     if (!rc && record_write(&rec, err, errlen))
         rc = 1;
     if (!rc)
-        fprintf(tu->out, "\nrecord: %s (%d size point%s); `coconet run %s --schedule tuned` "
-                "uses it\n", rec.path, rec.n, rec.n == 1 ? "" : "s", tu->s.file);
+        fprintf(tu->out, "\nrecord: %s (%d size point%s); `coconet run %s --ranks %d "
+                "--schedule tuned` uses it\n", rec.path, rec.n, rec.n == 1 ? "" : "s", tu->s.file,
+                base->nranks);
     record_free(&rec);
     return rc ? 1 : !all_ok;
 }

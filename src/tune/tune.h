@@ -51,6 +51,8 @@ typedef struct {
     int passed;
     double ms;        /* the slowest rank's median; < 0: not timed */
     char why[256];    /* for a variant that failed: the first rank error, if any */
+    int not_run;      /* a rank failed in an earlier variant of the launch: never
+                         ran, to be launched again */
 } Measured;
 typedef struct TuneTimer TuneTimer;
 struct TuneTimer {

@@ -62,6 +62,8 @@ coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
 tune_expect "at N=1008: the program" "^best at N=1008: program with knobs default"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 30 timed, 0 pruned, 2 failed, in 5 launches"
+tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
 tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
 coco tune examples/adam.coco --ranks 4 --show
