@@ -12,10 +12,10 @@
 #   schedules every program x every enumerated schedule x P matches the program;
 #   ragged    the optimizers at sizes not divisible by P, every schedule;
 #   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
-#   tune      `coconet tune` against a fake timer (tests/tune/*.times): the
-#             candidates, pruning, failed checks, the record, --schedule tuned;
 #   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
 #             (60), and its kept crashers; skipped where clang has no libFuzzer;
+#   tune      `coconet tune` against a fake timer (tests/tune/*.times): the
+#             candidates, pruning, failed checks, the record, --schedule tuned;
 #   sanitize  the examples, refusals and random programs under ASan and UBSan;
 #   fused-gen the fused collectives and Sends each program's schedules generate
 #             (expected kinds: tests/gen/fused/*.expect) and the rules every
