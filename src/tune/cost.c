@@ -25,8 +25,12 @@
  * The step's time is its slowest of memory / copy bandwidth, link / peer
  * bandwidth, GEMM FLOPs / GEMM rate, plus its latencies: a kernel launch
  * LAUNCH_US, an NCCL call NCCL_US (at P > 1), a barrier of the fused kernels
- * BARRIER_US. Steps of one overlap take the slowest of their bandwidth
- * times. The variant's time: the sum of its steps on the slowest rank. */
+ * BARRIER_US. The steps of an overlap of a MatMul and a FusedAllReduce
+ * chunked (chunks2, chunks4: src/cuda/emit_overlap.c) take the slowest of
+ * their bandwidth times and their latencies once a chunk; every other
+ * overlap runs in order (the backend's default). The variant's time: the
+ * sum of its steps on the slowest rank. A variant is costed as the backend
+ * runs it (lower_collectives applied: the callers pass that form). */
 #include "tune/tune.h"
 
 #include <stdlib.h>
@@ -263,9 +267,11 @@ static int overlap_of(const Program *p, int f, int one)
     return -1;
 }
 
-/* One rank's time: steps summed, those of one overlap by their slowest */
+/* One rank's time: steps summed; those of a chunked overlap by their
+ * slowest, plus each chunk's launches and barrier */
 static double rank_ms(const Program *v, int k, int rank, const TuneLimits *l)
 {
+    int chunks = knob_chunks(k);
     double total = 0, *over = xcalloc((size_t)v->noverlap + 1, sizeof *over);
     int n = v->nfusion + v->nnode;
     for (int i = 0; i < n; i++) {
@@ -278,7 +284,9 @@ static double rank_ms(const Program *v, int k, int rank, const TuneLimits *l)
         memset(&c, 0, sizeof c);
         add_step(&c, &s);
         int o = overlap_of(v, f, one);
-        total += latency_ms(&c, v->nranks);
+        if (o >= 0 && (chunks == 1 || !knob_chunked_overlap(v, o)))
+            o = -1; /* in order, on one stream */
+        total += latency_ms(&c, v->nranks) * (o >= 0 ? chunks : 1);
         if (o >= 0)
             over[o] = larger(over[o], bandwidth_ms(&c, v->nranks, l));
         else

@@ -3,8 +3,8 @@
  *
  * One launch of the ranks runs under one knob set (knobs.c), so the search
  * goes launch by launch: it takes the untimed candidate the cost model
- * (cost.c) predicts fastest (the program first: it is the baseline of every
- * ratio and is never pruned), and times, in one launch under its knob set,
+ * (cost.c) predicts fastest (first the program's fastest predicted, never
+ * pruned, so that every table has the program's time), and times, in one launch under its knob set,
  * every untimed candidate that can run there (one per variant). After each
  * launch it calibrates the model: c = the least measured / predicted ratio
  * so far, so that c x prediction is the most optimistic guess the times
@@ -30,6 +30,7 @@ void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double fac
     s->factor = factor;
     s->exhaustive = exhaustive;
     s->c = xcalloc((size_t)nv * NKNOB, sizeof *s->c);
+    int must = -1;
     for (int i = 0; i < nv; i++) {
         int sets[NKNOB], n = knob_sets(v[i], sets);
         for (int k = 0; k < n; k++) {
@@ -38,9 +39,11 @@ void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double fac
             c->knob = sets[k];
             c->pred_ms = tune_predict_ms(v[i], sets[k], l);
             c->ms = -1;
-            c->must = i == 0;
+            if (i == 0 && (must < 0 || c->pred_ms < s->c[must].pred_ms))
+                must = s->n - 1;
         }
     }
+    s->c[must].must = 1; /* the program's fastest predicted: a baseline, whatever is pruned */
 }
 
 void search_repredict(Search *s, Program **v, const TuneLimits *l)
@@ -121,10 +124,12 @@ int search_best(const Search *s)
 
 int search_program(const Search *s)
 {
+    int best = -1;
     for (int i = 0; i < s->n; i++)
-        if (s->c[i].variant == 0)
-            return i;
-    return -1;
+        if (s->c[i].variant == 0 && s->c[i].state == CAND_TIMED &&
+            (best < 0 || s->c[i].ms < s->c[best].ms))
+            best = i;
+    return best;
 }
 
 /* Prunes what even the calibrated model says is too slow */

@@ -71,11 +71,13 @@ static int fake_open(TuneTimer *t, Program **v, int n, MeasureMode mode, char *e
  * rows name that one (default for a variant the knobs do not change) */
 static int own_knob(Program *v, int launch)
 {
-    int sets[NKNOB], n = knob_sets(v, sets);
-    for (int k = 0; k < n; k++)
-        if (knob_runs_in(v, sets[k], launch))
-            return sets[k];
-    return launch;
+    Program *l = lower_collectives(v), *r = l ? l : v;
+    int sets[NKNOB], n = knob_sets(r, sets), own = launch;
+    for (int k = n - 1; k >= 0; k--)
+        if (knob_runs_in(r, sets[k], launch))
+            own = sets[k];
+    program_free(l);
+    return own;
 }
 
 static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measured *out,

@@ -182,6 +182,27 @@ static void free_variants(Program **v, int nv)
     free(v);
 }
 
+/* The variants as the CUDA backend runs them (lower_collectives), which the
+ * knob sets and the cost model judge; the same program where nothing lowers */
+static Program **as_run(Program **v, int nv)
+{
+    Program **lv = xcalloc((size_t)nv, sizeof *lv);
+    for (int i = 0; i < nv; i++) {
+        lv[i] = lower_collectives(v[i]);
+        if (!lv[i])
+            lv[i] = v[i];
+    }
+    return lv;
+}
+
+static void free_as_run(Program **lv, Program **v, int nv)
+{
+    for (int i = 0; lv && i < nv; i++)
+        if (lv[i] != v[i])
+            program_free(lv[i]);
+    free(lv);
+}
+
 /* Input elements over all ranks: the CPU reference's scale */
 static double input_elements(Program *p)
 {
@@ -217,6 +238,7 @@ typedef struct {
     char check_sizes[512];
     int limits_known;
     Program **v;       /* the point's variants */
+    Program **lv;      /* as the backend runs them (as_run) */
     FILE *out;
 } Tune;
 
@@ -243,7 +265,7 @@ static int launch_point(void *ctx, Search *s, const int *which, int n, int knob,
     }
     if (!rc && tu->t->limits.known && !tu->limits_known) {
         tu->limits_known = 1;
-        search_repredict(s, tu->v, &tu->t->limits);
+        search_repredict(s, tu->lv, &tu->t->limits);
     }
     free(vi);
     free(m);
@@ -297,10 +319,10 @@ static int check_all(Tune *tu, char *err, size_t errlen)
     }
     record_sizes(p, tu->check_sizes, sizeof tu->check_sizes);
     int nv, rc = -1;
-    Program **v = variants(p, &nv, err, errlen);
+    Program **v = variants(p, &nv, err, errlen), **lv = v ? as_run(v, nv) : NULL;
     if (v && !tu->t->open(tu->t, v, nv, MEASURE_CHECK, err, errlen)) {
         Search s;
-        search_init(&s, v, nv, &tu->t->limits, 1, 1);
+        search_init(&s, lv, nv, &tu->t->limits, 1, 1);
         static const int order[NKNOB] = {KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL,
                                          KNOB_DEFAULT};
         int *which = xcalloc((size_t)s.n + 1, sizeof *which), *vi = xcalloc((size_t)s.n + 1,
@@ -314,8 +336,8 @@ static int check_all(Tune *tu, char *err, size_t errlen)
                 int taken = 0;
                 for (int j = 0; j < n; j++)
                     taken |= vi[j] == c->variant;
-                if (c->state == CAND_TODO && !taken && knob_runs_in(v[c->variant], c->knob,
-                                                                    order[k])) {
+                if (c->state == CAND_TODO && !taken && knob_runs_in(lv[c->variant], c->knob,
+                                                                     order[k])) {
                     which[n] = i;
                     vi[n++] = c->variant;
                 }
@@ -341,6 +363,7 @@ static int check_all(Tune *tu, char *err, size_t errlen)
         search_free(&s);
         tu->t->close(tu->t);
     }
+    free_as_run(lv, v, nv);
     if (v)
         free_variants(v, nv);
     coco_program_free(p);
@@ -425,7 +448,7 @@ static void print_table(Tune *tu, Search *s, const char *sizes)
 static void print_replay(Tune *tu, Search *s, double factor)
 {
     int launches, timed, best = search_best(s);
-    int pick = search_replay(s, tu->v, factor, &launches, &timed);
+    int pick = search_replay(s, tu->lv, factor, &launches, &timed);
     if (best < 0 || pick < 0)
         return;
     double loss = s->c[pick].ms / s->c[best].ms - 1;
@@ -467,18 +490,19 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     if (!v)
         return -1;
     tu->v = v;
+    tu->lv = as_run(v, nv);
     const coco_tune_options *o = tu->s.o;
     double factor = o->prune > 0 ? o->prune : 1.5;
     char sizes[512];
     record_sizes(p, sizes, sizeof sizes);
     int inplace = input_elements(p) <= (double)INPLACE_ELEMENTS;
     Search s;
-    search_init(&s, v, nv, &tu->t->limits, factor, o->exhaustive);
+    search_init(&s, tu->lv, nv, &tu->t->limits, factor, o->exhaustive);
     if (!inplace)
         mark_check_failures(tu, &s);
     int rc = tu->t->open(tu->t, v, nv, inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
-        rc = search_run(&s, v, launch_point, tu, show_progress, err, errlen);
+        rc = search_run(&s, tu->lv, launch_point, tu, show_progress, err, errlen);
         tu->t->close(tu->t);
     }
     tu->done_before += s.n;
@@ -497,13 +521,14 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
             snprintf(e.schedule, sizeof e.schedule, "%s", vname(v[s.c[best].variant]));
             e.knob = s.c[best].knob;
             e.ms = s.c[best].ms;
-            e.program_ms = s.c[prog].state == CAND_TIMED ? s.c[prog].ms : -1;
+            e.program_ms = prog >= 0 ? s.c[prog].ms : -1;
             record_put(rec, &e);
         }
     }
     search_free(&s);
+    free_as_run(tu->lv, v, nv);
     free_variants(v, nv);
-    tu->v = NULL;
+    tu->v = tu->lv = NULL;
     return rc;
 }
 
@@ -559,8 +584,9 @@ static int plan_point(Tune *tu, Program *p, char *err, size_t errlen)
         return -1;
     TuneLimits l;
     tune_limits_default(&l);
+    Program **lv = as_run(v, nv);
     Search s;
-    search_init(&s, v, nv, &l, 1.5, 1);
+    search_init(&s, lv, nv, &l, 1.5, 1);
     char sizes[512];
     record_sizes(p, sizes, sizeof sizes);
     fprintf(tu->out, "\n%s at %s, %d rank%s: %d variants, %d candidates; checked %s\n",
@@ -573,7 +599,7 @@ static int plan_point(Tune *tu, Program *p, char *err, size_t errlen)
         TuneCost tc, most;
         memset(&most, 0, sizeof most);
         for (int r = 0; r < p->nranks; r++) { /* each figure's most over the ranks */
-            tune_cost(v[c->variant], c->knob, r, &tc);
+            tune_cost(lv[c->variant], c->knob, r, &tc);
             most.mem_bytes = fmax(most.mem_bytes, tc.mem_bytes);
             most.link_bytes = fmax(most.link_bytes, tc.link_bytes);
             most.gemm_flops = fmax(most.gemm_flops, tc.gemm_flops);
@@ -586,6 +612,7 @@ static int plan_point(Tune *tu, Program *p, char *err, size_t errlen)
                 most.link_bytes, most.gemm_flops, most.launches, most.nccl_calls, most.barriers);
     }
     search_free(&s);
+    free_as_run(lv, v, nv);
     free_variants(v, nv);
     return 0;
 }
@@ -708,10 +735,12 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
         Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
         int nv;
         Program **v = p ? variants(p, &nv, err, errlen) : NULL;
+        Program **lv = v ? as_run(v, nv) : NULL;
         for (int i = 0; v && i < nv; i++) {
             int sets[NKNOB];
-            total += knob_sets(v[i], sets);
+            total += knob_sets(lv[i], sets);
         }
+        free_as_run(lv, v, nv);
         if (v)
             free_variants(v, nv);
         coco_program_free(p);

@@ -10,18 +10,27 @@
 
 #include "cuda/cuda.h"
 
-/* ---- knobs.c: the fused collectives' knob sets, and which apply ---- */
-/* A knob set is a value of COCONET_FUSED for every rank of a launch
- * (default: unset, the runtime's choice by size). */
-enum { KNOB_DEFAULT, KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL, NKNOB };
+/* ---- knobs.c: the runtime's knob sets, and which apply ---- */
+/* A knob set is one setting for every rank of a launch: a value of
+ * COCONET_FUSED or of COCONET_OVERLAP_CHUNKS (default: neither set, the
+ * runtime's choices). v below: a variant as the CUDA backend runs it
+ * (lower_collectives applied, when it lowers anything). */
+enum {
+    KNOB_DEFAULT, KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL, KNOB_CHUNKS2, KNOB_CHUNKS4,
+    NKNOB
+};
 const char *knob_name(int k);             /* "default", "oneshot", ... */
 const char *knob_env(int k);              /* "COCONET_FUSED=oneshot", or "" */
 int knob_parse(const char *name);         /* the knob set named, or -1 */
+int knob_chunks(int k);                   /* the overlap's chunks under k (1: none) */
 int knob_sets(const Program *v, int *sets); /* those that apply to v (sets[NKNOB]); how many */
 /* May candidate (v, k) be timed in a launch made under knob set `launch`
  * (it then runs as it would under k)? */
 int knob_runs_in(const Program *v, int k, int launch);
-void knob_setenv(int k);                  /* COCONET_FUSED in this process, for its ranks */
+void knob_setenv(int k);                  /* the knobs in this process, for its ranks */
+/* Does overlap o of v overlap a MatMul with a FusedAllReduce (chunked by
+ * COCONET_OVERLAP_CHUNKS)? */
+int knob_chunked_overlap(const Program *v, int o);
 
 /* ---- cost.c: the cost model ---- */
 typedef struct {
@@ -88,7 +97,7 @@ typedef struct {
     double pred_ms;  /* the cost model's */
     double ms;       /* measured, when TIMED */
     int state;
-    int must;        /* always timed (the program: the baseline) */
+    int must;        /* always timed (the program's fastest predicted) */
     char verdict[16], why[256];
 } Cand;
 typedef struct {
@@ -98,8 +107,9 @@ typedef struct {
     int exhaustive;  /* time everything */
     int launches, timed;
 } Search;
-/* Makes the candidates of variants v[0..nv) (v[0]: the program), each knob
- * set that applies, with the model's predictions. */
+/* Makes the candidates of variants v[0..nv) (v[0]: the program; each as
+ * the backend runs it), each knob set that applies, with the model's
+ * predictions. */
 void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double factor,
                  int exhaustive);
 void search_free(Search *s);
@@ -112,7 +122,7 @@ typedef int (*LaunchFn)(void *ctx, Search *s, const int *which, int n, int knob,
 int search_run(Search *s, Program **v, LaunchFn launch, void *ctx,
                void (*progress)(void *ctx, const Search *s), char *err, size_t errlen);
 int search_best(const Search *s);   /* the fastest timed candidate that passed, or -1 */
-int search_program(const Search *s); /* the program's candidate */
+int search_program(const Search *s); /* the program's fastest timed candidate, or -1 */
 /* What the search with pruning (factor) would have picked from the times
  * an exhaustive one measured: its pick, and its launches and timed count */
 int search_replay(const Search *done, Program **v, double factor, int *launches, int *timed);

@@ -29,8 +29,9 @@ tune_refused() {
     else bad "tune: $1: expected '$3', got: $(err1)"; fi
 }
 
-# enumeration x knob sets (P = 1: the default set alone)
-for c in "adam 4 19 32" "adam 1 19 19" "lamb 4 18 29" "self_attention 4 18 30" "mlp 4 17 27" \
+# enumeration x knob sets (P = 1: the default set alone; FP16 AllReduces are
+# FusedAllReduces on the backend: every algorithm; overlapped MatMuls: chunks)
+for c in "adam 4 19 59" "adam 1 19 19" "lamb 4 18 56" "self_attention 4 18 79" "mlp 4 17 74" \
          "mlp 1 17 17" "pipeline 4 27 51"; do
     set -- $c
     coco tune "examples/$1.coco" --ranks "$2" --plan
@@ -40,29 +41,32 @@ coco tune examples/adam.coco --ranks 4 --plan
 tune_expect "paper's knob sets" "^paper +nccl "
 coco tune examples/adam.coco --ranks 4 --plan
 if grep -q '^paper  *oneshot' "$TMP/out"; then bad "tune: paper has no one-shot knob set"; else ok; fi
+tune_expect "the program's knob sets (its FP16 AllReduce fused)" "^program +oneshot "
+coco tune examples/self_attention.coco --ranks 4 --plan
+tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 
-# the search against recorded times; pruning at 1.5 finds the one-shot best,
-# at 1.1 it prunes it and picks push; --exhaustive times all 32 and says
-# what pruning would pick
+# the search against recorded times; pruning at 1.5 finds the best (paper
+# through NCCL, which the model ranks slowest), at 1.1 it prunes it and picks
+# push; --exhaustive times all 59 and says what pruning would pick
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
-tune_expect "at 2^20" "^best at N=1048576: fuse_RS_AG_Opt with knobs oneshot"
-tune_expect "at 2^20: pruned" "32 candidates .*: 26 timed, 6 pruned, 0 failed, in 3 launches"
+tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
+tune_expect "at 2^20: pruned" "59 candidates .*: 34 timed, 25 pruned, 0 failed, in 4 launches"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive
-tune_expect "--exhaustive" "32 timed, 0 pruned, 0 failed, in 4 launches"
-tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick fuse_RS_AG_Opt with knobs oneshot \(the best"
+tune_expect "--exhaustive" "59 timed, 0 pruned, 0 failed, in 4 launches"
+tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
-tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(15.0 % slower"
+tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
 # is never chosen (the recorded best at 2^24 is paper push, 0.383 ms)
 coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
-tune_expect "at N=1008: the program" "^best at N=1008: program with knobs default"
-tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 30 timed, 0 pruned, 2 failed, in 5 launches"
+tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 5 launches"
 tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
 tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
@@ -72,12 +76,12 @@ if [ "$(grep -c '^N=' "$TMP/out")" = 4 ]; then ok; else bad "tune: --show: not 4
 
 # the record served: exact sizes (the program: no schedule runs), nearest
 coco run examples/adam.coco --ranks 4 --schedule tuned
-tune_expect "run --schedule tuned at 1008" "^coconet: tuned: schedule program, knobs default" err
+tune_expect "run --schedule tuned at 1008" "^coconet: tuned: schedule program, knobs COCONET_FUSED=oneshot" err
 if grep -q '^schedule ' "$TMP/out"; then bad "tune: the program chosen, yet schedules ran"; else ok; fi
 coco run examples/adam.coco --ranks 4 -D N=200000 --schedule tuned
 tune_expect "run --schedule tuned, nearest" "not tuned at N=200000: .* nearest tuned sizes, N=1048576" err
-tune_expect "run --schedule tuned, its row" "^fuse_RS_AG_Opt +(bitwise|rounding) "
-tune_expect "run --schedule tuned, its knobs" "COCONET_FUSED=oneshot matters on GPUs only" err
+tune_expect "run --schedule tuned, its row" "^paper +(bitwise|rounding) "
+tune_expect "run --schedule tuned, its knobs" "COCONET_FUSED=nccl matters on GPUs only" err
 rm -rf "$TMP/tune-gen"
 coco gen examples/adam.coco --ranks 4 -D N=16777216 --schedule tuned -o "$TMP/tune-gen"
 if [ $rc -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"

@@ -6,6 +6,7 @@
  * NCCL version gives another key; a file of another key is never served),
  * its nearest-size rule, and the progress bar's text.
  * Run from the repository root; exits non-zero when any check fails. */
+#define _DEFAULT_SOURCE /* mkdtemp, setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +48,19 @@ static void sets_text(const Program *v, char *buf, size_t len)
         snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? "," : "", knob_name(sets[i]));
 }
 
-static void expect_sets(Program *p, const char *name, const char *want)
+/* variant `name` of p as the CUDA backend runs it (lower_collectives) */
+static Program *as_run(Program *p, const char *name)
 {
     Program *v = strcmp(name, "program") ? variant(p, name) : p;
+    Program *l = v ? lower_collectives(v) : NULL;
+    if (l && v != p)
+        program_free(v);
+    return l ? l : v;
+}
+
+static void expect_sets(Program *p, const char *name, const char *want)
+{
+    Program *v = as_run(p, name);
     char got[128], msg[256];
     if (v)
         sets_text(v, got, sizeof got);
@@ -66,17 +77,39 @@ static void test_knobs(void)
     if (!p)
         return;
     enumerate_schedules(p);
-    expect_sets(p, "program", "default");
-    expect_sets(p, "AR_Opt", "default");
+    /* its FP16 AllReduce is a FusedAllReduce on the backend, with nothing else */
+    expect_sets(p, "program", "oneshot,twoshot,push,nccl");
+    expect_sets(p, "AR_Opt", "oneshot,twoshot,push,nccl");
     /* paper: its fusion reads p, m and v, as large as g: no one-shot */
     expect_sets(p, "paper", "twoshot,push,nccl");
-    /* the AllReduce alone fused: one-shot too */
     expect_sets(p, "fuse_RS_AG_Opt", "oneshot,twoshot,push,nccl");
-    Program *v = variant(p, "paper");
-    check(v && knob_runs_in(p, KNOB_DEFAULT, KNOB_NCCL), "the program runs under any knob set");
+    Program *v = as_run(p, "paper");
     check(v && !knob_runs_in(v, KNOB_TWOSHOT, KNOB_PUSH), "paper twoshot is not paper push");
+    check(v && !knob_runs_in(v, KNOB_TWOSHOT, KNOB_CHUNKS2),
+          "paper twoshot does not run in a chunks launch (its algorithm is auto there)");
     program_free(v);
     program_free(p);
+    /* a program with no collective: default only, and it runs in any launch */
+    const char *plain = "Size N = 64;\nTensor x(FP32, [N], Replicated, WORLD);\n"
+                        "Var y = x * 2;\nExecute f({x}, {y});\n";
+    char err[1024];
+    coco_config cfg = {NULL, 0, 4, 0};
+    Program *q = coco_load_string("plain.coco", plain, &cfg, err, sizeof err);
+    if (q) {
+        char got[64];
+        sets_text(q, got, sizeof got);
+        check(!strcmp(got, "default"), "no collective: default only");
+        check(knob_runs_in(q, KNOB_DEFAULT, KNOB_NCCL) &&
+              knob_runs_in(q, KNOB_DEFAULT, KNOB_CHUNKS4), "no collective: runs in any launch");
+        program_free(q);
+    }
+    /* self-attention's paper overlaps its MatMul with a FusedAllReduce: chunks */
+    cfg.nranks = 4;
+    q = coco_load_file("examples/self_attention.coco", &cfg, err, sizeof err);
+    if (q) {
+        expect_sets(q, "paper", "twoshot,push,nccl,chunks2,chunks4");
+        program_free(q);
+    }
     p = load_adam(1, "1008");
     if (!p)
         return;
@@ -109,7 +142,9 @@ static void expect_cost(Program *v, int k, double mem, double link, int launches
  * The program, 14 kernels: the AllReduce reads and writes g (4), then each
  *   elementwise step reads its operands and writes its value (scalars take the
  *   tensor's type: (1-beta1)*avg is FP16): m_ 4+8+4+10 ... 106 in all: 110;
- *   sends the AllReduce's 2 x 3/4 x 2 = 3. */
+ *   sends the AllReduce's 2 x 3/4 x 2 = 3: one NCCL call as written; as the
+ *   backend runs it (a FusedAllReduce: ReduceScatter and AllGather, the same
+ *   bytes) one kernel with two barriers. */
 static void test_cost(void)
 {
     double N = 1 << 20;
@@ -133,7 +168,12 @@ static void test_cost(void)
         tune_cost(ar, KNOB_ONESHOT, 0, &c);
         check(c.link_bytes == 6 * N && c.barriers == 1, "one-shot sends g to 3 peers, 1 barrier");
     }
-    expect_cost(p, KNOB_DEFAULT, 110 * N, 3 * N, 14, 1, 0, "the program");
+    expect_cost(p, KNOB_DEFAULT, 110 * N, 3 * N, 14, 1, 0, "the program as written");
+    Program *l = lower_collectives(p); /* its FP16 AllReduce: one FusedAllReduce */
+    if (l)
+        expect_cost(l, KNOB_TWOSHOT, 110 * N, 3 * N, 14, 0, 2, "the program as run");
+    check(l != NULL, "the program's FP16 AllReduce lowers");
+    program_free(l);
     program_free(paper);
     program_free(ar);
     program_free(p);
