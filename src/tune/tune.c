@@ -12,12 +12,11 @@
  *    first checked at the check point, once, a launch per knob set, and a
  *    pair that fails there is never timed.
  * 4. The search at each point (search.c): launches, pruning.
- * 5. A table per point, sorted by time, and the record (record.c).
+ * 5. A table per point, sorted by time (table.c), and the record (record.c).
  * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
 #include "tune/tune.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,6 +88,7 @@ typedef struct {
     int ntuned;
     SizeList *check;            /* --check-size */
     int ncheck;
+    Program *base;              /* the program as the options load it */
 } Setup;
 
 static int is_size(Program *p, const char *name)
@@ -139,11 +139,10 @@ static int drop_tuned(const Setup *s, const char *def)
 }
 
 /* the check point: the file's defaults for every size that has one */
-static Program *g_base; /* the program as the user loaded it, for drop_sized */
 static int drop_sized(const Setup *s, const char *def)
 {
-    for (int i = 0; i < g_base->nsize; i++)
-        if (defines_name(def, g_base->size[i].name) && g_base->size[i].default_text)
+    for (int i = 0; i < s->base->nsize; i++)
+        if (defines_name(def, s->base->size[i].name) && s->base->size[i].default_text)
             return 1;
     for (int i = 0; i < s->ncheck; i++)
         if (defines_name(def, s->check[i].name))
@@ -215,10 +214,6 @@ static double input_elements(Program *p)
     return e;
 }
 
-static const char *vname(Program *v)
-{
-    return v->applied ? v->applied : "program";
-}
 
 /* ---- the run ---- */
 
@@ -370,95 +365,6 @@ static int check_all(Tune *tu, char *err, size_t errlen)
     return rc;
 }
 
-/* ---- the table of a point ---- */
-
-static int by_time(const void *a, const void *b)
-{
-    const Cand *x = *(const Cand *const *)a, *y = *(const Cand *const *)b;
-    int rx = x->state == CAND_TIMED ? 0 : x->state == CAND_PRUNED ? 1 : 2;
-    int ry = y->state == CAND_TIMED ? 0 : y->state == CAND_PRUNED ? 1 : 2;
-    if (rx != ry)
-        return rx - ry;
-    double kx = rx ? x->pred_ms : x->ms, ky = ry ? y->pred_ms : y->ms;
-    return kx < ky ? -1 : kx > ky;
-}
-
-static void print_row(FILE *out, Program **v, const Cand *c, int rank, double best,
-                      double program, const char *check_sizes)
-{
-    const Schedule *s = v[c->variant]->applied ? schedule_find(v[0], vname(v[c->variant]))
-                                               : NULL;
-    const char *note = s && s->note ? s->note : "";
-    char r[16] = "-";
-    if (c->state == CAND_TIMED) {
-        snprintf(r, sizeof r, "%d", rank);
-        char vs[16] = "-";
-        if (program > 0)
-            snprintf(vs, sizeof vs, "%.2f", c->ms / program);
-        fprintf(out, "%4s  %-24s %-8s %10.4f ms %8.2f %10s %10.4f ms  %s\n", r,
-                vname(v[c->variant]), knob_name(c->knob), c->ms, c->ms / best, vs, c->pred_ms,
-                note);
-    } else if (c->state == CAND_PRUNED) {
-        fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %10.4f ms  %s\n", r, vname(v[c->variant]),
-                knob_name(c->knob), "pruned", "", "", c->pred_ms, note);
-    } else {
-        fprintf(out, "%4s  %-24s %-8s %13s%s%s%s\n", r, vname(v[c->variant]),
-                knob_name(c->knob), c->verdict, c->why[0] ? ": " : "", c->why,
-                check_sizes ? check_sizes : "");
-    }
-}
-
-static void print_table(Tune *tu, Search *s, const char *sizes)
-{
-    FILE *out = tu->out;
-    Program **v = tu->v;
-    int best = search_best(s), prog = search_program(s);
-    int timed = 0, pruned = 0, failed = 0;
-    for (int i = 0; i < s->n; i++) {
-        timed += s->c[i].state == CAND_TIMED;
-        pruned += s->c[i].state == CAND_PRUNED;
-        failed += s->c[i].state == CAND_FAILED;
-    }
-    fprintf(out, "\n%s at %s, %d rank%s: %d candidates (%d variants x knob sets): %d timed, %d "
-            "pruned, %d failed, in %d launch%s\n", v[0]->exec_name, sizes, v[0]->nranks,
-            v[0]->nranks == 1 ? "" : "s", s->n, s->c[s->n - 1].variant + 1, timed, pruned,
-            failed, s->launches, s->launches == 1 ? "" : "es");
-    fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %13s\n", "rank", "schedule", "knobs", "time",
-            "vs-best", "vs-program", "predicted");
-    const Cand **row = xcalloc((size_t)s->n, sizeof *row);
-    for (int i = 0; i < s->n; i++)
-        row[i] = &s->c[i];
-    qsort(row, (size_t)s->n, sizeof *row, by_time);
-    double program = prog >= 0 && s->c[prog].state == CAND_TIMED ? s->c[prog].ms : -1;
-    for (int i = 0; i < s->n; i++)
-        print_row(out, v, row[i], i + 1, best >= 0 ? s->c[best].ms : 1, program, NULL);
-    free(row);
-    if (best < 0) {
-        fprintf(out, "no candidate passed its check at %s\n", sizes);
-        return;
-    }
-    const Cand *b = &s->c[best];
-    fprintf(out, "best at %s: %s with knobs %s", sizes, vname(v[b->variant]), knob_name(b->knob));
-    if (program > 0)
-        fprintf(out, ", %.2fx the program's speed", program / b->ms);
-    fprintf(out, "\n");
-}
-
-/* --exhaustive: what the pruned search would have chosen from these times */
-static void print_replay(Tune *tu, Search *s, double factor)
-{
-    int launches, timed, best = search_best(s);
-    int pick = search_replay(s, tu->lv, factor, &launches, &timed);
-    if (best < 0 || pick < 0)
-        return;
-    double loss = s->c[pick].ms / s->c[best].ms - 1;
-    fprintf(tu->out, "pruning at %.3g would pick %s with knobs %s (%s%.1f %% slower than the "
-            "best), timing %d of %d candidates in %d launch%s\n", factor,
-            vname(tu->v[s->c[pick].variant]), knob_name(s->c[pick].knob),
-            pick == best ? "the best, " : "", 100 * loss, timed, s->n, launches,
-            launches == 1 ? "" : "es");
-}
-
 /* ---- one point ---- */
 
 static void tuned_names(const Setup *s, char *buf, size_t len)
@@ -508,9 +414,9 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     tu->done_before += s.n;
     if (!rc) {
         progress_end(&tu->pg);
-        print_table(tu, &s, sizes);
+        table_point(tu->out, v, &s, sizes);
         if (o->exhaustive)
-            print_replay(tu, &s, factor);
+            table_replay(tu->out, v, tu->lv, &s, factor);
         int best = search_best(&s), prog = search_program(&s);
         *ok = best >= 0;
         if (best >= 0) {
@@ -589,28 +495,8 @@ static int plan_point(Tune *tu, Program *p, char *err, size_t errlen)
     search_init(&s, lv, nv, &l, 1.5, 1);
     char sizes[512];
     record_sizes(p, sizes, sizeof sizes);
-    fprintf(tu->out, "\n%s at %s, %d rank%s: %d variants, %d candidates; checked %s\n",
-            p->exec_name, sizes, p->nranks, p->nranks == 1 ? "" : "s", nv, s.n,
-            input_elements(p) <= (double)INPLACE_ELEMENTS ? "in place" : "at the check point");
-    fprintf(tu->out, "%-24s %-8s %13s %12s %12s %12s %8s %5s %8s\n", "schedule", "knobs",
-            "predicted", "memory", "link", "gemm-flops", "launches", "nccl", "barriers");
-    for (int i = 0; i < s.n; i++) {
-        const Cand *c = &s.c[i];
-        TuneCost tc, most;
-        memset(&most, 0, sizeof most);
-        for (int r = 0; r < p->nranks; r++) { /* each figure's most over the ranks */
-            tune_cost(lv[c->variant], c->knob, r, &tc);
-            most.mem_bytes = fmax(most.mem_bytes, tc.mem_bytes);
-            most.link_bytes = fmax(most.link_bytes, tc.link_bytes);
-            most.gemm_flops = fmax(most.gemm_flops, tc.gemm_flops);
-            most.launches = tc.launches;
-            most.nccl_calls = tc.nccl_calls;
-            most.barriers = tc.barriers;
-        }
-        fprintf(tu->out, "%-24s %-8s %10.4f ms %12.6g %12.6g %12.6g %8d %5d %8d\n",
-                vname(v[c->variant]), knob_name(c->knob), c->pred_ms, most.mem_bytes,
-                most.link_bytes, most.gemm_flops, most.launches, most.nccl_calls, most.barriers);
-    }
+    table_plan(tu->out, v, lv, &s, sizes,
+               input_elements(p) <= (double)INPLACE_ELEMENTS ? "in place" : "at the check point");
     search_free(&s);
     free_as_run(lv, v, nv);
     free_variants(v, nv);
@@ -759,16 +645,16 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     SizeList tuned[MAXTUNED], check[MAXTUNED];
     Tune tu;
     memset(&tu, 0, sizeof tu);
-    tu.s = (Setup){file, o, tuned, 0, check, 0};
+    tu.s = (Setup){file, o, tuned, 0, check, 0, NULL};
     tu.out = out;
     err[0] = 0;
     int rc = parse_options(o, tuned, check, &tu.s, err, errlen);
     if (rc)
         return rc;
-    g_base = load_with(&tu.s, NULL, 0, drop_none, err, errlen);
-    if (!g_base)
+    Program *base = tu.s.base = load_with(&tu.s, NULL, 0, drop_none, err, errlen);
+    if (!base)
         return 1;
-    rc = check_names(&tu.s, g_base, err, errlen);
+    rc = check_names(&tu.s, base, err, errlen);
     FILE *log = NULL;
     if (!rc && o->log && !(log = fopen(o->log, "a"))) {
         snprintf(err, errlen, "coconet: --log %s: %s\n", o->log, strerror(errno));
@@ -778,7 +664,7 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
         rc = 1;
     double t0 = tune_now_s();
     if (!rc)
-        rc = run_tune(&tu, g_base, err, errlen);
+        rc = run_tune(&tu, base, err, errlen);
     if (tu.t) {
         fprintf(out, "tune: %.1f s, %d launch%s of the ranks\n", tune_now_s() - t0,
                 tu.t->launches, tu.t->launches == 1 ? "" : "es");
@@ -787,7 +673,6 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     if (log)
         fclose(log);
     free(tu.fail);
-    coco_program_free(g_base);
-    g_base = NULL;
+    coco_program_free(base);
     return rc;
 }

@@ -127,6 +127,16 @@ int search_program(const Search *s); /* the program's fastest timed candidate, o
  * an exhaustive one measured: its pick, and its launches and timed count */
 int search_replay(const Search *done, Program **v, double factor, int *launches, int *timed);
 
+/* ---- table.c: what tune prints ---- */
+const char *vname(const Program *v); /* "program", or the schedule's name */
+/* the table of a point, best first; v: the variants, as timed */
+void table_point(FILE *out, Program **v, const Search *s, const char *sizes);
+/* an exhaustive search's: what pruning at factor would pick (lv: as run) */
+void table_replay(FILE *out, Program **v, Program **lv, const Search *s, double factor);
+/* --plan: the candidates and the model's figures */
+void table_plan(FILE *out, Program **v, Program **lv, const Search *s, const char *sizes,
+                const char *checked);
+
 /* ---- progress.c: the progress bar on stderr ---- */
 typedef struct {
     int total, done, enabled;
