@@ -8,6 +8,7 @@
  * in the environment the ranks inherit (knob_setenv). No CUDA call is made
  * in this process. The verdicts and times are the run's (report_verdict):
  * the slowest rank's median of --iters timed runs after 3 warm-up runs.
+ * Two points may be open at once (slots): the check point's and a size's.
  * When a rank fails, the variants after the one it failed in never ran:
  * they are said not run (the search launches them again); a signal that
  * stopped the ranks (Ctrl-C) stops the tuning. */
@@ -20,15 +21,24 @@ typedef struct {
     TuneTimer t;
     TimerConfig cfg;
     CudaBuild build;
-    CudaJob job;
-    int open;
-    MeasureMode mode;
+    CudaJob job[NSLOT];
+    int open[NSLOT];
+    MeasureMode mode[NSLOT];
 } CudaTimer;
 
-static int cuda_open(TuneTimer *t, Program **v, int n, MeasureMode mode, char *err,
+static void cuda_close(TuneTimer *t, int slot)
+{
+    CudaTimer *c = (CudaTimer *)t;
+    if (c->open[slot])
+        cuda_job_free(&c->job[slot]);
+    c->open[slot] = 0;
+}
+
+static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
                      size_t errlen)
 {
     CudaTimer *c = (CudaTimer *)t;
+    cuda_close(t, slot);
     size_t len;
     char *src = cuda_source(v, n, NULL, &len, err, errlen);
     if (!src)
@@ -48,12 +58,13 @@ static int cuda_open(TuneTimer *t, Program **v, int n, MeasureMode mode, char *e
     o.iters = mode == MEASURE_CHECK ? 0 : c->cfg.iters;
     o.timeout_s = c->cfg.timeout_s;
     o.reference = mode == MEASURE_TIME ? COCO_REFERENCE_NONE : COCO_REFERENCE_PROGRAM;
-    if (cuda_job_prepare(&c->job, v, n, &o, err, errlen))
+    CudaJob *job = &c->job[slot];
+    if (cuda_job_prepare(job, v, n, &o, err, errlen))
         return -1;
-    snprintf(c->job.so, sizeof c->job.so, "%s", c->build.so);
-    cuda_runtime_path(c->build.home, c->job.runtime, sizeof c->job.runtime);
-    c->open = 1;
-    c->mode = mode;
+    snprintf(job->so, sizeof job->so, "%s", c->build.so);
+    cuda_runtime_path(c->build.home, job->runtime, sizeof job->runtime);
+    c->open[slot] = 1;
+    c->mode[slot] = mode;
     return 0;
 }
 
@@ -66,15 +77,15 @@ static void rank_error(const Report *rep, char *buf, size_t len)
             snprintf(buf, len, "%s", rep->error[r]);
 }
 
-static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measured *out,
-                        char *err, size_t errlen)
+static int cuda_measure(TuneTimer *t, int slot, const int *which, int n, int knob,
+                        Measured *out, char *err, size_t errlen)
 {
     CudaTimer *c = (CudaTimer *)t;
-    ASSERT(c->open);
-    CudaJob view = c->job; /* the variants asked for; checks and data shared */
+    ASSERT(c->open[slot]);
+    CudaJob view = c->job[slot]; /* the variants asked for; checks and data shared */
     view.v = xcalloc((size_t)n, sizeof *view.v);
     for (int i = 0; i < n; i++)
-        view.v[i] = c->job.v[which[i]];
+        view.v[i] = c->job[slot].v[which[i]];
     view.nv = n;
     knob_setenv(knob);
     Report rep;
@@ -97,7 +108,7 @@ static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measure
         memset(&out[i], 0, sizeof out[i]);
         snprintf(out[i].verdict, sizeof out[i].verdict, "%s", verdict);
         out[i].passed = report_passed(verdict);
-        out[i].ms = out[i].passed && c->mode != MEASURE_CHECK ? all.median_ms : -1;
+        out[i].ms = out[i].passed && c->mode[slot] != MEASURE_CHECK ? all.median_ms : -1;
         out[i].not_run = !out[i].passed && culprit >= 0 && i > culprit;
         if (!out[i].passed)
             snprintf(out[i].why, sizeof out[i].why, "%s", why);
@@ -117,17 +128,10 @@ static int cuda_measure(TuneTimer *t, const int *which, int n, int knob, Measure
     return stopped ? -1 : 0;
 }
 
-static void cuda_close(TuneTimer *t)
-{
-    CudaTimer *c = (CudaTimer *)t;
-    if (c->open)
-        cuda_job_free(&c->job);
-    c->open = 0;
-}
-
 static void cuda_free(TuneTimer *t)
 {
-    cuda_close(t);
+    for (int slot = 0; slot < NSLOT; slot++)
+        cuda_close(t, slot);
     free(t);
 }
 

@@ -24,16 +24,20 @@ typedef struct {
     char kind[8], sizes[512], knob[32], variant[MAXNAME + 8], value[64];
 } FakeLine;
 
+typedef struct {               /* an open point */
+    char sizes[512];
+    const char **names;
+    Program **v;
+    int n;
+    MeasureMode mode;
+} FakeSlot;
+
 typedef struct {
     TuneTimer t;
     char path[1024];
     FakeLine *line;
     int nline, cap;
-    char sizes[512];         /* of the open point */
-    const char **names;
-    Program **v;             /* of the open point */
-    int nnames;
-    MeasureMode mode;
+    FakeSlot slot[NSLOT];
 } FakeTimer;
 
 static int matches(const char *pattern, const char *s)
@@ -41,29 +45,30 @@ static int matches(const char *pattern, const char *s)
     return !strcmp(pattern, "*") || !strcmp(pattern, s);
 }
 
-static const FakeLine *find(const FakeTimer *f, const char *kind, const char *name, int knob)
+static const FakeLine *find(const FakeTimer *f, const FakeSlot *sl, const char *kind,
+                            const char *name, int knob)
 {
     for (int i = 0; i < f->nline; i++) {
         const FakeLine *l = &f->line[i];
-        if (!strcmp(l->kind, kind) && matches(l->sizes, f->sizes) &&
+        if (!strcmp(l->kind, kind) && matches(l->sizes, sl->sizes) &&
             matches(l->knob, knob_name(knob)) && matches(l->variant, name))
             return l;
     }
     return NULL;
 }
 
-static int fake_open(TuneTimer *t, Program **v, int n, MeasureMode mode, char *err,
+static int fake_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
                      size_t errlen)
 {
-    FakeTimer *f = (FakeTimer *)t;
-    record_sizes(v[0], f->sizes, sizeof f->sizes);
-    free(f->names);
-    f->names = xcalloc((size_t)n, sizeof *f->names);
+    FakeSlot *sl = &((FakeTimer *)t)->slot[slot];
+    record_sizes(v[0], sl->sizes, sizeof sl->sizes);
+    free(sl->names);
+    sl->names = xcalloc((size_t)n, sizeof *sl->names);
     for (int i = 0; i < n; i++)
-        f->names[i] = v[i]->applied ? v[i]->applied : "program";
-    f->nnames = n;
-    f->v = v;
-    f->mode = mode;
+        sl->names[i] = vname(v[i]);
+    sl->n = n;
+    sl->v = v;
+    sl->mode = mode;
     return 0;
 }
 
@@ -80,15 +85,17 @@ static int own_knob(Program *v, int launch)
     return own;
 }
 
-static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measured *out,
-                        char *err, size_t errlen)
+static int fake_measure(TuneTimer *t, int slot, const int *which, int n, int knob,
+                        Measured *out, char *err, size_t errlen)
 {
     FakeTimer *f = (FakeTimer *)t;
+    FakeSlot *sl = &f->slot[slot];
+    ASSERT(sl->names);
     t->launches++;
     int crashed = 0;
     for (int i = 0; i < n; i++) {
-        const char *name = f->names[which[i]];
-        int own = own_knob(f->v[which[i]], knob);
+        const char *name = sl->names[which[i]];
+        int own = own_knob(sl->v[which[i]], knob);
         Measured *m = &out[i];
         memset(m, 0, sizeof *m);
         m->ms = -1;
@@ -97,7 +104,7 @@ static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measure
             m->not_run = 1;
             continue;
         }
-        const FakeLine *bad = find(f, "fail", name, own);
+        const FakeLine *bad = find(f, sl, "fail", name, own);
         crashed = bad && !strcmp(bad->value, "CRASH");
         if (bad) {
             snprintf(m->verdict, sizeof m->verdict, "%.15s", bad->value);
@@ -106,13 +113,13 @@ static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measure
         }
         m->passed = 1;
         snprintf(m->verdict, sizeof m->verdict, "%s",
-                 f->mode == MEASURE_TIME ? "unchecked" : "bitwise");
-        if (f->mode == MEASURE_CHECK)
+                 sl->mode == MEASURE_TIME ? "unchecked" : "bitwise");
+        if (sl->mode == MEASURE_CHECK)
             continue;
-        const FakeLine *l = find(f, "time", name, own);
+        const FakeLine *l = find(f, sl, "time", name, own);
         if (!l) {
             snprintf(err, errlen, "coconet: %s: no recorded time for %s under knobs %s at %s\n",
-                     f->path, name, knob_name(knob), f->sizes);
+                     f->path, name, knob_name(own), sl->sizes);
             return -1;
         }
         m->ms = atof(l->value);
@@ -120,17 +127,18 @@ static int fake_measure(TuneTimer *t, const int *which, int n, int knob, Measure
     return 0;
 }
 
-static void fake_close(TuneTimer *t)
+static void fake_close(TuneTimer *t, int slot)
 {
-    FakeTimer *f = (FakeTimer *)t;
-    free(f->names);
-    f->names = NULL;
+    FakeSlot *sl = &((FakeTimer *)t)->slot[slot];
+    free(sl->names);
+    sl->names = NULL;
 }
 
 static void fake_free(TuneTimer *t)
 {
     FakeTimer *f = (FakeTimer *)t;
-    fake_close(t);
+    for (int slot = 0; slot < NSLOT; slot++)
+        fake_close(t, slot);
     free(f->line);
     free(f);
 }

@@ -8,9 +8,11 @@
  *    the candidates, each predicted by the cost model (cost.c).
  * 3. Checks: a point small enough for the CPU reference (at most
  *    INPLACE_ELEMENTS input elements over all ranks) is checked where it is
- *    timed, in the same launches. Otherwise every (variant, knob set) is
- *    first checked at the check point, once, a launch per knob set, and a
- *    pair that fails there is never timed.
+ *    timed, in the same launches. Otherwise, before a launch times a
+ *    (variant, knob set), its twin at the check point is checked, once
+ *    (the check point stays open beside the points), in a launch under the
+ *    same knob set; a pair that fails there is never timed. Knob sets the
+ *    search prunes whole are never checked.
  * 4. The search at each point (search.c): launches, pruning.
  * 5. A table per point, sorted by time (table.c), and the record (record.c).
  * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
@@ -217,35 +219,52 @@ static double input_elements(Program *p)
 
 /* ---- the run ---- */
 
+/* The check point: its variants, open in the timer's check slot while any
+ * size point is too large to check in place, and its candidates, each
+ * checked the first time a launch needs it (state TODO, then TIMED when it
+ * passed or FAILED) */
 typedef struct {
-    char variant[MAXNAME + 8];
-    int knob;
-    char verdict[16];
-} Failure;
+    int open;
+    Program *p, **v, **lv;
+    int nv;
+    Search s;
+    char sizes[512];
+} CheckPoint;
 
 typedef struct {
     Setup s;
     TuneTimer *t;
     Progress pg;
     int done_before;   /* candidates of earlier points */
-    Failure *fail;     /* at the check point */
-    int nfail, capfail;
-    char check_sizes[512];
+    CheckPoint check;
     int limits_known;
     Program **v;       /* the point's variants */
     Program **lv;      /* as the backend runs them (as_run) */
+    int inplace;       /* the point is checked where it is timed */
     FILE *out;
 } Tune;
 
-static int launch_point(void *ctx, Search *s, const int *which, int n, int knob, char *err,
-                        size_t errlen)
+static int check_batch(Tune *tu, Search *s, const int *which, int n, int knob, int *kept,
+                       char *err, size_t errlen);
+
+static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, int knob,
+                        char *err, size_t errlen)
 {
     Tune *tu = ctx;
+    int *which = xcalloc((size_t)nbatch, sizeof *which), n = 0;
+    int rc = tu->inplace ? 0 : check_batch(tu, s, batch, nbatch, knob, which, err, errlen);
+    if (tu->inplace)
+        memcpy(which, batch, (size_t)nbatch * sizeof *which);
+    n = tu->inplace ? nbatch : rc;
+    if (rc < 0 || n == 0) {
+        free(which);
+        return rc < 0 ? -1 : 0;
+    }
     int *vi = xcalloc((size_t)n, sizeof *vi);
     Measured *m = xcalloc((size_t)n, sizeof *m);
     for (int i = 0; i < n; i++)
         vi[i] = s->c[which[i]].variant;
-    int rc = tu->t->measure(tu->t, vi, n, knob, m, err, errlen);
+    rc = tu->t->measure(tu->t, SLOT_POINT, vi, n, knob, m, err, errlen);
     int resolved = 0;
     for (int i = 0; !rc && i < n; i++)
         resolved += !m[i].not_run;
@@ -264,6 +283,7 @@ static int launch_point(void *ctx, Search *s, const int *which, int n, int knob,
     }
     free(vi);
     free(m);
+    free(which);
     return rc;
 }
 
@@ -278,91 +298,112 @@ static void show_progress(void *ctx, const Search *s)
 
 /* ---- the check at the check point ---- */
 
-static void add_failure(Tune *tu, const char *variant, int knob, const char *verdict)
+/* Opens the check point (the file's sizes, or --check-size) in the check slot */
+static int check_open(Tune *tu, char *err, size_t errlen)
 {
-    tu->fail = xgrow(tu->fail, tu->nfail, &tu->capfail, 16, sizeof *tu->fail);
-    Failure *f = &tu->fail[tu->nfail++];
-    snprintf(f->variant, sizeof f->variant, "%s", variant);
-    f->knob = knob;
-    snprintf(f->verdict, sizeof f->verdict, "%s", verdict);
-}
-
-static const Failure *failed_at_check(const Tune *tu, const char *variant, int knob)
-{
-    for (int i = 0; i < tu->nfail; i++)
-        if (!strcmp(tu->fail[i].variant, variant) && tu->fail[i].knob == knob)
-            return &tu->fail[i];
-    return NULL;
-}
-
-/* Checks every (variant, knob set) of the check point: a launch per knob set */
-static int check_all(Tune *tu, char *err, size_t errlen)
-{
-    Program *p = load_with(&tu->s, NULL, 0, drop_sized, err, errlen);
-    if (!p)
-        return -1;
+    CheckPoint *cp = &tu->check;
     const char *extra[MAXTUNED];
     char buf[MAXTUNED][96];
     for (int i = 0; i < tu->s.ncheck; i++) {
         snprintf(buf[i], sizeof buf[i], "%s=%ld", tu->s.check[i].name, tu->s.check[i].value[0]);
         extra[i] = buf[i];
     }
-    if (tu->s.ncheck) {
-        coco_program_free(p);
-        if (!(p = load_with(&tu->s, extra, tu->s.ncheck, drop_sized, err, errlen)))
-            return -1;
-    }
-    record_sizes(p, tu->check_sizes, sizeof tu->check_sizes);
-    int nv, rc = -1;
-    Program **v = variants(p, &nv, err, errlen), **lv = v ? as_run(v, nv) : NULL;
-    if (v && !tu->t->open(tu->t, v, nv, MEASURE_CHECK, err, errlen)) {
-        Search s;
-        search_init(&s, lv, nv, &tu->t->limits, 1, 1);
-        static const int order[NKNOB] = {KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL,
-                                         KNOB_DEFAULT};
-        int *which = xcalloc((size_t)s.n + 1, sizeof *which), *vi = xcalloc((size_t)s.n + 1,
-                                                                            sizeof *vi);
-        Measured *m = xcalloc((size_t)s.n + 1, sizeof *m);
-        rc = 0;
-        for (int k = 0; k < NKNOB && !rc; k++) {
-            int n = 0;
-            for (int i = 0; i < s.n; i++) {
-                Cand *c = &s.c[i];
-                int taken = 0;
-                for (int j = 0; j < n; j++)
-                    taken |= vi[j] == c->variant;
-                if (c->state == CAND_TODO && !taken && knob_runs_in(lv[c->variant], c->knob,
-                                                                     order[k])) {
-                    which[n] = i;
-                    vi[n++] = c->variant;
-                }
+    cp->p = load_with(&tu->s, extra, tu->s.ncheck, drop_sized, err, errlen);
+    if (!cp->p || !(cp->v = variants(cp->p, &cp->nv, err, errlen)))
+        return -1;
+    record_sizes(cp->p, cp->sizes, sizeof cp->sizes);
+    cp->lv = as_run(cp->v, cp->nv);
+    search_init(&cp->s, cp->lv, cp->nv, &tu->t->limits, 1, 1);
+    if (tu->t->open(tu->t, SLOT_CHECK, cp->v, cp->nv, MEASURE_CHECK, err, errlen))
+        return -1;
+    cp->open = 1;
+    return 0;
+}
+
+static void check_close(Tune *tu)
+{
+    CheckPoint *cp = &tu->check;
+    if (cp->open)
+        tu->t->close(tu->t, SLOT_CHECK);
+    search_free(&cp->s);
+    free_as_run(cp->lv, cp->v, cp->nv);
+    if (cp->v)
+        free_variants(cp->v, cp->nv);
+    coco_program_free(cp->p);
+    memset(cp, 0, sizeof *cp);
+}
+
+/* The check point's candidate of the same variant and knob set, or -1 */
+static int check_twin(const Tune *tu, const Cand *c)
+{
+    const CheckPoint *cp = &tu->check;
+    const char *name = vname(tu->v[c->variant]);
+    for (int j = 0; j < cp->s.n; j++)
+        if (cp->s.c[j].knob == c->knob && !strcmp(vname(cp->v[cp->s.c[j].variant]), name))
+            return j;
+    return -1;
+}
+
+/* Checks at the check point, under knob set `knob`, the twins not yet
+ * checked of candidates which[0..n), launch by launch until each ran */
+static int check_twins(Tune *tu, const Search *s, const int *which, int n, int knob,
+                       char *err, size_t errlen)
+{
+    CheckPoint *cp = &tu->check;
+    int *twin = xcalloc((size_t)n, sizeof *twin), *vi = xcalloc((size_t)n, sizeof *vi);
+    Measured *m = xcalloc((size_t)n, sizeof *m);
+    int rc = 0;
+    for (;;) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            int j = check_twin(tu, &s->c[which[i]]);
+            if (j >= 0 && cp->s.c[j].state == CAND_TODO) {
+                twin[k] = j;
+                vi[k++] = cp->s.c[j].variant;
             }
-            if (!n)
-                continue;
-            rc = tu->t->measure(tu->t, vi, n, order[k], m, err, errlen);
-            int resolved = 0;
-            for (int j = 0; !rc && j < n; j++)
-                resolved += !m[j].not_run;
-            for (int j = 0; !rc && j < n; j++) {
-                if (m[j].not_run && resolved)
-                    continue; /* checked in the next launch */
-                s.c[which[j]].state = CAND_TIMED;
-                if (!m[j].passed)
-                    add_failure(tu, vname(v[vi[j]]), s.c[which[j]].knob, m[j].verdict);
-            }
-            k -= resolved < n && !rc; /* the same knob set again for those not run */
         }
-        free(which);
-        free(vi);
-        free(m);
-        search_free(&s);
-        tu->t->close(tu->t);
+        if (!k || (rc = tu->t->measure(tu->t, SLOT_CHECK, vi, k, knob, m, err, errlen)))
+            break;
+        int resolved = 0;
+        for (int i = 0; i < k; i++)
+            resolved += !m[i].not_run;
+        for (int i = 0; i < k; i++) {
+            Cand *c = &cp->s.c[twin[i]];
+            if (m[i].not_run && resolved)
+                continue; /* in the next launch */
+            c->state = m[i].passed ? CAND_TIMED : CAND_FAILED;
+            snprintf(c->verdict, sizeof c->verdict, "%s", m[i].verdict);
+        }
     }
-    free_as_run(lv, v, nv);
-    if (v)
-        free_variants(v, nv);
-    coco_program_free(p);
+    free(twin);
+    free(vi);
+    free(m);
     return rc;
+}
+
+/* The candidates of a launch that passed their check at the check point
+ * into kept (how many: the return value); the others FAILED; -1 on error */
+static int check_batch(Tune *tu, Search *s, const int *which, int n, int knob, int *kept,
+                       char *err, size_t errlen)
+{
+    if (check_twins(tu, s, which, n, knob, err, errlen))
+        return -1;
+    int nkept = 0;
+    for (int i = 0; i < n; i++) {
+        Cand *c = &s->c[which[i]];
+        int j = check_twin(tu, c);
+        if (j >= 0 && tu->check.s.c[j].state == CAND_TIMED) {
+            kept[nkept++] = which[i];
+            continue;
+        }
+        c->state = CAND_FAILED;
+        snprintf(c->verdict, sizeof c->verdict, "%s", j < 0 ? "UNCHECKED"
+                                                             : tu->check.s.c[j].verdict);
+        snprintf(c->why, sizeof c->why, "%s %.200s", j < 0 ? "no such variant at the check point"
+                                                           : "at the check point",
+                 tu->check.sizes);
+    }
+    return nkept;
 }
 
 /* ---- one point ---- */
@@ -373,19 +414,6 @@ static void tuned_names(const Setup *s, char *buf, size_t len)
     for (int i = 0; i < s->ntuned; i++) {
         size_t u = strlen(buf);
         snprintf(buf + u, len - u, "%s%s", i ? "," : "", s->tuned[i].name);
-    }
-}
-
-static void mark_check_failures(Tune *tu, Search *s)
-{
-    for (int i = 0; i < s->n; i++) {
-        const Failure *f = failed_at_check(tu, vname(tu->v[s->c[i].variant]), s->c[i].knob);
-        if (f) {
-            s->c[i].state = CAND_FAILED;
-            snprintf(s->c[i].verdict, sizeof s->c[i].verdict, "%s", f->verdict);
-            snprintf(s->c[i].why, sizeof s->c[i].why, "at the check point %.200s",
-                     tu->check_sizes);
-        }
     }
 }
 
@@ -401,15 +429,16 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     double factor = o->prune > 0 ? o->prune : 1.5;
     char sizes[512];
     record_sizes(p, sizes, sizeof sizes);
-    int inplace = input_elements(p) <= (double)INPLACE_ELEMENTS;
+    tu->inplace = input_elements(p) <= (double)INPLACE_ELEMENTS;
     Search s;
     search_init(&s, tu->lv, nv, &tu->t->limits, factor, o->exhaustive);
-    if (!inplace)
-        mark_check_failures(tu, &s);
-    int rc = tu->t->open(tu->t, v, nv, inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
+    int rc = !tu->inplace && !tu->check.open ? check_open(tu, err, errlen) : 0;
+    if (!rc)
+        rc = tu->t->open(tu->t, SLOT_POINT, v, nv,
+                         tu->inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
         rc = search_run(&s, tu->lv, launch_point, tu, show_progress, err, errlen);
-        tu->t->close(tu->t);
+        tu->t->close(tu->t, SLOT_POINT);
     }
     tu->done_before += s.n;
     if (!rc) {
@@ -580,23 +609,6 @@ static int tune_points(Tune *tu, Program *base, char *err, size_t errlen)
     return rc ? 1 : !all_ok;
 }
 
-/* Are some points too large to check in place? */
-static int needs_check_point(Tune *tu, char *err, size_t errlen, int *needed)
-{
-    char buf[MAXTUNED][96];
-    const char *defs[MAXTUNED];
-    *needed = 0;
-    for (int k = 0; k < npoints(&tu->s) && !*needed; k++) {
-        point_defines(&tu->s, k, buf, defs);
-        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
-        if (!p)
-            return -1;
-        *needed = input_elements(p) > (double)INPLACE_ELEMENTS;
-        coco_program_free(p);
-    }
-    return 0;
-}
-
 static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
 {
     const coco_tune_options *o = tu->s.o;
@@ -613,9 +625,7 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
         }
         return 0;
     }
-    int needed, total = 0;
-    if (needs_check_point(tu, err, errlen, &needed))
-        return 1;
+    int total = 0;
     for (int k = 0; k < npoints(&tu->s); k++) { /* the progress bar's total */
         point_defines(&tu->s, k, buf, defs);
         Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
@@ -634,9 +644,9 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
             return 1;
     }
     progress_start(&tu->pg, total, isatty(2));
-    if (needed && check_all(tu, err, errlen))
-        return 1;
-    return tune_points(tu, base, err, errlen);
+    int rc = tune_points(tu, base, err, errlen);
+    check_close(tu);
+    return rc;
 }
 
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
@@ -672,7 +682,6 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     }
     if (log)
         fclose(log);
-    free(tu.fail);
     coco_program_free(base);
     return rc;
 }

@@ -64,18 +64,21 @@ typedef struct {
                          ran, to be launched again */
 } Measured;
 typedef struct TuneTimer TuneTimer;
+enum { SLOT_CHECK, SLOT_POINT, NSLOT }; /* the check point's variants, a size point's */
 struct TuneTimer {
     char gpu[512];      /* the machine (part of the record's key) */
     int nccl;           /* NCCL_VERSION_CODE the code is built against */
     TuneLimits limits;  /* the runtime's, once a timed launch has reported them */
     int launches;       /* launches made */
-    /* The variants of one size point (v[0]: the program), built and prepared
-     * for `mode` (CHECK, BOTH: against the CPU reference of the program) */
-    int (*open)(TuneTimer *t, Program **v, int n, MeasureMode mode, char *err, size_t errlen);
-    /* One launch under knob set `knob`: variants which[0..n) of the open point */
-    int (*measure)(TuneTimer *t, const int *which, int n, int knob, Measured *out, char *err,
-                   size_t errlen);
-    void (*close)(TuneTimer *t);
+    /* In `slot`, the variants of one size point (v[0]: the program), built
+     * and prepared for `mode` (CHECK, BOTH: against the CPU reference of the
+     * program); a slot's earlier point is closed first */
+    int (*open)(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
+                size_t errlen);
+    /* One launch under knob set `knob`: variants which[0..n) of the slot's point */
+    int (*measure)(TuneTimer *t, int slot, const int *which, int n, int knob, Measured *out,
+                   char *err, size_t errlen);
+    void (*close)(TuneTimer *t, int slot);
     void (*free)(TuneTimer *t);
 };
 typedef struct {
