@@ -84,8 +84,8 @@ typedef struct {
     void *marks;
     /* overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c) */
     int overlap_chunks; /* chunks of each rank's part: 0 the default (1), 1 no overlap */
-    int overlap_sms;    /* SMs the MatMul leaves to the collective's kernels: 0 the
-                           default (none kept: the hardware interleaves them) */
+    int overlap_sms;    /* SMs the chunked kernels keep while the MatMul runs (the
+                           MatMul's cuBLASLt SM target is the rest): 0 the default (32) */
 } coco_cuda_ctx;
 
 /* What a mark follows: a kernel of coconet's, an NCCL call, a CUDA copy or

@@ -259,10 +259,9 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     FILE *o = e->o;
     int w = 0; /* lo[] index of the next window buffer */
     static const char *const head[] = {
-        "ncclDevComm dc, ncclWindow_t win, long cs, long nall, long chunk_lo, long chunk_hi, CocoShape it, "
+        "ncclDevComm dc, ncclWindow_t win, long cs, long nall, CocoChunks ck, CocoShape it, "
         "unsigned long long seed, int rank",
-        "dc, win, cs, nall, chunk_lo, chunk_hi, it, args->seed, rank",
-        "dc, win, cs, nall, chunk_lo, chunk_hi, it, seed, rank"};
+        "dc, win, cs, nall, ck, it, args->seed, rank", "dc, win, cs, nall, ck, it, seed, rank"};
     fputs(head[mode], o);
     if (l->scat >= 0 && mode == EMIT_HOST) /* the buckets: of c<scat>, each part's first in pb */
         fprintf(o, ", (const char *)ctx->lsa_base, c%d, pb", l->scat);
@@ -653,6 +652,13 @@ static void emit_rounds(Emitter *e, const Lsa *l, const int *ins, int nin, const
                   "    } else {\n");
 }
 
+/* Can the kernel go chunk by chunk (emit_overlap.c)? One kernel over
+ * contiguous operands. */
+static int chunked(const Lsa *l)
+{
+    return !l->nred && l->scat < 0;
+}
+
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
                         const int *zs, int nz)
 {
@@ -665,8 +671,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                "__launch_bounds__(512, 2) %s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
-               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n"
-               "    (void)chunk_lo;\n    (void)chunk_hi;\n");
+               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
@@ -688,8 +693,18 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_scalars(e, l, kn);
     if (rounds)
         emit_rounds(e, l, ins, nin, zs, nz);
-    if (kn == 0 || loop_in_k1(l, e))
+    if (kn == 0 && chunked(l)) { /* emit_overlap.c: chunk by chunk, each after its MatMul */
+        fprintf(o, "    for (int c = 0; c < ck.count; c++) {\n"
+                   "    const long chunk_lo = coco_chunk_lo(ck, c), chunk_hi = coco_chunk_lo(ck, c + 1);\n"
+                   "    if (ck.flag) { /* chunk c written here, then on every rank */\n"
+                   "        coco_chunk_wait(ck, c);\n"
+                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n");
         emit_loop(e, l, kn, 0, ins, nin, zs, nz);
+        fprintf(o, "    }\n");
+    } else if (kn == 0 || loop_in_k1(l, e)) {
+        fprintf(o, "    const long chunk_lo = 0, chunk_hi = cs;\n");
+        emit_loop(e, l, kn, 0, ins, nin, zs, nz);
+    }
     if (rounds)
         fprintf(o, "    }\n");
     if (kn == 0 && l->nred && gathers_in_k0(e, l))
@@ -927,9 +942,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                    "&block);\n", l.scat);
     fprintf(o, "        ncclDevComm dc = coco_lsa_devcomm(ctx);\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
-    /* go(stream, lo, hi, push, grid): the kernels over elements [lo, hi) of each part */
-    fprintf(o, "        auto go = [&](cudaStream_t s, long chunk_lo, long chunk_hi, int push, "
-               "dim3 g) {\n"
+    /* go(stream, push, grid, chunks): the kernels (chunks: emit_overlap.c's, or all at once) */
+    fprintf(o, "        auto go = [&](cudaStream_t s, int push, dim3 g, CocoChunks ck) {\n"
                "            return %s_f%d_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, "
                "push, g, block, s, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
@@ -939,7 +953,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     if (mm >= 0)
         ovl_emit_launch(e, mm, rs->pos.line, push, done_segment);
     else
-        fprintf(o, "        if (go(st, 0, cs, %s, grid))\n            COCO_FAIL(ctx, "
+        fprintf(o, "        if (go(st, %s, grid, coco_chunks_all(cs)))\n            COCO_FAIL(ctx, "
                    "\"FusedAllReduce\", %d, \"no kernel instance for %%ld ranks\", G_WORLD);\n"
                    "        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",
                 push, rs->pos.line, rs->pos.line);

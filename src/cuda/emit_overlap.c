@@ -1,36 +1,36 @@
 /* emit_overlap.c: overlap(MatMul, FusedAllReduce) (language.md 10.5) as
- * the MatMul in chunks, each chunk's collective kernels running while the
- * next chunk is multiplied.
+ * the MatMul in chunks, each chunk's share of the collective running as
+ * soon as it is written, while the next chunk is multiplied.
  *
- * The FusedAllReduce's kernels (emit_lsa.c) take part q of the MatMul's
+ * The FusedAllReduce's kernel (emit_lsa.c) takes part q of the MatMul's
  * output on rank q (rows [q*Mp, (q+1)*Mp) of M = P*Mp rows). Chunk c is
  * the same sub-range of every part: rows q*Mp + [c*Mp/C, (c+1)*Mp/C) for
  * each q, one strided batched cuBLASLt call (P products of those rows of A
  * with the one B). So each rank, after chunk c, holds chunk c of every
- * part; the kernels' instance over elements [chunk_lo, chunk_hi) of each part then
- * runs on the side stream after an event recorded behind the chunk, while
- * the main stream goes on to chunk c + 1. Every rank owns the elements it
- * would own without chunks, so kept slices, Dropout's masks and the values
- * are the unchunked kernels' bit for bit.
+ * part, and the kernel's elements of chunk c (CocoChunks) can go. Every
+ * rank owns the elements it would own without chunks, so kept slices,
+ * Dropout's masks and the values are the unchunked kernel's bit for bit.
  *
- * The ranks meet at the kernels' own barrier: each kernel's first barrier
- * (one per block, coco_lsa.cuh) passes only when every rank's kernel for
- * chunk c has started, that is, when every rank's chunk c is written (its
- * event). The events are the stream-ordered flags of the chunks, and the
- * barrier is the bounded wait on the peers' flags; no persistent kernel
- * holds SMs while the MatMul runs. The main stream waits for the side
- * stream's last kernel before anything after the overlap.
+ * The kernel is launched once, on the side stream, before the MatMul's
+ * chunks, on a grid of two blocks an SM of the SMs it keeps
+ * (COCONET_OVERLAP_SMS, 32 by default; the MatMul's cuBLASLt SM target is
+ * the rest, so both always find SMs). On the main stream each chunk is
+ * followed by a one-thread kernel that sets the chunk's flag in device
+ * memory (coco_chunk_signal: a stream-ordered write). Each block of the
+ * fused kernel, before chunk c, waits for flag c with a bounded spin
+ * (coco_chunk_wait: 20 s, then it traps and the run fails), then syncs its
+ * barrier with the same block of every peer: when it passes, chunk c is
+ * written on every rank. The main stream waits for the side stream at the
+ * end. Rank-staggered chunk orders (the paper's) are not needed here: at
+ * each chunk every rank reads a different part, its own.
  *
  * Knobs (ctx, COCONET_OVERLAP_CHUNKS and COCONET_OVERLAP_SMS): the chunk
- * count C (1, the default: no overlap, the MatMul then the kernels on one
- * stream; measured faster than any C from 2 to 8 on 4 x H100, doc/gpu.md),
- * and
- * the SMs the MatMul leaves to the kernels (CUBLASLT_MATMUL_DESC_SM_COUNT_
- * TARGET; the kernels' grid is then two blocks an SM of those). Chunking
- * needs rows that part the same way as the tensor: M a multiple of P, each
- * part Mp whole rows (coco_overlap_chunks decides at run time; else C = 1).
- * Not chunked: fusions with cross-rank reductions (two kernels, the second
- * needs every element) or scattered operands. */
+ * count C (1, the default: no overlap, the MatMul then the kernel on one
+ * stream), and the SMs the kernel keeps. Chunking needs rows that part the
+ * same way as the tensor: M a multiple of P, each part Mp whole rows
+ * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
+ * fusions with cross-rank reductions (two kernels, the second needs every
+ * element) or scattered operands. */
 #include "cuda/emit_lsa.h"
 
 #include <string.h>
@@ -98,7 +98,9 @@ static void emit_sizes(Emitter *e, const Node *mm)
             a->id, a->ndim - 1, b->id, a->id);
 }
 
-/* The chunk loop: `go` (the launch block's lambda) runs the kernels. */
+/* The chunks: `go` (the launch block's lambda) launches the kernels on the
+ * side stream first, each block waiting for each chunk's flag; the chunks
+ * of the MatMul and their signals follow on the main stream. */
 static void emit_chunks(Emitter *e, const Node *mm, int line)
 {
     FILE *o = e->o;
@@ -106,30 +108,32 @@ static void emit_chunks(Emitter *e, const Node *mm, int line)
     int l = mm->pos.line;
     fprintf(o, "            const long mP = mM / G_WORLD;\n"
                "            cudaStream_t side = (cudaStream_t)ctx->side_stream;\n"
-               "            cudaEvent_t *ev = coco_overlap_events(ctx, chunks + 1);\n"
-               "            if (!ev)\n                return 1;\n"
+               "            cudaEvent_t *ev = coco_overlap_events(ctx);\n"
+               "            unsigned epoch;\n"
+               "            const unsigned *flag = ev ? coco_overlap_flags(ctx, &epoch) : NULL;\n"
+               "            if (!flag)\n                return 1;\n"
+               "            CocoChunks ck = {chunks, mP, mN, flag, epoch};\n"
+               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
+               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
+               "            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))\n"
+               "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
+               "ranks\", G_WORLD);\n"
+               "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
-               "            dim3 cgrid = coco_overlap_grid(ctx, grid);\n"
-               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[chunks], st));\n"
-               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[chunks], 0));\n"
                "            for (int c = 0; c < chunks; c++) {\n"
                "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
                "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
                "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, sms, st))\n"
                "                    return 1;\n"
-               "                COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[c], st));\n"
-               "                COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[c], 0));\n"
-               "                if (go(side, row0 * mN, row1 * mN, 0, cgrid))\n"
-               "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
-               "ranks\", G_WORLD);\n"
-               "                COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
+               "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
+               "                COCO_LAUNCH_CHECK(ctx, \"MatMul\", %d);\n"
                "            }\n"
-               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaEventRecord(ev[chunks], side));\n"
-               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[chunks], 0));\n"
+               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaEventRecord(ev[1], side));\n"
+               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[1], 0));\n"
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
                "\"chunks\");\n",
-            l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, l, line, line,
-            line, line, line);
+            l, l, line, line, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line,
+            line, line);
 }
 
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)
@@ -142,7 +146,7 @@ void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_s
     emit_chunks(e, m, line);
     fprintf(o, "        } else {\n");
     e->emit_node(e, m, done_segment);
-    fprintf(o, "            if (go(st, 0, cs, %s, grid))\n"
+    fprintf(o, "            if (go(st, %s, grid, coco_chunks_all(cs)))\n"
                "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
                "%%ld ranks\", G_WORLD);\n"
                "            COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n        }\n",
