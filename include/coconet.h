@@ -219,6 +219,47 @@ int coco_cuda_usable(int nranks, char *why, size_t len);
  * process's rank, and finalises MPI); 0 when not under MPI. */
 int coco_cuda_mpi_init(int *nranks);
 
+/* The autotuner (`coconet tune`, doc/cli.md): checks every variant (the
+ * program, its schedules and its enumerated ones, each under the knob sets
+ * that apply to it) against the CPU reference, times them on the GPUs at
+ * each size point (pruned by a cost model unless exhaustive), prints a table
+ * per point and keeps the fastest in a tuning record under the build cache.
+ * With COCONET_TUNE_FAKE=FILE, times are replayed from FILE (for tests). */
+typedef struct {
+    const char *const *defines; /* "NAME=VALUE", as coco_config */
+    int ndefines;
+    int nranks;
+    long group_size;
+    const char *sched_file;     /* schedules added from a file, or NULL */
+    const char *const *sizes;   /* "NAME=v1,v2,..." each (values: integers or 2^k);
+                                   the points: every combination; none: the -D sizes */
+    int nsizes;
+    const char *check_size;     /* "NAME=v,..." where variants are checked when a point
+                                   is too large to check in place; NULL: the file's sizes */
+    double prune;               /* prune at this factor (0: 1.5) */
+    int exhaustive;             /* time every candidate */
+    int plan;                   /* print the candidates and predictions, time nothing */
+    int iters;                  /* timed runs of each variant (0: 20) */
+    double timeout_s;
+    int threads;
+    uint64_t seed;
+    const char *log;            /* append each launch's report to this file */
+} coco_tune_options;
+/* 0 done, 1 failed (message in err), 2 bad options (message in err) */
+int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
+              size_t errlen);
+/* Prints the record of the program (as loaded by o) on this machine. 0, or
+ * 1 with a message: no record */
+int coco_tune_show(const char *file, const coco_tune_options *o, FILE *out, char *err,
+                   size_t errlen);
+/* The tuned choice for p at its sizes: the schedule's name ("program": none),
+ * the knob setting its ranks need ("COCONET_FUSED=push", or "") and, when
+ * the sizes were not tuned themselves, a note naming the nearest that were.
+ * Enumerates p's schedules when the choice is an enumerated one. 0, or -1
+ * with a message (no record: it says to run coconet tune). */
+int coco_tuned(coco_program *p, char *schedule, size_t slen, char *knobs, size_t klen,
+               char *note, size_t nlen, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,7 @@
  *
  * Each layer above has its own header, which includes the one below it:
  * core (coco.h) <- front/front.h <- sched/sched.h <- cpu/cpu.h <- api.h
- * <- cuda/cuda.h. A file includes its own layer's header and nothing from
+ * <- cuda/cuda.h <- tune/tune.h. A file includes its own layer's header and nothing from
  * a layer above it (tests/layers.py checks this).
  * Everything a program owns lives in its arena and is freed with it. */
 #ifndef COCO_H

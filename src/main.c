@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAXDEFINES = 256 };
+enum { MAXDEFINES = 256, MAXSIZES = 8 };
 
 typedef struct {
     const char *cmd;
@@ -37,6 +37,13 @@ typedef struct {
     int build_only;            /* cuda: --build-only */
     int breakdown;             /* cuda: --breakdown */
     int remeasure;             /* cuda: --remeasure */
+    const char *sizes[MAXSIZES]; /* tune: --sizes NAME=v1,v2,... */
+    int nsizes;
+    const char *check_size;    /* tune: --check-size NAME=v,... */
+    double prune;              /* tune: --prune F */
+    int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
+    const char *log;           /* tune: --log FILE */
+    int program_only;          /* --schedule tuned chose the program itself */
 } Options;
 
 static const char usage[] =
@@ -50,6 +57,8 @@ static const char usage[] =
     "                  run each schedule and compare its outputs with the program's\n"
     "  schedules FILE  list every distinct valid schedule of the program\n"
     "  gen FILE -o DIR write CUDA source for the program and its schedules\n"
+    "  tune FILE       check and time every schedule x knob set on the GPUs at each\n"
+    "                  size; keep the fastest in the tuning record (doc/cli.md)\n"
     "\n"
     "options:\n"
     "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
@@ -61,7 +70,8 @@ static const char usage[] =
     "  --seed S        seed of the input data and of Dropout (default 1)\n"
     "  --threads T     CPU threads of the reference executor (default: all cores)\n"
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
-    "  --schedule NAME print/run: apply the schedule NAME (run: only that one)\n"
+    "  --schedule NAME print/run: apply the schedule NAME (run: only that one);\n"
+    "                  run, gen: tuned takes the tuning record's choice\n"
     "  --schedule-file F  add the schedules written in F\n"
     "  --all-schedules run, gen: also every enumerated schedule\n"
     "  -o DIR          gen: the directory to write to\n"
@@ -79,6 +89,16 @@ static const char usage[] =
     "                  (as many more runs as --iters), in a second table\n"
     "  --remeasure     cuda: measure the machine's limits (copy, peer copy, FP16 GEMM)\n"
     "                  again instead of reading them from the cache\n"
+    "  --sizes NAME=v1,v2,...  tune: the sizes to tune at (integers or 2^k); repeated\n"
+    "                  for more names: every combination (default: the -D sizes)\n"
+    "  --check-size NAME=v,...  tune: where variants too large to check in place are\n"
+    "                  checked against the CPU reference (default: the file's sizes)\n"
+    "  --prune F       tune: skip a candidate the cost model says is more than F\n"
+    "                  times slower than the best measured (default 1.5)\n"
+    "  --exhaustive    tune: time every candidate (and say what pruning would pick)\n"
+    "  --plan          tune: list the candidates and the model's predictions only\n"
+    "  --show          tune: print the program's tuning record on this machine\n"
+    "  --log FILE      tune: append the report of every launch of the ranks to FILE\n"
     "  --help, --version\n";
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
@@ -167,6 +187,26 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->schedule = option_value(argc, argv, i);
     } else if (!strcmp(a, "--schedule-file")) {
         o->sched_file = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--sizes")) {
+        if (o->nsizes == MAXSIZES)
+            bad_usage("at most 8 --sizes options%s", "");
+        o->sizes[o->nsizes++] = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--check-size")) {
+        o->check_size = option_value(argc, argv, i);
+    } else if (!strcmp(a, "--prune")) {
+        const char *v = option_value(argc, argv, i);
+        char *end;
+        o->prune = strtod(v, &end);
+        if (*end || !(o->prune >= 1 && o->prune <= 1e6))
+            bad_usage("--prune expects a factor of at least 1, not '%s'", v);
+    } else if (!strcmp(a, "--exhaustive")) {
+        o->exhaustive = 1;
+    } else if (!strcmp(a, "--show")) {
+        o->show = 1;
+    } else if (!strcmp(a, "--plan")) {
+        o->plan = 1;
+    } else if (!strcmp(a, "--log")) {
+        o->log = option_value(argc, argv, i);
     } else {
         bad_usage("unknown option '%s'", a);
     }
@@ -206,10 +246,20 @@ static void parse_args(Options *o, int argc, char **argv)
     if (!o->cmd)
         bad_usage("no command given%s", "");
     if (strcmp(o->cmd, "check") && strcmp(o->cmd, "print") && strcmp(o->cmd, "run") &&
-        strcmp(o->cmd, "schedules") && strcmp(o->cmd, "gen"))
+        strcmp(o->cmd, "schedules") && strcmp(o->cmd, "gen") && strcmp(o->cmd, "tune"))
         bad_usage("unknown command '%s'", o->cmd);
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
+    if (strcmp(o->cmd, "tune") && (o->nsizes || o->check_size || o->prune || o->exhaustive ||
+                                   o->show || o->plan || o->log))
+        bad_usage("--sizes, --check-size, --prune, --exhaustive, --plan, --show and --log go "
+                  "with `coconet tune`%s", "");
+    if (!strcmp(o->cmd, "tune") && (o->schedule || o->all_schedules || o->dump || o->outdir))
+        bad_usage("tune explores every schedule itself: no --schedule, --all-schedules, --dump "
+                  "or -o%s", "");
+    if (o->schedule && !strcmp(o->schedule, "tuned") && strcmp(o->cmd, "run") &&
+        strcmp(o->cmd, "gen"))
+        bad_usage("--schedule tuned goes with `coconet run` and `coconet gen`%s", "");
 }
 
 static coco_program *load(const Options *o)
@@ -500,7 +550,8 @@ static int run(const Options *o, coco_program *p)
     printf("time %.1f ms\n", ms);
     if (o->dump)
         bad |= dump(p, r, o->dump);
-    bad |= run_schedules(o, p, r);
+    if (!o->program_only)
+        bad |= run_schedules(o, p, r);
     coco_run_free(r);
     return bad;
 }
@@ -712,10 +763,63 @@ static int run_cuda(const Options *o, coco_program *p)
     return rc;
 }
 
+/* tune: time every variant on the GPUs and keep the best (coco_tune) */
+static int tune(const Options *o)
+{
+    coco_tune_options t = {o->defines, o->ndefines, o->nranks, o->group_size, o->sched_file,
+                           o->sizes, o->nsizes, o->check_size, o->prune, o->exhaustive, o->plan,
+                           o->iters, o->timeout, o->threads, o->seed, o->log};
+    char err[8192];
+    int rc = o->show ? coco_tune_show(o->file, &t, stdout, err, sizeof err)
+                     : coco_tune(o->file, &t, stdout, err, sizeof err);
+    fflush(stdout);
+    if (rc)
+        fputs(err, stderr);
+    if (rc == 2)
+        fputs("(coconet --help lists the commands and options)\n", stderr);
+    return rc;
+}
+
+/* --schedule tuned: the tuning record's choice for p at its sizes, as the
+ * schedule to run or generate; on GPUs its knob set goes to the ranks'
+ * environment. Says on stderr what it chose and from which sizes. */
+static void apply_tuned(Options *o, coco_program *p, int cuda)
+{
+    static char name[128];
+    char knobs[128], note[1024], err[4096];
+    if (coco_tuned(p, name, sizeof name, knobs, sizeof knobs, note, sizeof note, err,
+                   sizeof err)) {
+        fputs(err, stderr);
+        coco_program_free(p);
+        exit(1);
+    }
+    if (note[0])
+        fprintf(stderr, "coconet: note: %s\n", note);
+    fprintf(stderr, "coconet: tuned: schedule %s, knobs %s\n", name, knobs[0] ? knobs : "default");
+    o->schedule = name;
+    o->program_only = !strcmp(name, "program");
+    if (!knobs[0])
+        return;
+    if (!strcmp(o->cmd, "gen")) {
+        fprintf(stderr, "coconet: tuned: run its ranks with %s (the runtime reads it)\n", knobs);
+        return;
+    }
+    if (!cuda) {
+        fprintf(stderr, "coconet: tuned: %s matters on GPUs only (the cpu backend)\n", knobs);
+        return;
+    }
+    char *eq = strchr(knobs, '=');
+    *eq = 0;
+    setenv(knobs, eq + 1, 1);
+    fprintf(stderr, "coconet: tuned: setting %s=%s for the ranks\n", knobs, eq + 1);
+}
+
 int main(int argc, char **argv)
 {
     Options o;
     parse_args(&o, argc, argv);
+    if (!strcmp(o.cmd, "tune"))
+        return tune(&o);
     int cuda = use_cuda(&o);
     if (o.reference == COCO_REFERENCE_NONE && !cuda)
         refuse_no_reference(&o);
@@ -726,6 +830,8 @@ int main(int argc, char **argv)
         check_dump_dir(o.dump);
     coco_program *p = load(&o);
     int rc = 0;
+    if (o.schedule && !strcmp(o.schedule, "tuned"))
+        apply_tuned(&o, p, cuda);
     if (!strcmp(o.cmd, "print") && o.schedule) {
         char err[4096];
         coco_program *s = coco_schedule(p, o.schedule, err, sizeof err);

@@ -14,6 +14,8 @@
 #   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
 #   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
 #             (60), and its kept crashers; skipped where clang has no libFuzzer;
+#   tune      `coconet tune` against a fake timer (tests/tune/*.times): the
+#             candidates, pruning, failed checks, the record, --schedule tuned;
 #   sanitize  the examples, refusals and random programs under ASan and UBSan;
 #   fused-gen the fused collectives and Sends each program's schedules generate
 #             (expected kinds: tests/gen/fused/*.expect) and the rules every

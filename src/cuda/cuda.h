@@ -59,6 +59,9 @@ uint64_t cuda_cache_key(const char *src, size_t n, const Argv *cmd, const char *
  * status, 128 + signal, -1 (not started) or -2 (timed out, killed) */
 int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s);
 int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen);
+/* The GPU models of this machine without CUDA (nvidia-smi, else the driver's
+ * /proc files), or "no GPU seen": a part of the build's cache key. */
+void cuda_gpu_model(char *buf, size_t len);
 /* a file's text, or cuda_compile of the variants (user error -> NULL, err) */
 char *cuda_source(Program **v, int nv, const char *path, size_t *n, char *err, size_t errlen);
 
@@ -160,6 +163,11 @@ void report_error(Report *r, int rank, const char *msg); /* the first one counts
 /* where rank was by its last AT line, e.g. "in variant 'fused'" */
 void report_where(const CudaJob *job, const Report *r, int rank, char *buf, size_t len);
 int report_print(const CudaJob *job, const Report *r, FILE *out); /* 0: all passed */
+/* variant vi's verdict (bitwise, rounding, unchecked: passed, report_passed;
+ * WRONG, REPLICAS, GUARD, REPEAT, FAILED) and its figures over the ranks in
+ * *all (median_ms: the slowest rank's) */
+const char *report_verdict(const CudaJob *job, const Report *r, int vi, RankRow *all);
+int report_passed(const char *verdict);
 void rank_row_line(char *buf, size_t len, int v, const RankRow *row, int nhash);
 /* cuda_rank.c: in a rank's process, load the runtime, run every variant, check it */
 typedef struct CocoRtApi CocoRtApi;
@@ -180,6 +188,8 @@ void cuda_limits_line(const CudaJob *job, const CocoRtApi *api, int local_rank, 
                       size_t len);
 /* cuda_launch.c: one forked process per rank, watched by the parent */
 int cuda_launch(const CudaJob *job, Report *rep);
+/* The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
+int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */

@@ -365,7 +365,7 @@ static void proc_gpu_models(char *buf, size_t len)
 
 /* The GPU models of this machine, read without CUDA: nvidia-smi, else the
  * driver's /proc files, else "no GPU seen". */
-static void gpu_model(char *buf, size_t len)
+void cuda_gpu_model(char *buf, size_t len)
 {
     char *argv[] = {"nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader", NULL};
     if (run_capture(argv, NULL, buf, len, 30) == 0 && buf[0])
@@ -498,7 +498,7 @@ int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen
         return -1;
     }
     char gpu[1024];
-    gpu_model(gpu, sizeof gpu);
+    cuda_gpu_model(gpu, sizeof gpu);
     Argv cmd;
     cuda_nvcc_argv(&b->tool, b->home, "SRC.cu", "OUT", &cmd);
     b->key = cuda_cache_key(src, n, &cmd, version, nccl, gpu, b->home);

@@ -546,7 +546,7 @@ static void free_variants(Program **v, int nv)
     free(v);
 }
 
-static int setup_build(CudaBuild *b, double timeout_s, char *err, size_t errlen)
+int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
     const char *home = coco_home();
@@ -577,7 +577,7 @@ static int setup_build(CudaBuild *b, double timeout_s, char *err, size_t errlen)
 static int build(const char *src, size_t n, const coco_cuda_options *o, CudaBuild *b,
                  FILE *out, char *err, size_t errlen)
 {
-    if (setup_build(b, o->timeout_s, err, errlen))
+    if (cuda_build_setup(b, o->timeout_s, err, errlen))
         return -1;
     int mpi = cuda_mpi_active(), first = !mpi || cuda_mpi_local_rank() == 0, rc = 0;
     char e[8192] = "";

@@ -290,12 +290,12 @@ static int replicas_agree(const CudaVariant *v, const RankRow *rows, int nranks)
     return replicas_differ(v, rows, nranks, &rank, &first) < 0;
 }
 
-/* One variant's row; 0 when it passed. */
-static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
+/* Variant vi over all ranks: its figures summed (the largest max-abs,
+ * max-rel and median time: the slowest rank's) into *all, and its verdict. */
+const char *report_verdict(const CudaJob *job, const Report *r, int vi, RankRow *all)
 {
     const RankRow *rows = &r->rows[vi * r->nranks];
-    RankRow all;
-    memset(&all, 0, sizeof all);
+    memset(all, 0, sizeof *all);
     int seen = 0, guard = 0, repeat = 0;
     for (int rank = 0; rank < r->nranks; rank++) {
         const RankRow *x = &rows[rank];
@@ -304,22 +304,36 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
         if (!x->seen)
             continue;
         seen++;
-        all.differing += x->differing;
-        all.elements += x->elements;
-        all.outside += x->outside;
-        all.max_abs = x->max_abs > all.max_abs ? x->max_abs : all.max_abs;
-        all.max_rel = x->max_rel > all.max_rel ? x->max_rel : all.max_rel;
-        all.median_ms = x->median_ms > all.median_ms ? x->median_ms : all.median_ms;
+        all->differing += x->differing;
+        all->elements += x->elements;
+        all->outside += x->outside;
+        all->max_abs = x->max_abs > all->max_abs ? x->max_abs : all->max_abs;
+        all->max_rel = x->max_rel > all->max_rel ? x->max_rel : all->max_rel;
+        all->median_ms = x->median_ms > all->median_ms ? x->median_ms : all->median_ms;
     }
+    int agree = seen == r->nranks && replicas_agree(&job->v[vi], rows, r->nranks);
+    return seen < r->nranks ? "FAILED"
+           : guard          ? "GUARD"
+           : all->outside   ? "WRONG"
+           : repeat         ? "REPEAT"
+           : !agree         ? "REPLICAS"
+           : job->unchecked ? "unchecked"
+           : all->differing ? "rounding"
+                            : "bitwise";
+}
+
+int report_passed(const char *verdict)
+{
+    return !strcmp(verdict, "bitwise") || !strcmp(verdict, "rounding") ||
+           !strcmp(verdict, "unchecked");
+}
+
+/* One variant's row; 0 when it passed. */
+static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
+{
+    RankRow all;
+    const char *verdict = report_verdict(job, r, vi, &all);
     const CudaVariant *v = &job->v[vi];
-    int agree = seen == r->nranks && replicas_agree(v, rows, r->nranks);
-    const char *verdict = seen < r->nranks ? "FAILED"
-                        : guard ? "GUARD"
-                        : all.outside ? "WRONG"
-                        : repeat ? "REPEAT"
-                        : !agree ? "REPLICAS"
-                        : job->unchecked ? "unchecked"
-                        : all.differing ? "rounding" : "bitwise";
     if (job->unchecked)
         fprintf(out, "%-24s %-9s %11s %12s %21s %9s %10.3f ms  %s\n", v->name, verdict, "-", "-",
                 "-", "-", all.median_ms, v->note ? v->note : "");
@@ -327,7 +341,7 @@ static int print_row(const CudaJob *job, const Report *r, int vi, FILE *out)
         fprintf(out, "%-24s %-8s %12.3g %12.3g %10ld/%-10ld %9ld %10.3f ms  %s\n", v->name,
                 verdict, all.max_abs, all.max_rel, all.differing, all.elements, all.outside,
                 all.median_ms, v->note ? v->note : "");
-    return seen < r->nranks || all.outside || !agree || guard || repeat;
+    return !report_passed(verdict);
 }
 
 /* Variants whose every rank reported with no fault. */

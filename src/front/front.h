@@ -86,5 +86,8 @@ typedef struct {
 } Roofline;
 void roofline_rank(const Program *p, int rank, Roofline *r);
 void roofline_busiest(const Program *p, Roofline *r); /* each figure's most over the ranks */
+/* one node's share on one rank: the bytes a collective sends, the FLOPs of a computation */
+double roofline_link(const Program *p, const Node *n, int rank);
+double roofline_flops(const Program *p, const Node *n, int rank);
 
 #endif

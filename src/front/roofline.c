@@ -68,7 +68,7 @@ static int send_destination(const Program *p, const Node *n, int rank)
     return rank_of(p, n->group, ((j + n->shift) % ng + ng) % ng, i);
 }
 
-static double link_bytes(const Program *p, const Node *n, int rank)
+double roofline_link(const Program *p, const Node *n, int rank)
 {
     const Node *in = &p->node[n->in[0]];
     double P = (double)group_size_of(p, n->group), s = (double)type_size(n->type);
@@ -89,7 +89,7 @@ static double link_bytes(const Program *p, const Node *n, int rank)
     }
 }
 
-static double node_flops(const Program *p, const Node *n, int rank)
+double roofline_flops(const Program *p, const Node *n, int rank)
 {
     long shape[MAXDIM];
     double out = (double)local_count(p, n, rank);
@@ -128,9 +128,9 @@ void roofline_rank(const Program *p, int rank, Roofline *r)
         if (n->dead)
             continue;
         if (op_is_comm(n->op))
-            r->link_bytes += link_bytes(p, n, rank);
+            r->link_bytes += roofline_link(p, n, rank);
         else
-            r->flops += node_flops(p, n, rank);
+            r->flops += roofline_flops(p, n, rank);
     }
 }
 

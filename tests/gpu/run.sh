@@ -19,6 +19,9 @@
 #   knobs     the last runs of examples alone (scattered W = 41, also on the
 #             NCCL paths, and 401, and COCONET_FUSED_VEC=1 /
 #             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
+#   tune      `coconet tune` of examples/adam.coco and self_attention.coco at
+#             their own sizes (checked where timed), then adam's
+#             `run --schedule tuned` (its knob set in the ranks' environment);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
@@ -31,7 +34,7 @@
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
 # Variables: RANKS (default "1 2 4"; one rank: every fused collective one
-# kernel over local memory, no device communicator), PARTS (default "selftest examples paper"),
+# kernel over local memory, no device communicator), PARTS (default "selftest examples tune paper"),
 # BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
 # build ahead while other work runs), EXAMPLES (the examples and knobs parts'
 # programs: those of them named here, e.g. "examples/adam.coco
@@ -55,7 +58,7 @@ cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-build/gpu-results.md}
 LOG=$OUT.log
 RANKS=${RANKS:-1 2 4}
-PARTS=${PARTS:-selftest examples paper}
+PARTS=${PARTS:-selftest examples tune paper}
 B_SIZES=${B_SIZES:-8 16}
 N_POW=${N_POW:-10 16 20 24 28}
 N_ODD=${N_ODD:-1 3 7 1001 1002 1048577}
@@ -439,6 +442,43 @@ part_paper() {
             for f in examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco; do
                 optimizer "$f" "$n" "$p"
             done
+        done
+    done
+}
+
+# tuned FILE P: `coconet tune` of FILE at its sizes must pick a variant; for
+# adam, `run --schedule tuned` must then run it (its table in the results)
+tuned() {
+    cmd="$COCONET tune $1 --ranks $2 --iters 5 --timeout $LIMIT"
+    echo "==== $cmd" >>"$LOG"
+    # shellcheck disable=SC2086 # the command's words
+    timed $cmd
+    cat "$TMP/out" "$TMP/err" >>"$LOG"
+    best=$(grep -m 1 '^best at ' "$TMP/out")
+    if [ $rc -eq 0 ] && [ -n "$best" ]; then
+        pass=$((pass + 1))
+        echo "ok   $cmd ($best; $secs s)"
+        # shellcheck disable=SC2016 # markdown's backquotes
+        printf '`%s`: %s (%s s)\n\n' "$cmd" "$best" "$secs" >>"$OUT"
+    else
+        fail=$((fail + 1))
+        echo "FAIL $cmd (status $rc): $(head -n 2 "$TMP/err" | tr '\n' ' ')"
+        # shellcheck disable=SC2016 # markdown's backquotes
+        printf '**failed** `%s` (status %s)\n\n' "$cmd" "$rc" >>"$OUT"
+        return
+    fi
+    case $1 in
+    */adam.coco) run adam "tuned" "$2" "$1" --schedule tuned ;;
+    esac
+}
+
+part_tune() {
+    heading "## coconet tune, examples at their own sizes"
+    for p in $RANKS; do
+        for f in examples/adam.coco examples/self_attention.coco; do
+            chosen "$f" || continue
+            allowed "$f" "$p" || continue
+            if [ "$PREBUILD" = 1 ]; then prebuild "$f" --all-schedules --ranks "$p"; else tuned "$f" "$p"; fi
         done
     done
 }

@@ -1,0 +1,233 @@
+/* knobs.c: the knob sets the autotuner crosses with each variant, and
+ * which apply to which variant.
+ *
+ * The knobs are the runtime's (doc/gpu.md, "Fused-collective knobs"), read
+ * by each rank's process from its environment when it starts
+ * (rt/cuda_child.c, read_knobs): one launch of the ranks runs under one knob
+ * set. A set changes one variable: COCONET_FUSED, the fused collectives'
+ * algorithm, or COCONET_OVERLAP_CHUNKS, the chunks of an overlapped MatMul
+ * and FusedAllReduce. The rest (blocks, threads, vectors, SMs...) keep the
+ * runtime's defaults, or what the user's environment sets for every launch.
+ *
+ * A variant is judged as the CUDA backend runs it: after
+ * lower_collectives (src/cuda), which makes FP16 AllReduces and those over
+ * scattered tensors FusedAllReduces (the callers pass that form).
+ *   no FusedAllReduce and no fused Send: default only (the knobs change
+ *     nothing in it);
+ *   a FusedAllReduce, P > 1: twoshot, nccl, and oneshot and push where some
+ *     FusedAllReduce of it can take them (the kernels' own rules,
+ *     src/cuda/emit_lsa.c: one-shot needs no Dropout, no cross-rank
+ *     reduction and no tensor operand as large as the reduced one; push
+ *     needs contiguous operands or no cross-rank reduction); and chunks2,
+ *     chunks4 when it overlaps a MatMul with a FusedAllReduce
+ *     (src/cuda/emit_overlap.c). `default` (auto) is not a set of its own:
+ *     it picks one of the algorithms by size (the tuner times the program
+ *     under it too, as the baseline: search.c);
+ *   fused Sends only, P > 1: default (the peers' memory) and nccl;
+ *   P = 1: default only. One rank's fused kernels are one instance whatever
+ *     the algorithm (doc/gpu.md), and nccl is a copy. */
+#define _DEFAULT_SOURCE /* setenv */
+#include "tune/tune.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[NKNOB] = {"default", "oneshot", "twoshot", "push",
+                                         "nccl",    "chunks2", "chunks4"};
+static const char *const envs[NKNOB] = {"",
+                                        "COCONET_FUSED=oneshot",
+                                        "COCONET_FUSED=twoshot",
+                                        "COCONET_FUSED=push",
+                                        "COCONET_FUSED=nccl",
+                                        "COCONET_OVERLAP_CHUNKS=2",
+                                        "COCONET_OVERLAP_CHUNKS=4"};
+
+const char *knob_name(int k)
+{
+    return k >= 0 && k < NKNOB ? names[k] : "?";
+}
+
+const char *knob_env(int k)
+{
+    return k >= 0 && k < NKNOB ? envs[k] : "";
+}
+
+int knob_parse(const char *name)
+{
+    for (int k = 0; k < NKNOB; k++)
+        if (!strcmp(name, names[k]))
+            return k;
+    return -1;
+}
+
+int knob_chunks(int k)
+{
+    return k == KNOB_CHUNKS2 ? 2 : k == KNOB_CHUNKS4 ? 4 : 1;
+}
+
+void knob_setenv(int k)
+{
+    unsetenv("COCONET_FUSED");
+    unsetenv("COCONET_OVERLAP_CHUNKS");
+    const char *e = knob_env(k), *eq = strchr(e, '=');
+    if (eq) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - e), e);
+        setenv(name, eq + 1, 1);
+    }
+}
+
+/* ---- what a variant's fusions allow ---- */
+
+static int is_member(const Program *p, const Node *n, int f)
+{
+    return !n->dead && n->fusion == f;
+}
+
+/* The ReduceScatter of fusion f, or NULL */
+static const Node *fusion_rs(const Program *p, int f)
+{
+    for (int i = 0; i < p->nnode; i++)
+        if (is_member(p, &p->node[i], f) && p->node[i].op == O_REDUCESCATTER)
+            return &p->node[i];
+    return NULL;
+}
+
+static int cross_rank_reduction(const Node *n)
+{
+    return n->op == O_NORM || n->op == O_REDUCE_TENSOR || n->op == O_PARTIAL_REDUCE;
+}
+
+/* One-shot: no Dropout, no cross-rank reduction, and every tensor operand
+ * from outside the fusion (but the reduced one) of fewer dimensions than it */
+static int oneshot_allowed(const Program *p, int f)
+{
+    const Node *rs = fusion_rs(p, f);
+    if (!rs)
+        return 0;
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (!is_member(p, n, f))
+            continue;
+        if (n->op == O_DROPOUT || cross_rank_reduction(n))
+            return 0;
+        for (int k = 0; k < n->nin; k++) {
+            const Node *x = &p->node[n->in[k]];
+            if (x->fusion != f && x->op != O_SCALAR && x->op != O_CONST && x->id != rs->in[0] &&
+                x->ndim >= rs->ndim)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Push: contiguous operands, or no cross-rank reduction */
+static int push_allowed(const Program *p, int f)
+{
+    int red = 0, scattered = 0;
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (!is_member(p, n, f))
+            continue;
+        red |= cross_rank_reduction(n);
+        for (int k = 0; k < n->nin; k++)
+            scattered |= p->node[n->in[k]].nmember > 0;
+    }
+    return !red || !scattered;
+}
+
+static int live_fusion(const Program *p, int f)
+{
+    if (p->fusion[f].dead)
+        return 0;
+    for (int i = 0; i < p->nnode; i++)
+        if (is_member(p, &p->node[i], f))
+            return 1;
+    return 0;
+}
+
+int knob_chunked_overlap(const Program *v, int o)
+{
+    int matmul = 0, fused = 0;
+    for (int i = 0; i < v->overlap[o].nitem; i++) {
+        Ref r = v->overlap[o].item[i];
+        if (REF_IS_FUSION(r))
+            fused |= v->fusion[REF_FUSION_INDEX(r)].kind == F_ALLREDUCE &&
+                     live_fusion(v, REF_FUSION_INDEX(r));
+        else
+            matmul |= v->node[r].op == O_MATMUL && !v->node[r].dead;
+    }
+    return matmul && fused;
+}
+
+typedef struct {
+    int allreduce, send, oneshot, push, chunks;
+} Fused;
+
+static Fused fused_of(const Program *v)
+{
+    Fused u = {0, 0, 0, 0, 0};
+    for (int f = 0; f < v->nfusion; f++) {
+        if (!live_fusion(v, f))
+            continue;
+        if (v->fusion[f].kind == F_ALLREDUCE) {
+            u.allreduce = 1;
+            u.oneshot |= oneshot_allowed(v, f);
+            u.push |= push_allowed(v, f);
+        } else if (v->fusion[f].kind == F_SEND) {
+            u.send = 1;
+        }
+    }
+    for (int o = 0; o < v->noverlap; o++)
+        u.chunks |= knob_chunked_overlap(v, o);
+    return u;
+}
+
+int knob_sets(const Program *v, int *sets)
+{
+    Fused u = fused_of(v);
+    int n = 0;
+    if (v->nranks == 1 || (!u.allreduce && !u.send)) {
+        sets[n++] = KNOB_DEFAULT;
+        return n;
+    }
+    if (!u.allreduce) {
+        sets[n++] = KNOB_DEFAULT;
+        sets[n++] = KNOB_NCCL;
+        return n;
+    }
+    if (u.oneshot)
+        sets[n++] = KNOB_ONESHOT;
+    sets[n++] = KNOB_TWOSHOT;
+    if (u.push)
+        sets[n++] = KNOB_PUSH;
+    sets[n++] = KNOB_NCCL;
+    if (u.chunks) {
+        sets[n++] = KNOB_CHUNKS2;
+        sets[n++] = KNOB_CHUNKS4;
+    }
+    return n;
+}
+
+/* What knob set k does to v: the algorithm its fused collectives take (-1:
+ * none affected; for fused Sends only, nccl or not) and the chunks of its
+ * overlaps (-1: none) */
+static void effect(const Program *v, const Fused *u, int k, int *algo, int *chunks)
+{
+    int fused = k >= KNOB_ONESHOT && k <= KNOB_NCCL ? k : KNOB_DEFAULT;
+    *algo = v->nranks == 1 || (!u->allreduce && !u->send) ? -1
+            : !u->allreduce                                ? fused == KNOB_NCCL
+                                                           : fused;
+    *chunks = u->chunks && v->nranks > 1 ? knob_chunks(k) : -1;
+}
+
+int knob_runs_in(const Program *v, int k, int launch)
+{
+    if (k == launch)
+        return 1;
+    Fused u = fused_of(v);
+    int a1, c1, a2, c2;
+    effect(v, &u, k, &a1, &c1);
+    effect(v, &u, launch, &a2, &c2);
+    return a1 == a2 && c1 == c2;
+}

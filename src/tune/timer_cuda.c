@@ -1,0 +1,163 @@
+/* timer_cuda.c: the tuner's timer on GPUs, through the CUDA backend's own
+ * parts (src/cuda): the variants of a size point are generated into one
+ * source and built once (cuda_build: cached, so every size point and every
+ * later tune of the same program finds it), their job prepared once
+ * (cuda_job_prepare: the CPU reference of the program when checking, else
+ * the inputs alone), and each launch forks the ranks (cuda_launch) over a
+ * view of that job holding only the variants asked for, with the knob set
+ * in the environment the ranks inherit (knob_setenv). No CUDA call is made
+ * in this process. The verdicts and times are the run's (report_verdict):
+ * the slowest rank's median of --iters timed runs after 3 warm-up runs.
+ * Two points may be open at once (slots): the check point's and a size's.
+ * When a rank fails, the variants after the one it failed in never ran:
+ * they are said not run (the search launches them again); a signal that
+ * stopped the ranks (Ctrl-C) stops the tuning. */
+#include "tune/tune.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    TuneTimer t;
+    TimerConfig cfg;
+    CudaBuild build;
+    CudaJob job[NSLOT];
+    int open[NSLOT];
+    MeasureMode mode[NSLOT];
+} CudaTimer;
+
+static void cuda_close(TuneTimer *t, int slot)
+{
+    CudaTimer *c = (CudaTimer *)t;
+    if (c->open[slot])
+        cuda_job_free(&c->job[slot]);
+    c->open[slot] = 0;
+}
+
+static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
+                     size_t errlen)
+{
+    CudaTimer *c = (CudaTimer *)t;
+    cuda_close(t, slot);
+    size_t len;
+    char *src = cuda_source(v, n, NULL, &len, err, errlen);
+    if (!src)
+        return -1;
+    char e[8192] = "";
+    c->build.progress = stderr;
+    int rc = cuda_build(&c->build, src, len, e, sizeof e);
+    free(src);
+    if (rc) {
+        snprintf(err, errlen, "coconet: %s\n", e);
+        return -1;
+    }
+    coco_cuda_options o;
+    memset(&o, 0, sizeof o);
+    o.seed = c->cfg.seed;
+    o.threads = c->cfg.threads;
+    o.iters = mode == MEASURE_CHECK ? 0 : c->cfg.iters;
+    o.timeout_s = c->cfg.timeout_s;
+    o.reference = mode == MEASURE_TIME ? COCO_REFERENCE_NONE : COCO_REFERENCE_PROGRAM;
+    CudaJob *job = &c->job[slot];
+    if (cuda_job_prepare(job, v, n, &o, err, errlen))
+        return -1;
+    snprintf(job->so, sizeof job->so, "%s", c->build.so);
+    cuda_runtime_path(c->build.home, job->runtime, sizeof job->runtime);
+    c->open[slot] = 1;
+    c->mode[slot] = mode;
+    return 0;
+}
+
+/* The first error a rank reported, for the variants it left unreported */
+static void rank_error(const Report *rep, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int r = 0; r < rep->nranks && !buf[0]; r++)
+        if (rep->error[r])
+            snprintf(buf, len, "%s", rep->error[r]);
+}
+
+static int cuda_measure(TuneTimer *t, int slot, const int *which, int n, int knob,
+                        Measured *out, char *err, size_t errlen)
+{
+    CudaTimer *c = (CudaTimer *)t;
+    ASSERT(c->open[slot]);
+    CudaJob view = c->job[slot]; /* the variants asked for; checks and data shared */
+    view.v = xcalloc((size_t)n, sizeof *view.v);
+    for (int i = 0; i < n; i++)
+        view.v[i] = c->job[slot].v[which[i]];
+    view.nv = n;
+    knob_setenv(knob);
+    Report rep;
+    report_init(&rep, view.base->nranks, n);
+    cuda_launch(&view, &rep);
+    t->launches++;
+    if (c->cfg.log) {
+        fprintf(c->cfg.log, "\n== launch %d: knobs %s (%s), %d variant%s\n", t->launches,
+                knob_name(knob), knob_env(knob)[0] ? knob_env(knob) : "the runtime's defaults",
+                n, n == 1 ? "" : "s");
+        report_print(&view, &rep, c->cfg.log);
+    }
+    char why[256];
+    rank_error(&rep, why, sizeof why);
+    /* the variant the first failing rank was in: those after it never ran */
+    int culprit = rep.first_failure >= 0 ? rep.at[rep.first_failure] : -1;
+    for (int i = 0; i < n; i++) {
+        RankRow all;
+        const char *verdict = report_verdict(&view, &rep, i, &all);
+        memset(&out[i], 0, sizeof out[i]);
+        snprintf(out[i].verdict, sizeof out[i].verdict, "%s", verdict);
+        out[i].passed = report_passed(verdict);
+        out[i].ms = out[i].passed && c->mode[slot] != MEASURE_CHECK ? all.median_ms : -1;
+        out[i].not_run = !out[i].passed && culprit >= 0 && i > culprit;
+        if (!out[i].passed)
+            snprintf(out[i].why, sizeof out[i].why, "%s", why);
+    }
+    int stopped = strstr(why, "coconet received signal") != NULL;
+    if (rep.limits.known) {
+        t->limits.copy_gbs = rep.limits.copy_gbs;
+        t->limits.peer_gbs = rep.limits.peer_gbs;
+        t->limits.gemm_tflops = rep.limits.gemm_tflops;
+        t->limits.known = 1;
+    }
+    report_free(&rep);
+    free(view.v);
+    knob_setenv(KNOB_DEFAULT);
+    if (stopped)
+        snprintf(err, errlen, "coconet tune: stopped by a signal (the ranks were stopped)\n");
+    return stopped ? -1 : 0;
+}
+
+static void cuda_free(TuneTimer *t)
+{
+    for (int slot = 0; slot < NSLOT; slot++)
+        cuda_close(t, slot);
+    free(t);
+}
+
+TuneTimer *timer_cuda_new(const TimerConfig *cfg, char *err, size_t errlen)
+{
+    char why[1024];
+    if (coco_cuda_usable(cfg->nranks, why, sizeof why) != 1) {
+        snprintf(err, errlen, "coconet tune: cannot time on GPUs: %s (tune measures every "
+                 "variant on %d GPU%s; `coconet run --backend cpu` checks schedules without "
+                 "them)\n", why, cfg->nranks, cfg->nranks == 1 ? "" : "s");
+        return NULL;
+    }
+    CudaTimer *c = xcalloc(1, sizeof *c);
+    c->cfg = *cfg;
+    char e[2048];
+    if (cuda_build_setup(&c->build, cfg->timeout_s, e, sizeof e)) {
+        snprintf(err, errlen, "%s", e);
+        free(c);
+        return NULL;
+    }
+    cuda_gpu_model(c->t.gpu, sizeof c->t.gpu);
+    c->t.nccl = nccl_header_version(c->build.tool.nccl_include);
+    tune_limits_default(&c->t.limits);
+    c->t.open = cuda_open;
+    c->t.measure = cuda_measure;
+    c->t.close = cuda_close;
+    c->t.free = cuda_free;
+    return &c->t;
+}

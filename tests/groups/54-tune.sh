@@ -1,0 +1,130 @@
+# ---- the autotuner, `coconet tune`, without GPUs ----
+# The candidates (variants x knob sets) of the paper's workloads (--plan);
+# the search, its pruning and its failed checks against the fake timer
+# replaying tests/tune/adam_p4.times (COCONET_TUNE_FAKE); the record it
+# writes, served to `run --schedule tuned` (exact and nearest sizes) and never
+# to another program text, P or machine; the command line's refusals. The
+# parts are unit-tested in tests/unit/test_tune.c (group unit).
+group tune
+tune_cache=$TMP/tune-cache
+COCONET_CACHE=$tune_cache
+export COCONET_CACHE
+fixture=tests/tune/adam_p4.times
+
+# tune_expect WHAT PATTERN: the last coconet call exited 0 and its stdout
+# (stderr with a third argument, err) has a line matching PATTERN
+tune_expect() {
+    out=$TMP/out
+    [ "${3:-}" = err ] && out=$TMP/err
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune: $1: ${why:-exit status $rc}: $(err1)"
+    elif grep -E -q -- "$2" "$out"; then ok
+    else bad "tune: $1: no line matches '$2'"; sed -n '1,12p' "$out" | sed 's/^/  /'; fi
+}
+
+# tune_refused WHAT STATUS MESSAGE: the last call exited STATUS, saying MESSAGE
+tune_refused() {
+    if [ -n "$why" ] || [ $rc -ne "$2" ]; then
+        bad "tune: $1: ${why:-exit status $rc}, expected $2: $(err1)"
+    elif grep -F -q -- "$3" "$TMP/err"; then ok
+    else bad "tune: $1: expected '$3', got: $(err1)"; fi
+}
+
+# enumeration x knob sets (P = 1: the default set alone; FP16 AllReduces are
+# FusedAllReduces on the backend: every algorithm; overlapped MatMuls: chunks)
+for c in "adam 4 19 59" "adam 1 19 19" "lamb 4 18 56" "self_attention 4 18 79" "mlp 4 17 74" \
+         "mlp 1 17 17" "pipeline 4 27 51"; do
+    set -- $c
+    coco tune "examples/$1.coco" --ranks "$2" --plan
+    tune_expect "$1 at P = $2" ", $2 ranks?: $3 variants, $4 candidates;"
+done
+coco tune examples/adam.coco --ranks 4 --plan
+tune_expect "paper's knob sets" "^paper +nccl "
+coco tune examples/adam.coco --ranks 4 --plan
+if grep -q '^paper  *oneshot' "$TMP/out"; then bad "tune: paper has no one-shot knob set"; else ok; fi
+tune_expect "the program's knob sets (its FP16 AllReduce fused)" "^program +oneshot "
+coco tune examples/self_attention.coco --ranks 4 --plan
+tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
+
+# the search against recorded times; pruning at 1.5 finds the best (paper
+# through NCCL, which the model ranks slowest), at 1.1 it prunes it and picks
+# push; --exhaustive times all 59 and says what pruning would pick
+COCONET_TUNE_FAKE=$fixture
+export COCONET_TUNE_FAKE
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20
+tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
+tune_expect "at 2^20: pruned" "59 candidates .*: 34 timed, 25 pruned, 0 failed, in 4 launches"
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
+tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive
+tune_expect "--exhaustive" "59 timed, 0 pruned, 0 failed, in 4 launches"
+tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best"
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
+tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
+# larger sizes: checked at N = 1008 first, where paper fails under push; it
+# is never chosen (the recorded best at 2^24 is paper push, 0.383 ms)
+coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
+tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
+tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
+tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 5 launches"
+tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
+tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20
+coco tune examples/adam.coco --ranks 4 --show
+tune_expect "--show" "^N=268435456 +N +fuse_RS_Opt_AG_4 +push +5.4040 ms +15.4780 ms"
+if [ "$(grep -c '^N=' "$TMP/out")" = 4 ]; then ok; else bad "tune: --show: not 4 entries"; fi
+
+# the record served: exact sizes (the program: no schedule runs), nearest
+coco run examples/adam.coco --ranks 4 --schedule tuned
+tune_expect "run --schedule tuned at 1008" "^coconet: tuned: schedule program, knobs COCONET_FUSED=oneshot" err
+if grep -q '^schedule ' "$TMP/out"; then bad "tune: the program chosen, yet schedules ran"; else ok; fi
+coco run examples/adam.coco --ranks 4 -D N=200000 --schedule tuned
+tune_expect "run --schedule tuned, nearest" "not tuned at N=200000: .* nearest tuned sizes, N=1048576" err
+tune_expect "run --schedule tuned, its row" "^paper +(bitwise|rounding) "
+tune_expect "run --schedule tuned, its knobs" "COCONET_FUSED=nccl matters on GPUs only" err
+rm -rf "$TMP/tune-gen"
+coco gen examples/adam.coco --ranks 4 -D N=16777216 --schedule tuned -o "$TMP/tune-gen"
+if [ $rc -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"
+elif grep -q 'coco_run__fuse_RS_Opt_AG_4' "$TMP/tune-gen/adam.h" 2>/dev/null; then ok
+else bad "tune: gen --schedule tuned at 2^24: no entry point fuse_RS_Opt_AG_4"; fi
+
+# a changed key is never served: another P, program text, GPU, NCCL
+coco run examples/adam.coco --ranks 2 --schedule tuned
+tune_refused "another P" 1 "no tuning record for this program at 2 ranks"
+{ cat examples/adam.coco; echo "// one more line"; } >"$TMP/adam_edited.coco"
+coco run "$TMP/adam_edited.coco" --ranks 4 --schedule tuned
+tune_refused "another text" 1 "no tuning record"
+sed 's/^gpu .*/gpu another GPU/' "$fixture" >"$TMP/other_gpu.times"
+COCONET_TUNE_FAKE=$TMP/other_gpu.times coco run examples/adam.coco --ranks 4 --schedule tuned
+tune_refused "another GPU" 1 "no tuning record for this program at 4 ranks on this machine (another GPU"
+sed 's/^nccl .*/nccl 22900/' "$fixture" >"$TMP/other_nccl.times"
+COCONET_TUNE_FAKE=$TMP/other_nccl.times coco run examples/adam.coco --ranks 4 --schedule tuned
+tune_refused "another NCCL" 1 "NCCL 22900"
+echo "Schedule extra { fuse(m_, v_, m1, v1, p_, ComputationFuse); }" >"$TMP/extra.sched"
+coco run examples/adam.coco --ranks 4 --schedule tuned --schedule-file "$TMP/extra.sched"
+tune_refused "a schedule file added" 1 "no tuning record"
+unset COCONET_TUNE_FAKE
+
+# the command line
+coco tune examples/adam.coco --sizes N=1,x
+tune_refused "bad --sizes" 2 "--sizes 'N=1,x': expected NAME=v1,v2,..."
+coco tune examples/adam.coco --sizes N
+tune_refused "--sizes without values" 2 "expected NAME=v1,v2"
+coco tune examples/adam.coco --sizes M=4
+tune_refused "--sizes of no size" 2 "has no size named M"
+coco tune examples/adam.coco --check-size N=4,8
+tune_refused "--check-size with two values" 2 "--check-size '8': expected NAME=v"
+coco tune examples/adam.coco --prune 0.5
+tune_refused "--prune below 1" 2 "--prune expects a factor of at least 1"
+coco run examples/adam.coco --sizes N=4
+tune_refused "--sizes on run" 2 "go with \`coconet tune\`"
+coco tune examples/adam.coco --schedule paper
+tune_refused "tune --schedule" 2 "tune explores every schedule itself"
+COCONET_CUDA_RUNTIME=/nonexistent/libcoconet_cuda.so coco tune examples/adam.coco --ranks 4
+tune_refused "no GPU runtime" 1 "coconet tune: cannot time on GPUs: the CUDA runtime /nonexistent/libcoconet_cuda.so is not built"
+coco run examples/adam.coco --ranks 3 --schedule tuned
+tune_refused "no record" 1 "run \`coconet tune examples/adam.coco --ranks 3 --sizes ...\` first"
+# the GPU benchmark's script parses
+if sh -n bench/tune.sh 2>"$TMP/err"; then ok; else bad "bench/tune.sh: $(err1)"; fi
+unset COCONET_CACHE
+group_end
