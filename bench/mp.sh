@@ -20,6 +20,8 @@
 # H (3072), LAYERS ("self_attention mlp pipeline"; pipeline_linear may be
 # added: its MatMul is K = H), PIPE_SIZES (B of the pipeline: "1 2"), PIPE_S
 # (2048), PIPE_H (12288), DTYPES ("fp16 bf16"), ITERS (timed runs, 20),
+# REFERENCE (coconet's --reference: program, the default, checks every
+# schedule against the program's CPU run; none: times only, rows "unchecked"),
 # DEADLINE (seconds from the start after which no run starts, 450: the rest
 # are recorded SKIPPED), RUN_TIMEOUT (seconds of one coconet run, 300),
 # TORCH_TIMEOUT (seconds of all PyTorch baselines, 300), JOBS (builds at
@@ -48,6 +50,7 @@ PIPE_S=${PIPE_S:-2048}
 PIPE_H=${PIPE_H:-12288}
 DTYPES=${DTYPES:-fp16 bf16}
 ITERS=${ITERS:-20}
+REFERENCE=${REFERENCE:-program}
 DEADLINE=${DEADLINE:-450}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
@@ -79,6 +82,7 @@ done
 for d in $DTYPES; do
     case $d in fp16 | bf16) ;; *) die "unknown element type '$d' in DTYPES (fp16, bf16)" ;; esac
 done
+case $REFERENCE in program | each | none) ;; *) die "REFERENCE=$REFERENCE: program, each or none" ;; esac
 for l in $LAYERS; do
     [ -f "examples/$l.coco" ] || die "unknown layer '$l' in LAYERS: no examples/$l.coco"
 done
@@ -120,7 +124,8 @@ HEADER=$OUT/header.txt
 {
     echo "# bench/mp.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
     echo "command: OUT=$OUT P=$P SIZES=\"$SIZES\" S=$S H=$H LAYERS=\"$LAYERS\" PIPE_SIZES=\"$PIPE_SIZES\"" \
-         "PIPE_S=$PIPE_S PIPE_H=$PIPE_H DTYPES=\"$DTYPES\" ITERS=$ITERS sh bench/mp.sh"
+         "PIPE_S=$PIPE_S PIPE_H=$PIPE_H DTYPES=\"$DTYPES\" ITERS=$ITERS REFERENCE=$REFERENCE" \
+         "DEADLINE=$DEADLINE sh bench/mp.sh"
     echo "commit: $commit ($changed files differ from it)"
     nvidia-smi -L
     echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
@@ -257,7 +262,7 @@ for d in $DTYPES; do
             fi
             # shellcheck disable=SC2046 # the options' words
             set -- run "$f" $(defs "$l" "$b") --all-schedules --backend cuda --ranks "$P" \
-                $(group_args "$l") --iters "$ITERS" --reference program --timeout "$limit"
+                $(group_args "$l") --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
             say "$COCONET $*"
             echo "==== $COCONET $*" >"$txt"
             timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >>"$txt" 2>&1

@@ -271,8 +271,10 @@ def pipeline(bench, b, dtype_name, groups):
     group, g, _, nxt, prv = groups
     m = b * a.pipe_seq
     shape = ("pipeline", b, a.pipe_seq, a.pipe_hidden, "", g, dtype_name)
-    x, bias = randn(bench, (m, a.pipe_hidden), dtype), randn(bench, (a.pipe_hidden,), dtype)
-    r = randn(bench, (m, a.pipe_hidden), dtype)
+    # x is all-reduced in place run after run: zeros keep it finite (NCCL's
+    # and the kernels' times do not depend on the values)
+    x = torch.zeros(m, a.pipe_hidden, device=bench.dev, dtype=dtype)
+    bias, r = randn(bench, (a.pipe_hidden,), dtype), randn(bench, (m, a.pipe_hidden), dtype)
     got = torch.empty(m, a.pipe_hidden, device=bench.dev, dtype=dtype)
     z = torch.zeros_like(x)
 
