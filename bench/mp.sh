@@ -70,6 +70,8 @@ skipped=0
 die() { echo "bench/mp.sh: $*" >&2; exit 2; }
 fail() { echo "bench/mp.sh: FAILED: $*" >&2; echo "FAILED: $*" >>"$LOG"; failed=$((failed + 1)); }
 elapsed() { echo $(($(date +%s) - T0)); }
+# status RC: an exit status in words
+status() { if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then echo "exit status $1 (timed out)"; else echo "exit status $1"; fi; }
 say() { echo "[$(elapsed) s] $*"; echo "[$(elapsed) s] $*" >>"$LOG"; }
 
 # ---- the variables and the tools, before anything runs ----
@@ -236,7 +238,7 @@ if [ "$TORCH" = 1 ]; then
         >"$OUT/torch.log" 2>&1
     rc=$?
     cat "$OUT/torch.log" >>"$LOG"
-    [ $rc -eq 0 ] || fail "PyTorch baselines: exit status $rc$([ $rc -eq 124 ] && echo ", timed out after $TORCH_TIMEOUT s") (see $OUT/torch.log): $(grep -m 1 -e Error -e error "$OUT/torch.log" | cut -c 1-300)"
+    [ $rc -eq 0 ] || fail "PyTorch baselines: $(status $rc) (see $OUT/torch.log): $(grep -m 1 -e Error -e error "$OUT/torch.log" | cut -c 1-300)"
     [ -s "$OUT/raw-torch.txt" ] || fail "PyTorch baselines wrote no row ($OUT/torch.log)"
     grep '|NA|' "$OUT/raw-torch.txt" | sed 's/^/  NA: /' >>"$LOG"
     say "PyTorch done: $(grep -c . "$OUT/raw-torch.txt" 2>/dev/null || echo 0) rows"
@@ -264,26 +266,27 @@ for d in $DTYPES; do
             set -- run "$f" $(defs "$l" "$b") --all-schedules --backend cuda --ranks "$P" \
                 $(group_args "$l") --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
             say "$COCONET $*"
-            echo "==== $COCONET $*" >"$txt"
-            timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >>"$txt" 2>&1
+            # the table from stdout alone: no stderr line inside it
+            timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >"$OUT/run.out" 2>"$OUT/run.err"
             rc=$?
-            echo "exit status $rc" >>"$txt"
+            { echo "==== $COCONET $*"; cat "$OUT/run.out"; echo "---- stderr"; cat "$OUT/run.err"
+              echo "exit status $rc"; } >"$txt"
             cat "$txt" >>"$LOG"
-            rows "$l" "$b" "$d" "$txt" >"$OUT/rows.tmp"
+            rows "$l" "$b" "$d" "$OUT/run.out" >"$OUT/rows.tmp"
             cat "$OUT/rows.tmp" >>"$RAW"
             nrows=$(grep -c . "$OUT/rows.tmp")
             if [ "$nrows" -eq 0 ]; then
-                why=$(grep -m 1 -e error -e 'rank ' -e FAILED "$txt" | tr '|' '/' | cut -c 1-200)
-                echo "$(shape "$l" "$b")|$d|coconet|NA|FAILED|exit status $rc: $why" >>"$RAW"
-                fail "$l $d B=$b: no variant reported (exit status $rc; $txt)"
+                why=$(grep -h -m 1 -e error -e 'rank ' -e FAILED "$OUT/run.err" "$OUT/run.out" | head -n 1 | tr '|' '/' | cut -c 1-200)
+                echo "$(shape "$l" "$b")|$d|coconet|NA|FAILED|$(status $rc): $why" >>"$RAW"
+                fail "$l $d B=$b: no variant reported ($(status $rc): $why; $txt)"
             elif [ $rc -ne 0 ]; then
-                fail "$l $d B=$b: exit status $rc: $(awk -F'|' '$11 != "bitwise" && $11 != "rounding" { printf "%s:%s ", $9, $11 }' "$OUT/rows.tmp")($txt)"
+                fail "$l $d B=$b: $(status $rc): $(awk -F'|' '$11 != "bitwise" && $11 != "rounding" { printf "%s:%s ", $9, $11 }' "$OUT/rows.tmp")($txt)"
             fi
-            say "$l $d B=$b: $nrows variants, exit status $rc"
+            say "$l $d B=$b: $nrows variants, $(status $rc)"
         done
     done
 done
-rm -f "$OUT/rows.tmp"
+rm -f "$OUT/rows.tmp" "$OUT/run.out" "$OUT/run.err"
 
 # ---- the CSV, the summary and the plot ----
 say "python3 bench/mp_merge.py $OUT/raw-*.txt -o $OUT/mp.csv"

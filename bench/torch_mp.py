@@ -182,9 +182,12 @@ def async_tp_op(bench):
     name = dist.group.WORLD.group_name
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if enable is not None:  # needed before torch 2.9, deprecated and harmless since
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            enable(name)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                enable(name)
+        except Exception as e:
+            return None, f"enable_symm_mem_for_group failed: {type(e).__name__}: {e}"
     return ops.fused_matmul_reduce_scatter, name
 
 
