@@ -120,15 +120,18 @@ make -j16 coconet build/libcoconet_cuda.so build/cuda.conf >"$OUT/build.log" 2>&
 nccl_h=$(sed -n 's/^NCCL_INCLUDE=//p' build/cuda.conf)/nccl.h
 nccl=$(awk '$1 == "#define" && $2 ~ /^NCCL_(MAJOR|MINOR|PATCH)$/ { v = v (v == "" ? "" : ".") $3 }
             END { print v }' "$nccl_h" 2>/dev/null)
-commit=$(git rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown: no git repository, COMMIT unset}")
-changed=$(git status --porcelain 2>/dev/null | grep -c .)
+if commit=$(git rev-parse HEAD 2>/dev/null); then
+    commit="$commit ($(git status --porcelain 2>/dev/null | grep -c .) files differ from it)"
+else
+    commit="${COMMIT:-unknown (no git repository here; COMMIT unset)}"
+fi
 HEADER=$OUT/header.txt
 {
     echo "# bench/mp.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
     echo "command: OUT=$OUT P=$P SIZES=\"$SIZES\" S=$S H=$H LAYERS=\"$LAYERS\" PIPE_SIZES=\"$PIPE_SIZES\"" \
          "PIPE_S=$PIPE_S PIPE_H=$PIPE_H DTYPES=\"$DTYPES\" ITERS=$ITERS REFERENCE=$REFERENCE" \
          "DEADLINE=$DEADLINE sh bench/mp.sh"
-    echo "commit: $commit ($changed files differ from it)"
+    echo "commit: $commit"
     nvidia-smi -L
     echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
     echo "nvcc: $( (command -v nvcc >/dev/null && nvcc --version || "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version) | tail -n 1)"
