@@ -29,12 +29,14 @@
 # COMMIT (the commit to name where the copy has no git repository), COCONET
 # (the command, ./coconet).
 #
-# Writes under OUT: mp.log (the header: commit, GPUs, NCCL, torch; every
-# command and its output), build.log, torch.log, runs/*.txt (each coconet
-# run's whole output), raw-*.txt (the rows, layer|B|S|H|K|P|G|dtype|variant|
-# ms|check|notation), mp.csv (bench/mp_merge.py: the rows with
-# ratio_to_megatron), summary.md (its tables, printed last) and fig10.svg
-# (bench/plot_fig10.py). Exit status: 0 when every run and check passed;
+# Writes under OUT (at most 6 files: a lease brings back 8): mp.log (the
+# header: commit, GPUs, NCCL, torch; every command and its output, written as
+# the run goes), mp.csv (bench/mp_merge.py: the rows with ratio_to_megatron),
+# summary.md (its tables, printed last), fig10.svg (bench/plot_fig10.py),
+# mp-logs.tgz (made on exit: build.log, torch.log, runs/*.txt, each coconet
+# run's whole output, raw-*.txt, the rows, layer|B|S|H|K|P|G|dtype|variant|
+# ms|check|notation, cpu/*.txt) and, when make fails, build.log. The BF16
+# copies of the examples are build/mp-src/*_bf16.coco. Exit status: 0 when every run and check passed;
 # 1 when anything failed (named on stderr and in mp.log); 2 for a missing
 # tool or a bad variable, before anything runs; 3 when runs were skipped at
 # the deadline but nothing failed.
@@ -102,30 +104,45 @@ if [ "$TORCH" = 1 ] && [ "$BUILD_ONLY" != 1 ]; then
     if command -v torchrun >/dev/null 2>&1; then TORCHRUN=torchrun
     else TORCHRUN="python3 -m torch.distributed.run"; fi
 fi
-mkdir -p "$OUT/runs" "$OUT/src" || die "cannot create $OUT"
+mkdir -p "$OUT" || die "cannot create $OUT"
+# OUT gets at most 6 files (a lease brings back 8): mp.log, mp.csv,
+# summary.md, fig10.svg, mp-logs.tgz (the work folder W: every run's output,
+# the rows, the BF16 programs) and build.log on a failed make
+W=$(mktemp -d "${TMPDIR:-/tmp}/mp.XXXXXX") || die "mktemp failed"
+mkdir -p "$W/runs" "$W/cpu" || die "cannot create $W"
+# shellcheck disable=SC2064 # the folders are known now
+trap "tar -C '$W' -czf '$OUT/mp-logs.tgz' . 2>/dev/null; rm -rf '$W'" EXIT
+trap 'exit 1' INT TERM
 LOG=$OUT/mp.log
 : >"$LOG"
-rm -f "$OUT"/raw-*.txt "$OUT/mp.csv" "$OUT/summary.md" "$OUT/fig10.svg"
+rm -f "$OUT/mp.csv" "$OUT/summary.md" "$OUT/fig10.svg" "$OUT/mp-logs.tgz" "$OUT/build.log"
+# the build cache and home of the lease scripts (bench/device/lease.sh)
+COCONET_HOME=${COCONET_HOME:-$PWD}
+COCONET_CACHE=${COCONET_CACHE:-$PWD/build/cache}
+export COCONET_HOME COCONET_CACHE
 
 # ---- build: coconet and the CUDA runtime (what make test-gpu builds) ----
 say "make -j16 coconet build/libcoconet_cuda.so build/cuda.conf"
-make -j16 coconet build/libcoconet_cuda.so build/cuda.conf >"$OUT/build.log" 2>&1 || {
-    tail -n 30 "$OUT/build.log" >&2
+make -j16 coconet build/libcoconet_cuda.so build/cuda.conf >"$W/build.log" 2>&1 || {
+    cp "$W/build.log" "$OUT/build.log"
+    tail -n 30 "$W/build.log" >&2
     die "make failed (the whole log: $OUT/build.log)"
 }
-[ -x ./coconet ] && [ -f build/libcoconet_cuda.so ] ||
+[ -x ./coconet ] && [ -f build/libcoconet_cuda.so ] || {
+    cp "$W/build.log" "$OUT/build.log"
     die "make built no ./coconet or build/libcoconet_cuda.so (nvcc or NCCL missing? see $OUT/build.log)"
+}
 
 # ---- the header ----
 nccl_h=$(sed -n 's/^NCCL_INCLUDE=//p' build/cuda.conf)/nccl.h
 nccl=$(awk '$1 == "#define" && $2 ~ /^NCCL_(MAJOR|MINOR|PATCH)$/ { v = v (v == "" ? "" : ".") $3 }
             END { print v }' "$nccl_h" 2>/dev/null)
-if commit=$(git rev-parse HEAD 2>/dev/null); then
-    commit="$commit ($(git status --porcelain 2>/dev/null | grep -c .) files differ from it)"
-else
-    commit="${COMMIT:-unknown (no git repository here; COMMIT unset)}"
-fi
-HEADER=$OUT/header.txt
+# COMMIT as given (a copied tree's git may name an older commit: lease.sh)
+if [ -n "${COMMIT:-}" ]; then commit="$COMMIT (COMMIT)"
+elif commit=$(git rev-parse HEAD 2>/dev/null); then
+    commit="$commit (git here, $(git status --porcelain 2>/dev/null | grep -c .) files differ; COMMIT unset)"
+else commit="unknown (no git repository here; COMMIT unset)"; fi
+HEADER=$W/header.txt
 {
     echo "# bench/mp.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
     echo "command: OUT=$OUT P=$P SIZES=\"$SIZES\" S=$S H=$H LAYERS=\"$LAYERS\" PIPE_SIZES=\"$PIPE_SIZES\"" \
@@ -147,9 +164,13 @@ cat "$HEADER" >>"$LOG"
 cat "$HEADER"
 
 # ---- the programs: FILE of LAYER in DTYPE ----
-# program LAYER DTYPE: the file (the example, or its BF16 copy under OUT/src)
+# program LAYER DTYPE: the file (the example, or its BF16 copy in SRC: a
+# path that stays the same from run to run, for the generated code names it
+# and the build cache's key covers it)
+SRC=build/mp-src
+mkdir -p "$SRC" || die "cannot create $SRC"
 program() {
-    if [ "$2" = fp16 ]; then echo "examples/$1.coco"; else echo "$OUT/src/$1_bf16.coco"; fi
+    if [ "$2" = fp16 ]; then echo "examples/$1.coco"; else echo "$SRC/$1_bf16.coco"; fi
 }
 group_size() { # LAYER: ranks of each group
     case $1 in pipeline*) echo $((P / PIPE_GROUPS)) ;; *) echo "$P" ;; esac
@@ -166,8 +187,8 @@ for l in $LAYERS; do
         fi
         # shellcheck disable=SC2046 # the option's words
         $COCONET run "$f" --ranks "$P" $(group_args "$l") --backend cpu --all-schedules \
-            >"$OUT/src/$l-$d-cpu.txt" 2>&1 ||
-            die "the CPU backend refuses $f at P = $P: $(grep -m 1 -e error -e WRONG "$OUT/src/$l-$d-cpu.txt")"
+            >"$W/cpu/$l-$d.txt" 2>&1 ||
+            die "the CPU backend refuses $f at P = $P: $(grep -m 1 -e error -e WRONG "$W/cpu/$l-$d.txt")"
     done
 done
 say "programs checked on the CPU backend at their own sizes (P = $P): $LAYERS x $DTYPES"
@@ -198,7 +219,7 @@ shape() {
 }
 
 # ---- build every run's generated code at once (sizes are run-time arguments) ----
-say "building the generated code ($JOBS at once): $OUT/build.log"
+say "building the generated code ($JOBS at once)"
 pids=
 n=0
 for l in $LAYERS; do
@@ -206,22 +227,22 @@ for l in $LAYERS; do
         set -- $(sizes "$l")
         # shellcheck disable=SC2046 # the options' words
         timeout "$RUN_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") --all-schedules \
-            --backend cuda --ranks "$P" $(group_args "$l") --build-only >"$OUT/runs/build-$l-$d.txt" 2>&1 &
+            --backend cuda --ranks "$P" $(group_args "$l") --build-only >"$W/runs/build-$l-$d.txt" 2>&1 &
         pids="$pids $!:$l-$d"
         n=$((n + 1))
         if [ $n -ge "$JOBS" ]; then
-            for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (see $OUT/runs/build-${pj#*:}.txt)"; done
+            for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (runs/build-${pj#*:}.txt in mp-logs.tgz)"; done
             pids=
             n=0
         fi
     done
 done
-for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (see $OUT/runs/build-${pj#*:}.txt)"; done
-cat "$OUT"/runs/build-*.txt >>"$OUT/build.log"
+for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (runs/build-${pj#*:}.txt in mp-logs.tgz)"; done
+cat "$W"/runs/build-*.txt >>"$W/build.log"
 say "built"
 if [ "$BUILD_ONLY" = 1 ]; then
     [ $failed -eq 0 ] || exit 1
-    echo "BUILD_ONLY=1: built, nothing timed ($OUT/build.log)"
+    echo "BUILD_ONLY=1: built, nothing timed (build.log in $OUT/mp-logs.tgz)"
     exit 0
 fi
 
@@ -232,23 +253,23 @@ if [ "$TORCH" = 1 ]; then
         case $l in self_attention | mlp | pipeline | pipeline_linear) torch_layers="$torch_layers $l" ;; esac
     done
     # shellcheck disable=SC2086 # lists of words
-    set -- --out "$OUT/raw-torch.txt" --batch $SIZES --seq "$S" --hidden "$H" --layers $torch_layers \
+    set -- --out "$W/raw-torch.txt" --batch $SIZES --seq "$S" --hidden "$H" --layers $torch_layers \
         --pipe-batch $PIPE_SIZES --pipe-seq "$PIPE_S" --pipe-hidden "$PIPE_H" \
         --pipe-groups "$PIPE_GROUPS" --dtypes $DTYPES --iters "$ITERS"
     say "PyTorch: $TORCHRUN --standalone --nproc_per_node=$P bench/torch_mp.py $*"
     # shellcheck disable=SC2086 # TORCHRUN may be two words
     timeout -k 20 "$TORCH_TIMEOUT" $TORCHRUN --standalone --nproc_per_node="$P" bench/torch_mp.py "$@" \
-        >"$OUT/torch.log" 2>&1
+        >"$W/torch.log" 2>&1
     rc=$?
-    cat "$OUT/torch.log" >>"$LOG"
-    [ $rc -eq 0 ] || fail "PyTorch baselines: $(status $rc) (see $OUT/torch.log): $(grep -m 1 -e Error -e error "$OUT/torch.log" | cut -c 1-300)"
-    [ -s "$OUT/raw-torch.txt" ] || fail "PyTorch baselines wrote no row ($OUT/torch.log)"
-    grep '|NA|' "$OUT/raw-torch.txt" | sed 's/^/  NA: /' >>"$LOG"
-    say "PyTorch done: $(grep -c . "$OUT/raw-torch.txt" 2>/dev/null || echo 0) rows"
+    cat "$W/torch.log" >>"$LOG"
+    [ $rc -eq 0 ] || fail "PyTorch baselines: $(status $rc) (torch.log in mp-logs.tgz; its output is in mp.log): $(grep -m 1 -e Error -e error "$W/torch.log" | cut -c 1-300)"
+    [ -s "$W/raw-torch.txt" ] || fail "PyTorch baselines wrote no row (see mp.log)"
+    grep '|NA|' "$W/raw-torch.txt" | sed 's/^/  NA: /' >>"$LOG"
+    say "PyTorch done: $(grep -c . "$W/raw-torch.txt" 2>/dev/null || echo 0) rows"
 fi
 
 # ---- coconet: every schedule, checked against the program's CPU run ----
-RAW=$OUT/raw-coconet.txt
+RAW=$W/raw-coconet.txt
 : >"$RAW"
 limit=$((RUN_TIMEOUT / 2))
 [ $limit -gt 300 ] && limit=300
@@ -258,7 +279,8 @@ for d in $DTYPES; do
     for l in $LAYERS; do
         for b in $(sizes "$l"); do
             f=$(program "$l" "$d")
-            txt=$OUT/runs/$l-$d-B$b.txt
+            rel=runs/$l-$d-B$b.txt
+            txt=$W/$rel
             if [ "$(elapsed)" -ge "$DEADLINE" ]; then
                 echo "$(shape "$l" "$b")|$d|coconet|NA|SKIPPED|not run: past the deadline of $DEADLINE s" >>"$RAW"
                 say "SKIPPED $l $d B=$b: past the deadline of $DEADLINE s"
@@ -270,37 +292,37 @@ for d in $DTYPES; do
                 $(group_args "$l") --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
             say "$COCONET $*"
             # the table from stdout alone: no stderr line inside it
-            timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >"$OUT/run.out" 2>"$OUT/run.err"
+            timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >"$W/run.out" 2>"$W/run.err"
             rc=$?
-            { echo "==== $COCONET $*"; cat "$OUT/run.out"; echo "---- stderr"; cat "$OUT/run.err"
+            { echo "==== $COCONET $*"; cat "$W/run.out"; echo "---- stderr"; cat "$W/run.err"
               echo "exit status $rc"; } >"$txt"
             cat "$txt" >>"$LOG"
-            rows "$l" "$b" "$d" "$OUT/run.out" >"$OUT/rows.tmp"
-            cat "$OUT/rows.tmp" >>"$RAW"
-            nrows=$(grep -c . "$OUT/rows.tmp")
+            rows "$l" "$b" "$d" "$W/run.out" >"$W/rows.tmp"
+            cat "$W/rows.tmp" >>"$RAW"
+            nrows=$(grep -c . "$W/rows.tmp")
             if [ "$nrows" -eq 0 ]; then
-                why=$(grep -h -m 1 -e error -e 'rank ' -e FAILED "$OUT/run.err" "$OUT/run.out" | head -n 1 | tr '|' '/' | cut -c 1-200)
+                why=$(grep -h -m 1 -e error -e 'rank ' -e FAILED "$W/run.err" "$W/run.out" | head -n 1 | tr '|' '/' | cut -c 1-200)
                 echo "$(shape "$l" "$b")|$d|coconet|NA|FAILED|$(status $rc): $why" >>"$RAW"
-                fail "$l $d B=$b: no variant reported ($(status $rc): $why; $txt)"
+                fail "$l $d B=$b: no variant reported ($(status $rc): $why; $rel in mp-logs.tgz)"
             elif [ $rc -ne 0 ]; then
-                fail "$l $d B=$b: $(status $rc): $(awk -F'|' '$11 != "bitwise" && $11 != "rounding" { printf "%s:%s ", $9, $11 }' "$OUT/rows.tmp")($txt)"
+                fail "$l $d B=$b: $(status $rc): $(awk -F'|' '$11 != "bitwise" && $11 != "rounding" { printf "%s:%s ", $9, $11 }' "$W/rows.tmp")($rel in mp-logs.tgz)"
             fi
             say "$l $d B=$b: $nrows variants, $(status $rc)"
         done
     done
 done
-rm -f "$OUT/rows.tmp" "$OUT/run.out" "$OUT/run.err"
+rm -f "$W/rows.tmp" "$W/run.out" "$W/run.err"
 
 # ---- the CSV, the summary and the plot ----
-say "python3 bench/mp_merge.py $OUT/raw-*.txt -o $OUT/mp.csv"
-python3 bench/mp_merge.py "$OUT"/raw-*.txt -o "$OUT/mp.csv" --summary "$OUT/summary.md" \
-    >"$OUT/merge.log" 2>&1 || fail "bench/mp_merge.py: $(grep mp_merge.py "$OUT/merge.log" | head -n 3)"
-cat "$OUT/merge.log" >>"$LOG"
+say "python3 bench/mp_merge.py raw-*.txt -o $OUT/mp.csv"
+python3 bench/mp_merge.py "$W"/raw-*.txt -o "$OUT/mp.csv" --summary "$OUT/summary.md" \
+    >"$W/merge.log" 2>&1 || fail "bench/mp_merge.py: $(grep mp_merge.py "$W/merge.log" | head -n 3)"
+cat "$W/merge.log" >>"$LOG"
 python3 bench/plot_fig10.py "$OUT/mp.csv" -o "$OUT/fig10.svg" >>"$LOG" 2>&1 ||
     fail "bench/plot_fig10.py (see $LOG)"
 say "done: $OUT/mp.csv, $OUT/fig10.svg, $OUT/summary.md, $LOG"
 echo
-cat "$OUT/merge.log"
+cat "$W/merge.log"
 if [ $failed -gt 0 ]; then
     echo "bench/mp.sh: $failed FAILED (see above and $LOG)"
     exit 1
