@@ -24,6 +24,7 @@
 # schedule against the program's CPU run; none: times only, rows "unchecked"),
 # DEADLINE (seconds from the start after which no run starts, 450: the rest
 # are recorded SKIPPED), RUN_TIMEOUT (seconds of one coconet run, 300),
+# BUILD_TIMEOUT (seconds of one build of generated code, 600),
 # TORCH_TIMEOUT (seconds of all PyTorch baselines, 300), JOBS (builds at
 # once, 8), TORCH (0: no PyTorch baselines), BUILD_ONLY (1: build only),
 # COMMIT (the commit to name where the copy has no git repository), COCONET
@@ -55,6 +56,7 @@ ITERS=${ITERS:-20}
 REFERENCE=${REFERENCE:-program}
 DEADLINE=${DEADLINE:-450}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
 JOBS=${JOBS:-8}
 TORCH=${TORCH:-1}
@@ -79,8 +81,8 @@ status() { if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then echo "exit status $1 (t
 say() { echo "[$(elapsed) s] $*"; echo "[$(elapsed) s] $*" >>"$LOG"; }
 
 # ---- the variables and the tools, before anything runs ----
-for v in "$P" "$S" "$H" "$PIPE_S" "$PIPE_H" "$ITERS" "$DEADLINE" "$RUN_TIMEOUT" "$JOBS"; do
-    case $v in '' | *[!0-9]*) die "'$v' is not a whole number (P, S, H, PIPE_S, PIPE_H, ITERS, DEADLINE, RUN_TIMEOUT, JOBS)" ;; esac
+for v in "$P" "$S" "$H" "$PIPE_S" "$PIPE_H" "$ITERS" "$DEADLINE" "$RUN_TIMEOUT" "$BUILD_TIMEOUT" "$JOBS"; do
+    case $v in '' | *[!0-9]*) die "'$v' is not a whole number (P, S, H, PIPE_S, PIPE_H, ITERS, DEADLINE, RUN_TIMEOUT, BUILD_TIMEOUT, JOBS)" ;; esac
 done
 for b in $SIZES $PIPE_SIZES; do
     case $b in '' | *[!0-9]* | 0) die "B = '$b' in SIZES or PIPE_SIZES is not a positive whole number" ;; esac
@@ -225,22 +227,31 @@ shape() {
 say "building the generated code ($JOBS at once)"
 pids=
 n=0
+broken=" " # LAYER-DTYPE whose build failed: not run
+# built PIDS: waits for the builds PIDS ("pid:LAYER-DTYPE ..."), noting failures
+built() {
+    for pj in $1; do
+        wait "${pj%%:*}" && continue
+        fail "build of ${pj#*:}: $(grep -m 1 -i error "$W/runs/build-${pj#*:}.txt" | cut -c 1-200) (runs/build-${pj#*:}.txt in mp-logs.tgz)"
+        broken="$broken${pj#*:} "
+    done
+}
 for l in $LAYERS; do
     for d in $DTYPES; do
         set -- $(sizes "$l")
         # shellcheck disable=SC2046 # the options' words
-        timeout "$RUN_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") --all-schedules \
+        timeout "$BUILD_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") --all-schedules \
             --backend cuda --ranks "$P" $(group_args "$l") --build-only >"$W/runs/build-$l-$d.txt" 2>&1 &
         pids="$pids $!:$l-$d"
         n=$((n + 1))
         if [ $n -ge "$JOBS" ]; then
-            for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (runs/build-${pj#*:}.txt in mp-logs.tgz)"; done
+            built "$pids"
             pids=
             n=0
         fi
     done
 done
-for pj in $pids; do wait "${pj%%:*}" || fail "build of ${pj#*:} (runs/build-${pj#*:}.txt in mp-logs.tgz)"; done
+built "$pids"
 cat "$W"/runs/build-*.txt >>"$W/build.log"
 say "built"
 if [ "$BUILD_ONLY" = 1 ]; then
@@ -284,6 +295,10 @@ for d in $DTYPES; do
             f=$(program "$l" "$d")
             rel=runs/$l-$d-B$b.txt
             txt=$W/$rel
+            case $broken in *" $l-$d "*)
+                echo "$(shape "$l" "$b")|$d|coconet|NA|FAILED|not run: its build failed" >>"$RAW"
+                continue ;;
+            esac
             if [ "$(elapsed)" -ge "$DEADLINE" ]; then
                 echo "$(shape "$l" "$b")|$d|coconet|NA|SKIPPED|not run: past the deadline of $DEADLINE s" >>"$RAW"
                 say "SKIPPED $l $d B=$b: past the deadline of $DEADLINE s"
