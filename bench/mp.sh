@@ -17,8 +17,10 @@
 #   OUT=/tmp/mp P=4 BUILD_ONLY=1 sh bench/mp.sh      # build everything, time nothing
 #
 # Variables: OUT (build/mp), P (4), SIZES (B of the layers: "8 16"), S (1024),
-# H (3072), LAYERS ("self_attention mlp pipeline"; pipeline_linear may be
-# added: its MatMul is K = H), PIPE_SIZES (B of the pipeline: "1 2"), PIPE_S
+# H (3072), LAYERS ("self_attention mlp pipeline allreduce"; allreduce is
+# bench/allreduce_fused16.coco at N = B*S*H, its program and its FusedAllReduce
+# beside NCCL's all_reduce; pipeline_linear may be added: its MatMul is
+# K = H), PIPE_SIZES (B of the pipeline: "1 2"), PIPE_S
 # (2048), PIPE_H (12288), DTYPES ("fp16 bf16"), ITERS (timed runs, 20),
 # REFERENCE (coconet's --reference: program, the default, checks every
 # schedule against the program's CPU run; none: times only, rows "unchecked"),
@@ -47,7 +49,7 @@ P=${P:-4}
 SIZES=${SIZES:-8 16}
 S=${S:-1024}
 H=${H:-3072}
-LAYERS=${LAYERS:-self_attention mlp pipeline}
+LAYERS=${LAYERS:-self_attention mlp pipeline allreduce}
 PIPE_SIZES=${PIPE_SIZES:-1 2}
 PIPE_S=${PIPE_S:-2048}
 PIPE_H=${PIPE_H:-12288}
@@ -91,8 +93,12 @@ for d in $DTYPES; do
     case $d in fp16 | bf16) ;; *) die "unknown element type '$d' in DTYPES (fp16, bf16)" ;; esac
 done
 case $REFERENCE in program | each | none) ;; *) die "REFERENCE=$REFERENCE: program, each or none" ;; esac
+# example LAYER: its program's file, FP16 (allreduce: bench/allreduce_fused16.coco)
+example() {
+    case $1 in allreduce) echo bench/allreduce_fused16.coco ;; *) echo "examples/$1.coco" ;; esac
+}
 for l in $LAYERS; do
-    [ -f "examples/$l.coco" ] || die "unknown layer '$l' in LAYERS: no examples/$l.coco"
+    [ -f "$(example "$l")" ] || die "unknown layer '$l' in LAYERS: no $(example "$l")"
 done
 [ "$P" -ge 2 ] && [ $((P % PIPE_GROUPS)) -eq 0 ] || die "P = $P: needs an even P >= 2 (2 pipeline groups)"
 for tool in make nvidia-smi python3 timeout awk sed; do
@@ -175,7 +181,7 @@ cat "$HEADER"
 SRC=build/mp-src
 mkdir -p "$SRC" || die "cannot create $SRC"
 program() {
-    if [ "$2" = fp16 ]; then echo "examples/$1.coco"; else echo "$SRC/$1_bf16.coco"; fi
+    if [ "$2" = fp16 ]; then example "$1"; else echo "$SRC/$1_bf16.coco"; fi
 }
 group_size() { # LAYER: ranks of each group
     case $1 in pipeline*) echo $((P / PIPE_GROUPS)) ;; *) echo "$P" ;; esac
@@ -187,7 +193,7 @@ for l in $LAYERS; do
     for d in $DTYPES; do
         f=$(program "$l" "$d")
         if [ "$d" = bf16 ]; then
-            sed 's/\bFP16\b/BF16/g' "examples/$l.coco" >"$f"
+            sed 's/\bFP16\b/BF16/g' "$(example "$l")" >"$f"
             grep -q BF16 "$f" && ! grep -q '\bFP16\b' "$f" || die "$f: FP16 not rewritten BF16"
         fi
         # shellcheck disable=SC2046 # the option's words
@@ -204,14 +210,15 @@ sizes() { case $1 in pipeline) echo "$PIPE_SIZES" ;; *) echo "$SIZES" ;; esac; }
 defs() {
     case $1 in
     pipeline) echo "-D B=$2 -D S=$PIPE_S -D H=$PIPE_H" ;;
+    allreduce) echo "-D N=$(($2 * S * H))" ;;
     *) echo "-D B=$2 -D S=$S -D H=$H" ;;
     esac
 }
-# width LAYER: K, the MatMul's inner dimension (empty for the pipeline)
+# width LAYER: K, the MatMul's inner dimension (empty without a MatMul)
 width() {
     case $1 in
     mlp) echo $((4 * H)) ;;
-    pipeline) echo "" ;;
+    pipeline | allreduce) echo "" ;;
     *) echo "$H" ;;
     esac
 }
@@ -264,7 +271,7 @@ fi
 if [ "$TORCH" = 1 ]; then
     torch_layers=
     for l in $LAYERS; do
-        case $l in self_attention | mlp | pipeline | pipeline_linear) torch_layers="$torch_layers $l" ;; esac
+        case $l in self_attention | mlp | pipeline | pipeline_linear | allreduce) torch_layers="$torch_layers $l" ;; esac
     done
     # shellcheck disable=SC2086 # lists of words
     set -- --out "$W/raw-torch.txt" --batch $SIZES --seq "$S" --hidden "$H" --layers $torch_layers \

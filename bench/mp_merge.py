@@ -1,7 +1,8 @@
 """bench/mp_merge.py: bench/mp.sh's raw rows (coconet's variants, parsed
 from its tables, and bench/torch_mp.py's baselines) into one CSV with each
 time's ratio to the Megatron-style baseline of its size, and the summary
-tables (markdown) of the model-parallel layers and of the pipeline.
+tables (markdown) of the model-parallel layers, of the pipeline and of the
+AllReduce alone.
 
     python3 bench/mp_merge.py OUT/raw-*.txt -o OUT/mp.csv [--summary OUT/summary.md]
 
@@ -13,7 +14,7 @@ check: bitwise, rounding, unchecked, WRONG, FAILED, ... (coconet), measured
 
 CSV columns: layer,B,S,H,K,P,G,dtype,variant,ms,ratio_to_megatron,check,notation
 where ratio_to_megatron = ms / (torch_megatron's ms of the same layer, sizes,
-P, G and dtype); lower is faster.
+P, G and dtype; for the layer allreduce, torch_allreduce's); lower is faster.
 
 Exit status 1 when a line is malformed, when a size with coconet rows has no
 Megatron-style time, or when no row has a ratio: every such case is named."""
@@ -26,6 +27,8 @@ COLUMNS = FIELDS[:10] + ["ratio_to_megatron"] + FIELDS[10:]
 SIZE = ("layer", "B", "S", "H", "K", "P", "G", "dtype")
 GOOD = ("bitwise", "rounding", "unchecked", "measured")
 MEGATRON = "torch_megatron"
+# the baseline of a layer that is not Megatron's: the AllReduce alone
+BASELINE = {"allreduce": "torch_allreduce"}
 # the schedules the issue's goals name, by the paper's notation
 MP_NAMED = ["MM-AR-C", "MM-RS-C-AG", "ol(MM,fuse(RS-C-AG))"]
 PIPE_NAMED = ["AR-C-P2P-AG", "RS-C-P2P-AG", "ol(RS,fuse(C-P2P),AG)"]
@@ -63,6 +66,11 @@ def read_raw(paths):
     return rows
 
 
+def baseline(layer):
+    """The PyTorch variant a layer's times are divided by."""
+    return BASELINE.get(layer, MEGATRON)
+
+
 def key(row):
     return tuple(row[f] for f in SIZE)
 
@@ -72,7 +80,7 @@ def with_ratios(rows):
     base = {}
     for r in rows:
         ms = number(r["ms"])
-        if r["variant"] == MEGATRON and ms is not None and r["check"] in GOOD:
+        if r["variant"] == baseline(r["layer"]) and ms is not None and r["check"] in GOOD:
             base[key(r)] = ms
     missing = []
     for r in rows:
@@ -138,7 +146,7 @@ def grouped(rows, layers):
 
 
 def mp_table(rows):
-    sizes = grouped(rows, {r["layer"] for r in rows if r["layer"] != "pipeline"})
+    sizes = grouped(rows, {r["layer"] for r in rows if r["layer"] not in ("pipeline", "allreduce")})
     if not sizes:
         return []
     head = ["layer", "dtype", "P", "B", "K", "Megatron", "MatMul", "AllReduce", "pointwise",
@@ -184,6 +192,33 @@ def pipe_table(rows):
     return lines
 
 
+def bus_gbs(n, p, ms):
+    """nccl-tests' all-reduce bus bandwidth: 2 bytes an element (FP16, BF16)
+    x 2(P-1)/P over the time."""
+    return "NA" if ms is None else f"{2 * n * 2 * (p - 1) / p / (ms * 1e6):.0f}"
+
+
+def allreduce_table(rows):
+    sizes = grouped(rows, {"allreduce"})
+    if not sizes:
+        return []
+    head = ["dtype", "P", "B", "N", "NCCL (PyTorch)", "bus GB/s", "coconet program", "bus GB/s",
+            "fused", "bus GB/s", "fused / NCCL", "failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k, s in sizes.items():
+        _, b, ss, h, _, p, _, dtype = k
+        n, p = int(b) * int(ss) * int(h), int(p)
+        nccl = s.torch.get("torch_allreduce")
+        prog = next((number(r["ms"]) for r in s.good if r["variant"] == "program"), None)
+        fused = next((number(r["ms"]) for r in s.good if r["variant"] == "fused"), None)
+        cells = [dtype, p, b, n, fmt(nccl), bus_gbs(n, p, nccl), fmt(prog), bus_gbs(n, p, prog),
+                 fmt(fused), bus_gbs(n, p, fused),
+                 "NA" if nccl is None or fused is None else f"{fused / nccl:.2f}",
+                 " ".join(f"{r['variant']}:{r['check']}" for r in s.bad) or "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return lines
+
+
 def summary(rows):
     out = []
     mp = mp_table(rows)
@@ -196,6 +231,11 @@ def summary(rows):
         out += ["Pipeline (ms; speedup = Megatron / ms; goal: ol(RS,fuse(C-P2P),AG) >= 1.8x "
                 "with 2 groups):", ""]
         out += pipe + [""]
+    ar = allreduce_table(rows)
+    if ar:
+        out += ["AllReduce alone, N = B*S*H (ms; bus GB/s as nccl-tests counts; goal: the "
+                "FusedAllReduce's bus bandwidth at least NCCL's):", ""]
+        out += ar + [""]
     na = sorted({r["notation"] for r in rows if r["check"] == "NA"})
     for why in na:
         out.append(f"NA: {why}")
@@ -222,7 +262,7 @@ def main():
     print(text, end="")
     status = 0
     for k in missing:
-        print("mp_merge.py: no Megatron-style time (torch_megatron) for "
+        print(f"mp_merge.py: no PyTorch baseline ({baseline(k[0])}) for "
               + " ".join(f"{n}={v}" for n, v in zip(SIZE, k)), file=sys.stderr)
         status = 1
     if not any(r["ratio_to_megatron"] != "NA" for r in rows):

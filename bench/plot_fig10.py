@@ -2,8 +2,9 @@
 CSV (OUT/mp.csv, written by bench/mp_merge.py): a row of panels per layer, a
 column per element type; in each panel, one bar per variant and size, the variant's time
 over the Megatron-style PyTorch baseline's at that size (1.0: as fast;
-lower is faster). Variants: every coconet schedule whose check passed,
-torch_megatron and torch_async_tp_layer; a dotted line per size marks
+lower is faster; the layer allreduce: over NCCL's all_reduce alone).
+Variants: every coconet schedule whose check passed, torch_megatron and
+torch_async_tp_layer (allreduce: torch_allreduce); a dotted line per size marks
 max(MatMul alone, AllReduce alone) over Megatron (the model-parallel
 layers), or the AllReduce over Megatron (the pipeline). Rows whose check
 failed are labelled with it and have no bar. Needs matplotlib.
@@ -18,7 +19,9 @@ import sys
 
 GOOD = ("bitwise", "rounding", "unchecked", "measured")
 TORCH_BARS = ("torch_megatron", "torch_async_tp_layer")
-LAYER_ORDER = ("self_attention", "mlp", "pipeline", "pipeline_linear")
+# the layer whose baseline is NCCL's AllReduce alone (bench/mp_merge.py)
+ALLREDUCE = "allreduce"
+LAYER_ORDER = ("self_attention", "mlp", "pipeline", "pipeline_linear", ALLREDUCE)
 # the schedules the paper's Figure 10 and section 6.3 compare (bold labels)
 NAMED = ("MM-AR-C", "MM-RS-C-AG", "ol(MM,fuse(RS-C-AG))", "AR-C-P2P-AG", "RS-C-P2P-AG",
          "ol(RS,fuse(C-P2P),AG)")
@@ -53,13 +56,14 @@ def panels(rows):
     "bound": {B: ratio}, "bad": {label: check}}} in a stable order."""
     out = {}
     for r in rows:
-        plotted = r["variant"] in TORCH_BARS or not r["variant"].startswith("torch_")
+        torch_bars = ("torch_allreduce",) if r["layer"] == ALLREDUCE else TORCH_BARS
+        plotted = r["variant"] in torch_bars or not r["variant"].startswith("torch_")
         p = out.setdefault((r["layer"], r["dtype"]), {"sizes": [], "bars": {}, "bound": {},
                                                        "bad": {}, "parts": {}})
         b = int(r["B"])
         if b not in p["sizes"]:
             p["sizes"].append(b)
-        if r["variant"] in ("torch_matmul", "torch_allreduce"):
+        if r["variant"] in ("torch_matmul", "torch_allreduce") and r["layer"] != ALLREDUCE:
             p["parts"].setdefault(b, {})[r["variant"]] = ratio(r)
         if not plotted:
             continue
@@ -84,7 +88,7 @@ def panels(rows):
 def ordered(p):
     """The panel's bar labels: PyTorch's first (Megatron on top), then
     coconet's in the order of the run."""
-    torch_first = [t for t in TORCH_BARS if t in p["bars"]]
+    torch_first = [t for t in TORCH_BARS + ("torch_allreduce",) if t in p["bars"]]
     return torch_first + [n for n in p["bars"] if n not in torch_first]
 
 
@@ -108,7 +112,8 @@ def draw(ax, layer, dtype, p, colours):
         if any(nm.endswith("  " + n) for n in NAMED):
             tick.set_fontweight("bold")
     ax.invert_yaxis()
-    ax.set_xlabel("time / Megatron-style PyTorch (lower is faster)")
+    base = "NCCL all_reduce (PyTorch)" if layer == ALLREDUCE else "Megatron-style PyTorch"
+    ax.set_xlabel(f"time / {base} (lower is faster)")
     ax.set_title(f"{layer}, {dtype}")
     ax.legend(fontsize=7, loc="lower right")
 

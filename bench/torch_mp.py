@@ -22,6 +22,8 @@ and examples/pipeline.coco:
     torch_allreduce       the group's all_reduce alone
     torch_pointwise       the pointwise part alone
     torch_send            the send and receive of the whole output alone
+  allreduce (bench/allreduce_fused16.coco at N = B*S*H):
+    torch_allreduce       NCCL all_reduce of [B*S, H] alone
   pipeline_linear (examples/pipeline_linear.coco), the same groups, at the
   layers' B, S and H: x [B*S, H/G] @ w [H/G, H] first (torch_matmul too),
   and a linear pipeline: the last group sends nothing, the first receives
@@ -57,7 +59,8 @@ import torch.nn.functional as F
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # the layers, and each model-parallel layer's K over H (the pipelines: None)
-LAYERS = {"self_attention": 1, "mlp": 4, "pipeline": None, "pipeline_linear": None}
+LAYERS = {"self_attention": 1, "mlp": 4, "pipeline": None, "pipeline_linear": None,
+          "allreduce": None}
 DROP = 0.1
 WARMUP = 3
 
@@ -165,6 +168,17 @@ def megatron_layer(bench, layer, b, k, dtype_name):
               f"NCCL all_reduce of [{m}, {a.hidden}]")
     bench.row(shape, "torch_pointwise", bench.timed(lambda: F.dropout(y + bias, DROP) + r),
               "dropout(y + b) + r")
+
+
+def allreduce(bench, b, dtype_name):
+    """NCCL's all_reduce of the layers' output alone, as the baseline of
+    bench/allreduce_fused16.coco at N = B*S*H."""
+    a = bench.args
+    m = b * a.seq
+    shape = ("allreduce", b, a.seq, a.hidden, "", bench.size, dtype_name)
+    z = torch.zeros(m, a.hidden, device=bench.dev, dtype=DTYPES[dtype_name])
+    bench.row(shape, "torch_allreduce", bench.timed(lambda: dist.all_reduce(z)),
+              f"NCCL all_reduce of [{m}, {a.hidden}]")
 
 
 def async_tp_op(bench):
@@ -362,7 +376,7 @@ def main():
         print(f"torch_mp: torch {torch.__version__}, NCCL {nccl} (torch's), {bench.size} x "
               f"{name}, TORCH_SYMM_MEM_DISABLE_MULTICAST="
               f"{os.environ.get('TORCH_SYMM_MEM_DISABLE_MULTICAST', 'unset')}", flush=True)
-    mp_layers = [(l, LAYERS[l] * a.hidden) for l in a.layers if not l.startswith("pipeline")]
+    mp_layers = [(l, LAYERS[l] * a.hidden) for l in a.layers if LAYERS[l] is not None]
     for layer, k in mp_layers:
         if k % bench.size:
             sys.exit(f"torch_mp.py: K = {k} of {layer} is not divisible by P = {bench.size}")
@@ -385,6 +399,11 @@ def main():
                 for b in a.batch:
                     pipeline_linear(bench, b, dtype, groups)
                     bench.free()
+    if "allreduce" in a.layers:
+        for dtype in a.dtypes:
+            for b in a.batch:
+                allreduce(bench, b, dtype)
+                bench.free()
     for dtype in a.dtypes:
         for b in a.batch:
             for layer, k in mp_layers:

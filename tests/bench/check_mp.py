@@ -1,7 +1,8 @@
 """tests/bench/check_mp.py: bench/mp.sh's steps after the GPUs, on fixtures
 (run by tests/run.sh, group bench, where python3 is installed):
-bench/mp_rows.awk on coconet tables of a model-parallel layer and of the
-pipeline (times, verdicts, notations without "(paper: ...)", a FAILED row);
+bench/mp_rows.awk on coconet tables of a model-parallel layer, of the
+pipeline and of the AllReduce alone (times, verdicts, notations without
+"(paper: ...)", a FAILED row);
 bench/mp_merge.py on those rows and PyTorch's (the ratios to Megatron, the
 summary's cells, NA rows, a malformed line and a size without a baseline
 refused with status 1); bench/plot_fig10.py where matplotlib is installed
@@ -49,7 +50,15 @@ ol_RS_fuse_C_P2P_AG_2    bitwise             0            0     0/201326592     
 ol_fuse_RS_AG_fuse_C_P2P bitwise             0            0     0/201326592          0      1.600 ms  ol(fuse(RS-AG),fuse(C-P2P)) (paper: ol(fuse(RS-AG),fuse(P2P-C)))
 gpu-time: median of 20 runs after 3 warm-up runs, the slowest rank's
 """
+AR = """allreduce: 4 ranks on NVIDIA H200 (sm_90), NCCL 2.28.3, cuda backend, seed 1
+
+schedule                 outputs       max-abs      max-rel    differing/elements   outside      gpu-time
+program                  bitwise             0            0     0/100663296          0      0.300 ms  
+fused                    bitwise             0            0     0/100663296          0      0.250 ms  
+gpu-time: median of 20 runs after 3 warm-up runs, the slowest rank's
+"""
 MLP_PRE, PIPE_PRE = "mlp|8|1024|3072|12288|4|4", "pipeline|2|2048|12288||4|2"
+AR_PRE = "allreduce|8|1024|3072||4|4"
 TORCH = """# bench/torch_mp.py rows
 mlp|8|1024|3072|12288|4|4|fp16|torch_megatron|1.0000|measured|x @ w; all_reduce; dropout(y + b) + r
 mlp|8|1024|3072|12288|4|4|fp16|torch_matmul|0.2000|measured|[8192, 3072] x [3072, 3072]
@@ -61,6 +70,7 @@ pipeline|2|2048|12288||4|2|fp16|torch_megatron|5.0000|measured|all_reduce in the
 pipeline|2|2048|12288||4|2|fp16|torch_allreduce|2.0000|measured|NCCL all_reduce in groups of 2
 pipeline|2|2048|12288||4|2|fp16|torch_pointwise|0.5000|measured|dropout(x + b) + r
 pipeline|2|2048|12288||4|2|fp16|torch_send|2.5000|measured|send whole
+allreduce|8|1024|3072||4|4|fp16|torch_allreduce|0.4000|measured|NCCL all_reduce of [8192, 3072]
 """
 
 failures = []
@@ -101,9 +111,12 @@ def check_awk(tmp):
           "mp_rows.awk: the paper's pipeline schedule without its '(paper: ...)' note:\n  "
           + "\n  ".join(pipe))
     check(f"{PIPE_PRE}|fp16|paper|1.000|bitwise|paper" in pipe, "mp_rows.awk: the file's schedule")
+    ar = awk_rows(tmp, "ar.txt", AR, AR_PRE)
+    check(ar == [f"{AR_PRE}|fp16|program|0.300|bitwise|program",
+                 f"{AR_PRE}|fp16|fused|0.250|bitwise|fused"], f"mp_rows.awk, allreduce: {ar}")
     raw = os.path.join(tmp, "raw-coconet.txt")
     with open(raw, "w") as f:
-        f.write("\n".join(mlp + pipe) + "\n")
+        f.write("\n".join(mlp + pipe + ar) + "\n")
     return raw
 
 
@@ -123,7 +136,8 @@ def check_merge(tmp, raw):
     for k, v in {("mlp", "MM_AR_C"): "0.8000", ("mlp", "ol_MM_fuse_RS_C_AG"): "0.5000",
                  ("mlp", "torch_megatron"): "1.0000", ("mlp", "torch_async_tp_layer"): "NA",
                  ("mlp", "ol_MM_AR_C"): "NA", ("pipeline", "ol_RS_fuse_C_P2P_AG_2"): "0.2500",
-                 ("pipeline", "torch_send"): "0.5000"}.items():
+                 ("pipeline", "torch_send"): "0.5000", ("allreduce", "fused"): "0.6250",
+                 ("allreduce", "torch_allreduce"): "1.0000"}.items():
         check(got.get(k) == v, f"mp_merge.py: ratio of {k}: {got.get(k)}, expected {v}")
     notes = [r["notation"] for r in rows if r["variant"] == "ol_RS_fuse_C_P2P_AG_2"]
     check(notes == ["ol(RS,fuse(C-P2P),AG)"], f"mp_merge.py: a notation with commas: {notes}")
@@ -140,6 +154,12 @@ def check_merge(tmp, raw):
     want = ("| fp16 | 4 | 2 | 2 | 2048 | 12288 | 5.000 | 2.000 | 0.500 | 2.500 | paper | 1.000 | "
             "5.00x | 3.000 (1.67x) | 2.000 (2.50x) | 1.250 (4.00x) | - |")
     check(pipe == [want], f"mp_merge.py: the pipeline line\n  got  {pipe}\n  want {[want]}")
+    # N = 8*1024*3072 FP16: 50.3 MB x 2(P-1)/P = 75.5 MB; over 0.4 ms, 0.3, 0.25
+    ar = [l for l in text.splitlines() if l.startswith("| fp16 | 4 | 8 | 25165824 |")]
+    want = "| fp16 | 4 | 8 | 25165824 | 0.400 | 189 | 0.300 | 252 | 0.250 | 302 | 0.62 | - |"
+    check(ar == [want], f"mp_merge.py: the allreduce line\n  got  {ar}\n  want {[want]}")
+    check(not any(l.startswith("| allreduce |") for l in text.splitlines()),
+          "mp_merge.py: allreduce in the model-parallel table")
     check("NA: unavailable: torch.ops.symm_mem.fused_matmul_reduce_scatter does not exist" in text,
           "mp_merge.py: the reason of the NA rows")
     return out
@@ -154,7 +174,8 @@ def check_merge_errors(tmp, raw):
           f"mp_merge.py on a malformed line: status {p.returncode}, {p.stderr!r}")
     # coconet rows without PyTorch's: no baseline, status 1, each size named
     p = run([PY, "bench/mp_merge.py", raw, "-o", os.path.join(tmp, "alone.csv")])
-    check(p.returncode == 1 and "no Megatron-style time (torch_megatron) for layer=mlp B=8" in p.stderr
+    check(p.returncode == 1 and "no PyTorch baseline (torch_megatron) for layer=mlp B=8" in p.stderr
+          and "no PyTorch baseline (torch_allreduce) for layer=allreduce B=8" in p.stderr
           and "layer=pipeline B=2" in p.stderr and "no row has a ratio" in p.stderr,
           f"mp_merge.py without a baseline: status {p.returncode}, {p.stderr!r}")
 
@@ -169,7 +190,8 @@ def check_plot(tmp, csv_path):
     if p.returncode:
         return
     check("mlp fp16: 8 variants at B = 8" in p.stdout and "pipeline fp16: 7 variants at B = 2"
-          in p.stdout, f"plot_fig10.py's panels: {p.stdout!r}")
+          in p.stdout and "allreduce fp16: 3 variants at B = 8" in p.stdout,
+          f"plot_fig10.py's panels: {p.stdout!r}")
     try:
         root = ET.parse(svg).getroot()
     except ET.ParseError as e:
@@ -178,7 +200,8 @@ def check_plot(tmp, csv_path):
     texts = " ".join("".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text"))
     for want in ("mlp, fp16", "pipeline, fp16", "MM_fuse_RS_C_AG  MM-fuse(RS-C-AG)  [WRONG]",
                  "ol_MM_AR_C  ol(MM,AR)-C  [FAILED]", "torch_megatron", "B = 8",
-                 "max(MatMul, AllReduce) / Megatron, B = 8", "AllReduce / Megatron, B = 2"):
+                 "max(MatMul, AllReduce) / Megatron, B = 8", "AllReduce / Megatron, B = 2",
+                 "allreduce, fp16", "time / NCCL all_reduce (PyTorch) (lower is faster)"):
         check(want in texts, f"plot_fig10.py: no text '{want}' in the SVG")
     check("torch_matmul" not in texts, "plot_fig10.py: a part (torch_matmul) drawn as a variant")
     empty = os.path.join(tmp, "empty.csv")
