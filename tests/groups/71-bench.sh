@@ -1,8 +1,11 @@
-# ---- the benchmark's programs and plot ----
+# ---- the benchmark's programs and plots ----
 # bench/*.coco run with all their schedules on the CPU backend (P = 4) and
 # match their programs; bench/plot_fig6.py draws the expected SVG from a
 # synthetic CSV (tests/bench/check_plot.py, where python3 is installed) and
-# takes unchecked rows (--reference none) as timings.
+# takes unchecked rows (--reference none) as timings; bench/mp.sh's steps
+# after the GPUs (bench/mp_rows.awk, mp_merge.py, plot_fig10.py where
+# matplotlib is installed) give the expected rows, ratios, summary and SVG
+# (tests/bench/check_mp.py).
 group bench
 for f in bench/*.coco; do
     case $f in bench/bert_*) continue ;; esac # BERT-large's size: in group scattered, smaller
@@ -10,13 +13,22 @@ for f in bench/*.coco; do
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 done
-for sh in bench/fused.sh bench/scattered.sh; do
+for sh in bench/fused.sh bench/scattered.sh bench/mp.sh; do
     if sh -n "$sh" 2>"$TMP/err"; then ok; else bad "$sh: $(err1)"; fi
 done
 if command -v "$PYTHON" >/dev/null 2>&1; then
     if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
         bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
     fi
+    # bench/mp.sh's rows, CSV, summary and Figure 10 on fixtures; its
+    # PyTorch side compiles (torch itself is on the GPU machine only)
+    if timeout 120 "$PYTHON" tests/bench/check_mp.py >"$TMP/mp.out" 2>&1; then ok; else
+        bad "tests/bench/check_mp.py:"; head -n 20 "$TMP/mp.out" | sed 's/^/  /'
+    fi
+    note=
+    grep -q 'plot_fig10.py not checked' "$TMP/mp.out" && note="plot_fig10.py skipped: no matplotlib"
+    if "$PYTHON" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
+        bench/torch_mp.py 2>"$TMP/err"; then ok; else bad "bench/torch_mp.py: $(tail -n 1 "$TMP/err")"; fi
     # rows timed with --reference none (result unchecked) are timings; a
     # failed check (REPLICAS) is not
     printf '%s\n' "tool,program,optimizer,precision,N,variant,schedule,result,ms" \
@@ -30,7 +42,7 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     if [ "$got" = "adam-fp32,2^30,AR-Opt,2.000" ]; then ok; else
         bad "plot_fig6.py with unchecked rows: got '$got', expected 'adam-fp32,2^30,AR-Opt,2.000'"
     fi
-    group_end
+    group_end ${note:+"$note"}
 else
     group_end "plot skipped: no $PYTHON"
 fi
