@@ -43,7 +43,9 @@
 # fork or mpirun), SAN_JOBS (8), SAN_TIMEOUT (900), SAN_TOOLS ("memcheck
 # racecheck synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a
 # file and its arguments joined by commas), SAN_ARGS (after each program's
-# arguments: --all-schedules).
+# arguments: --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
+# no" (coconet itself never initializes CUDA, its ranks do) "--report-api-errors
+# no" (the runtime checks every call it makes; what NCCL probes is not ours)).
 
 FAULT_BOUND=${FAULT_BOUND:-60}
 FAULT_TIMEOUT=${FAULT_TIMEOUT:-240}
@@ -57,6 +59,7 @@ SAN_JOBS=${SAN_JOBS:-8}
 SAN_TIMEOUT=${SAN_TIMEOUT:-900}
 SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck}
 SAN_ARGS=${SAN_ARGS---all-schedules}
+SAN_FLAGS=${SAN_FLAGS---require-cuda-init no --report-api-errors no}
 SAN_MEMCHECK=${SAN_MEMCHECK:-examples/adam.coco examples/lamb.coco examples/sgd_momentum.coco \
 examples/adam_scattered.coco tests/gpu/lamb_scattered.coco tests/gpu/norms.coco \
 tests/gpu/send.coco,--group-size,1 examples/pipeline.coco,--group-size,1 \
@@ -411,7 +414,7 @@ san_start() {
         t0=$(date +%s)
         # shellcheck disable=SC2086 # the words of the prefix and the command
         timeout -k 20 "$SAN_TIMEOUT" $prefix "$san" --tool "$tool" --target-processes all \
-            --error-exitcode 86 $COCONET run "$@" --backend cuda --ranks 1 --iters 0 \
+            --error-exitcode 86 $SAN_FLAGS $COCONET run "$@" --backend cuda --ranks 1 --iters 0 \
             >"$TMP/san.$id.out" 2>&1 </dev/null
         echo $? >"$TMP/san.$id.rc"
         echo $(($(date +%s) - t0)) >"$TMP/san.$id.secs"
@@ -499,9 +502,12 @@ part_sanitize() {
             via=mpirun
             san_control "$tool" "$via" && seen=0
         fi
+        out="$TMP/san.control-$tool-$via.out"
+        said=$(grep -m 1 -E '^=+ +(Invalid|Race|Barrier|Error)' "$out" | sed 's/^=* *//')
+        [ -n "$said" ] || said=$(head -n 1 "$out")
         frow "$tool control: a defect only $tool sees (tests/gpu/sanitize_control.cu), run via $via" \
             "reported (at least 1 error)" \
-            "$(san_errors "control-$tool-$via") errors, status $(cat "$TMP/san.control-$tool-$via.rc"): $(grep -m 1 -E '=+ +(Invalid|Race|Barrier|Error)' "$TMP/san.control-$tool-$via.out" | sed 's/^=* *//')" \
+            "$(san_errors "control-$tool-$via") errors, status $(cat "$TMP/san.control-$tool-$via.rc"): $said" \
             "$(cat "$TMP/san.control-$tool-$via.secs")" $seen
         [ $seen = 0 ] || fnote "$tool did not see the control's defect: its runs of the programs are left out."
         cat "$TMP/san.control-$tool-$via.out" >>"$LOG"
