@@ -681,6 +681,10 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
         return 1;
     }
     size_t n;
+    if (!o->build_only && cuda_job_fits(v, nv, o, err, errlen)) {
+        free_variants(v, nv);
+        return 1;
+    }
     char *src = cuda_source(v, nv, o->cuda_source, &n, err, errlen);
     CudaBuild b;
     CudaJob job;

@@ -247,7 +247,7 @@ too_many_ranks() {
 }
 
 too_large() {
-    # 2^36 elements: refused before any rank starts, by the host's check
+    # 2^36 elements: refused before the build and the ranks, by the host's check
     # shellcheck disable=SC2086
     fcase $COCONET run $FAULT_FILE $FAULT_ARGS -D N=68719476736 --backend cuda --ranks 1
     refused "N = 2^36 (-D N=68719476736)" "status 1, the need and the limit named" \
@@ -363,7 +363,7 @@ nccl_versions() {
 
 part_faults() {
     if [ "$PREBUILD" = 1 ]; then
-        for p in $RANKS; do
+        for p in 1 $RANKS; do # P = 1: the bad inputs' runs
             # shellcheck disable=SC2086
             prebuild $FAULT_FILE $FAULT_ARGS --ranks "$p"
             [ "$p" -gt 1 ] && [ -n "$FAULT_SEND" ] &&

@@ -610,6 +610,19 @@ static void test_launch_die(char *out, size_t len)
     unsetenv("COCONET_TEST_DIE");
 }
 
+/* A run too large for the host is refused before any build, with or
+ * without a reference. */
+static void test_launch_too_large(char *out, size_t len)
+{
+    int rc = coconet(out, len, "ok", "--ranks 2 -D N=68719476736");
+    check(rc == 1 && strstr(out, "GiB at its peak") && !strstr(out, "cuda: "),
+          "too large for the host: refused before the build");
+    rc = coconet(out, len, "ok", "--ranks 2 -D N=68719476736 --reference none");
+    check(rc == 1 && strstr(out, "--reference none: the inputs drawn on 2 ranks need") &&
+              !strstr(out, "cuda: "),
+          "too large for the host, --reference none: refused before the build");
+}
+
 static void test_launch(void)
 {
     char cwd[1024], rt[1200], cache[512];
@@ -712,6 +725,7 @@ static void test_launch(void)
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
     test_launch_unchecked(out, sizeof out);
     test_launch_die(out, sizeof out);
+    test_launch_too_large(out, sizeof out);
     test_launch_roofline(out, sizeof out, cache);
     setenv("COCONET_CUDA_RUNTIME", "/nonexistent/libcoconet_cuda.so", 1);
     rc = coconet(out, sizeof out, "ok", "--ranks 2");
