@@ -79,6 +79,7 @@ frow() {
 }
 
 ftable() {
+    ftable_at=$(($(wc -l <"$OUT") + 1))
     printf '| case | expected | got | seconds | result |\n|---|---|---|---|---|\n' >>"$OUT"
     : >"$TMP/notes"
 }
@@ -89,10 +90,12 @@ fnote() {
     echo "$1" >>"$TMP/notes"
 }
 
-# ftable_end: the notes under the table
+# ftable_end: the notes under the table, then the table again on stdout
 ftable_end() {
     echo >>"$OUT"
     [ -s "$TMP/notes" ] && { cat "$TMP/notes"; echo; } >>"$OUT"
+    echo
+    tail -n +"$ftable_at" "$OUT"
 }
 
 # ---- one run, and what it leaves behind ----
@@ -302,8 +305,8 @@ beside_another() {
         $FAULT_ARGS -D N=4194304 --reference none --backend cuda --ranks "$p" --iters 100000 \
         >"$TMP/other.out" 2>"$TMP/other.err" &
     other=$!
-    i=0 # until the other run's ranks are on the GPUs
-    while [ $i -lt 120 ] && [ $(($(gpu_apps) - apps0)) -lt "$p" ] && kill -0 $other 2>/dev/null; do
+    i=0 # until the other run's ranks are on the GPUs (nvidia-smi lists them), at most 20 s
+    while [ $i -lt 40 ] && [ $(($(gpu_apps) - apps0)) -lt "$p" ] && kill -0 $other 2>/dev/null; do
         sleep 0.5
         i=$((i + 1))
     done
