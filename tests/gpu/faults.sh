@@ -102,7 +102,7 @@ ftable_end() {
 
 # gpu_apps: the compute processes nvidia-smi lists (0 without it)
 gpu_apps() {
-    nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'
+    timeout 20 nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c "[0-9]"
 }
 
 # leftovers MARK: the processes whose environment holds COCONET_FAULT_MARK=MARK
@@ -299,7 +299,7 @@ memory_taken() {
 # exclusive mode); the first, stopped by SIGTERM afterwards, must stop.
 beside_another() {
     p=$(echo "$RANKS" | tr ' ' '\n' | sort -n | tail -n 1)
-    mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | sort -u | paste -sd, -)
+    mode=$(timeout 20 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | sort -u | paste -sd, -)
     # shellcheck disable=SC2086
     timeout -k 10 "$FAULT_TIMEOUT" env COCONET_FAULT_MARK="$$-other" $COCONET run $FAULT_FILE \
         $FAULT_ARGS -D N=4194304 --reference none --backend cuda --ranks "$p" --iters 100000 \
