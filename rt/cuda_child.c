@@ -247,7 +247,9 @@ static int read_knobs(CocoRt *rt)
         env_number(rt, "COCONET_FUSED_PUSH_ROUND", -1, 0, 1L << 30, 1,
                    &rt->fused_push_round) ||
         env_number(rt, "COCONET_NCCL_WINDOW_BYTES", WINDOW_BYTES, 0, LONG_MAX, 1,
-                   &rt->nccl_window_bytes))
+                   &rt->nccl_window_bytes) ||
+        env_number(rt, "COCONET_OVERLAP_CHUNKS", 0, 0, 64, 1, &rt->overlap_chunks) ||
+        env_number(rt, "COCONET_OVERLAP_SMS", 0, 0, 1024, 1, &rt->overlap_sms))
         return -1;
     rt->fused_blocks = (int)blocks; /* 0: the runtime's choice */
     rt->fused_threads = (int)threads;

@@ -134,12 +134,23 @@ static inline int coco_nccl_direct(const CocoShape &s, int d, long g, size_t es)
             COCO_FAIL(ctx, op, line, "%s: cuBLAS status %d", #call, (int)e_);           \
         COCO_MARK(ctx, COCO_MARK_CUBLAS, op, line, #call);                              \
     } while (0)
-#define COCO_LAUNCHED(ctx, op, line)                                                    \
+#define COCO_LAUNCH_CHECK(ctx, op, line)                                                \
     do {                                                                                \
         cudaError_t e_ = cudaGetLastError();                                            \
         if (e_ != cudaSuccess)                                                          \
             COCO_FAIL(ctx, op, line, "%s: %s", "cudaGetLastError()", cudaGetErrorString(e_)); \
+    } while (0)
+#define COCO_LAUNCHED(ctx, op, line)                                                    \
+    do {                                                                                \
+        COCO_LAUNCH_CHECK(ctx, op, line);                                               \
         COCO_MARK(ctx, COCO_MARK_KERNEL, op, line, "kernel");                           \
+    } while (0)
+// COCO_CUDA with no mark: calls on or between other streams than ctx->stream
+#define COCO_CUDA_QUIET(ctx, op, line, call)                                            \
+    do {                                                                                \
+        cudaError_t e_ = (call);                                                        \
+        if (e_ != cudaSuccess)                                                          \
+            COCO_FAIL(ctx, op, line, "%s: %s", #call, cudaGetErrorString(e_));         \
     } while (0)
 
 // ---- elements ----
@@ -455,55 +466,7 @@ static inline ncclComm_t coco_world(const coco_cuda_ctx *ctx, size_t bytes)
     return (ncclComm_t)ctx->world;
 }
 
-// ---- MatMul through cuBLASLt ----
-// Row-major C[batch][M][N] = A[batch][M][K] * B[batch or 1][K][N], done as the
-// column-major product C^T = B^T A^T. FP16/BF16 use tensor cores with FP32
-// accumulation; FP32 accumulates in FP32 (no TF32); FP64 in FP64.
-static int coco_matmul(coco_cuda_ctx *ctx, int line, int t, const void *A, const void *B,
-                       void *Cm, long M, long N, long K, long batch, long strideB)
-{
-    cudaDataType_t dt = t == COCO_FP16 ? CUDA_R_16F : t == COCO_BF16 ? CUDA_R_16BF
-                        : t == COCO_FP32 ? CUDA_R_32F : CUDA_R_64F;
-    cublasComputeType_t ct = t == COCO_FP64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
-    cudaDataType_t st = t == COCO_FP64 ? CUDA_R_64F : CUDA_R_32F;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    int rc = 0;
-    float f1 = 1, f0 = 0;
-    double d1 = 1, d0 = 0;
-    const void *one = t == COCO_FP64 ? (const void *)&d1 : (const void *)&f1;
-    const void *zero = t == COCO_FP64 ? (const void *)&d0 : (const void *)&f0;
-    int32_t count = (int32_t)batch;
-    int64_t sa = strideB, sb = M * K, sc = M * N;
-    // "A" of the column-major product is B (N x K), "B" is A (K x M).
-    if (cublasLtMatmulDescCreate(&op, ct, st) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&la, dt, N, K, N) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lb, dt, K, M, K) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lc, dt, N, M, N) != CUBLAS_STATUS_SUCCESS) {
-        rc = 1;
-    } else if (batch > 1) {
-        cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
-        cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa);
-        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
-        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb);
-        cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
-        cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc);
-    }
-    cublasStatus_t s = CUBLAS_STATUS_INVALID_VALUE;
-    if (!rc)
-        s = cublasLtMatmul((cublasLtHandle_t)ctx->lt, op, one, B, la, A, lb, zero, Cm, lc, Cm, lc,
-                           NULL, ctx->lt_workspace, ctx->lt_workspace_bytes,
-                           (cudaStream_t)ctx->stream);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (rc || s != CUBLAS_STATUS_SUCCESS)
-        COCO_FAIL(ctx, "MatMul", line, "cublasLtMatmul (M=%ld N=%ld K=%ld batch=%ld): status %d",
-                  M, N, K, batch, (int)s);
-    COCO_MARK(ctx, COCO_MARK_CUBLAS, "MatMul", line, "cublasLtMatmul");
-    return 0;
-}
+#include "coco_matmul.cuh"
 
 // ---- workspace: bump allocation, 256-byte aligned ----
 static inline void *coco_ws(size_t *used, const coco_cuda_ctx *ctx, size_t bytes)
@@ -615,3 +578,4 @@ static inline int coco_is_half(int t)
 
 #include "coco_vec.cuh"
 #include "coco_lsa.cuh"
+#include "coco_overlap.cuh"

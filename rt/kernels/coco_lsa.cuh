@@ -194,6 +194,16 @@ __device__ __forceinline__ void coco_lsa_step(long j0, long n, long &i0, long &l
     lim = j0 < 0 && j0 + V < n ? j0 + V : n;
 }
 
+// coco_lsa_step over elements [lo, hi) of a part (a chunk of it, which
+// the loop's first step j0 = lo + coco_lsa_first(base + lo) aligns the same
+// way): the head step, below lo, takes elements lo up to j0 + V.
+template <int V>
+__device__ __forceinline__ void coco_lsa_span(long j0, long lo, long hi, long &i0, long &lim)
+{
+    i0 = j0 < lo ? lo : j0;
+    lim = j0 < lo && j0 + V < hi ? j0 + V : hi;
+}
+
 // A thread's steps over any part of at most cs elements, at any shift
 // (its first step >= 1 - V): the same on every rank (cs and the grid are).
 template <int V> __device__ __forceinline__ long coco_lsa_steps(long cs)

@@ -1,6 +1,6 @@
 /* compile.c: the CUDA backend's passes over a program and its scheduled
  * variants, in order: lower (collectives over scattered tensors become
- * FusedAllReduces, lower_scattered.c), emit (the CUDA source, emit_cuda.c),
+ * FusedAllReduces, lower_collectives.c), emit (the CUDA source, emit_cuda.c),
  * write (to the caller's stream; a user error comes back in err). The one
  * entry of `coconet gen` (coco_gen_cuda) and of the build (cuda_source). */
 #include "cuda/cuda.h"
@@ -18,7 +18,7 @@ int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, si
         rc = 1;
     } else {
         for (int i = 0; i < n; i++) {
-            made[i] = lower_scattered_allreduces(variants[i]);
+            made[i] = lower_collectives(variants[i]);
             lowered[i] = made[i] ? made[i] : variants[i];
         }
         if (only_p > 0)

@@ -6,8 +6,8 @@
 
 #include "api.h"
 
-/* ---- lower_scattered.c: the CUDA backend's lowering of collectives over scattered tensors ---- */
-Program *lower_scattered_allreduces(Program *p); /* a lowered clone, or NULL: nothing to lower */
+/* ---- lower_collectives.c: collectives the CUDA backend generates as FusedAllReduces ---- */
+Program *lower_collectives(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
 /* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
 void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);

@@ -793,6 +793,8 @@ static void emit_body(Emitter *e, const char *entry)
     int *fused_done = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         int f = e->lsa_node[i];
+        if (ovl_deferred(e, i)) /* computed by its overlapped fusion's launch */
+            continue;
         if (f >= 0 && !p->node[i].dead) {
             if (!fused_done[f] && p->fusion[f].kind == F_SEND)
                 send_emit_launch(e, f, done);
@@ -833,10 +835,14 @@ static void emit_variant_code(Emitter *e, int vi)
         emit_segment_kernel(e, s);
     e->lsa = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     e->lsa_node = emit_alloc(e, (size_t)p->nnode * sizeof(int));
+    e->overlap_mm = emit_alloc(e, ((size_t)p->nfusion + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++)
         e->lsa_node[i] = -1;
     for (int f = 0; f < p->nfusion; f++)
+        e->overlap_mm[f] = -1;
+    for (int f = 0; f < p->nfusion; f++)
         if ((e->lsa[f] = lsa_eligible(e, f))) {
+            e->overlap_mm[f] = p->fusion[f].kind == F_ALLREDUCE ? ovl_matmul(e, f) : -1;
             lsa_claim(e, f);
             lsa_emit_kernel(e, f);
         } else if ((e->lsa[f] = !emit_fusion_scattered(e, f) && send_eligible(e, f))) {

@@ -25,6 +25,8 @@ struct Emitter {
     int *lsa;       /* per fusion: generated as kernels over peers' memory
                        (a FusedAllReduce: emit_lsa.c; a fused Send: emit_send.c) */
     int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
+    int *overlap_mm; /* per fusion: the MatMul its launch computes in chunks, overlapped
+                        with its kernels (emit_overlap.c), or -1 */
     /* the lowering of node n (its segment's kernel launch, once), then the
      * copy of a new value into its tensor (emit_cuda.c) */
     void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
@@ -123,6 +125,13 @@ void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) 
 void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
+/* ---- emit_overlap.c: overlap(MatMul, FusedAllReduce) chunk by chunk ---- */
+int ovl_matmul(Emitter *e, int f);   /* the MatMul fusion f's launch chunks, or -1 */
+int ovl_deferred(Emitter *e, int id); /* is node id that MatMul of some fusion? */
+/* inside the launch block of a FusedAllReduce's kernels (its lambda `go`):
+ * MatMul mm in chunks, each followed by the kernels on the side stream, or
+ * mm whole then the kernels (push: the instance's push flag, C) */
+void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment);
 /* ---- emit_send.c: a fused Send as one kernel storing into the receiver ---- */
 int send_eligible(Emitter *e, int f);          /* can fusion f be that kernel? */
 void send_claim(Emitter *e, int f);            /* marks the nodes it computes */

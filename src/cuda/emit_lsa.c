@@ -259,9 +259,9 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     FILE *o = e->o;
     int w = 0; /* lo[] index of the next window buffer */
     static const char *const head[] = {
-        "ncclDevComm dc, ncclWindow_t win, long cs, long nall, CocoShape it, "
+        "ncclDevComm dc, ncclWindow_t win, long cs, long nall, CocoChunks ck, CocoShape it, "
         "unsigned long long seed, int rank",
-        "dc, win, cs, nall, it, args->seed, rank", "dc, win, cs, nall, it, seed, rank"};
+        "dc, win, cs, nall, ck, it, args->seed, rank", "dc, win, cs, nall, ck, it, seed, rank"};
     fputs(head[mode], o);
     if (l->scat >= 0 && mode == EMIT_HOST) /* the buckets: of c<scat>, each part's first in pb */
         fprintf(o, ", (const char *)ctx->lsa_base, c%d, pb", l->scat);
@@ -506,10 +506,11 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, i
                    "            long i0, lim;\n            coco_lsa_step<V>(j0, n, i0, lim);\n");
         return;
     }
-    if (l->scat < 0) {
-        fprintf(o, "        for (long j0 = coco_lsa_first<V>(base); j0 < n; j0 += "
-                   "coco_lsa_stride<V>()) {\n            long i0, lim;\n"
-                   "            coco_lsa_step<V>(j0, n, i0, lim);\n");
+    if (l->scat < 0) { /* elements [chunk_lo, chunk_hi) of the part (emit_overlap.c) */
+        fprintf(o, "        const long hi = n < chunk_hi ? n : chunk_hi;\n"
+                   "        for (long j0 = chunk_lo + coco_lsa_first<V>(base + chunk_lo); j0 < hi; "
+                   "j0 += coco_lsa_stride<V>()) {\n            long i0, lim;\n"
+                   "            coco_lsa_span<V>(j0, chunk_lo, hi, i0, lim);\n");
         return;
     }
     int *ids = emit_alloc(e, (size_t)(l->nm + nz + 1) * sizeof(int)), count = 0, nfield = 0;
@@ -651,6 +652,13 @@ static void emit_rounds(Emitter *e, const Lsa *l, const int *ins, int nin, const
                   "    } else {\n");
 }
 
+/* Can the kernel go chunk by chunk (emit_overlap.c)? One kernel over
+ * contiguous operands. */
+static int chunked(const Lsa *l)
+{
+    return !l->nred && l->scat < 0;
+}
+
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
                         const int *zs, int nz)
 {
@@ -663,7 +671,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                "__launch_bounds__(512, 2) %s_f%d%s(", e->v, f, kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
-               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n");
+               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
@@ -685,8 +693,18 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_scalars(e, l, kn);
     if (rounds)
         emit_rounds(e, l, ins, nin, zs, nz);
-    if (kn == 0 || loop_in_k1(l, e))
+    if (kn == 0 && chunked(l)) { /* emit_overlap.c: chunk by chunk, each after its MatMul */
+        fprintf(o, "    for (int c = 0; c < ck.count; c++) {\n"
+                   "    const long chunk_lo = coco_chunk_lo(ck, c), chunk_hi = coco_chunk_lo(ck, c + 1);\n"
+                   "    if (ck.flag) { /* chunk c written here, then on every rank */\n"
+                   "        coco_chunk_wait(ck, c);\n"
+                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n");
         emit_loop(e, l, kn, 0, ins, nin, zs, nz);
+        fprintf(o, "    }\n");
+    } else if (kn == 0 || loop_in_k1(l, e)) {
+        fprintf(o, "    const long chunk_lo = 0, chunk_hi = cs;\n");
+        emit_loop(e, l, kn, 0, ins, nin, zs, nz);
+    }
     if (rounds)
         fprintf(o, "    }\n");
     if (kn == 0 && l->nred && gathers_in_k0(e, l))
@@ -924,19 +942,26 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                    "&block);\n", l.scat);
     fprintf(o, "        ncclDevComm dc = coco_lsa_devcomm(ctx);\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
-    if (push_allowed(&l))
-        fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, fpush%d ? 0 : ctx->fused_peers, "
-                   "fpush%d, grid, block, st, ", e->v, f, l.rs, l.rs);
-    else
-        fprintf(o, "        if (%s_f%d_go(V, (int)G_WORLD, one, ctx->fused_peers, 0, grid, block, "
-                   "st, ", e->v, f);
+    /* go(stream, push, grid, chunks): the kernels (chunks: emit_overlap.c's, or all at once) */
+    fprintf(o, "        auto go = [&](cudaStream_t s, int push, dim3 g, CocoChunks ck) {\n"
+               "            return %s_f%d_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, "
+               "push, g, block, s, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
-    fprintf(o, "))\n            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
-               "%%ld ranks\", G_WORLD);\n        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",
-            rs->pos.line, rs->pos.line);
+    fprintf(o, ");\n        };\n");
+    const char *push = push_allowed(&l) ? arena_printf(e->p->arena, "fpush%d", l.rs) : "0";
+    int mm = e->overlap_mm[f];
+    if (mm >= 0)
+        ovl_emit_launch(e, mm, rs->pos.line, push, done_segment);
+    else
+        fprintf(o, "        if (go(st, %s, grid, coco_chunks_all(cs)))\n            COCO_FAIL(ctx, "
+                   "\"FusedAllReduce\", %d, \"no kernel instance for %%ld ranks\", G_WORLD);\n"
+                   "        COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n",
+                push, rs->pos.line, rs->pos.line);
     for (int k = 0; k < l.nm; k++)
         emit_state_copy(e, nd(e, l.m[k]));
     fprintf(o, "        } else {\n");
+    if (mm >= 0) /* the overlapped MatMul first, on the NCCL path too */
+        e->emit_node(e, nd(e, mm), done_segment);
     emit_scat_gather_for(e, f);
     for (int k = 0; k < l.nm; k++)
         e->emit_node(e, nd(e, l.m[k]), done_segment);

@@ -286,6 +286,22 @@ part_knobs() {
 # instead of all (COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1), in both
 # algorithms, at a size whose slices are uneven at P = 2 and 4.
 tuning_knobs() {
+    # overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c):
+    # 3 chunks of uneven rows, with and without an SM split
+    for f in examples/self_attention.coco examples/mlp.coco; do
+        chosen "$f" || continue
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            allowed "$f" "$p" || continue
+            for sms in 0 16; do
+                COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$sms
+                export COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS
+                run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, SMS=$sms" "$p" "$f" -D B=8 -D S=16 -D H=64 \
+                    --all-schedules
+                unset COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS
+            done
+        done
+    done
     for f in examples/adam.coco examples/lamb.coco examples/adam_scattered.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)

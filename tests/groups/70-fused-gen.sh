@@ -3,10 +3,11 @@
 # one|two" per FusedAllReduce and "VARIANT send" per fused Send generated so,
 # compared with the expected list in tests/gen/fused/NAME.expect (its header:
 # the program, the arguments of `coconet gen`, and whether the rules below,
-# which every generated fused kernel keeps, are checked too). Over scattered tensors nearly every
-# variant has one: an AllReduce no schedule fused, or a ReduceScatter whose
-# only reader is an AllGather, is generated as a FusedAllReduce with no
-# computation (src/lower_scattered.c).
+# which every generated fused kernel keeps, are checked too). Over scattered tensors, and
+# over FP16 and BF16 values, nearly every variant has one: an AllReduce no
+# schedule fused, or a ReduceScatter whose only reader is an AllGather, is
+# generated as a FusedAllReduce with no computation
+# (src/cuda/lower_collectives.c).
 group fused-gen
 fused_kinds() {
     awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
@@ -52,7 +53,7 @@ for x in tests/gen/fused/*.expect; do
     # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
     # with a kernel instance
     launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
-    peers=$(grep -c '_go(V, (int)G_WORLD, one, \(fpush[0-9]* ? 0 : \)\{0,1\}ctx->fused_peers, ' "$cu")
+    peers=$(grep -c '_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, push, g, block, s, ' "$cu")
     vecs=$(grep -c 'int V = .*ctx->fused_vec' "$cu")
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
     u1=$(grep -c '&& U == 1 && PUSH == 0) {$' "$cu")
@@ -66,7 +67,7 @@ for x in tests/gen/fused/*.expect; do
     # coco_lsa_push_round; the next round's stores before a round's
     # elements, the barrier after); over scattered operands only when
     # asked, and not with cross-rank reductions
-    pushes=$(grep -c '_go(V, (int)G_WORLD, one, fpush[0-9]* ? 0 : ctx->fused_peers, fpush[0-9]*, ' "$cu")
+    pushes=$(grep -c 'if (go(st, fpush[0-9]*, grid, coco_chunks_all(cs)))$' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
     by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
     asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
@@ -125,12 +126,13 @@ for x in tests/gen/fused/*.expect; do
     *)  if ! grep -q 'coco_lsa_scat_launch<' "$cu"; then ok
         else bad "$f: a ReduceScatter or AllGather over members in a program without scattered tensors"; fi
         # every element loop of a contiguous fused kernel starts at the
-        # shift that aligns the peers' vectors (coco_lsa_first, or the
+        # shift that aligns the peers' vectors (coco_lsa_first at the
+        # chunk's first element, emit_overlap.c; or the
         # round's span from it: coco_lsa_round_span), and its part-local
         # arrays are read and written at any alignment
         loops=$(awk '/^__global__ void .*_f[0-9]+(_b)?\(/ { on = 1 } on && /^}/ { on = 0 }
                      on && /for \(long [ij]0 = / { n++ } END { print n + 0 }' "$cu")
-        shifted=$(awk '/for \(long j0 = coco_lsa_first<V>\(base\); j0 < n; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ { n++ }
+        shifted=$(awk '/for \(long j0 = chunk_lo \+ coco_lsa_first<V>\(base \+ chunk_lo\); j0 < hi; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ { n++ }
                        /^        coco_lsa_round_span<V>\(base, n, r, steps, jb, je\);$/ { span = NR }
                        /^        for \(long j0 = jb; j0 < je; j0 \+= coco_lsa_stride<V>\(\)\) \{$/ && span == NR - 1 { n++ }
                        END { print n + 0 }' "$cu")
@@ -164,4 +166,39 @@ else
     else bad "examples/pipeline_linear.coco: $sends fused Sends, $to linear receivers, $keep keep, $peer peer; $nccl_src NCCL linear sources, $nccl_send guarded sends; $wraps wrapping around"; fi
 fi
 rm -rf "$TMP/linear"
+# overlap(MatMul, FusedAllReduce): the variants whose MatMul runs in chunks
+# (tests/gen/overlap.expect); the fused kernel launched once on the side
+# stream with the chunks (each block waiting for each chunk's flag, then
+# its barrier); each chunk a strided batched MatMul of every part's rows
+# then its flag's signal; the main stream waits for the side stream at the
+# end; and the one-stream path (chunks = 1) beside it
+got=""
+for f in examples/self_attention.coco examples/mlp.coco; do
+    name=$(basename "$f" .coco)
+    coco gen "$f" -o "$TMP/ovl" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    cu=$(ls "$TMP"/ovl/*.cu | head -n 1)
+    got="$got$(awk -v n="$name" '/^\/\/ =+ .*: .* =+$/ { v = $4 } /chunk by chunk, overlapped/ { print n, v }' "$cu")
+"
+    blocks=$(grep -c 'chunk by chunk, overlapped \*/$' "$cu")
+    batched=$(grep -c 'coco_matmul_on(ctx, [0-9]*, COCO_[A-Z0-9]*, (const char \*)b[0-9]* + row0 \* mK \* [0-9]*, b[0-9]*, (char \*)b[0-9]* + row0 \* mN \* [0-9]*, row1 - row0, mN, mK, G_WORLD, mP \* mK, 0, mP \* mN, sms, st))$' "$cu")
+    sides=$(grep -c '^            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))$' "$cu")
+    signals=$(grep -c '^                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned \*)flag, c, epoch);$' "$cu")
+    waits=$(awk '/^__global__ void .*_f[0-9]+\(/ { on = 1 } on && /^}/ { on = 0 }
+                 on && /^        coco_chunk_wait\(ck, c\);$/ { w = NR }
+                 on && w && NR == w + 1 && /bar.sync\(ncclCoopCta\(\), cuda::memory_order_acq_rel\);$/ { n++ }
+                 END { print n + 0 }' "$cu")
+    kernels=$(awk '/^__global__ void .*_f[0-9]+\(/ { n++ } END { print n + 0 }' "$cu")
+    joins=$(grep -c 'cudaStreamWaitEvent(st, ev\[1\], 0));$' "$cu")
+    whole=$(awk '/chunk by chunk, overlapped/ { on = 1 } on && /^        } else {$/ { e = NR }
+                 on && e && NR == e + 1 && /= MatMul \*\/$/ { n++; on = 0; e = 0 } END { print n + 0 }' "$cu")
+    if [ "$blocks" -gt 0 ] && [ "$batched" -eq "$blocks" ] && [ "$sides" -eq "$blocks" ] &&
+        [ "$signals" -eq "$blocks" ] && [ "$waits" -eq "$kernels" ] &&
+        [ "$joins" -eq "$blocks" ] && [ "$whole" -eq "$blocks" ]; then ok
+    else bad "$f: $blocks chunked MatMuls, $batched batched chunks, $sides kernels on the side stream, $signals signals, $waits of $kernels kernels waiting for each chunk, $joins joins, $whole one-stream paths"; fi
+    rm -rf "$TMP/ovl"
+done
+want=$(grep -v '^#' tests/gen/overlap.expect)
+if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
+else bad "chunked MatMuls (tests/gen/overlap.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
 group_end

@@ -1,0 +1,158 @@
+// coco_overlap.cuh: the host side of overlap(MatMul, FusedAllReduce) chunk
+// by chunk (src/cuda/emit_overlap.c says how the chunks and the kernels
+// meet), included by coco_device.cuh after coco_lsa.cuh.
+#ifndef COCO_OVERLAP_CUH
+#define COCO_OVERLAP_CUH
+
+// The default is no chunks: on 4 x H100 every chunk count from 2 to 8 was
+// slower than none for the paper's layers (doc/gpu.md, Overlap).
+enum { COCO_OVERLAP_DEFAULT_CHUNKS = 1 };
+
+// The chunks of each rank's part: ctx's knob (default 1), at most the
+// part's rows; 1 (no chunks) unless the MatMul's M rows of N part the
+// tensor the way the kernels do: P parts of M / P whole rows (cs elements
+// each, nall in all).
+static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, long P, long cs,
+                                      long nall)
+{
+    long want = ctx->overlap_chunks > 0 ? ctx->overlap_chunks : COCO_OVERLAP_DEFAULT_CHUNKS;
+    if (want < 2 || M <= 0 || N <= 0 || M % P || cs != M / P * N || nall != M * N)
+        return 1;
+    long rows = M / P, most = want < 64 ? want : 64; /* COCO_OVERLAP_MAX_CHUNKS */
+    return (int)(most < rows ? most : rows);
+}
+
+// Which elements of each part a fused kernel takes, and when: `count`
+// chunks, chunk c being rows [rows*c/count, rows*(c+1)/count) of the
+// part's `rows` rows of `cols` elements; with `flag`, the kernel waits
+// before chunk c until flag[c] has reached `epoch` (the MatMul's chunk c is
+// written: coco_chunk_signal), then meets the peers at its barrier.
+struct CocoChunks {
+    int count;
+    long rows, cols;
+    const unsigned *flag;
+    unsigned epoch;
+};
+
+// The whole part at once, no waits.
+static inline CocoChunks coco_chunks_all(long cs)
+{
+    CocoChunks c = {1, 1, cs, NULL, 0};
+    return c;
+}
+
+__device__ __forceinline__ long coco_chunk_lo(const CocoChunks &ck, int c)
+{
+    return ck.rows * c / ck.count * ck.cols;
+}
+
+// Thread 0 of the block waits for chunk c's flag, bounded: after
+// COCO_CHUNK_WAIT_NS it reports and traps (the run fails with a launch
+// error, the runtime names the rank) rather than spin forever.
+#define COCO_CHUNK_WAIT_NS 20000000000ull
+__device__ __forceinline__ void coco_chunk_wait(const CocoChunks &ck, int c)
+{
+    if (threadIdx.x == 0) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        while ((int)(*(const volatile unsigned *)&ck.flag[c] - ck.epoch) < 0) {
+            __nanosleep(200);
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (t - t0 > COCO_CHUNK_WAIT_NS) {
+                printf("coconet: block %d waited 20 s for MatMul chunk %d: trap\n", blockIdx.x, c);
+                __trap();
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Stream-ordered after chunk c of the MatMul: its flag.
+__global__ void coco_chunk_signal(unsigned *flag, int c, unsigned epoch)
+{
+    __threadfence();
+    *(volatile unsigned *)&flag[c] = epoch;
+    __threadfence();
+}
+
+// Two events of this process (kept for its life), or NULL with ctx->err.
+static inline cudaEvent_t *coco_overlap_events(coco_cuda_ctx *ctx)
+{
+    static cudaEvent_t ev[2];
+    static int made;
+    for (; made < 2; made++) {
+        cudaError_t e = cudaEventCreateWithFlags(&ev[made], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            snprintf(ctx->err, ctx->errlen, "rank %d: overlap: cudaEventCreateWithFlags: %s",
+                     ctx->rank, cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+    return ev;
+}
+
+// The chunks' flags of this process (COCO_OVERLAP_MAX_CHUNKS, zeroed once
+// and kept), or NULL with ctx->err; and a new epoch for each overlapped
+// launch, so that no flag is ever reset.
+enum { COCO_OVERLAP_MAX_CHUNKS = 64 };
+static inline unsigned *coco_overlap_flags(coco_cuda_ctx *ctx, unsigned *epoch)
+{
+    static unsigned *flags, last;
+    if (!flags) {
+        cudaError_t e = cudaMalloc((void **)&flags, COCO_OVERLAP_MAX_CHUNKS * sizeof(unsigned));
+        if (e == cudaSuccess)
+            e = cudaMemset(flags, 0, COCO_OVERLAP_MAX_CHUNKS * sizeof(unsigned));
+        if (e != cudaSuccess) {
+            flags = NULL;
+            snprintf(ctx->err, ctx->errlen, "rank %d: overlap: the chunks' flags: %s", ctx->rank,
+                     cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+    *epoch = ++last ? last : ++last; /* never 0, the flags' first value */
+    return flags;
+}
+
+// The SMs of this process's GPU (asked once).
+static inline int coco_overlap_device_sms(void)
+{
+    static int sms;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = -1;
+    }
+    return sms;
+}
+
+// The SMs the chunked kernels keep while the MatMul runs: ctx's knob, else
+// 32; always fewer than the GPU has, so that the MatMul (and each chunk's
+// signal) finds SMs while the kernels wait: never a deadlock.
+static inline int coco_overlap_comm_sms(const coco_cuda_ctx *ctx)
+{
+    int all = coco_overlap_device_sms(), want = ctx->overlap_sms > 0 ? ctx->overlap_sms : 32;
+    if (all > 0 && want > all / 2)
+        want = all / 2;
+    return want > 0 ? want : 1;
+}
+
+// The MatMul's SM target: the rest.
+static inline int coco_overlap_matmul_sms(const coco_cuda_ctx *ctx)
+{
+    int all = coco_overlap_device_sms();
+    return all > 0 ? all - coco_overlap_comm_sms(ctx) : 0;
+}
+
+// The chunked kernels' grid: two blocks an SM they keep (the kernels'
+// __launch_bounds__), at most the whole part's grid. The same on every rank.
+static inline dim3 coco_overlap_grid(const coco_cuda_ctx *ctx, dim3 grid)
+{
+    unsigned most = 2u * (unsigned)coco_overlap_comm_sms(ctx);
+    if (most < grid.x)
+        grid.x = most;
+    return grid;
+}
+
+#endif

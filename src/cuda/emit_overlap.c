@@ -1,0 +1,154 @@
+/* emit_overlap.c: overlap(MatMul, FusedAllReduce) (language.md 10.5) as
+ * the MatMul in chunks, each chunk's share of the collective running as
+ * soon as it is written, while the next chunk is multiplied.
+ *
+ * The FusedAllReduce's kernel (emit_lsa.c) takes part q of the MatMul's
+ * output on rank q (rows [q*Mp, (q+1)*Mp) of M = P*Mp rows). Chunk c is
+ * the same sub-range of every part: rows q*Mp + [c*Mp/C, (c+1)*Mp/C) for
+ * each q, one strided batched cuBLASLt call (P products of those rows of A
+ * with the one B). So each rank, after chunk c, holds chunk c of every
+ * part, and the kernel's elements of chunk c (CocoChunks) can go. Every
+ * rank owns the elements it would own without chunks, so kept slices,
+ * Dropout's masks and the values are the unchunked kernel's bit for bit.
+ *
+ * The kernel is launched once, on the side stream, before the MatMul's
+ * chunks, on a grid of two blocks an SM of the SMs it keeps
+ * (COCONET_OVERLAP_SMS, 32 by default; the MatMul's cuBLASLt SM target is
+ * the rest, so both always find SMs). On the main stream each chunk is
+ * followed by a one-thread kernel that sets the chunk's flag in device
+ * memory (coco_chunk_signal: a stream-ordered write). Each block of the
+ * fused kernel, before chunk c, waits for flag c with a bounded spin
+ * (coco_chunk_wait: 20 s, then it traps and the run fails), then syncs its
+ * barrier with the same block of every peer: when it passes, chunk c is
+ * written on every rank. The main stream waits for the side stream at the
+ * end. Rank-staggered chunk orders (the paper's) are not needed here: at
+ * each chunk every rank reads a different part, its own.
+ *
+ * Knobs (ctx, COCONET_OVERLAP_CHUNKS and COCONET_OVERLAP_SMS): the chunk
+ * count C (1, the default: no overlap, the MatMul then the kernel on one
+ * stream), and the SMs the kernel keeps. Chunking needs rows that part the
+ * same way as the tensor: M a multiple of P, each part Mp whole rows
+ * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
+ * fusions with cross-rank reductions (two kernels, the second needs every
+ * element) or scattered operands. */
+#include "cuda/emit_lsa.h"
+
+#include <string.h>
+
+static Node *nd(Emitter *e, int id)
+{
+    return node_of(e->p, id);
+}
+
+/* Is node id read by any live node other than `reader`, or an output? */
+static int read_elsewhere(Emitter *e, int id, int reader)
+{
+    Program *p = e->p;
+    if (is_output(p, id))
+        return 1;
+    for (int j = 0; j < p->nnode; j++)
+        for (int k = 0; j != reader && !p->node[j].dead && k < p->node[j].nin; k++)
+            if (p->node[j].in[k] == id)
+                return 1;
+    return 0;
+}
+
+/* The MatMul that overlap() places right before fusion f, or -1. */
+static int overlapped_producer(Emitter *e, int f)
+{
+    Program *p = e->p;
+    for (int i = 0; i < p->noverlap; i++)
+        for (int k = 1; k < p->overlap[i].nitem; k++) {
+            Ref before = p->overlap[i].item[k - 1];
+            if (p->overlap[i].item[k] == REF_FUSION(f) && !REF_IS_FUSION(before) &&
+                nd(e, before)->op == O_MATMUL)
+                return before;
+        }
+    return -1;
+}
+
+int ovl_matmul(Emitter *e, int f)
+{
+    int mm = overlapped_producer(e, f);
+    if (mm < 0)
+        return -1;
+    Lsa l;
+    lsa_plan(e, f, &l);
+    Node *rs = nd(e, l.rs), *a = nd(e, nd(e, mm)->in[0]), *b = nd(e, nd(e, mm)->in[1]);
+    int ok = rs->in[0] == mm && !l.nred && l.scat < 0 && a->type == b->type && b->ndim == 2 &&
+             a->ndim >= 2 && a->nmember == 0 && b->nmember == 0 && !read_elsewhere(e, mm, rs->id);
+    lsa_free(e, &l);
+    return ok ? mm : -1;
+}
+
+int ovl_deferred(Emitter *e, int id)
+{
+    for (int f = 0; f < e->p->nfusion; f++)
+        if (e->overlap_mm && e->overlap_mm[f] == id)
+            return 1;
+    return 0;
+}
+
+/* The MatMul's sizes in the launch block: K, N, rows M, and `chunks`. */
+static void emit_sizes(Emitter *e, const Node *mm)
+{
+    Node *a = nd(e, mm->in[0]), *b = nd(e, mm->in[1]);
+    fprintf(e->o, "        const long mK = h%d.dim[%d], mN = h%d.dim[1], mM = mK ? coco_count(h%d) / mK : 0;\n"
+                  "        const int chunks = coco_overlap_chunks(ctx, mM, mN, G_WORLD, cs, nall);\n",
+            a->id, a->ndim - 1, b->id, a->id);
+}
+
+/* The chunks: `go` (the launch block's lambda) launches the kernels on the
+ * side stream first, each block waiting for each chunk's flag; the chunks
+ * of the MatMul and their signals follow on the main stream. */
+static void emit_chunks(Emitter *e, const Node *mm, int line)
+{
+    FILE *o = e->o;
+    size_t es = type_size(mm->type);
+    int l = mm->pos.line;
+    fprintf(o, "            const long mP = mM / G_WORLD;\n"
+               "            cudaStream_t side = (cudaStream_t)ctx->side_stream;\n"
+               "            cudaEvent_t *ev = coco_overlap_events(ctx);\n"
+               "            unsigned epoch;\n"
+               "            const unsigned *flag = ev ? coco_overlap_flags(ctx, &epoch) : NULL;\n"
+               "            if (!flag)\n                return 1;\n"
+               "            CocoChunks ck = {chunks, mP, mN, flag, epoch};\n"
+               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
+               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
+               "            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))\n"
+               "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
+               "ranks\", G_WORLD);\n"
+               "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
+               "            const int sms = coco_overlap_matmul_sms(ctx);\n"
+               "            for (int c = 0; c < chunks; c++) {\n"
+               "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
+               "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
+               "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, sms, st))\n"
+               "                    return 1;\n"
+               "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
+               "                COCO_LAUNCH_CHECK(ctx, \"MatMul\", %d);\n"
+               "            }\n"
+               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaEventRecord(ev[1], side));\n"
+               "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[1], 0));\n"
+               "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
+               "\"chunks\");\n",
+            l, l, line, line, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line,
+            line, line);
+}
+
+void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)
+{
+    FILE *o = e->o;
+    Node *m = nd(e, mm);
+    emit_sizes(e, m);
+    fprintf(o, "        if (chunks > 1) { /* line %d: MatMul %s, chunk by chunk, overlapped */\n",
+            m->pos.line, m->name);
+    emit_chunks(e, m, line);
+    fprintf(o, "        } else {\n");
+    e->emit_node(e, m, done_segment);
+    fprintf(o, "            if (go(st, %s, grid, coco_chunks_all(cs)))\n"
+               "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for "
+               "%%ld ranks\", G_WORLD);\n"
+               "            COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n        }\n",
+            push, line, line);
+}
