@@ -35,7 +35,8 @@
 # result; a FAIL row fails the run.
 #
 # Variables: FAULT_BOUND (60: seconds a failing run may take), FAULT_TIMEOUT
-# (240: this script's limit per run), FAULT_FILE and FAULT_ARGS (the program
+# (120: this script's limit per run; the ranks' own, --timeout, is 60 s, and
+# coconet's for silent ranks 95 s), FAULT_FILE and FAULT_ARGS (the program
 # the ranks die in: examples/adam.coco, "--schedule paper"), FAULT_FUSED (its
 # variant with the fused collective: paper), FAULT_NCCL (its variant
 # on NCCL calls: program), FAULT_SEND (the program with the fused Send, whose
@@ -48,7 +49,7 @@
 # no" (the runtime checks every call it makes; what NCCL probes is not ours)).
 
 FAULT_BOUND=${FAULT_BOUND:-60}
-FAULT_TIMEOUT=${FAULT_TIMEOUT:-240}
+FAULT_TIMEOUT=${FAULT_TIMEOUT:-120}
 FAULT_FILE=${FAULT_FILE:-examples/adam.coco}
 FAULT_ARGS=${FAULT_ARGS:---schedule paper}
 FAULT_FUSED=${FAULT_FUSED:-paper}
@@ -167,7 +168,7 @@ die() {
     p=$1; r=$2; point=$3; what=$4; shift 4
     # shellcheck disable=SC2086 # the command's words
     fcase env COCONET_TEST_DIE="$r:$point" $COCONET run "$@" --backend cuda --ranks "$p" \
-        --iters 3 --timeout 100
+        --iters 3 --timeout 60
     killed=$(grep -m 1 "^coconet: rank $r was killed by signal 9 " "$TMP/err")
     first=$(grep -m 1 "^coconet: rank [0-9]* failed first" "$TMP/err")
     ok=1
@@ -301,7 +302,7 @@ beside_another() {
     p=$(echo "$RANKS" | tr ' ' '\n' | sort -n | tail -n 1)
     mode=$(timeout 20 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | sort -u | paste -sd, -)
     # shellcheck disable=SC2086
-    timeout -k 10 "$FAULT_TIMEOUT" env COCONET_FAULT_MARK="$$-other" $COCONET run $FAULT_FILE \
+    timeout -k 10 600 env COCONET_FAULT_MARK="$$-other" $COCONET run $FAULT_FILE \
         $FAULT_ARGS -D N=4194304 --reference none --backend cuda --ranks "$p" --iters 100000 \
         >"$TMP/other.out" 2>"$TMP/other.err" &
     other=$!
