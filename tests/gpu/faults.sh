@@ -13,8 +13,9 @@
 #             (tests/gpu/send.coco). Each must end with status 1 within
 #             FAULT_BOUND seconds, name the dead rank and signal 9 (and, at
 #             P > 1, that it failed first), and leave no process of the run
-#             and no more GPU processes than before the part. Then a normal
-#             run, which must pass. Bad run-time inputs: more ranks than GPUs
+#             and no more GPU processes than before the part. Then coconet
+#             itself is killed while its ranks run: they must die with it.
+#             Then a normal run, which must pass. Bad run-time inputs: more ranks than GPUs
 #             (and 2 ranks on one visible GPU), a program too large for the
 #             host, a GPU whose memory another process holds
 #             (tests/gpu/hog.cu), a run beside another run on the same GPUs,
@@ -195,6 +196,40 @@ passes() {
         "$secs" $ok
 }
 
+# parent_killed P FILE ARGS...: coconet itself killed (SIGKILL) while its
+# ranks run: none may outlive it (they die with it: PR_SET_PDEATHSIG)
+parent_killed() {
+    p=$1; shift
+    fault_seq=$((fault_seq + 1))
+    mark="$$-$fault_seq"
+    echo "==== (killed) $COCONET run $* --backend cuda --ranks $p --iters 100000" >>"$LOG"
+    # shellcheck disable=SC2086
+    timeout -k 10 "$FAULT_TIMEOUT" env COCONET_FAULT_MARK="$mark" $COCONET run "$@" --backend cuda \
+        --ranks "$p" --iters 100000 >"$TMP/out" 2>"$TMP/err" &
+    tpid=$!
+    i=0 # until coconet and its P ranks are there, at most 30 s; then 2 s into the runs
+    while [ $i -lt 60 ] && [ "$(leftovers "$mark" | wc -w)" -lt $((p + 1)) ] && kill -0 $tpid 2>/dev/null; do
+        sleep 0.5
+        i=$((i + 1))
+    done
+    sleep 2
+    parent=$(ps -o pid= --ppid "$tpid" | tr -d ' ')
+    running=$(($(leftovers "$mark" | wc -w) - 1))
+    t0=$(date +%s.%N)
+    [ -n "$parent" ] && kill -KILL "$parent"
+    wait "$tpid"
+    rc=$?
+    settled "$mark"
+    ok_left=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    cat "$TMP/out" "$TMP/err" >>"$LOG"
+    ok=1
+    [ -n "$parent" ] && [ "$running" -eq "$p" ] && [ $rc -eq 137 ] && [ $ok_left -eq 0 ] && within && ok=0
+    frow "P=$p: coconet itself killed (SIGKILL) while its ranks run" \
+        "its $p ranks gone with it, no GPU process left" \
+        "${parent:+coconet $parent killed with $running ranks running, }status $rc${left:+; $left}" "$secs" $ok
+}
+
 dying_ranks() {
     for p in $RANKS; do
         victims=$((p - 1))
@@ -217,6 +252,8 @@ dying_ranks() {
             die "$p" $((p - 1)) timed:both "the peer inside the fused Send kernel" \
                 "$FAULT_SEND" --schedule both --group-size $((p / 2))
         fi
+        # shellcheck disable=SC2086
+        parent_killed "$p" $FAULT_FILE $FAULT_ARGS
         # shellcheck disable=SC2086
         passes "$p" $FAULT_FILE $FAULT_ARGS
     done
