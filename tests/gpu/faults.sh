@@ -15,8 +15,8 @@
 #             P > 1, that it failed first), and leave no process of the run
 #             and no more GPU processes than before the part. Then coconet
 #             itself is killed while its ranks run: they must die with it.
-#             Then a normal run, which must pass. Bad run-time inputs: more ranks than GPUs
-#             (and 2 ranks on one visible GPU), a program too large for the
+#             Then a normal run, which must pass. Bad run-time inputs: more
+#             ranks than GPUs (and 2 ranks on one visible GPU), a program too large for the
 #             host, a GPU whose memory another process holds
 #             (tests/gpu/hog.cu), a run beside another run on the same GPUs,
 #             an object that records another NCCL version
@@ -41,13 +41,15 @@
 # the ranks die in: examples/adam.coco, "--schedule paper"), FAULT_FUSED (its
 # variant with the fused collective: paper), FAULT_NCCL (its variant
 # on NCCL calls: program), FAULT_SEND (the program with the fused Send, whose
-# schedule `both` fuses them: tests/gpu/send.coco; empty: no such case), SANITIZER (compute-sanitizer's path), SAN_VIA (auto,
-# fork or mpirun), SAN_JOBS (8), SAN_TIMEOUT (900), SAN_TOOLS ("memcheck
-# racecheck synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a
-# file and its arguments joined by commas), SAN_ARGS (after each program's
-# arguments: --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
-# no" (coconet itself never initializes CUDA, its ranks do) "--report-api-errors
-# no" (the runtime checks every call it makes; what NCCL probes is not ours)).
+# schedule `both` fuses them: tests/gpu/send.coco; empty: no such case),
+# SANITIZER (compute-sanitizer's path), SAN_VIA (auto, fork or mpirun),
+# SAN_JOBS (8), SAN_TIMEOUT (480 s a run), SAN_TOOLS ("memcheck racecheck
+# synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a file and its
+# arguments joined by commas), SAN_ARGS (after each program's arguments:
+# --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
+# no": coconet itself never initializes CUDA, its ranks do;
+# "--report-api-errors no": the runtime checks every call it makes, and what
+# NCCL probes is not ours).
 
 FAULT_BOUND=${FAULT_BOUND:-60}
 FAULT_TIMEOUT=${FAULT_TIMEOUT:-120}
@@ -58,7 +60,7 @@ FAULT_NCCL=${FAULT_NCCL:-program}
 FAULT_SEND=${FAULT_SEND-tests/gpu/send.coco}
 SAN_VIA=${SAN_VIA:-auto}
 SAN_JOBS=${SAN_JOBS:-8}
-SAN_TIMEOUT=${SAN_TIMEOUT:-900}
+SAN_TIMEOUT=${SAN_TIMEOUT:-480}
 SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck}
 SAN_ARGS=${SAN_ARGS---all-schedules}
 SAN_FLAGS=${SAN_FLAGS---require-cuda-init no --report-api-errors no}
