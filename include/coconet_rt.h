@@ -14,8 +14,10 @@
 #include <limits.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COCO_RT_ABI 3
@@ -150,7 +152,9 @@ typedef const CocoRtApi *(*coco_rt_api_fn)(void);
  *   exit    after its last report line (DONE) (cuda_rank.c)
  * VARIANT ("program" or a schedule's name) goes with upload and timed: that
  * variant's, else the first variant's. The launcher refuses a value that
- * does not parse, names no rank of the run or no variant of it. */
+ * does not parse, names no rank of the run or no variant of it. The rank
+ * says on stderr when it dies (the time of day, in seconds), so that a test
+ * can tell how long its peers took to end. */
 #define COCO_TEST_DIE_POINTS "start, init, upload, timed or exit"
 
 /* 0 when v is RANK:POINT[:VARIANT] with a known point: *rank, *point and
@@ -191,6 +195,12 @@ static inline void coco_test_die(int rank, const char *point, const char *varian
         return;
     if (!strcmp(point, "timed"))
         sleep(1);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(stderr, "coconet: test hook: rank %d kills itself at %s%s%s (at %lld.%03ld s)\n", rank,
+            point, variant ? " in " : "", variant ? variant : "", (long long)now.tv_sec,
+            now.tv_nsec / 1000000);
+    fflush(stderr);
     kill(getpid(), SIGKILL);
 }
 

@@ -147,7 +147,8 @@ fcase() {
     wait "$child"
     rc=$?
     child=
-    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    t1=$(date +%s.%N)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     cat "$TMP/out" "$TMP/err" >>"$LOG"
     settled "$mark"
     ok_left=$?
@@ -174,12 +175,15 @@ die() {
         --iters 3 --timeout 60
     killed=$(grep -m 1 "^coconet: rank $r was killed by signal 9 " "$TMP/err")
     first=$(grep -m 1 "^coconet: rank [0-9]* failed first" "$TMP/err")
+    # from the hook's own line: how long coconet took to end after the death
+    after=$(sed -n 's/^coconet: test hook: rank .* (at \([0-9.]*\) s)$/\1/p' "$TMP/err" | head -n 1)
+    [ -n "$after" ] && after=$(awk -v a="$after" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     ok=1
     if [ $rc -eq 1 ] && [ -n "$killed" ] && within && [ $ok_left -eq 0 ] &&
         { [ "$p" = 1 ] || [ "$first" = "coconet: rank $r failed first" ]; }; then
         ok=0
     fi
-    got="status $rc; ${killed:-no rank named killed: $(first_error)}${first:+; ${first#coconet: }}${left:+; $left}"
+    got="status $rc${after:+, $after s after the death}; ${killed:-no rank named killed: $(first_error)}${first:+; ${first#coconet: }}${left:+; $left}"
     frow "P=$p: rank $r killed at $point, $what" \
         "status 1, 'rank $r was killed by signal 9'$([ "$p" = 1 ] || echo ", first"), < $FAULT_BOUND s, nothing left" \
         "$got" "$secs" $ok
