@@ -42,6 +42,8 @@
 # variant with the fused collective: paper), FAULT_NCCL (its variant
 # on NCCL calls: program), FAULT_SEND (the program with the fused Send, whose
 # schedule `both` fuses them: tests/gpu/send.coco; empty: no such case),
+# FAULT_CASES (which of the faults part's cases: "die parent inputs", the
+# dying ranks and the normal run after them, coconet killed, the bad inputs),
 # SANITIZER (compute-sanitizer's path), SAN_VIA (auto, fork or mpirun),
 # SAN_JOBS (8), SAN_TIMEOUT (480 s a run), SAN_TOOLS ("memcheck racecheck
 # synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a file and its
@@ -58,6 +60,7 @@ FAULT_ARGS=${FAULT_ARGS:---schedule paper}
 FAULT_FUSED=${FAULT_FUSED:-paper}
 FAULT_NCCL=${FAULT_NCCL:-program}
 FAULT_SEND=${FAULT_SEND-tests/gpu/send.coco}
+FAULT_CASES=${FAULT_CASES:-die parent inputs}
 SAN_VIA=${SAN_VIA:-auto}
 SAN_JOBS=${SAN_JOBS:-8}
 SAN_TIMEOUT=${SAN_TIMEOUT:-480}
@@ -236,10 +239,17 @@ parent_killed() {
         "${parent:+coconet $parent killed with $running ranks running, }status $rc${left:+; $left}" "$secs" $ok
 }
 
+# has_case WORD: is WORD one of FAULT_CASES?
+has_case() {
+    case " $FAULT_CASES " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
 dying_ranks() {
     for p in $RANKS; do
         victims=$((p - 1))
         [ "$p" -gt 1 ] && victims="$victims 0"
+        has_case die || victims=
         for r in $victims; do
             # shellcheck disable=SC2086 # FAULT_ARGS' words
             {
@@ -254,12 +264,12 @@ dying_ranks() {
                 die "$p" "$r" exit "after its last report" $FAULT_FILE $FAULT_ARGS
             }
         done
-        if [ "$p" -gt 1 ] && [ -n "$FAULT_SEND" ]; then # two groups: the Sends cross them
+        if has_case die && [ "$p" -gt 1 ] && [ -n "$FAULT_SEND" ]; then # two groups: the Sends cross them
             die "$p" $((p - 1)) timed:both "the peer inside the fused Send kernel" \
                 "$FAULT_SEND" --schedule both --group-size $((p / 2))
         fi
         # shellcheck disable=SC2086
-        parent_killed "$p" $FAULT_FILE $FAULT_ARGS
+        has_case parent && parent_killed "$p" $FAULT_FILE $FAULT_ARGS
         # shellcheck disable=SC2086
         passes "$p" $FAULT_FILE $FAULT_ARGS
     done
@@ -416,6 +426,7 @@ part_faults() {
             [ "$p" -gt 1 ] && [ -n "$FAULT_SEND" ] &&
                 prebuild "$FAULT_SEND" --schedule both --group-size $((p / 2)) --ranks "$p"
         done
+        has_case inputs || return 0
         prebuild tests/gpu/selftest.coco --cuda-source tests/gpu/nccl_version.cu --ranks 1
         nvcc=$(sed -n 's/^NVCC=//p' build/cuda.conf 2>/dev/null)
         ${nvcc:-nvcc} -o "$TMP/hog" tests/gpu/hog.cu >"$TMP/hog.log" 2>&1 &
@@ -431,11 +442,13 @@ part_faults() {
     } >>"$OUT"
     ftable
     dying_ranks
-    too_many_ranks
-    too_large
-    memory_taken
-    beside_another
-    nccl_versions
+    if has_case inputs; then
+        too_many_ranks
+        too_large
+        memory_taken
+        beside_another
+        nccl_versions
+    fi
     ftable_end
 }
 
