@@ -11,7 +11,14 @@
 #ifndef COCO_CUDA_CHILD_H
 #define COCO_CUDA_CHILD_H
 
+#include <limits.h>
+#include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define COCO_RT_ABI 3
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
@@ -130,5 +137,71 @@ typedef struct CocoRtApi {
 } CocoRtApi;
 
 typedef const CocoRtApi *(*coco_rt_api_fn)(void);
+
+/* ---- a test hook: a rank that dies (doc/gpu.md, "Test hooks") ----
+ * COCONET_TEST_DIE=RANK:POINT[:VARIANT] makes rank RANK's process kill
+ * itself with SIGKILL at POINT, for the fault tests (tests/gpu/run.sh, part
+ * faults); unset, nothing happens. The points, in the order a rank meets them:
+ *   start   its work begins, before any communicator (cuda_rank.c)
+ *   init    WORLD's NCCL communicator joined, before the others (cuda_child.c)
+ *   upload  a variant's buffers made and inputs on the GPU, before its
+ *           checked run (run.c)
+ *   timed   a variant's second timed run: the ranks lined up, then a second
+ *           later, before its launch, so that the peers are inside its first
+ *           collective (a fused kernel's barrier, an NCCL kernel) (run.c)
+ *   exit    after its last report line (DONE) (cuda_rank.c)
+ * VARIANT ("program" or a schedule's name) goes with upload and timed: that
+ * variant's, else the first variant's. The launcher refuses a value that
+ * does not parse, names no rank of the run or no variant of it. The rank
+ * says on stderr when it dies (the time of day, in seconds), so that a test
+ * can tell how long its peers took to end. */
+#define COCO_TEST_DIE_POINTS "start, init, upload, timed or exit"
+
+/* 0 when v is RANK:POINT[:VARIANT] with a known point: *rank, *point and
+ * *variant (NULL when none is named, else a pointer into v) set */
+static inline int coco_test_die_parse(const char *v, int *rank, const char **point,
+                                      const char **variant)
+{
+    static const char *const known[] = {"start", "init", "upload", "timed", "exit"};
+    char *end;
+    long r = strtol(v, &end, 10);
+    if (end == v || *end != ':' || r < 0 || r > INT_MAX)
+        return -1;
+    const char *p = end + 1, *colon = strchr(p, ':');
+    size_t len = colon ? (size_t)(colon - p) : strlen(p);
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        if (strlen(known[k]) == len && !strncmp(p, known[k], len)) {
+            int named = colon && colon[1];
+            if (colon && (!named || (strcmp(known[k], "upload") && strcmp(known[k], "timed"))))
+                return -1; /* a variant only after upload and timed, and not empty */
+            *rank = (int)r;
+            *point = known[k];
+            *variant = named ? colon + 1 : NULL;
+            return 0;
+        }
+    return -1;
+}
+
+/* Rank `rank` at `point` (of variant `variant`, NULL for start, init and
+ * exit): dies here when COCONET_TEST_DIE says so (without a variant named,
+ * the first time the rank gets there, in its first variant). */
+static inline void coco_test_die(int rank, const char *point, const char *variant)
+{
+    const char *v = getenv("COCONET_TEST_DIE"), *p, *want;
+    int r;
+    if (!v || !*v || coco_test_die_parse(v, &r, &p, &want) || r != rank || strcmp(p, point))
+        return;
+    if (want && (!variant || strcmp(want, variant)))
+        return;
+    if (!strcmp(point, "timed"))
+        sleep(1);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(stderr, "coconet: test hook: rank %d kills itself at %s%s%s (at %lld.%03ld s)\n", rank,
+            point, variant ? " in " : "", variant ? variant : "", (long long)now.tv_sec,
+            now.tv_nsec / 1000000);
+    fflush(stderr);
+    kill(getpid(), SIGKILL);
+}
 
 #endif

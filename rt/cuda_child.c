@@ -179,6 +179,7 @@ static int open_comms(CocoRt *rt, const CocoRtConfig *cfg)
     ncclUniqueId id;
     memcpy(&id, cfg->nccl_id, sizeof id);
     NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
+    coco_test_die(rt->rank, "init", NULL); /* the fault tests' hook (coconet_rt.h) */
     if (cfg->group_size > 0) {
         if (cfg->nranks % cfg->group_size)
             return rt_error(rt, "GROUP size %d does not divide the %d ranks", cfg->group_size,

@@ -118,6 +118,27 @@ static int place_members(CocoRt *rt, const CocoRtVariant *v, int i, char *at, Bu
     return 0;
 }
 
+/* Refuses, with the figures, a variant whose buffers (the slab and the
+ * inputs' pristine copies) exceed the GPU's free memory: a program too large
+ * for the GPU, or a GPU whose memory another process holds. */
+static int check_fits(CocoRt *rt, const CocoRtVariant *v, size_t slab, size_t workspace)
+{
+    size_t need = slab, free_bytes = 0, total = 0;
+    for (int i = 0; i < v->ninputs; i++)
+        if (v->input[i])
+            need += v->input_bytes[i];
+    CUDA_OK(rt, cudaMemGetInfo(&free_bytes, &total));
+    if (need <= free_bytes)
+        return 0;
+    const double gib = 1024.0 * 1024 * 1024;
+    return rt_error(rt, "%s needs %.2f GiB of GPU memory for its buffers (its inputs, their "
+                    "pristine copies, its outputs and %.2f GiB of workspace), but GPU %d has "
+                    "%.2f GiB free of %.2f GiB: a smaller size, or a GPU that no "
+                    "other process holds (nvidia-smi lists them)", v->name, (double)need / gib,
+                    (double)workspace / gib, rt->device, (double)free_bytes / gib,
+                    (double)total / gib);
+}
+
 /* The slab: a lead, inputs, outputs, then `workspace` bytes. */
 static int make_slab(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
@@ -134,6 +155,8 @@ static int make_slab(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffe
     b->slab_bytes = ALIGN; /* the lead: the guard before the first buffer */
     for (int k = 0; k < n; k++)
         b->slab_bytes += size[k];
+    if (check_fits(rt, v, b->slab_bytes, workspace))
+        return -1;
     if (rt->lsa) {
         NCCL_OK(rt, ncclMemAlloc(&b->slab, b->slab_bytes));
         b->window_comm = rt->world_window;

@@ -24,6 +24,8 @@
 #   scattered programs with Scattered[...] tensors equal their contiguous twins;
 #   arith-gen the arithmetic of generated kernels (tests/gen/arith.expect);
 #   cuda-gen  the CUDA of every example and schedule compiles (where nvcc is);
+#   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
+#             stand-in runtime, without a GPU;
 #   layers    the compiler's files include and call one way (tests/layers.py).
 # Each group file says more at its top. `ONLY="errors unit" sh tests/run.sh`
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose

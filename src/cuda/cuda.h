@@ -108,6 +108,12 @@ typedef struct {
     uint64_t seed;
 } CudaJob;
 /* cuda_job.c: the CPU references and the checks, before any fork */
+/* Whether this host can hold the job's CPU side (the reference, or with
+ * --reference none the inputs), as cuda_job_prepare checks again: 0, or -1
+ * with a located message. Asked before the build, so that a run too large
+ * is refused at once. */
+int cuda_job_fits(Program **variants, int nv, const coco_cuda_options *o, char *err,
+                  size_t errlen);
 int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
                      char *err, size_t errlen);
 void cuda_job_free(CudaJob *job);

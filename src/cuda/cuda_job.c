@@ -231,6 +231,13 @@ static int unchecked_fits(Program **variants, int nv, char *err, size_t errlen)
     return -1;
 }
 
+int cuda_job_fits(Program **variants, int nv, const coco_cuda_options *o, char *err,
+                  size_t errlen)
+{
+    return o->reference == COCO_REFERENCE_NONE ? unchecked_fits(variants, nv, err, errlen)
+                                               : coco_run_fits(variants[0], err, errlen);
+}
+
 /* ---- the job ---- */
 
 /* With COCONET_TRACE set: how long a step of the preparation took, since

@@ -15,7 +15,8 @@
  * watches all of them with poll(): a rank that exits before DONE, or
  * silence longer than the time limit, stops every other rank (SIGTERM,
  * then SIGKILL) and says which rank failed and where it was (each rank
- * says "AT step" as it begins a variant). So does SIGINT, SIGTERM or SIGHUP
+ * says "AT step" as it begins a variant); a rank killed by a signal counts
+ * as the first failure, before a peer's error about it. So does SIGINT, SIGTERM or SIGHUP
  * sent to this process: the ranks are stopped and the table printed with
  * what they had reported. A child dies with the parent (PR_SET_PDEATHSIG). */
 #define _DEFAULT_SOURCE
@@ -170,9 +171,9 @@ typedef struct {
     int eof, reaped, status;
 } Child;
 
-static void reap(Child *c, double grace_s)
+/* Waits for c's end until `deadline` (now_s), then kills it. */
+static void reap(Child *c, double deadline)
 {
-    double deadline = now_s() + grace_s;
     while (!c->reaped) {
         pid_t r = waitpid(c->pid, &c->status, WNOHANG);
         if (r == c->pid || (r < 0 && errno != EINTR)) {
@@ -189,14 +190,16 @@ static void reap(Child *c, double grace_s)
     }
 }
 
-/* Stops every rank still running: SIGTERM, then SIGKILL after 3 s. */
+/* Stops every rank still running: SIGTERM, then SIGKILL to those left
+ * after 3 s. */
 static void stop_all(Child *c, int n)
 {
     for (int i = 0; i < n; i++)
         if (!c[i].reaped)
             kill(c[i].pid, SIGTERM);
+    double deadline = now_s() + 3;
     for (int i = 0; i < n; i++)
-        reap(&c[i], 3);
+        reap(&c[i], deadline);
 }
 
 static void exit_reason(const CudaJob *job, const Child *c, int rank, const Report *rep,
@@ -254,17 +257,30 @@ static int on_readable(Child *c, int n, int rank, Report *rep)
     return 0;
 }
 
-/* A rank whose pipe closed: failed unless it said DONE and exited 0. */
-static int on_eof(const CudaJob *job, Child *c, int rank, Report *rep)
+/* Did a rank other than `rank` end by a signal while watched? */
+static int other_killed(const Child *c, int n, int rank)
+{
+    for (int i = 0; i < n; i++)
+        if (i != rank && c[i].eof && c[i].reaped && WIFSIGNALED(c[i].status))
+            return 1;
+    return 0;
+}
+
+/* A rank whose pipe closed: failed unless it said DONE and exited 0. One
+ * killed by a signal (not ours: the others are stopped after the watch) is
+ * the first failure, even when a peer's error about it came before. */
+static int on_eof(const CudaJob *job, Child *c, int n, int rank, Report *rep)
 {
     c[rank].eof = 1;
     close(c[rank].up);
-    reap(&c[rank], 10);
+    reap(&c[rank], now_s() + 10);
     int ok = rep->done[rank] && WIFEXITED(c[rank].status) && !WEXITSTATUS(c[rank].status);
     if (!ok) {
         char why[512];
         exit_reason(job, &c[rank], rank, rep, why, sizeof why);
         report_error(rep, rank, why);
+        if (WIFSIGNALED(c[rank].status) && !other_killed(c, n, rank))
+            rep->first_failure = rank;
     }
     return ok;
 }
@@ -371,7 +387,7 @@ static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit
                 continue;
             last = now_s();
             if (on_readable(c, n, who[k], rep))
-                failed |= !on_eof(job, c, who[k], rep);
+                failed |= !on_eof(job, c, n, who[k], rep);
         }
         if (failed)
             break;
@@ -539,6 +555,36 @@ static Program **collect_variants(Program *p, const char *only, int *nv, char *e
     return v;
 }
 
+/* COCONET_TEST_DIE (the fault tests' hook, include/coconet_rt.h), when set:
+ * it must parse and name a rank and (if any) a variant of this run. */
+static int check_test_die(Program **v, int nv, char *err, size_t errlen)
+{
+    const char *s = getenv("COCONET_TEST_DIE"), *point, *variant;
+    int rank;
+    if (!s || !*s)
+        return 0;
+    if (coco_test_die_parse(s, &rank, &point, &variant)) {
+        snprintf(err, errlen, "coconet: COCONET_TEST_DIE=%s: expected RANK:POINT or "
+                 "RANK:POINT:VARIANT, with POINT " COCO_TEST_DIE_POINTS " (a VARIANT only "
+                 "after upload or timed)\n", s);
+        return -1;
+    }
+    if (rank >= v[0]->nranks) {
+        snprintf(err, errlen, "coconet: COCONET_TEST_DIE=%s: rank %d is not one of the %d "
+                 "rank%s of this run\n", s, rank, v[0]->nranks, v[0]->nranks == 1 ? "" : "s");
+        return -1;
+    }
+    for (int k = 0; variant && k < nv; k++)
+        if (!strcmp(variant, k ? v[k]->applied : "program"))
+            return 0;
+    if (variant) {
+        snprintf(err, errlen, "coconet: COCONET_TEST_DIE=%s: no variant '%s' in this run (the "
+                 "program and the schedules chosen)\n", s, variant);
+        return -1;
+    }
+    return 0;
+}
+
 static void free_variants(Program **v, int nv)
 {
     for (int k = 1; k < nv; k++)
@@ -630,7 +676,15 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
     Program **v = collect_variants(p, o->schedule, &nv, err, errlen);
     if (!v)
         return 1;
+    if (check_test_die(v, nv, err, errlen)) {
+        free_variants(v, nv);
+        return 1;
+    }
     size_t n;
+    if (!o->build_only && cuda_job_fits(v, nv, o, err, errlen)) {
+        free_variants(v, nv);
+        return 1;
+    }
     char *src = cuda_source(v, nv, o->cuda_source, &n, err, errlen);
     CudaBuild b;
     CudaJob job;

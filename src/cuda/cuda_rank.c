@@ -619,6 +619,7 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
                         job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
                         job->so, job->timeout_s};
     char err[4096], line[2048];
+    coco_test_die(rank, "start", NULL); /* the fault tests' hook (coconet_rt.h) */
     input_cache_free(); /* of another job run by this process, if any */
     result_pool_free();
     if (rank == 0 && job->iters > 0) { /* before the communicators: no rank runs yet */
@@ -656,5 +657,6 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
     api->close(rt, 0);
     cuda_watchdog(rank, 0, NULL);
     emit(ctx, "DONE");
+    coco_test_die(rank, "exit", NULL);
     return 0;
 }

@@ -21,7 +21,11 @@
  *   wrong  changes one output element      crash  dies of SIGSEGV in run
  *   hang   never returns from run          error  returns an error from run
  *   abi    reports another ABI version     guard  writes 3 bytes past output 0
- *   repeat changes an element of output 0 in the second run only */
+ *   repeat changes an element of output 0 in the second run only
+ *
+ * It honours the fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h)
+ * where its steps stand for the real runtime's: init when it opens, upload
+ * as a variant begins, timed before a variant's second run. */
 #define _DEFAULT_SOURCE
 #include <dlfcn.h>
 #include <signal.h>
@@ -58,6 +62,7 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: the NCCL id did not arrive intact", cfg->rank);
             return NULL;
         }
+    coco_test_die(cfg->rank, "init", NULL);
     CocoRt *rt = calloc(1, sizeof *rt);
     rt->rank = cfg->rank;
     rt->nranks = cfg->nranks;
@@ -173,6 +178,7 @@ static void compare(const void *got, const void *first, size_t bytes, int output
 static int repeat(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, void **in,
                   void **out, CocoRtTiming *t, char *msg, size_t len)
 {
+    coco_test_die(rt->rank, "timed", v->name);
     if (run_once(rt, run, v, in, out, NULL, msg, len))
         return -1;
     if (misbehaves(rt->rank, "repeat") && v->noutputs && v->output_bytes[0])
@@ -216,6 +222,7 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
                  sym);
         return -1;
     }
+    coco_test_die(rt->rank, "upload", v->name);
     if (misbehaves(rt->rank, "crash"))
         raise(SIGSEGV);
     while (misbehaves(rt->rank, "hang"))

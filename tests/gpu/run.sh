@@ -26,7 +26,13 @@
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
 #             slices at odd N); NCCL
-#             AllReduce alone (tests/gpu/allreduce.coco) at the same sizes.
+#             AllReduce alone (tests/gpu/allreduce.coco) at the same sizes;
+#   faults    a rank killed at each point of a run (start, NCCL init, upload,
+#             inside a fused kernel's barrier, inside NCCL, a fused Send, exit),
+#             and bad run-time inputs (more ranks than GPUs, too large, GPU
+#             memory held by another process, two runs at once, another NCCL);
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck at P = 1.
+#             Both in tests/gpu/faults.sh, which says what each row expects.
 # Each run checks every output and updated tensor against the CPU reference
 # (and Replicated values across ranks), the guard bytes around every buffer
 # and a repeat run's bits (GUARD, REPEAT rows); the table of every variant (example,
@@ -34,7 +40,8 @@
 # every run's whole output to OUT.log. Exit status non-zero on any failure.
 #
 # Variables: RANKS (default "1 2 4"; one rank: every fused collective one
-# kernel over local memory, no device communicator), PARTS (default "selftest examples tune paper"),
+# kernel over local memory, no device communicator), PARTS (default "selftest examples tune paper
+# faults sanitize"),
 # BUILD_ONLY=1 (the parts' builds into the cache, no runs and no table: to
 # build ahead while other work runs), EXAMPLES (the examples and knobs parts'
 # programs: those of them named here, e.g. "examples/adam.coco
@@ -58,7 +65,7 @@ cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-build/gpu-results.md}
 LOG=$OUT.log
 RANKS=${RANKS:-1 2 4}
-PARTS=${PARTS:-selftest examples tune paper}
+PARTS=${PARTS:-selftest examples tune paper faults sanitize}
 B_SIZES=${B_SIZES:-8 16}
 N_POW=${N_POW:-10 16 20 24 28}
 N_ODD=${N_ODD:-1 3 7 1001 1002 1048577}
@@ -482,6 +489,9 @@ part_tune() {
         done
     done
 }
+
+# the parts faults and sanitize
+. tests/gpu/faults.sh
 
 # P beyond the GPUs of this machine cannot run: left out, and said so
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

@@ -565,6 +565,64 @@ static void test_launch_roofline(char *out, size_t len, const char *cache)
     unsetenv("FAKE_RT_MEASURED");
 }
 
+/* The fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h), with the
+ * stand-in runtime (which honours init, upload and timed): a rank killed at
+ * each point is named with its signal as the first failure, at once; a value
+ * that names no point, rank or variant of the run is refused. */
+static void test_launch_die(char *out, size_t len)
+{
+    static const char *const points[] = {"start", "init", "upload", "timed", "timed:fused",
+                                         "exit"};
+    char what[256], want[128], first[64];
+    for (size_t k = 0; k < sizeof points / sizeof *points; k++)
+        for (int rank = 1; rank >= 0; rank--) {
+            snprintf(what, sizeof what, "%d:%s", rank, points[k]);
+            setenv("COCONET_TEST_DIE", what, 1);
+            double t0 = now_s();
+            int rc = coconet(out, len, "ok", "--ranks 3");
+            snprintf(want, sizeof want, "coconet: rank %d was killed by signal 9 (Killed) ", rank);
+            snprintf(first, sizeof first, "coconet: rank %d failed first", rank);
+            snprintf(what, sizeof what, "COCONET_TEST_DIE=%d:%s: status 1, the rank named, first",
+                     rank, points[k]);
+            check(rc == 1 && strstr(out, want) && strstr(out, first), what);
+            snprintf(what, sizeof what, "COCONET_TEST_DIE=%d:%s: at once", rank, points[k]);
+            check(now_s() - t0 < 20, what);
+        }
+    setenv("COCONET_TEST_DIE", "1:timed:fused", 1);
+    int rc = coconet(out, len, "ok", "--ranks 2");
+    check(rc == 1 && strstr(out, "killed by signal 9 (Killed) in variant 'fused'") &&
+              strstr(out, "\nprogram                  bitwise "),
+          "COCONET_TEST_DIE with a variant: the variants before it pass");
+    static const char *const bad[][2] = {
+        {"1:bogus", "expected RANK:POINT or RANK:POINT:VARIANT, with POINT start, init, upload, "
+                    "timed or exit"},
+        {"x:start", "expected RANK:POINT"},
+        {"2:start", "rank 2 is not one of the 2 ranks of this run"},
+        {"1:start:fused", "(a VARIANT only after upload or timed)"},
+        {"1:timed:", "expected RANK:POINT"},
+        {"1:timed:nope", "no variant 'nope' in this run"}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        setenv("COCONET_TEST_DIE", bad[k][0], 1);
+        rc = coconet(out, len, "ok", "--ranks 2");
+        snprintf(what, sizeof what, "COCONET_TEST_DIE=%s is refused", bad[k][0]);
+        check(rc == 1 && strstr(out, bad[k][1]) && !strstr(out, "\nprogram "), what);
+    }
+    unsetenv("COCONET_TEST_DIE");
+}
+
+/* A run too large for the host is refused before any build, with or
+ * without a reference. */
+static void test_launch_too_large(char *out, size_t len)
+{
+    int rc = coconet(out, len, "ok", "--ranks 2 -D N=68719476736");
+    check(rc == 1 && strstr(out, "GiB at its peak") && !strstr(out, "cuda: "),
+          "too large for the host: refused before the build");
+    rc = coconet(out, len, "ok", "--ranks 2 -D N=68719476736 --reference none");
+    check(rc == 1 && strstr(out, "--reference none: the inputs drawn on 2 ranks need") &&
+              !strstr(out, "cuda: "),
+          "too large for the host, --reference none: refused before the build");
+}
+
 static void test_launch(void)
 {
     char cwd[1024], rt[1200], cache[512];
@@ -666,6 +724,8 @@ static void test_launch(void)
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
     test_launch_unchecked(out, sizeof out);
+    test_launch_die(out, sizeof out);
+    test_launch_too_large(out, sizeof out);
     test_launch_roofline(out, sizeof out, cache);
     setenv("COCONET_CUDA_RUNTIME", "/nonexistent/libcoconet_cuda.so", 1);
     rc = coconet(out, sizeof out, "ok", "--ranks 2");
