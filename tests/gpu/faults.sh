@@ -354,11 +354,16 @@ memory_taken() {
 beside_another() {
     p=$(echo "$RANKS" | tr ' ' '\n' | sort -n | tail -n 1)
     mode=$(timeout 20 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | sort -u | paste -sd, -)
+    # coconet itself in the background (not under timeout(1), which would
+    # take the SIGTERM below and exit 143 whatever coconet did), with a
+    # watchdog of its own
     # shellcheck disable=SC2086
-    timeout -k 10 600 env COCONET_FAULT_MARK="$$-other" $COCONET run $FAULT_FILE \
+    env COCONET_FAULT_MARK="$$-other" $COCONET run $FAULT_FILE \
         $FAULT_ARGS -D N=4194304 --reference none --backend cuda --ranks "$p" --iters 100000 \
         >"$TMP/other.out" 2>"$TMP/other.err" &
     other=$!
+    (sleep 600 && kill -KILL $other) 2>/dev/null &
+    watchdog=$!
     i=0 # until the other run's ranks are on the GPUs (nvidia-smi lists them), at most 20 s
     while [ $i -lt 40 ] && [ $(($(gpu_apps) - apps0)) -lt "$p" ] && kill -0 $other 2>/dev/null; do
         sleep 0.5
@@ -375,6 +380,8 @@ beside_another() {
     kill -TERM $other 2>/dev/null
     wait $other
     other_rc=$?
+    pkill -P $watchdog 2>/dev/null # its sleep
+    kill $watchdog 2>/dev/null
     cat "$TMP/other.out" "$TMP/other.err" >>"$LOG"
     stopped=$(grep -c 'received signal 15' "$TMP/other.err")
     second_left=$ok_left
