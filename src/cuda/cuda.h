@@ -196,6 +196,11 @@ void cuda_limits_line(const CudaJob *job, const CocoRtApi *api, int local_rank, 
 int cuda_launch(const CudaJob *job, Report *rep);
 /* The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
 int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
+/* The variants a run builds: the program, then each schedule of p (its
+ * written ones, and the enumerated ones when enumerate_schedules ran)
+ * applied, or only the one named `only` (NULL: all); NULL with a message
+ * (a schedule refused, one named 'program', or none named `only`). */
+Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t errlen);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */

@@ -522,8 +522,7 @@ int coco_cuda_usable(int nranks, char *why, size_t len)
 
 /* ---- the public entry points ---- */
 
-static Program **collect_variants(Program *p, const char *only, int *nv, char *err,
-                                  size_t errlen)
+Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t errlen)
 {
     Program **v = xcalloc((size_t)p->nsched + 1, sizeof *v);
     v[0] = p;
@@ -673,7 +672,7 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
         return 1;
     }
     int nv, rc = 1;
-    Program **v = collect_variants(p, o->schedule, &nv, err, errlen);
+    Program **v = cuda_variants(p, o->schedule, &nv, err, errlen);
     if (!v)
         return 1;
     if (check_test_die(v, nv, err, errlen)) {

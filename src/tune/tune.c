@@ -157,23 +157,7 @@ static int drop_sized(const Setup *s, const char *def)
 static Program **variants(Program *p, int *nv, char *err, size_t errlen)
 {
     enumerate_schedules(p);
-    Program **v = xcalloc((size_t)p->nsched + 1, sizeof *v);
-    v[0] = p;
-    *nv = 1;
-    for (int i = 0; i < p->nsched; i++) {
-        if (!strcmp(p->sched[i].name, "program")) {
-            snprintf(err, errlen, "%s: error: a schedule may not be named 'program' (the "
-                     "program's own name in the tables and the record)\n", p->file);
-        } else if ((v[*nv] = coco_schedule(p, p->sched[i].name, err, errlen))) {
-            ++*nv;
-            continue;
-        }
-        for (int k = 1; k < *nv; k++)
-            program_free(v[k]);
-        free(v);
-        return NULL;
-    }
-    return v;
+    return cuda_variants(p, NULL, nv, err, errlen);
 }
 
 static void free_variants(Program **v, int nv)
