@@ -12,7 +12,7 @@ scalars and constants:
   model-parallel a MatMul of operands sliced on the contraction dimension,
                  AllReduce, then bias / residual / activation chains;
   pipeline       GROUP-local values reduced in each group, computed on and
-                 sent to the next group;
+                 sent to the next group (a ring, or with Linear no wrap-around);
   replicated     chains over Replicated and Local values with collectives.
 Programs are correct by construction (the generator follows the layout rules),
 so a refusal by `coconet check` is a bug on one side or the other.
@@ -139,7 +139,8 @@ class Gen:
         c = self.var(self.pointwise("(%s + bias)" % red, ["res", "bias"], self.r.randint(1, 3)))
         k = self.pick(["+1", "+1", "-1", "+2"])
         verb = self.pick(["Send", "Recv"])
-        sent = self.var("%s(%s, GroupRank(GROUP%s, RANK))" % (verb, c, k))
+        linear = self.pick(["", "", ", Linear"])  # a ring, or no wrap-around
+        sent = self.var("%s(%s, GroupRank(GROUP%s, RANK%s))" % (verb, c, k, linear))
         self.execute(["x", "bias", "res"], [sent])
 
     def replicated(self):
