@@ -54,6 +54,12 @@ static int read_elsewhere(Emitter *e, int id, int reader)
     return 0;
 }
 
+/* Does the program write a new value into input x (an Update of it)? */
+static int updated(const Node *x)
+{
+    return x->op == O_INPUT && x->updated_by >= 0;
+}
+
 /* The MatMul that overlap() places right before fusion f, or -1. */
 static int overlapped_producer(Emitter *e, int f)
 {
@@ -76,8 +82,11 @@ int ovl_matmul(Emitter *e, int f)
     Lsa l;
     lsa_plan(e, f, &l);
     Node *rs = nd(e, l.rs), *a = nd(e, nd(e, mm)->in[0]), *b = nd(e, nd(e, mm)->in[1]);
+    /* the MatMul moves to the fusion's launch: no new value of its operands
+     * may be written in between (an Update of A or B: none at all) */
     int ok = rs->in[0] == mm && !l.nred && l.scat < 0 && a->type == b->type && b->ndim == 2 &&
-             a->ndim >= 2 && a->nmember == 0 && b->nmember == 0 && !read_elsewhere(e, mm, rs->id);
+             a->ndim >= 2 && a->nmember == 0 && b->nmember == 0 && !updated(a) && !updated(b) &&
+             !read_elsewhere(e, mm, rs->id);
     lsa_free(e, &l);
     return ok ? mm : -1;
 }
