@@ -4,9 +4,10 @@
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH
 
-// The default is no chunks: on 4 x H100 every chunk count from 2 to 8 was
-// slower than none for the paper's layers (doc/gpu.md, Overlap).
-enum { COCO_OVERLAP_DEFAULT_CHUNKS = 1 };
+// The default is no chunks: on 4 x H200 chunks made the paper's
+// self-attention slower and its MLP 5 % faster (doc/gpu.md, Overlap).
+// The flags' count bounds the chunks (COCONET_OVERLAP_CHUNKS: at most 64).
+enum { COCO_OVERLAP_DEFAULT_CHUNKS = 1, COCO_OVERLAP_MAX_CHUNKS = 64 };
 
 // The chunks of each rank's part: ctx's knob (default 1), at most the
 // part's rows; 1 (no chunks) unless the MatMul's M rows of N part the
@@ -18,7 +19,7 @@ static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, 
     long want = ctx->overlap_chunks > 0 ? ctx->overlap_chunks : COCO_OVERLAP_DEFAULT_CHUNKS;
     if (want < 2 || M <= 0 || N <= 0 || M % P || cs != M / P * N || nall != M * N)
         return 1;
-    long rows = M / P, most = want < 64 ? want : 64; /* COCO_OVERLAP_MAX_CHUNKS */
+    long rows = M / P, most = want < COCO_OVERLAP_MAX_CHUNKS ? want : COCO_OVERLAP_MAX_CHUNKS;
     return (int)(most < rows ? most : rows);
 }
 
@@ -95,7 +96,6 @@ static inline cudaEvent_t *coco_overlap_events(coco_cuda_ctx *ctx)
 // The chunks' flags of this process (COCO_OVERLAP_MAX_CHUNKS, zeroed once
 // and kept), or NULL with ctx->err; and a new epoch for each overlapped
 // launch, so that no flag is ever reset.
-enum { COCO_OVERLAP_MAX_CHUNKS = 64 };
 static inline unsigned *coco_overlap_flags(coco_cuda_ctx *ctx, unsigned *epoch)
 {
     static unsigned *flags, last;
