@@ -43,8 +43,9 @@ for shape in $shapes; do
     theirs=$(awk -F, -v s="$shape" '$1 == "torch" && $2 == "mm_shape" && $3 == s { print $4 }' "$OUT/torch.csv")
     awk -v s="$shape" -v m="$m" -v k="$k" -v n="$n" -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
         f = 2 * m * k * n / 1e9
-        ta = a > 0 ? f / a : 0; tb = b > 0 ? f / b : 0
-        printf "| %s | %s | %.1f | %s | %.1f | %s |\n", s, a > 0 ? a : "failed", ta, b > 0 ? b : "failed",
-               tb, ta > 0 && tb > 0 ? sprintf("%.3f", ta / tb) : "-" }' >>"$OUT/matmul.md"
+        ta = (a > 0) ? f / a : 0; tb = (b > 0) ? f / b : 0
+        sa = (a > 0) ? a : "failed"; sb = (b > 0) ? b : "failed"
+        r = (ta > 0 && tb > 0) ? sprintf("%.3f", ta / tb) : "-"
+        printf "| %s | %s | %.1f | %s | %.1f | %s |\n", s, sa, ta, sb, tb, r }' >>"$OUT/matmul.md"
 done
 cat "$OUT/matmul.md"
