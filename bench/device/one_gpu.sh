@@ -3,8 +3,9 @@
 # command each, on the same warm machine; the build cache carries over):
 #   STEP=measure  make; bench/matmul.sh (coconet's MatMul beside torch.matmul at
 #                 the per-rank shapes of P = 1, 2, 4); bench/one_gpu.sh over the
-#                 model-parallel layers at B = 8 with --breakdown; then, in the
-#                 time left, the builds of tests/gpu/run.sh's P = 1 parts
+#                 model-parallel layers at B = $B_SIZES (8 16) with --breakdown;
+#                 then, in the time left, the builds of tests/gpu/run.sh's P = 1
+#                 parts
 #   STEP=tests    tests/gpu/run.sh at P = 1, parts $PARTS (selftest examples)
 #   STEP=faults   tests/gpu/run.sh at P = 1, parts faults sanitize tune
 # Variables: STEP, PARTS, COMMIT, DEADLINE. Output under $OUT: make.log,
@@ -17,7 +18,7 @@ case $STEP in
 measure)
     lease_make
     ITERS=50 sh bench/matmul.sh "$OUT/mm" >/dev/null 2>&1
-    PROGRAMS=" " POWS=" " B_SIZES=8 ITERS=20 ARGS=--breakdown \
+    PROGRAMS=" " POWS=" " B_SIZES=${B_SIZES:-8 16} ITERS=20 ARGS=--breakdown \
         LAYER_SCHEDULES="MM_AR_C MM_fuse_RS_C_AG" sh bench/one_gpu.sh "$OUT/layers" >/dev/null 2>&1
     RANKS=1 BUILD_ONLY=1 PARTS="selftest examples" timeout "$(left 20)" \
         sh tests/gpu/run.sh "$OUT/build-ahead.md" >/dev/null 2>&1
