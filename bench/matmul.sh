@@ -21,7 +21,8 @@ shapes=""
 for b in $B_SIZES; do
     for p in $PS; do
         for k in $H $((4 * H)); do
-            shapes="$shapes $((b * S))x$((k / p))x$H"
+            shape=$((b * S))x$((k / p))x$H
+            case " $shapes " in *" $shape "*) ;; *) shapes="$shapes $shape" ;; esac
         done
     done
 done
