@@ -47,17 +47,22 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 
 # the search against recorded times; pruning at 1.5 finds the best (paper
 # through NCCL, which the model ranks slowest), at 1.1 it prunes it and picks
-# push; --exhaustive times all 59 and says what pruning would pick
+# push; --exhaustive times all 59 and says what pruning would pick. Each
+# candidate takes its knobs with it into a launch: --exhaustive times every
+# (variant x knob set) of a point in one launch of the ranks; pruning, in
+# one, and one more for what the calibrated model does not prune
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
 tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
-tune_expect "at 2^20: pruned" "59 candidates .*: 34 timed, 25 pruned, 0 failed, in 4 launches"
+tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches"
+tune_expect "at 2^20: the summary" "^tune: [0-9.]+ s, 2 launches of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(2 launches\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive
-tune_expect "--exhaustive" "59 timed, 0 pruned, 0 failed, in 4 launches"
-tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best"
+tune_expect "--exhaustive: every knob set in one launch" "59 timed, 0 pruned, 0 failed, in 1 launch$"
+tune_expect "--exhaustive: one launch of the ranks" "^tune: [0-9.]+ s, 1 launch of the ranks: "
+tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 launches"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
 tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
@@ -66,12 +71,14 @@ coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
 tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
-tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 5 launches"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 2 launches"
+tune_expect "2^24: checked at the check point, timed in one launch" "^adam at N=16777216, .*: 37 timed, 20 pruned, 2 failed, in 1 launch$"
+tune_expect "the check point's launches (a crash: 2 each time)" "^tune: [0-9.]+ s, 9 launches of the ranks: .* checking [0-9.]+ s \(4 launches\), timing [0-9.]+ s \(5 launches\)"
 tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
 tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
 coco tune examples/adam.coco --ranks 4 --show
-tune_expect "--show" "^N=268435456 +N +fuse_RS_Opt_AG_4 +push +5.4040 ms +15.4780 ms"
+tune_expect "--show" "^N=268435456 +N +fuse_RS_Opt_AG_4 +push +5.4040 ms +15.6000 ms"
 if [ "$(grep -c '^N=' "$TMP/out")" = 4 ]; then ok; else bad "tune: --show: not 4 entries"; fi
 
 # the record served: exact sizes (the program: no schedule runs), nearest
