@@ -1,9 +1,11 @@
 # ---- the autotuner, `coconet tune`, without GPUs ----
 # The candidates (variants x knob sets) of the paper's workloads (--plan);
 # the search, its pruning and its failed checks against the fake timer
-# replaying tests/tune/adam_p4.times (COCONET_TUNE_FAKE); the record it
-# writes, served to `run --schedule tuned` (exact and nearest sizes) and never
-# to another program text, P or machine; the command line's refusals. The
+# replaying tests/tune/adam_p4.times (COCONET_TUNE_FAKE), its launches (a
+# point's knob sets in one) and its summary; the record it writes, served to
+# `run --schedule tuned` (exact and nearest sizes), which finds the tuner's
+# object in the build cache, and never to another program text, P or
+# machine; the command line's refusals. The
 # parts are unit-tested in tests/unit/test_tune.c (group unit).
 group tune
 tune_cache=$TMP/tune-cache
@@ -94,6 +96,41 @@ coco gen examples/adam.coco --ranks 4 -D N=16777216 --schedule tuned -o "$TMP/tu
 if [ $rc -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"
 elif grep -q 'coco_run__fuse_RS_Opt_AG_4' "$TMP/tune-gen/adam.h" 2>/dev/null; then ok
 else bad "tune: gen --schedule tuned at 2^24: no entry point fuse_RS_Opt_AG_4"; fi
+
+# run --schedule tuned runs the object tune built (one source at every size:
+# the program and all its schedules, enumerated too), found in the build
+# cache, not a build of its own; shown with a stand-in nvcc that makes
+# empty objects and counts its builds (only where build/cuda.conf names the
+# NCCL headers the cache key reads)
+if [ -f build/cuda.conf ] && [ -f build/fake/libfake_rt.so ]; then
+    fake=$TMP/fake-nvcc
+    mkdir -p "$fake"
+    grep -v '^NVCC=' build/cuda.conf >"$fake/cuda.conf"
+    echo "NVCC=$fake/nvcc" >>"$fake/cuda.conf"
+    cp build/fake/libfake_rt.so "$fake/libcoconet_cuda.so"
+    cat >"$fake/nvcc" <<'NVCC'
+#!/bin/sh
+[ "$1" = --version ] && { echo "stand-in nvcc for the tests"; exit 0; }
+while [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done
+: >"$out" && echo build >>"$(dirname "$0")/builds"
+NVCC
+    chmod +x "$fake/nvcc"
+    export COCONET_CUDA_RUNTIME="$fake/libcoconet_cuda.so"
+    coco run examples/adam.coco --ranks 4 --backend cuda --build-only --all-schedules
+    tune_expect "the tuner's source built (run --all-schedules)" "^cuda: built .*\.so in"
+    so=$(sed -n 's/^cuda: built \(.*\.so\) in .*/\1/p' "$TMP/out")
+    coco run examples/adam.coco --ranks 4 -D N=1048576 --backend cuda --build-only --all-schedules
+    tune_expect "at another size: the same source, the same object" "^cuda: cached $so\$"
+    COCONET_TUNE_FAKE=$fixture coco run examples/adam.coco --ranks 4 -D N=16777216 --backend cuda \
+        --build-only --schedule tuned
+    tune_expect "run --schedule tuned finds the tuner's object" "^cuda: cached $so\$"
+    tune_expect "run --schedule tuned: its choice" "tuned: schedule fuse_RS_Opt_AG_4, knobs COCONET_FUSED=push" err
+    coco run examples/adam.coco --ranks 4 --backend cuda --build-only --schedule paper
+    tune_expect "--schedule paper: a source of its own" "^cuda: built "
+    if [ "$(wc -l <"$fake/builds")" = 2 ]; then ok
+    else bad "tune: the stand-in nvcc built $(wc -l <"$fake/builds") times, not 2"; fi
+    unset COCONET_CUDA_RUNTIME
+fi
 
 # a changed key is never served: another P, program text, GPU, NCCL
 coco run examples/adam.coco --ranks 2 --schedule tuned
