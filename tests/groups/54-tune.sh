@@ -168,7 +168,27 @@ COCONET_CUDA_RUNTIME=/nonexistent/libcoconet_cuda.so coco tune examples/adam.coc
 tune_refused "no GPU runtime" 1 "coconet tune: cannot time on GPUs: the CUDA runtime /nonexistent/libcoconet_cuda.so is not built"
 coco run examples/adam.coco --ranks 3 --schedule tuned
 tune_refused "no record" 1 "run \`coconet tune examples/adam.coco --ranks 3 --sizes ...\` first"
-# the GPU benchmark's script parses
+# the GPU benchmark's script parses, and its tables read tune's output (the
+# fixture's exhaustive and pruned runs at three sizes, TABLES_ONLY=1)
 if sh -n bench/tune.sh 2>"$TMP/err"; then ok; else bad "bench/tune.sh: $(err1)"; fi
+bw=$TMP/bench-work
+rm -rf "$bw"
+mkdir -p "$bw/runs"
+: >"$bw/times.txt"
+for m in exhaustive pruned; do
+    opt=
+    [ $m = exhaustive ] && opt=--exhaustive
+    COCONET_TUNE_FAKE=$fixture coco tune examples/adam.coco --ranks 4 --sizes N=2^20,2^24,2^28 $opt
+    cp "$TMP/out" "$bw/runs/adam.$m.txt"
+    echo "$m adam 0.5 $rc $(grep '^tune: ' "$TMP/out")" >>"$bw/times.txt"
+done
+echo "warm lamb - SKIPPED" >>"$bw/times.txt"
+WORK=$bw OUT=$TMP/bench-out TABLES_ONLY=1 OPT=adam sh bench/tune.sh >"$TMP/out" 2>"$TMP/err"
+rc=$?
+why=
+tune_expect "bench tables: a tune's time and where it went" "^\| exhaustive \| adam \| 0.5 \| 0 \| 5 \| 0.0 s \(from the cache\) \| 0.0 s \| 0.0 s \(2 launches\) \| 0.0 s \(3 launches\) \|$"
+tune_expect "bench tables: a skipped part" "^\| warm \| lamb \| - \| SKIPPED \|"
+tune_expect "bench tables: pruning against exhaustive" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl \| 0.0 % \| yes \| 39 of 59 candidates in 2 launches \| paper/nccl \(1.000 x best\) \|$"
+tune_expect "bench tables: the tuned choice against the best fixed one" "^\| adam \| N=1048576 \| 0.0400 ms \| paper/nccl: 0.0400 ms \| fuse_RS_Opt_AG_4/push: 0.0560 ms \| 0.714 \|$"
 unset COCONET_CACHE
 group_end
