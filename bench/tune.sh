@@ -34,7 +34,9 @@
 # Variables: P (4), OUT (build/tune-results), WORK (/tmp/coconet-tune-bench:
 # the build caches, the runs' outputs; not brought back), BUDGET (seconds
 # for the whole command, 540), ITERS (timed runs a candidate, 10), JOBS (8),
-# WORKLOADS, OPT, POWS, WARM_POW, COLD_WORKLOAD, COLD_ALONE; BUILD, COLD,
+# WORKLOADS, OPT, POWS, WARM_POW, COLD_WORKLOAD, COLD_ALONE, TUNE_MAX (the
+# most seconds one tune may take, 180, so that one slow part leaves time
+# for the others); BUILD, COLD,
 # WARM, EXH, PRUNED: 0 skips the part; TABLES_ONLY=1: no make, no run,
 # the tables of the runs already in WORK (the tests make them with a fake
 # timer, tests/groups/54-tune.sh). NVLink multicast stays off
@@ -57,6 +59,7 @@ OPT=${OPT:-adam lamb}
 POWS=${POWS:-20 24 28}
 WARM_POW=${WARM_POW:-20}
 COLD_WORKLOAD=${COLD_WORKLOAD:-adam}
+TUNE_MAX=${TUNE_MAX:-180}
 START=$(date +%s)
 NCCL_NVLS_ENABLE=0
 export NCCL_NVLS_ENABLE
@@ -101,6 +104,7 @@ tune() {
     part=$1 name=$2 cache=$3 sizes=$4
     shift 4
     limit=$(($(left) - 5))
+    [ "$limit" -gt "$TUNE_MAX" ] && limit=$TUNE_MAX
     if [ "$limit" -lt 15 ]; then
         say "== $part $name: SKIPPED (the budget of $BUDGET s is spent)"
         echo "$part $name - SKIPPED" >>"$TIMES"
