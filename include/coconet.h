@@ -206,6 +206,10 @@ typedef struct {
                                table, per variant (doc/gpu.md) */
     int remeasure;          /* 1: measure the machine's limits again, not from the
                                cache (so does COCONET_REMEASURE=1) */
+    int build_all;          /* 1: build the code of the program and every schedule,
+                               the enumerated ones too (the object `coconet tune`
+                               builds, found in the cache), and run the program and
+                               `schedule` alone (--schedule tuned) */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);
