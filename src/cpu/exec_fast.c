@@ -166,13 +166,16 @@ int exec_threads(const Exec *e, long count)
 
 /* ---- walking a rank's elements from the middle ---- */
 
+/* A rank's part may be empty (an uneven slice: N = 3 over 4 ranks); its
+ * only place is the start, and no extent is divided by. */
 void global_iter_seek(GlobalIter *it, long local)
 {
     long rest = local;
     for (int d = it->ndim - 1; d >= 0; d--) {
+        long extent = it->shape[d];
         it->gidx -= it->idx[d] * it->stride[d];
-        it->idx[d] = rest % it->shape[d];
+        it->idx[d] = extent > 0 ? rest % extent : 0;
         it->gidx += it->idx[d] * it->stride[d];
-        rest /= it->shape[d];
+        rest = extent > 0 ? rest / extent : 0;
     }
 }

@@ -125,6 +125,24 @@ static void test_seek(void)
     }
     check(bad == 0, "global_iter_seek agrees with walking");
     coco_program_free(p);
+    /* ranks 3 and 4 of 5 hold nothing of the [3] ReduceScatter's value: a
+     * seek to their start (as the GPU checks' error walk does for every
+     * rank) stays there */
+    coco_config five = {NULL, 0, 5, 0};
+    p = coco_load_string("empty.coco", "Size N = 3;\nTensor g(FP32, [N], Local, WORLD, RANK);\n"
+                         "Var s = ReduceScatter(\"+\", g);\nExecute f({g}, {s});\n", &five, err,
+                         sizeof err);
+    check(p != NULL, "empty-part program loads");
+    if (!p)
+        return;
+    n = node_of(p, program_find(p, "s"));
+    GlobalIter empty;
+    global_iter_start(&empty, p, n, 4);
+    long start = empty.gidx;
+    global_iter_seek(&empty, 0);
+    check(local_count(p, n, 4) == 0 && empty.gidx == start && empty.idx[0] == 0,
+          "global_iter_seek over an empty part stays at its start");
+    coco_program_free(p);
 }
 
 int main(void)
