@@ -1,5 +1,7 @@
 /* api_cuda.c: the public API of the CUDA code generator: the program and
- * the chosen schedules applied, then cuda_compile over all of them. */
+ * the chosen schedules applied, then cuda_compile over all of them; and
+ * the build of one variant's shared object into the cache (coco_build_cuda),
+ * for callers that run it themselves (include/coconet_session.h). */
 #include "cuda/cuda.h"
 
 #include <stdlib.h>
@@ -20,6 +22,59 @@ int coco_gen_cuda(coco_program *p, const char *const *schedules, int n, FILE *ou
         rc = cuda_compile(v, made, 0, out, err, errlen);
     for (int i = 1; i < made; i++)
         program_free(v[i]);
+    free(v);
+    return rc;
+}
+
+/* The schedule coco_build_cuda builds: as given, or the tuning record's. */
+static int chosen_schedule(coco_program *p, coco_cuda_build *o, char *name, size_t len,
+                           char *err, size_t errlen)
+{
+    const char *s = o->schedule && *o->schedule ? o->schedule : "program";
+    if (o->knobslen)
+        o->knobs[0] = 0;
+    if (o->notelen)
+        o->note[0] = 0;
+    if (strcmp(s, "tuned")) {
+        snprintf(name, len, "%s", s);
+        return 0;
+    }
+    char knobs[256] = "", note[1024] = "";
+    if (coco_tuned(p, name, len, knobs, sizeof knobs, note, sizeof note, err, errlen))
+        return -1;
+    if (o->knobslen)
+        snprintf(o->knobs, o->knobslen, "%s", knobs);
+    if (o->notelen)
+        snprintf(o->note, o->notelen, "%s", note);
+    return 0;
+}
+
+int coco_build_cuda(coco_program *p, coco_cuda_build *o, char *err, size_t errlen)
+{
+    char name[256];
+    if (errlen)
+        err[0] = 0;
+    if (chosen_schedule(p, o, name, sizeof name, err, errlen))
+        return -1;
+    int nv;
+    Program **v = cuda_variants(p, name, &nv, err, errlen);
+    if (!v)
+        return -1;
+    size_t n;
+    char *src = cuda_source(v, nv, o->cuda_source, &n, err, errlen);
+    CudaBuild b;
+    int rc = -1;
+    if (src && !cuda_build_setup(&b, o->timeout_s, err, errlen)) {
+        b.progress = stderr;
+        rc = cuda_build(&b, src, n, err, errlen);
+    }
+    if (!rc) {
+        snprintf(o->so, o->solen, "%s", b.so);
+        snprintf(o->variant, o->variantlen, "%s", name);
+    }
+    free(src);
+    for (int k = 1; k < nv; k++)
+        program_free(v[k]);
     free(v);
     return rc;
 }
