@@ -95,7 +95,8 @@ build/cuda.conf: FORCE | build
 
 # A stand-in runtime without CUDA, for the launcher's tests on machines
 # without a GPU (tests/unit/test_cuda_launch.c).
-build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/coconet_cuda.h | build
+build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/coconet_cuda.h \
+                          include/coconet_session.h | build
 	@mkdir -p build/fake
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 

@@ -233,6 +233,9 @@ typedef struct {
     const char *schedule;
     const char *cuda_source;
     double timeout_s;        /* for nvcc (0: 600 s) */
+    const char *nccl_home;   /* build against the NCCL under this prefix (include/,
+                                lib/): the one the calling process loaded; NULL:
+                                the runtime's (build/cuda.conf) */
     char *so, *variant, *knobs, *note; /* outputs, of the lengths below */
     size_t solen, variantlen, knobslen, notelen;
 } coco_cuda_build;

@@ -66,6 +66,11 @@ int coco_build_cuda(coco_program *p, coco_cuda_build *o, char *err, size_t errle
     int rc = -1;
     if (src && !cuda_build_setup(&b, o->timeout_s, err, errlen)) {
         b.progress = stderr;
+        if (o->nccl_home && *o->nccl_home) {
+            pathf(b.tool.nccl_include, CUDA_PATH_MAX, "%s/include", o->nccl_home);
+            pathf(b.tool.nccl_lib, CUDA_PATH_MAX, "%s/lib", o->nccl_home);
+            pathf(b.tool.nccl_link, CUDA_PATH_MAX, "-l:libnccl.so.2");
+        }
         rc = cuda_build(&b, src, n, err, errlen);
     }
     if (!rc) {
