@@ -17,16 +17,22 @@
 
 enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXMODULES = 64 };
 
-/* A variant's entry points, and its workspace for one list of sizes. */
+/* A variant's workspace for one list of sizes. */
+typedef struct Workspace {
+    long *size;
+    int nsize;
+    void *ws;
+    size_t bytes;
+    struct Workspace *next;
+} Workspace;
+
+/* A variant's entry points, and its workspaces. */
 typedef struct Entry {
     int module;
     char name[128];
     coco_cuda_run_fn run;
     coco_cuda_workspace_fn workspace;
-    long *size;             /* the sizes the workspace is for */
-    int nsize;
-    void *ws;
-    size_t ws_bytes;
+    Workspace *ws;
     struct Entry *next;
 } Entry;
 
@@ -319,39 +325,39 @@ static Entry *find_entry(coco_session *s, int module, const char *name)
     snprintf(e->name, sizeof e->name, "%s", name);
     e->run = run;
     e->workspace = ws;
-    e->nsize = -1; /* no workspace yet */
     e->next = s->entries;
     s->entries = e;
     return e;
 }
 
 /* The variant's workspace for these sizes, made in the arena at the first
- * call with them (a collective step: every rank makes the same call). A
- * variant keeps one workspace, for the last sizes it was called with: new
- * sizes take a new one (the old one is not given back). */
+ * call with them (a collective step: every rank makes the same call) and
+ * kept for later calls with the same sizes. */
 static int workspace(coco_session *s, Entry *e, const coco_session_call_args *a,
                      coco_cuda_ctx *c)
 {
-    if (e->nsize == a->nsize &&
-        (a->nsize == 0 || !memcmp(e->size, a->size, (size_t)a->nsize * sizeof *a->size))) {
-        c->workspace = e->ws;
-        c->workspace_bytes = e->ws_bytes;
-        return 0;
-    }
+    size_t n = (size_t)a->nsize * sizeof *a->size;
+    for (Workspace *w = e->ws; w; w = w->next)
+        if (w->nsize == a->nsize && (!n || !memcmp(w->size, a->size, n))) {
+            c->workspace = w->ws;
+            c->workspace_bytes = w->bytes;
+            return 0;
+        }
     size_t bytes = e->workspace(c, a->size);
     void *ws = bytes ? arena_take(s, bytes) : NULL;
     if (bytes && !ws)
         return -1;
-    long *size = malloc((size_t)(a->nsize + 1) * sizeof *size);
-    if (!size)
+    Workspace *w = calloc(1, sizeof *w);
+    long *size = malloc(n + sizeof *size);
+    if (!w || !size) {
+        free(w);
+        free(size);
         return rt_error(&s->rt, "out of host memory");
-    if (a->nsize)
-        memcpy(size, a->size, (size_t)a->nsize * sizeof *size);
-    free(e->size);
-    e->size = size;
-    e->nsize = a->nsize;
-    e->ws = ws;
-    e->ws_bytes = bytes;
+    }
+    if (n)
+        memcpy(size, a->size, n);
+    *w = (Workspace){size, a->nsize, ws, bytes, e->ws};
+    e->ws = w;
     c->workspace = ws;
     c->workspace_bytes = bytes;
     return 0;
@@ -456,7 +462,11 @@ void coco_session_close(coco_session *s, int abort)
         dlclose(s->so[i]);
     for (Entry *e = s->entries, *next; e; e = next) {
         next = e->next;
-        free(e->size);
+        for (Workspace *w = e->ws, *wn; w; w = wn) {
+            wn = w->next;
+            free(w->size);
+            free(w);
+        }
         free(e);
     }
     free(s);

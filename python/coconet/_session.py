@@ -22,6 +22,7 @@ Nothing here imports torch. What is here:
 import collections
 import ctypes
 import os
+import re
 
 from . import CocoError, _err_buf, _raise, _ERRLEN
 from ._lib import CocoCudaBuild, lib
@@ -142,12 +143,12 @@ class VariantSpec:
         return "%s %s, contiguous" % (spec.type, _shape_text(spec.shape))
 
     def check_tensor(self, spec, type_name, shape, contiguous, on_device, device_text,
-                     member=None):
+                     member=None, role="input"):
         """Raises CocoError naming the argument (and member), what was
         expected and what was given, when a tensor does not match: its
         element type, its shape (a member: its element count), contiguity,
         and whether it lies on this session's GPU (device_text: where)."""
-        what = "input '%s'%s" % (spec.name, "" if member is None else " member %d" % member)
+        what = "%s '%s'%s" % (role, spec.name, "" if member is None else " member %d" % member)
         if member is None:
             want_shape, got_shape = tuple(spec.shape), tuple(shape)
         else:
@@ -191,6 +192,78 @@ class VariantSpec:
         for d in s.shape:
             n *= d
         return n
+
+
+# ---- which NCCL ----
+
+def _loaded_nccl():
+    """(path, version code) of the libnccl this process has loaded, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libnccl.so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        if not path.startswith("/"):
+            continue
+        version = ctypes.c_int()
+        try:
+            ctypes.CDLL(path).ncclGetVersion(ctypes.byref(version))
+        except (OSError, AttributeError):
+            continue
+        return path, version.value
+    return None
+
+
+def _header_version(include_dir):
+    try:
+        with open(os.path.join(include_dir, "nccl.h")) as f:
+            m = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", f.read())
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def _runtime_conf(runtime_path):
+    conf = {}
+    try:
+        with open(os.path.join(os.path.dirname(runtime_path), "cuda.conf")) as f:
+            for line in f:
+                k, _, v = line.strip().partition("=")
+                conf[k] = v
+    except OSError:
+        pass
+    return conf
+
+
+def _v(code):
+    return "%d.%d.%d" % (code // 10000, code // 100 % 100, code % 100)
+
+
+def nccl_setup(runtime_path, loaded=None):
+    """The NCCL prefix to build generated code against (None: the runtime's
+    own, build/cuda.conf), checked against the library this process loaded
+    (loaded: (path, version code), else read from /proc/self/maps). Raises
+    CocoError saying what to do when no headers match it."""
+    loaded = loaded or _loaded_nccl()
+    conf = _runtime_conf(runtime_path)
+    built = _header_version(conf.get("NCCL_INCLUDE", ""))
+    if loaded is None or built == loaded[1]:
+        return None
+    path, version = loaded
+    prefix = os.path.dirname(os.path.dirname(path))
+    inc = os.path.join(prefix, "include")
+    if _header_version(inc) == version and os.path.exists(os.path.join(inc, "nccl_device.h")):
+        return prefix
+    lib = conf.get("NCCL_LIB", "the runtime's NCCL library directory")
+    raise CocoError(
+        "coconet: this process loaded NCCL %s (%s, PyTorch's), but the coconet runtime "
+        "was built with NCCL %s headers and no NCCL %s headers with the device API lie next "
+        "to the loaded library; NCCL's device API has no ABI promise across versions, so "
+        "start the script with LD_PRELOAD=%s/libnccl.so.2 (PyTorch and coconet then share "
+        "NCCL %s), or rebuild coconet with NCCL_HOME set to a prefix with NCCL %s's headers"
+        % (_v(version), path, _v(built) if built else "unknown", _v(version), lib,
+           _v(built) if built else "", _v(version)))
 
 
 # ---- the runtime ----

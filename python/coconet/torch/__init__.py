@@ -41,7 +41,6 @@ process, and builds against its own headers when they are next to it
 against the runtime's (build/cuda.conf) when the versions agree, else it
 stops and says to start the script with LD_PRELOAD=<the runtime's
 libnccl.so.2>, so that PyTorch and coconet share one NCCL."""
-import ctypes
 import fcntl
 import os
 import re
@@ -53,84 +52,13 @@ import torch.distributed as dist
 from .. import CocoError, load
 from .. import _session as S
 
-__all__ = ["CocoError", "Compiled", "compile", "empty", "zeros", "to_arena", "session",
-           "nccl_setup"]
+__all__ = ["CocoError", "Compiled", "compile", "empty", "zeros", "to_arena", "in_arena",
+           "session"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
 TYPE_NAMES = {v: k for k, v in TORCH_TYPES.items()}
 DEFAULT_ARENA = 4 << 30
-
-
-# ---- which NCCL ----
-
-def _loaded_nccl():
-    """(path, version code) of the libnccl this process has loaded, or None."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libnccl.so" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        if not path.startswith("/"):
-            continue
-        version = ctypes.c_int()
-        try:
-            ctypes.CDLL(path).ncclGetVersion(ctypes.byref(version))
-        except (OSError, AttributeError):
-            continue
-        return path, version.value
-    return None
-
-
-def _header_version(include_dir):
-    try:
-        with open(os.path.join(include_dir, "nccl.h")) as f:
-            m = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", f.read())
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
-
-
-def _runtime_conf(runtime_path):
-    conf = {}
-    try:
-        with open(os.path.join(os.path.dirname(runtime_path), "cuda.conf")) as f:
-            for line in f:
-                k, _, v = line.strip().partition("=")
-                conf[k] = v
-    except OSError:
-        pass
-    return conf
-
-
-def _v(code):
-    return "%d.%d.%d" % (code // 10000, code // 100 % 100, code % 100)
-
-
-def nccl_setup(runtime_path):
-    """The NCCL prefix to build generated code against (None: the runtime's
-    own, build/cuda.conf), checked against the library this process loaded.
-    Raises CocoError saying what to do when no headers match it."""
-    loaded = _loaded_nccl()
-    conf = _runtime_conf(runtime_path)
-    built = _header_version(conf.get("NCCL_INCLUDE", ""))
-    if loaded is None or built == loaded[1]:
-        return None
-    path, version = loaded
-    prefix = os.path.dirname(os.path.dirname(path))
-    inc = os.path.join(prefix, "include")
-    if _header_version(inc) == version and os.path.exists(os.path.join(inc, "nccl_device.h")):
-        return prefix
-    lib = conf.get("NCCL_LIB", "the runtime's NCCL library directory")
-    raise CocoError(
-        "coconet.torch: this process loaded NCCL %s (%s, PyTorch's), but the coconet runtime "
-        "was built with NCCL %s headers and no NCCL %s headers with the device API lie next "
-        "to the loaded library; NCCL's device API has no ABI promise across versions, so "
-        "start the script with LD_PRELOAD=%s/libnccl.so.2 (PyTorch and coconet then share "
-        "NCCL %s), or rebuild coconet with NCCL_HOME set to a prefix with NCCL %s's headers"
-        % (_v(version), path, _v(built) if built else "unknown", _v(version), lib,
-           _v(built) if built else "", _v(version)))
 
 
 # ---- sessions, one per process group ----
@@ -149,7 +77,7 @@ class _Group:
         self.group = group
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.runtime = S.Runtime()
-        self.nccl_home = nccl_setup(self.runtime.path)
+        self.nccl_home = S.nccl_setup(self.runtime.path)
         nccl_id = self._unique_id()
         env = os.environ.get("COCONET_ARENA_BYTES")
         if arena_bytes is None:
@@ -181,7 +109,7 @@ def session(group=None, arena_bytes=None):
     g = _groups.get(key)
     if g is None:
         g = _groups[key] = _Group(group, arena_bytes)
-    elif arena_bytes is not None and arena_bytes != g.session.arena()[1]:
+    elif arena_bytes is not None and (int(arena_bytes) + 511) // 512 * 512 != g.session.arena()[1]:
         raise CocoError("coconet.torch: the session of this group is already open with an "
                         "arena of %d bytes; arena_bytes applies to its first use only"
                         % g.session.arena()[1])
@@ -278,25 +206,40 @@ class Compiled:
     documentation). Attributes: spec (S.VariantSpec: each argument's type
     and shape on this rank), variant, so (the shared object), note."""
 
-    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0):
-        self.group = session(group)
+    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0, _base=None):
+        self.group = _base.group if _base else session(group)
         g = self.group
         self.path = str(path)
+        self.sizes = dict(sizes or {})
         self.program = load(self.path, sizes=sizes, ranks=g.nranks)
-        built = _build_locked(self.program, schedule, g.nccl_home)
-        self.so, self.variant, self.note = built.so, built.variant, built.note
-        if built.note:
-            warnings.warn("coconet.torch: " + built.note)
-        fused, chunks = S.parse_knobs(built.knobs)
+        if _base is None:
+            built = _build_locked(self.program, schedule, g.nccl_home)
+            if built.note:
+                warnings.warn("coconet.torch: " + built.note)
+            self.so, self.variant, self.note = built.so, built.variant, built.note
+            self._knobs = S.parse_knobs(built.knobs)
+            self.module = g.session.load(self.so)
+            self._shapes = {}
+        else:  # the same object at other sizes: generated code takes sizes at run time
+            self.so, self.variant, self.note = _base.so, _base.variant, _base.note
+            self._knobs, self.module, self._shapes = _base._knobs, _base.module, _base._shapes
         self.spec = S.VariantSpec(self.program, self.variant, g.rank)
-        self.module = g.session.load(self.so)
-        self._call = S.Call(g.session, self.module, self.spec, fused, chunks)
+        self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
         self._overlap = _uses_overlap(self.path, self.variant)
         self._seed = int(seed)
         self._warm = False
         self._warned = False
-        self._outputs = [None if a >= 0 else empty(o.shape, TORCH_TYPES[o.type], group)
-                         for o, a in zip(self.spec.outputs, self._call.alias)]
+        self._outputs = None  # made in the arena at the first call that needs them
+
+    def at(self, sizes):
+        """The same variant at other sizes (no new build: the generated code
+        takes its sizes at run time), kept for later calls with them."""
+        key = tuple(sorted(dict(self.sizes, **sizes).items()))
+        c = self._shapes.get(key)
+        if c is None:
+            c = self._shapes[key] = Compiled(self.path, sizes=dict(key), _base=self,
+                                             seed=self._seed)
+        return c
 
     def __repr__(self):
         return "<coconet.torch.Compiled %s [%s] rank %d of %d>" % (
@@ -334,12 +277,39 @@ class Compiled:
         else:
             c.inputs[i] = self._tensor(spec, value)
 
-    def __call__(self, inputs=None, seed=None, **named):
+    def _output_tensor(self, k, o, out):
+        """Output k: the tensor given for it in `out` (checked), else the
+        call's own in the arena (made at the first call that needs it)."""
+        if out is not None and o.name in out:
+            t = out[o.name]
+            spec = S.InputSpec(o.name, "tensor", o.type, o.shape, ())
+            if not isinstance(t, torch.Tensor):
+                raise CocoError("output '%s' of '%s': expected a tensor; given %s"
+                                % (o.name, self.variant, type(t).__name__))
+            self.spec.check_tensor(spec, TYPE_NAMES.get(t.dtype, str(t.dtype)), tuple(t.shape),
+                                   t.is_contiguous(), t.device == self.group.device,
+                                   str(t.device), role="output")
+            return t
+        if self._outputs is None:
+            self._outputs = [None] * len(self.spec.outputs)
+        if self._outputs[k] is None:
+            self._outputs[k] = empty(o.shape, TORCH_TYPES[o.type], self.group.group)
+        return self._outputs[k]
+
+    def __call__(self, inputs=None, seed=None, out=None, **named):
         """Runs the variant on this rank's tensors, given by name (a dict,
         or keywords). Returns the output's tensor, or a dict of them when
-        there are several; an output that is an Updated input's new value
-        is that input's own tensor (its members, for a scattered one)."""
+        there are several: the tensor given for it in `out` (a dict by
+        output name), else the call's own in the arena, reused by every
+        call; an output that is an Updated input's new value is that input's
+        own tensor (its members, for a scattered one)."""
         given = dict(inputs or {}, **named)
+        if out is not None:
+            unknown = set(out) - {o.name for o in self.spec.outputs}
+            if unknown:
+                raise CocoError("'%s' has no output %s (its outputs: %s)"
+                                % (self.variant, ", ".join("'%s'" % u for u in sorted(unknown)),
+                                   ", ".join(o.name for o in self.spec.outputs)))
         capturing = torch.cuda.is_current_stream_capturing()
         if capturing and (self._overlap or not self._warm):
             raise CocoError(
@@ -369,8 +339,9 @@ class Compiled:
                                          else src.data_ptr())
                 results.append(src)
             else:
-                self._call.outputs[k] = self._outputs[k].data_ptr()
-                results.append(self._outputs[k])
+                t = self._output_tensor(k, o, out)
+                self._call.outputs[k] = t.data_ptr()
+                results.append(t)
         if seed is None:
             self._seed += 1
             seed = self._seed
