@@ -86,6 +86,9 @@ const char *coco_output_name(const coco_program *p, int i);
  * each one's element count */
 int coco_input_is_scalar(const coco_program *p, int i);
 int coco_input_members(const coco_program *p, int i, long *count, int max);
+/* The ranks of each GROUP when the program uses GROUP (its communicator
+ * over them is coco_cuda_ctx.group), else 0 */
+int coco_program_group_size(const coco_program *p);
 /* The program's sizes, in the order generated code takes them
  * (coco_cuda_args.size): how many, each one's name and bound value */
 int coco_num_sizes(const coco_program *p);

@@ -58,7 +58,8 @@ typedef struct coco_session coco_session;
 typedef struct {
     int rank, nranks;
     int device;                   /* the CUDA device this process uses */
-    int group_size;               /* ranks of each GROUP; 0: no GROUP */
+    int group_size;               /* ranks of each GROUP made at open; 0: none yet (a
+                                     call with another group_size makes its own) */
     const unsigned char *nccl_id; /* COCO_SESSION_ID_BYTES from rank 0's unique_id */
     size_t arena_bytes;           /* the arena's size (0: 1 GiB) */
     double timeout_s;             /* the longest host wait in open, load, alloc (0: 300) */
@@ -83,6 +84,9 @@ typedef struct {
     void *stream;                 /* cudaStream_t the work is enqueued on */
     int fused_algo;               /* -1: the session's (COCONET_FUSED); else 0..4 */
     int overlap_chunks;           /* -1: the session's (COCONET_OVERLAP_CHUNKS) */
+    int group_size;               /* the program's GROUP size (coco_program_group_size), 0:
+                                     none; the first call with a new one makes its
+                                     communicator (ncclCommSplit: collective) */
     int outside;                  /* out: buffers given outside the arena */
 } coco_session_call_args;
 

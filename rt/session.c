@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXMODULES = 64 };
+enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXMODULES = 64, MAXGROUPS = 8 };
 
 /* A variant's workspace for one list of sizes. */
 typedef struct Workspace {
@@ -46,6 +46,9 @@ struct coco_session {
     ncclWindow_t window;    /* over rt.world_window, or NULL */
     long long *agree;       /* 3 on the device: what alloc's ranks compare */
     Entry *entries;
+    int group_sizes[MAXGROUPS];     /* GROUP communicators, by group size */
+    ncclComm_t groups[MAXGROUPS];
+    int ngroups;
     char msg[2048];         /* the generated code's message */
 };
 
@@ -89,7 +92,34 @@ static int open_comms(coco_session *s, const coco_session_config *cfg)
                             cfg->nranks);
         NCCL_OK(rt, ncclCommSplit(rt->world, cfg->rank / cfg->group_size, cfg->rank,
                                   &rt->group, NULL));
+        s->group_sizes[0] = cfg->group_size;
+        s->groups[0] = rt->group;
+        s->ngroups = 1;
     }
+    return 0;
+}
+
+/* The communicator over this rank's GROUP of `size` ranks (made at the
+ * first call that asks for it: a collective step), or NULL for none. */
+static int group_comm(coco_session *s, int size, ncclComm_t *comm)
+{
+    CocoRt *rt = &s->rt;
+    *comm = NULL;
+    if (size <= 0)
+        return 0;
+    for (int i = 0; i < s->ngroups; i++)
+        if (s->group_sizes[i] == size) {
+            *comm = s->groups[i];
+            return 0;
+        }
+    if (rt->nranks % size)
+        return rt_error(rt, "GROUP size %d does not divide the %d ranks", size, rt->nranks);
+    if (s->ngroups == MAXGROUPS)
+        return rt_error(rt, "more than %d GROUP sizes in one session", MAXGROUPS);
+    NCCL_OK(rt, ncclCommSplit(rt->world, rt->rank / size, rt->rank, &s->groups[s->ngroups],
+                              NULL));
+    s->group_sizes[s->ngroups] = size;
+    *comm = s->groups[s->ngroups++];
     return 0;
 }
 
@@ -396,6 +426,11 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
         return -1;
     coco_cuda_ctx c;
     make_ctx(s, a, &c);
+    ncclComm_t group;
+    if (group_comm(s, a->group_size, &group))
+        return -1;
+    c.group = group;
+    c.group_size = group ? a->group_size : s->rt.nranks;
     if (workspace(s, e, a, &c))
         return -1;
     a->outside = count_outside(s, a);
@@ -438,8 +473,8 @@ void coco_session_close(coco_session *s, int abort)
     }
     if (s->window && !abort)
         ncclCommWindowDeregister(rt->world_window, s->window);
-    if (rt->group)
-        abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
+    for (int i = 0; i < s->ngroups; i++) /* rt->group is groups[0] */
+        abort ? ncclCommAbort(s->groups[i]) : ncclCommDestroy(s->groups[i]);
     if (rt->world_window)
         abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
     if (rt->world)

@@ -162,6 +162,11 @@ int coco_input_members(const coco_program *p, int i, long *count, int max)
     return n->nmember;
 }
 
+int coco_program_group_size(const coco_program *p)
+{
+    return p->uses_group ? (int)p->group_size : 0;
+}
+
 int coco_num_sizes(const coco_program *p)
 {
     return p->nsize;

@@ -84,6 +84,7 @@ def _declare(lib):
         "coco_input_is_scalar": (I, [P, I]),
         "coco_input_members": (I, [P, I, ctypes.POINTER(L), I]),
         "coco_num_sizes": (I, [P]),
+        "coco_program_group_size": (I, [P]),
         "coco_size_name": (S, [P, I]),
         "coco_size_value": (L, [P, I]),
         "coco_build_cuda": (I, [P, ctypes.POINTER(CocoCudaBuild), E, N]),

@@ -103,6 +103,7 @@ class VariantSpec:
         prog = base if variant == "program" else base.schedule(variant)
         self.variant, self.rank, self.nranks = variant, rank, base.ranks
         self.sizes = [lib.coco_size_value(base._h, i) for i in range(lib.coco_num_sizes(base._h))]
+        self.group_size = lib.coco_program_group_size(base._h)
         self.inputs = [self._input(prog, i, rank) for i in range(lib.coco_num_inputs(prog._h))]
         names = base.outputs
         self.outputs = []
@@ -286,7 +287,7 @@ class CallArgs(ctypes.Structure):
                 ("size", ctypes.POINTER(ctypes.c_long)), ("nsize", ctypes.c_int),
                 ("seed", ctypes.c_ulonglong), ("stream", ctypes.c_void_p),
                 ("fused_algo", ctypes.c_int), ("overlap_chunks", ctypes.c_int),
-                ("outside", ctypes.c_int)]
+                ("group_size", ctypes.c_int), ("outside", ctypes.c_int)]
 
 
 SESSION_ABI = 1
@@ -446,7 +447,7 @@ class Call:
         self.args = CallArgs(module, self.variant, self.inputs, self.scalars, self.outputs,
                              self.members, nin, nout, self.in_bytes, self.out_bytes,
                              self.nmembers, self.mbytes, self.sizes, len(spec.sizes), 0, None,
-                             fused_algo, overlap_chunks, 0)
+                             fused_algo, overlap_chunks, spec.group_size, 0)
         self.alias = [session.output_alias(module, i) for i in range(nout)]
         self._err = _err_buf()
         self._call = session.rt.lib.coco_session_call

@@ -418,7 +418,7 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
     memset(&ctx, 0, sizeof ctx);
     ctx.rank = s->rank;
     ctx.nranks = s->nranks;
-    ctx.group_size = s->group_size;
+    ctx.group_size = a->group_size > 0 ? a->group_size : s->group_size;
     ctx.stream = a->stream;
     ctx.err = s->msg;
     ctx.errlen = sizeof s->msg;

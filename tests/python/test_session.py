@@ -77,7 +77,7 @@ def test_spec_adam_paper():
     assert kinds["m"] == ("tensor", "FP32", (248,))  # its slice: 1001 = 251 * 3 + 248
     assert kinds["lr"][0] == "scalar"
     assert [o.name for o in spec.outputs] == ["p_"]  # named as the program names it
-    assert spec.sizes == [1001]
+    assert spec.sizes == [1001] and spec.group_size == 0
     with pytest.raises(coconet.CocoError, match="'x' is not an input of 'paper'"):
         spec.input("x")
 
@@ -93,6 +93,11 @@ def test_spec_scattered():
         spec.check_tensor(g, "FP16", (4, 5), True, True, "cuda:0", member=2)
     assert "input 'g' member 2 of 'program' (rank 0): expected FP16 with 1024 elements" in str(e.value)
     assert "given 20 elements (shape [4, 5])" in str(e.value)
+
+
+def test_spec_group():
+    p = coconet.load(example("pipeline.coco"), ranks=4)
+    assert S.VariantSpec(p, "program", 0).group_size == p.tensor_info("b", 0).group_ranks == 2
 
 
 def test_spec_messages():
