@@ -106,7 +106,8 @@ class RowParallelLinear(torch.nn.Module):
     def from_full(cls, weight, bias, **kw):
         """A layer whose rank holds its rows of `weight` ([K, H], the same on
         every rank) and `bias` ([H])."""
-        layer = cls(weight.shape[0], weight.shape[1], dtype=weight.dtype, **kw)
+        kw.setdefault("dtype", weight.dtype)
+        layer = cls(weight.shape[0], weight.shape[1], **kw)
         P, r = layer.sess.nranks, layer.sess.rank
         k = weight.shape[0] // P
         with torch.no_grad():
