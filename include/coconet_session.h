@@ -27,8 +27,9 @@
  * sizes, which allocates its workspace in the arena) must be made by every
  * rank in the same order: arena buffers then lie at the same offsets on
  * every rank, which the one-kernel fused collectives need (they address a
- * peer's copy of a buffer at its offset in the window). alloc checks it:
- * ranks that disagree get an error.
+ * peer's copy of a buffer at its offset in the window). alloc checks it
+ * (ranks whose next offsets differ get an error), and gives every rank the
+ * largest size any rank asks (uneven slices keep the offsets aligned).
  *
  * Buffers outside the arena are used where they lie, never copied: the
  * generated code checks at each call whether every buffer of a fused
@@ -98,8 +99,9 @@ int coco_session_load(coco_session *s, const char *so_path, char *err, size_t er
 /* coco_output_alias of a module's output i (coconet_cuda.h): an input's
  * index, -1, or -2 past the last output */
 int coco_session_output_alias(coco_session *s, int module, int output);
-/* a buffer of `bytes` (rounded up to 512), zeroed when the arena was made;
- * NULL with a message (arena full, or ranks out of step) */
+/* a buffer of at least `bytes` (the largest any rank asks, rounded up to
+ * 512), zeroed when the arena was made; NULL with a message (arena full,
+ * or ranks out of step) */
 void *coco_session_alloc(coco_session *s, size_t bytes, char *err, size_t errlen);
 /* the arena's base, size and bytes handed out so far */
 void coco_session_arena(const coco_session *s, void **base, size_t *bytes, size_t *used);

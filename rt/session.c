@@ -233,24 +233,27 @@ int coco_session_output_alias(coco_session *s, int module, int output)
 
 /* ---- the arena ---- */
 
-/* Every rank asks the same size at the same offset: compared through one
- * AllReduce (max) of {bytes, offset, -offset} on the session's stream. */
-static int agree(coco_session *s, size_t bytes)
+/* Every rank's buffer starts at the same offset, and takes the largest
+ * size any rank asks (uneven slices: the offsets of the buffers after it
+ * stay the same on every rank): one AllReduce (max) of {bytes, offset,
+ * -offset} on the session's stream; *bytes becomes the largest. */
+static int agree(coco_session *s, size_t *bytes)
 {
     CocoRt *rt = &s->rt;
     if (rt->nranks == 1)
         return 0;
-    long long mine[3] = {(long long)bytes, (long long)s->used, -(long long)s->used}, all[3];
+    long long mine[3] = {(long long)*bytes, (long long)s->used, -(long long)s->used}, all[3];
     CUDA_OK(rt, cudaMemcpyAsync(s->agree, mine, sizeof mine, cudaMemcpyHostToDevice, rt->stream));
     NCCL_OK(rt, ncclAllReduce(s->agree, s->agree, 3, ncclInt64, ncclMax, rt->world, rt->stream));
     CUDA_OK(rt, cudaMemcpyAsync(all, s->agree, sizeof all, cudaMemcpyDeviceToHost, rt->stream));
     if (wait_gpu(rt, rt->stream, NULL, "agreeing on an arena buffer"))
         return -1;
-    if (all[0] != mine[0] || all[1] != -all[2])
-        return rt_error(rt, "arena buffers out of step across ranks: this rank asks %lld bytes at "
-                        "offset %zu, another %lld bytes, offsets from %lld to %lld; every rank "
-                        "must allocate the same buffers in the same order",
-                        mine[0], s->used, all[0], -all[2], all[1]);
+    if (all[1] != -all[2])
+        return rt_error(rt, "arena buffers out of step across ranks: this rank's next buffer "
+                        "starts at offset %zu, another's at %lld; every rank must allocate its "
+                        "buffers in the same order", s->used,
+                        all[1] != (long long)s->used ? all[1] : -all[2]);
+    *bytes = (size_t)all[0];
     return 0;
 }
 
@@ -258,7 +261,7 @@ static void *arena_take(coco_session *s, size_t bytes)
 {
     size_t want = (bytes ? bytes : 1) + ARENA_ALIGN - 1;
     want -= want % ARENA_ALIGN;
-    if (agree(s, want))
+    if (agree(s, &want))
         return NULL;
     if (want > s->arena_bytes - s->used) {
         rt_error(&s->rt, "the arena is full: %zu of its %zu bytes are handed out and %zu more "

@@ -121,11 +121,22 @@ class _Fused(torch.optim.Optimizer):
             st.master = [st.flat_master[o:o + p.numel()] for p, o in zip(st.params, offs)]
             for p, m in zip(st.params, st.master):
                 m.copy_(p.data.reshape(-1))
+        # m and v: this rank's slice (the paper's schedule: asSlice), or under
+        # a schedule that keeps them whole, one flat buffer given member by member
         spec = st.fn.spec
+        st.sliced = spec.input("m").kind == "tensor"
         st.m = empty(spec.input("m").shape, torch.float32, self._pg)
         st.v = empty(spec.input("v").shape, torch.float32, self._pg)
         st.m.zero_()
         st.v.zero_()
+        if st.sliced:
+            st.m_arg, st.v_arg = st.m, st.v
+        else:
+            cuts = [0]
+            for c in spec.input("m").members:
+                cuts.append(cuts[-1] + c)
+            st.m_arg = [st.m[a:b] for a, b in zip(cuts, cuts[1:])]
+            st.v_arg = [st.v[a:b] for a, b in zip(cuts, cuts[1:])]
         st.t = 0
         return st
 
@@ -168,7 +179,7 @@ class _Fused(torch.optim.Optimizer):
             self._gather_grads(st)
             st.t += 1
             b1, b2 = pg["betas"]
-            args = dict(g=st.grads, m=st.m, v=st.v, lr=float(pg["lr"]), t=float(st.t),
+            args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, lr=float(pg["lr"]), t=float(st.t),
                         beta1=float(b1), beta2=float(b2), eps=float(pg["eps"]),
                         wd=float(pg["weight_decay"]), gscale=1.0 / self._sess.nranks)
             if st.master is None:
@@ -182,7 +193,10 @@ class _Fused(torch.optim.Optimizer):
     # ---- the state, gathered and scattered ----
 
     def _slices(self, st, name):
-        """(offset, count) of each rank's slice of state tensor `name`."""
+        """(offset, count) of each rank's slice of state tensor `name` (the
+        whole of it on each rank when it is not sliced)."""
+        if not st.sliced:
+            return [(0, st.m.numel())] * self._sess.nranks
         prog = st.fn.spec._prog
         out, at = [], 0
         for r in range(self._sess.nranks):
@@ -195,7 +209,7 @@ class _Fused(torch.optim.Optimizer):
 
     def _gather(self, st, t, name):
         sl = self._slices(st, name)
-        if self._sess.nranks == 1:
+        if self._sess.nranks == 1 or not st.sliced:
             return t.reshape(-1).clone()
         most = max(n for _, n in sl)
         mine = torch.zeros(most, dtype=t.dtype, device=t.device)
