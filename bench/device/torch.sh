@@ -40,7 +40,7 @@ case " $PHASES " in *" tests "*)
 esac
 case " $PHASES " in *" optim "*)
     wait "$ahead"
-    LD_PRELOAD=$NCCL_LIB/libnccl.so.2 timeout "$(left 10)" torchrun --standalone \
+    LD_PRELOAD=$NCCL_LIB/libnccl.so.2 timeout "$(left 10)" python3 -m torch.distributed.run --standalone \
         --nproc_per_node="$P" bench/torch_optim_step.py --iters "$ITERS" \
         --out "$OUT/torch-optim.md" >"$W/torch-optim.out" 2>&1
     echo "bench/torch_optim_step.py: exit status $?" ;;

@@ -1,7 +1,8 @@
 /* api_cuda.c: the public API of the CUDA code generator: the program and
  * the chosen schedules applied, then cuda_compile over all of them; and
- * the build of one variant's shared object into the cache (coco_build_cuda),
- * for callers that run it themselves (include/coconet_session.h). */
+ * the build of one variant's shared object into the cache (cuda_build_variant,
+ * behind coco_build_cuda), for callers that run it themselves
+ * (include/coconet_session.h). */
 #include "cuda/cuda.h"
 
 #include <stdlib.h>
@@ -26,36 +27,12 @@ int coco_gen_cuda(coco_program *p, const char *const *schedules, int n, FILE *ou
     return rc;
 }
 
-/* The schedule coco_build_cuda builds: as given, or the tuning record's. */
-static int chosen_schedule(coco_program *p, coco_cuda_build *o, char *name, size_t len,
-                           char *err, size_t errlen)
+/* One variant's shared object (coco_build_cuda, src/tune/build.c, resolves
+ * "tuned" first): the program and schedule `name` generated and built into
+ * the cache as coco_run_cuda builds them. */
+int cuda_build_variant(coco_program *p, const char *name, const coco_cuda_build *o, char *err,
+                       size_t errlen)
 {
-    const char *s = o->schedule && *o->schedule ? o->schedule : "program";
-    if (o->knobslen)
-        o->knobs[0] = 0;
-    if (o->notelen)
-        o->note[0] = 0;
-    if (strcmp(s, "tuned")) {
-        snprintf(name, len, "%s", s);
-        return 0;
-    }
-    char knobs[256] = "", note[1024] = "";
-    if (coco_tuned(p, name, len, knobs, sizeof knobs, note, sizeof note, err, errlen))
-        return -1;
-    if (o->knobslen)
-        snprintf(o->knobs, o->knobslen, "%s", knobs);
-    if (o->notelen)
-        snprintf(o->note, o->notelen, "%s", note);
-    return 0;
-}
-
-int coco_build_cuda(coco_program *p, coco_cuda_build *o, char *err, size_t errlen)
-{
-    char name[256];
-    if (errlen)
-        err[0] = 0;
-    if (chosen_schedule(p, o, name, sizeof name, err, errlen))
-        return -1;
     int nv;
     Program **v = cuda_variants(p, name, &nv, err, errlen);
     if (!v)

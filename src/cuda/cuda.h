@@ -201,6 +201,10 @@ int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
  * applied, or only the one named `only` (NULL: all); NULL with a message
  * (a schedule refused, one named 'program', or none named `only`). */
 Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t errlen);
+/* api_cuda.c: the shared object of the program and schedule `name` (or
+ * "program"), built or found in the cache: o->so and o->variant filled */
+int cuda_build_variant(coco_program *p, const char *name, const coco_cuda_build *o, char *err,
+                       size_t errlen);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */

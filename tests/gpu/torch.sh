@@ -22,7 +22,7 @@
 # output to OUT.log. Exit status non-zero on any FAIL.
 # Variables: RANKS, TIMEOUT (seconds per torchrun, 900), JOBS (builds at once,
 # 8), ONLY (regular expressions: the checks to run), COCONET_CACHE (default
-# build/cache, kept between runs).
+# build/cache, kept between runs), TORCHRUN (python3 -m torch.distributed.run).
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-build/torch-results.md}
 LOG=$OUT.log
@@ -34,7 +34,7 @@ export COCONET_HOME="$PWD" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export COCONET_LIB="$PWD/build/libcoconet.so" COCONET_CACHE="${COCONET_CACHE:-$PWD/build/cache}"
 NCCL_LIB=$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf 2>/dev/null)
 PRELOAD=${TORCH_PRELOAD-$NCCL_LIB/libnccl.so.2}
-TORCHRUN=${TORCHRUN:-torchrun}
+TORCHRUN=${TORCHRUN:-python3 -m torch.distributed.run}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-torch.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT
 
@@ -57,7 +57,8 @@ for P in $RANKS; do
     python3 tests/gpu/torch_check.py --build-only --ranks "$P" --jobs "$JOBS" >>"$LOG" 2>&1
     echo "== P = $P: torchrun" | tee -a "$LOG"
     # shellcheck disable=SC2086 # ONLY: a list of expressions
-    LD_PRELOAD=$PRELOAD timeout -k 30 "$TIMEOUT" "$TORCHRUN" --standalone --nproc_per_node="$P" \
+    # shellcheck disable=SC2086 # TORCHRUN: a command and its arguments
+    LD_PRELOAD=$PRELOAD timeout -k 30 "$TIMEOUT" $TORCHRUN --standalone --nproc_per_node="$P" \
         tests/gpu/torch_check.py ${ONLY:+--only $ONLY} >"$TMP/out" 2>&1
     rc=$?
     cat "$TMP/out" >>"$LOG"
@@ -73,7 +74,8 @@ done
 
 # PyTorch's own NCCL in the process: the session's choice of headers
 echo "== P = 1: PyTorch's own NCCL (no LD_PRELOAD)" | tee -a "$LOG"
-timeout -k 30 "$TIMEOUT" "$TORCHRUN" --standalone --nproc_per_node=1 tests/gpu/torch_check.py \
+# shellcheck disable=SC2086 # TORCHRUN: a command and its arguments
+timeout -k 30 "$TIMEOUT" $TORCHRUN --standalone --nproc_per_node=1 tests/gpu/torch_check.py \
     --only 'example:adam.coco:paper' >"$TMP/out" 2>&1
 rc=$?
 cat "$TMP/out" >>"$LOG"
