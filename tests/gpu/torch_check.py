@@ -323,6 +323,9 @@ def optimizer(c, kind, dtype):
     steps, lr, wd = 8, 3e-3, 0.01
     a = model(torch, dtype)
     ref = model(torch, torch.float32)  # the reference: FP32 weights (masters when dtype is BF16)
+    with torch.no_grad():  # from the same (rounded) values
+        for p, q in zip(a.parameters(), ref.parameters()):
+            q.copy_(p.float())
     opt = (optim.Adam if kind == "adam" else optim.LAMB)(a.parameters(), lr=lr,
                                                          weight_decay=wd)
     ropt = torch.optim.AdamW(ref.parameters(), lr=lr, weight_decay=wd, fused=True) \
@@ -385,7 +388,12 @@ def optimizer(c, kind, dtype):
         detail += "; state_dict exp_avg rel %.2e; m+v on this rank %d of %d bytes (P = %d)" % (
             sm, per_rank, total, P)
         ok = ok and per_rank <= total // P + 64 * P
-        opt.load_state_dict(sd)  # takes its own slices back: the next step still agrees
+        opt.load_state_dict(sd)  # each rank takes its slices back: gathered again, the same
+        sd2 = opt.state_dict()
+        same = all(torch.equal(sd["state"][i][k], sd2["state"][i][k]) for i in sd["state"]
+                   for k in ("exp_avg", "exp_avg_sq")) and sd2["state"][0]["step"] == steps
+        ok = ok and same
+        detail += "; load_state_dict then state_dict: %s" % ("the same" if same else "DIFFERENT")
     return ("PASS" if ok else "FAIL"), detail
 
 
