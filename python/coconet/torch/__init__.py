@@ -43,7 +43,6 @@ stops and says to start the script with LD_PRELOAD=<the runtime's
 libnccl.so.2>, so that PyTorch and coconet share one NCCL."""
 import fcntl
 import os
-import re
 import warnings
 
 import torch
@@ -141,6 +140,9 @@ def empty(shape, dtype, group=None):
     nbytes = n * torch.empty((), dtype=dtype).element_size()
     ptr = g.session.alloc(max(nbytes, 1))
     raw = torch.as_tensor(_ArenaBlock(ptr, max(nbytes, 1)), device=g.device)
+    if raw.data_ptr() != ptr:  # torch copied it: the tensor would not be in the arena
+        raise CocoError("coconet.torch: torch.as_tensor copied arena memory at 0x%x (to 0x%x, "
+                        "%s) instead of wrapping it" % (ptr, raw.data_ptr(), raw.device))
     return raw[:nbytes].view(dtype).view(shape)
 
 
@@ -187,20 +189,6 @@ def _build_locked(prog, schedule, nccl_home):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _uses_overlap(path, variant):
-    """Does the schedule named `variant` in the file overlap a MatMul with
-    a collective (overlap(...))? Read from its text."""
-    if variant == "program":
-        return False
-    try:
-        with open(path) as f:
-            text = re.sub(r"//[^\n]*", "", f.read())
-    except OSError:
-        return False
-    m = re.search(r"\bSchedule\s+%s\s*\{([^}]*)\}" % re.escape(variant), text)
-    return bool(m and re.search(r"\boverlap\s*\(", m.group(1)))
-
-
 class Compiled:
     """A program variant callable on torch tensors (see the module's
     documentation). Attributes: spec (S.VariantSpec: each argument's type
@@ -225,7 +213,7 @@ class Compiled:
             self._knobs, self.module, self._shapes = _base._knobs, _base.module, _base._shapes
         self.spec = S.VariantSpec(self.program, self.variant, g.rank)
         self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
-        self._overlap = _uses_overlap(self.path, self.variant)
+        self._overlap = S.uses_overlap(self.path, self.variant)
         self._seed = int(seed)
         self._warm = False
         self._warned = False
