@@ -127,8 +127,9 @@ def main_torch(only):
         report(name, status, detail)
 
     ctx = dict(torch=torch, dist=dist, ct=ct, rank=rank, P=P)
+    described = ct.session().session.describe()  # opened by every rank: a collective
     if rank == 0:
-        print("session: %s" % ct.session().session.describe(), flush=True)
+        print("session: %s" % described, flush=True)
     for path in EXAMPLES:
         prog, names = variants(path, P)
         base = os.path.basename(path)
