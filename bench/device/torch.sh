@@ -19,8 +19,9 @@
 #   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
-# Variables: P (1), PHASES, ITERS (20), JOBS (nvcc builds at once, 12), COMMIT,
-# DEADLINE (565).
+# Variables: P (1), PHASES, ITERS (20), JOBS (nvcc builds at once, 12),
+# TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
+# COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
 . bench/device/lease.sh
 P=${P:-1}
@@ -30,6 +31,8 @@ ITERS=${ITERS:-20}
 lease_logs torch-logs
 lease_make
 NCCL_LIB=$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf)
+PRELOAD=${TORCH_PRELOAD-$NCCL_LIB/libnccl.so.2}
+export TORCH_PRELOAD="$PRELOAD" # tests/gpu/torch.sh's too
 export PYTHONPATH="$PWD/python" COCONET_LIB="$PWD/build/libcoconet.so"
 bg=
 case " $PHASES " in *" optim "*)
@@ -58,7 +61,7 @@ case " $PHASES " in *" testsP "*)
 esac
 case " $PHASES " in *" optim "*)
     wait "$ahead"
-    LD_PRELOAD=$NCCL_LIB/libnccl.so.2 timeout "$(left 10)" python3 -m torch.distributed.run --standalone \
+    LD_PRELOAD=$PRELOAD timeout "$(left 10)" python3 -m torch.distributed.run --standalone \
         --nproc_per_node="$P" bench/torch_optim_step.py --iters "$ITERS" \
         --out "$OUT/torch-optim.md" >"$W/torch-optim.out" 2>&1
     echo "bench/torch_optim_step.py: exit status $?" ;;
