@@ -12,8 +12,10 @@ coconet times (CUDA events, 3 warm-up runs, the median of ITERS runs):
   mm           torch.matmul FP16 [B*S, K] x [K, H] (cuBLAS)
   pointwise    dropout(y + b, 0.1) + r, FP16 [B*S, H]
   layer        mm then pointwise: the Megatron-style model-parallel layer at P = 1
+  mm_shape     torch.matmul FP16 [M, K] x [K, N] at each --mm shape (bench/matmul.sh)
 
     python3 bench/torch_one_gpu.py --pow 24 28 --b 8 16 [--iters 20]
+    python3 bench/torch_one_gpu.py --pow --b --mm 8192x768x3072 [--iters 50]
 
 Prints CSV: torch,<what>,<size>,<ms>,<GB/s or TFLOP/s>,<unit>."""
 import argparse
@@ -97,10 +99,20 @@ def layer(b, k, iters):
         "TFLOP/s")
 
 
+def mm_shape(shape, iters):
+    m, k, n = (int(d) for d in shape.split("x"))
+    f16 = dict(device="cuda", dtype=torch.float16)
+    x, w = torch.randn(m, k, **f16), torch.randn(k, n, **f16) / k ** 0.5
+    y = x @ w
+    row("mm_shape", shape, timed(lambda: torch.matmul(x, w, out=y), iters), 2.0 * m * k * n / 1e3,
+        "TFLOP/s")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--pow", type=int, nargs="*", default=[24, 28])
     ap.add_argument("--b", type=int, nargs="*", default=[8, 16])
+    ap.add_argument("--mm", nargs="*", default=[], help="MxKxN shapes for mm_shape rows")
     ap.add_argument("--iters", type=int, default=20)
     a = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -109,3 +121,5 @@ if __name__ == "__main__":
     for b in a.b:
         for k in (H, 4 * H):
             layer(b, k, a.iters)
+    for shape in a.mm:
+        mm_shape(shape, a.iters)

@@ -219,13 +219,19 @@ typedef struct {
                                table, per variant (doc/gpu.md) */
     int remeasure;          /* 1: measure the machine's limits again, not from the
                                cache (so does COCONET_REMEASURE=1) */
+    int build_all;          /* 1: build the code of the program and every schedule,
+                               the enumerated ones too (the object `coconet tune`
+                               builds, found in the cache), and run the program and
+                               `schedule` alone (--schedule tuned) */
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);
 /* The shared object of the program and one schedule, built with nvcc as
  * coco_run_cuda builds it (the same source, toolchain and cache; nothing
  * is run): schedule NULL or "program" for the program alone, "tuned" for
- * the tuning record's choice (coco_tuned), else a schedule's name. Its
+ * the tuning record's choice (coco_tuned), in the object of every variant
+ * that `coconet tune` built and `run --schedule tuned` finds, else a
+ * schedule's name (the object of the program and that schedule). Its
  * path goes to so; the variant's entry-point name ("program" or the
  * schedule's) to variant; the knob setting the tuned choice needs
  * ("COCONET_FUSED=push", or "") to knobs, and a note when the sizes were

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COCO_RT_ABI 3
+#define COCO_RT_ABI 4
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct CocoRt CocoRt;
@@ -59,7 +59,16 @@ typedef struct {
     int breakdown_runs;
     struct CocoRtStep *steps;
     int max_steps;
+    /* this variant's own knobs, for its runs alone (coconet tune times
+     * several knob sets of a variant in one launch of the ranks); each
+     * COCO_RT_KNOB_UNSET: the runtime's, from its environment at open
+     * (doc/gpu.md, "Fused-collective knobs") */
+    int fused_algo;       /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot,
+                             3 NCCL calls, 4 push (as COCONET_FUSED) */
+    int overlap_chunks;   /* coco_cuda_ctx.overlap_chunks: 0 to 64 (as
+                             COCONET_OVERLAP_CHUNKS) */
 } CocoRtVariant;
+#define COCO_RT_KNOB_UNSET (-1)
 
 /* One step of a breakdown: the work one kernel launch or library call (an
  * NCCL group: the calls between ncclGroupStart and ncclGroupEnd) enqueued,

@@ -1,5 +1,6 @@
 /* run.c: running one variant on one rank: its entry points found in the
- * generated code, the context and arguments set up, one checked run whose
+ * generated code, the context (the runtime's knobs, or the variant's own)
+ * and arguments set up, one checked run whose
  * results are copied back, timed runs (CUDA events, inputs restored and
  * ranks lined up before each), then a repeat run compared with the checked
  * one, and the guard bytes checked (slab.c). */
@@ -63,10 +64,27 @@ static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->overlap_sms = (int)rt->overlap_sms;
 }
 
+/* The variant's own knobs over the runtime's (c is this variant's context
+ * alone: the runtime's stay as they are for the next variant) */
+static int variant_knobs(CocoRt *rt, const CocoRtVariant *v, coco_cuda_ctx *c)
+{
+    if (v->fused_algo < COCO_RT_KNOB_UNSET || v->fused_algo > 4 ||
+        v->overlap_chunks < COCO_RT_KNOB_UNSET || v->overlap_chunks > 64)
+        return rt_error(rt, "%s: knobs fused_algo %d, overlap_chunks %d: expected -1 to 4 and "
+                        "-1 to 64", v->name, v->fused_algo, v->overlap_chunks);
+    if (v->fused_algo != COCO_RT_KNOB_UNSET)
+        c->fused_algo = v->fused_algo;
+    if (v->overlap_chunks != COCO_RT_KNOB_UNSET)
+        c->overlap_chunks = v->overlap_chunks;
+    return 0;
+}
+
 static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
 {
     coco_cuda_ctx *c = &e->ctx;
     setup_ctx(rt, c, e->msg, sizeof e->msg);
+    if (variant_knobs(rt, v, c))
+        return -1;
     size_t workspace = e->workspace(c, v->size);
     if (make_buffers(rt, v, workspace, b))
         return -1;

@@ -44,6 +44,7 @@ typedef struct {
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
     int program_only;          /* --schedule tuned chose the program itself */
+    int tuned;                 /* --schedule tuned: the tuner's object is run */
 } Options;
 
 static const char usage[] =
@@ -754,7 +755,7 @@ static int run_cuda(const Options *o, coco_program *p)
 {
     coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
                             o->cuda_source, o->reference, o->build_only, o->breakdown,
-                            o->remeasure};
+                            o->remeasure, o->tuned};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);
@@ -798,6 +799,7 @@ static void apply_tuned(Options *o, coco_program *p, int cuda)
     fprintf(stderr, "coconet: tuned: schedule %s, knobs %s\n", name, knobs[0] ? knobs : "default");
     o->schedule = name;
     o->program_only = !strcmp(name, "program");
+    o->tuned = 1;
     if (!knobs[0])
         return;
     if (!strcmp(o->cmd, "gen")) {

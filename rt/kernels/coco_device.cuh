@@ -33,7 +33,7 @@ struct CocoShape {
     long gdim[COCO_MAXDIM];
 };
 
-static inline long coco_count(const CocoShape &s)
+__host__ __device__ static inline long coco_count(const CocoShape &s)
 {
     long c = 1;
     for (int i = 0; i < s.nd; i++)
@@ -290,6 +290,52 @@ __device__ __forceinline__ long coco_gidx(const CocoShape &s, const long *c)
     for (int k = 0; k < s.nd; k++)
         g = g * s.gdim[k] + c[k] + s.off[k];
     return g;
+}
+
+// ---- linear indices (the LIN instance of an elementwise kernel) ----
+// Where every operand's place follows from the element's linear index i in
+// the iteration shape `it`, a kernel needs no coordinates (divisions once a
+// vector, carries, a multiply-add a dimension and an element): generated
+// kernels have an instance for that case, picked at launch by these tests.
+
+// x (read with broadcasting) is it's trailing dimensions exactly, with at
+// least v elements: its element for i is i modulo its count (coco_wrap
+// steps it across a vector of v).
+static inline int coco_lin_bcast(const CocoShape &x, const CocoShape &it, int v)
+{
+    int shift = it.nd - x.nd;
+    if (shift < 0)
+        return 0;
+    for (int k = 0; k < x.nd; k++)
+        if (x.dim[k] != it.dim[k + shift])
+            return 0;
+    return coco_count(x) >= v;
+}
+
+// h (a Dropout's value, of it's shape) is cut along its first dimension at
+// most: its logical index for i is coco_lin_gbase(h) + i.
+static inline int coco_lin_global(const CocoShape &h, const CocoShape &it)
+{
+    if (h.nd != it.nd)
+        return 0;
+    for (int k = 0; k < h.nd; k++)
+        if (h.dim[k] != it.dim[k] || (k > 0 && h.dim[k] != h.gdim[k]))
+            return 0;
+    return 1;
+}
+
+__host__ __device__ __forceinline__ long coco_lin_gbase(const CocoShape &h)
+{
+    long inner = 1;
+    for (int k = 1; k < h.nd; k++)
+        inner *= h.gdim[k];
+    return h.nd ? h.off[0] * inner : 0;
+}
+
+// q + v for q < m and v < m: the index modulo m, with one comparison
+__device__ __forceinline__ long coco_wrap(long a, long m)
+{
+    return a < m ? a : a - m;
 }
 
 static inline dim3 coco_grid(long n)

@@ -29,12 +29,15 @@ int coco_gen_cuda(coco_program *p, const char *const *schedules, int n, FILE *ou
 
 /* One variant's shared object (coco_build_cuda, src/tune/build.c, resolves
  * "tuned" first): the program and schedule `name` generated and built into
- * the cache as coco_run_cuda builds them. */
-int cuda_build_variant(coco_program *p, const char *name, const coco_cuda_build *o, char *err,
-                       size_t errlen)
+ * the cache as coco_run_cuda builds them; with `all`, the program and every
+ * schedule, enumerated ones too (cuda_all_variants), as `coconet tune` and
+ * `run --schedule tuned` build them: their object in the cache serves. */
+int cuda_build_variant(coco_program *p, const char *name, int all, const coco_cuda_build *o,
+                       char *err, size_t errlen)
 {
     int nv;
-    Program **v = cuda_variants(p, name, &nv, err, errlen);
+    Program **v = all ? cuda_all_variants(p, &nv, err, errlen)
+                      : cuda_variants(p, name, &nv, err, errlen);
     if (!v)
         return -1;
     size_t n;

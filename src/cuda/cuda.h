@@ -83,11 +83,17 @@ typedef struct {
 } CudaCheck;
 typedef struct {
     Program *prog;     /* the program, or a scheduled clone */
-    const char *name;  /* "program", or the schedule's name */
+    const char *name;  /* "program", or the schedule's name; in the tuner's
+                          launches with its knobs, "paper/twoshot" */
+    const char *entry; /* its entry points' name (coco_run__ENTRY): "program"
+                          or the schedule's */
     const char *note;  /* the schedule's name in the paper's notation */
     Exec *own;         /* its own CPU run, or NULL when checked against the program's */
     CudaCheck *check;
     int ncheck;
+    /* its own knobs for the runtime (CocoRtVariant, include/coconet_rt.h);
+       -1 (COCO_RT_KNOB_UNSET): the ranks' environment's */
+    int fused_algo, overlap_chunks;
 } CudaVariant;
 typedef struct {
     Program *base;     /* the program: variant 0 */
@@ -201,10 +207,16 @@ int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
  * applied, or only the one named `only` (NULL: all); NULL with a message
  * (a schedule refused, one named 'program', or none named `only`). */
 Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t errlen);
+/* Every variant: the program, its written schedules and its enumerated ones
+ * (enumerate_schedules, unless p has them already), as `coconet tune` builds
+ * them and `run --schedule tuned` (build_all) finds them: one source at
+ * every size, so one object in the build cache. NULL with a message. */
+Program **cuda_all_variants(Program *p, int *nv, char *err, size_t errlen);
 /* api_cuda.c: the shared object of the program and schedule `name` (or
- * "program"), built or found in the cache: o->so and o->variant filled */
-int cuda_build_variant(coco_program *p, const char *name, const coco_cuda_build *o, char *err,
-                       size_t errlen);
+ * "program"), built or found in the cache: o->so and o->variant filled;
+ * with `all`, of every variant (cuda_all_variants: the tuner's object) */
+int cuda_build_variant(coco_program *p, const char *name, int all, const coco_cuda_build *o,
+                       char *err, size_t errlen);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */

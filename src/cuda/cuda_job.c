@@ -300,6 +300,8 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
         CudaVariant *v = &job->v[i];
         v->prog = variants[i];
         v->name = variants[i]->applied ? variants[i]->applied : "program";
+        v->entry = v->name;
+        v->fused_algo = v->overlap_chunks = -1; /* the environment's knobs */
         v->note = schedule_find(base, v->name) ? schedule_find(base, v->name)->note : NULL;
         if (o->reference == COCO_REFERENCE_EACH)
             v->own = i == 0 ? job->data : cpu_run(variants[i], o->seed, o->threads);

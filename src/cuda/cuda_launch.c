@@ -554,6 +554,16 @@ Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t
     return v;
 }
 
+Program **cuda_all_variants(Program *p, int *nv, char *err, size_t errlen)
+{
+    int enumerated = 0;
+    for (int i = 0; i < p->nsched && !enumerated; i++)
+        enumerated = p->sched[i].generated;
+    if (!enumerated)
+        enumerate_schedules(p);
+    return cuda_variants(p, NULL, nv, err, errlen);
+}
+
 /* COCONET_TEST_DIE (the fault tests' hook, include/coconet_rt.h), when set:
  * it must parse and name a rank and (if any) a variant of this run. */
 static int check_test_die(Program **v, int nv, char *err, size_t errlen)
@@ -684,7 +694,15 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
         free_variants(v, nv);
         return 1;
     }
-    char *src = cuda_source(v, nv, o->cuda_source, &n, err, errlen);
+    int nall = 0;
+    Program **all = o->build_all ? cuda_all_variants(p, &nall, err, errlen) : NULL;
+    if (o->build_all && !all) {
+        free_variants(v, nv);
+        return 1;
+    }
+    char *src = cuda_source(all ? all : v, all ? nall : nv, o->cuda_source, &n, err, errlen);
+    if (all)
+        free_variants(all, nall);
     CudaBuild b;
     CudaJob job;
     coco_cuda_options mine = *o; /* under MPI, each process of a host takes its share of cores */

@@ -575,11 +575,11 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     host_make(job, v->prog, rank, &h);
     double t1 = seconds_now();
     CocoRtStep *steps = job->breakdown_runs ? xcalloc(MAX_STEPS, sizeof *steps) : NULL;
-    CocoRtVariant rv = {v->name, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
+    CocoRtVariant rv = {v->entry, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
                         h.updated, h.nout, h.output, h.output_bytes, h.size,
                         job->seed, job->iters, job->warmup, h.nmembers,
                         (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
-                        steps ? MAX_STEPS : 0};
+                        steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks};
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {

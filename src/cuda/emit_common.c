@@ -236,3 +236,45 @@ void emit_coords_next(Emitter *e, const char *indent)
 {
     fprintf(e->o, "%sif (v)\n%s    coco_coords_next(it, c);\n", indent, indent);
 }
+
+/* The same in a kernel with a LIN parameter (e->lin): under LIN, the indices
+ * come from i alone (emit_value.c), and the coordinates are not computed. */
+void emit_coords_first_lin(Emitter *e, const char *indent)
+{
+    fprintf(e->o, "%slong c[COCO_MAXDIM];\n%sif (!LIN)\n%s    coco_coords(it, i0, c);\n", indent,
+            indent, indent);
+}
+
+void emit_coords_next_lin(Emitter *e, const char *indent)
+{
+    fprintf(e->o, "%sif (!LIN && v)\n%s    coco_coords_next(it, c);\n", indent, indent);
+}
+
+/* Is x read with broadcasting, at an index found from the coordinates (or,
+ * under LIN, from the element's linear index: emit_lin_*)? */
+int emit_read_broadcast(Emitter *e, const Node *x)
+{
+    return x->op != O_SCALAR && x->op != O_CONST && x->ndim && !e->flat[x->id];
+}
+
+/* Under LIN, before the element loops: broadcast operand x's count lm<x>
+ * (coco_lin_bcast: its index for element i is i modulo that), and a
+ * Dropout's first logical index lg<id> (coco_lin_global). */
+void emit_lin_count(Emitter *e, int x)
+{
+    fprintf(e->o, "    const long lm%d = LIN ? coco_count(h%d) : 1;\n    (void)lm%d;\n", x, x, x);
+}
+
+void emit_lin_base(Emitter *e, int id)
+{
+    fprintf(e->o, "    const long lg%d = LIN ? coco_lin_gbase(h%d) : 0;\n    (void)lg%d;\n", id, id,
+            id);
+}
+
+/* Under LIN, before a vector's element loop: x's index for its first
+ * element i0, lq<x> (coco_wrap steps it to the others). */
+void emit_lin_first(Emitter *e, int x, const char *indent)
+{
+    fprintf(e->o, "%sconst long lq%d = LIN ? i0 %% lm%d : 0;\n%s(void)lq%d;\n", indent, x, x,
+            indent, x);
+}

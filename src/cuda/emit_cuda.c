@@ -224,6 +224,18 @@ static int needs_coords(Emitter *e, int seg, const int *ins, int nin)
     return 0;
 }
 
+/* Under LIN, before the grid loop: each broadcast operand's count, each
+ * Dropout's first logical index (emit_lin_*, emit_common.c). */
+static void emit_lin_setup(Emitter *e, int seg, const int *ins, int nin)
+{
+    for (int k = 0; k < nin; k++)
+        if (emit_read_broadcast(e, node_of(e->p, ins[k])))
+            emit_lin_count(e, ins[k]);
+    for (int i = 0; i < e->p->nnode; i++)
+        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
+            emit_lin_base(e, i);
+}
+
 /* The per-element body: each member's value, stored ones into s<id>[v]. */
 static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
 {
@@ -233,11 +245,18 @@ static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
         if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
             fprintf(o, "        alignas(16) CocoRaw<%s> s%d[V];\n", emit_tname[p->node[i].type], i);
     int coords = needs_coords(e, seg, ins, nin);
-    if (coords)
+    for (int k = 0; k < nin && e->lin; k++) /* the vector's first index in each, under LIN */
+        if (emit_read_broadcast(e, node_of(p, ins[k])))
+            emit_lin_first(e, ins[k], "        ");
+    if (coords && e->lin)
+        emit_coords_first_lin(e, "        ");
+    else if (coords)
         emit_coords_first(e, "        ");
     fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
                "            const long i = i0 + v;\n            (void)i;\n");
-    if (coords)
+    if (coords && e->lin)
+        emit_coords_next_lin(e, "            ");
+    else if (coords)
         emit_coords_next(e, "            ");
     for (int i = 0; i < p->nnode; i++) {
         Node *m = &p->node[i];
@@ -290,7 +309,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
     emit_kernel_comment(e, seg, emit_stored);
-    fprintf(o, "template <int V>\n__global__ void %s_k%d(long n, CocoShape it, "
+    fprintf(o, "template <int V, int LIN>\n__global__ void %s_k%d(long n, CocoShape it, "
                "unsigned long long seed", e->v, seg);
     for (int k = 0; k < nin; k++) {
         Node *x = node_of(p, ins[k]);
@@ -309,6 +328,9 @@ static void emit_segment_kernel(Emitter *e, int seg)
         if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
             fprintf(o, ", CocoShape h%d", i);
     fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n");
+    e->lin = scat < 0 && needs_coords(e, seg, ins, nin);
+    if (e->lin)
+        emit_lin_setup(e, seg, ins, nin);
     if (scat < 0) {
         fprintf(o, "    for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
                    "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
@@ -329,6 +351,7 @@ static void emit_segment_kernel(Emitter *e, int seg)
     emit_segment_body(e, seg, ins, nin);
     emit_segment_memory(e, seg, ins, nin, scat, 1);
     fprintf(o, scat < 0 ? "    }\n}\n\n" : "    }\n    }\n}\n\n");
+    e->lin = 0;
     emit_free(e, ins);
 }
 
@@ -383,6 +406,31 @@ static int emit_flat_buffers(Emitter *e, int seg, const int *ins, int nin)
     return count;
 }
 
+/* lin: may the kernel run its LIN instance with vmax elements a thread
+ * (the flat buffers aligned for vmax: vec; every broadcast operand
+ * coco_lin_bcast, every Dropout coco_lin_global)? */
+static void emit_lin_test(Emitter *e, int seg, const int *ins, int nin, int vmax)
+{
+    FILE *o = e->o;
+    fprintf(o, "        int lin = %s;\n", vmax > 1 ? "vec" : "1");
+    for (int k = 0; k < nin; k++)
+        if (emit_read_broadcast(e, node_of(e->p, ins[k])))
+            fprintf(o, "        lin = lin && coco_lin_bcast(h%d, it, %d);\n", ins[k], vmax);
+    for (int i = 0; i < e->p->nnode; i++)
+        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
+            fprintf(o, "        lin = lin && coco_lin_global(h%d, it);\n", i);
+}
+
+/* if (lin) the LIN instance's launch (grid: a format taking vmax) */
+static void emit_lin_launch(Emitter *e, int seg, const int *ins, int nin, int vmax,
+                            const char *grid)
+{
+    fprintf(e->o, "        if (lin)\n            %s_k%d<%d, 1><<<", e->v, seg, vmax);
+    fprintf(e->o, grid, vmax);
+    fprintf(e->o, ", 256, 0, st>>>");
+    emit_segment_args(e, seg, ins, nin, -1);
+}
+
 static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
@@ -401,8 +449,8 @@ static void emit_segment_launch(Emitter *e, int seg)
     fprintf(o, "        long n = coco_count(it);\n");
     int scat = emit_segment_scat(e, seg, ins, nin);
     if (scat >= 0) { /* V at any alignment: coco_ldv_any tests each bucket */
-        fprintf(o, "        %s_k%d<%d><<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>", e->v, seg,
-                vmax, scat);
+        fprintf(o, "        %s_k%d<%d, 0><<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>", e->v,
+                seg, vmax, scat);
         emit_segment_args(e, seg, ins, nin, scat);
         fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
         emit_free(e, ins);
@@ -410,13 +458,22 @@ static void emit_segment_launch(Emitter *e, int seg)
     }
     if (vmax > 1) {
         int count = emit_flat_buffers(e, seg, ins, nin);
-        fprintf(o, "        if (coco_pick_vec(%d, vp, vs, %d) == %d)\n", vmax, count, vmax);
-        fprintf(o, "            %s_k%d<%d><<<coco_grid_vec(n, %d), 256, 0, st>>>", e->v, seg, vmax,
+        fprintf(o, "        const int vec = coco_pick_vec(%d, vp, vs, %d) == %d;\n", vmax, count,
                 vmax);
+    }
+    if (needs_coords(e, seg, ins, nin)) {
+        emit_lin_test(e, seg, ins, nin, vmax);
+        emit_lin_launch(e, seg, ins, nin, vmax, vmax > 1 ? "coco_grid_vec(n, %d)" : "coco_grid(n)");
+        fprintf(o, "        else\n    ");
+    }
+    if (vmax > 1) {
+        fprintf(o, "        if (vec)\n");
+        fprintf(o, "            %s_k%d<%d, 0><<<coco_grid_vec(n, %d), 256, 0, st>>>", e->v, seg,
+                vmax, vmax);
         emit_segment_args(e, seg, ins, nin, -1);
         fprintf(o, "        else\n    ");
     }
-    fprintf(o, "        %s_k%d<1><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
+    fprintf(o, "        %s_k%d<1, 0><<<coco_grid(n), 256, 0, st>>>", e->v, seg);
     emit_segment_args(e, seg, ins, nin, -1);
     fprintf(o, "        COCO_LAUNCHED(ctx, \"computation\", %d);\n    }\n", line);
     emit_free(e, ins);

@@ -22,6 +22,9 @@ struct Emitter {
     int *in_index;  /* per input node: index in Execute inputs, or -1 */
     int *state_of;  /* per node: the input it is the new value of, or -1 */
     char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
+    int lin;        /* the kernel being written has a LIN template parameter: with LIN,
+                       element i's operands are found from i alone (lq<id>, lm<id>,
+                       lg<id>: emit_cuda.c, emit_lin_setup), not its coordinates */
     int *lsa;       /* per fusion: generated as kernels over peers' memory
                        (a FusedAllReduce: emit_lsa.c; a fused Send: emit_send.c) */
     int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
@@ -76,6 +79,16 @@ const char *emit_room(Emitter *e, const Node *n);
  * the element loop (INDENT), then a step at the top of each iteration */
 void emit_coords_first(Emitter *e, const char *indent);
 void emit_coords_next(Emitter *e, const char *indent);
+/* the same where the kernel has a LIN parameter: no coordinates under LIN */
+void emit_coords_first_lin(Emitter *e, const char *indent);
+void emit_coords_next_lin(Emitter *e, const char *indent);
+/* Linear indices (e->lin, under LIN): is x read with broadcasting; x's count
+ * lm<x> and a Dropout's first logical index lg<id> (before the loops); x's
+ * index for a vector's first element lq<x> (before its element loop) */
+int emit_read_broadcast(Emitter *e, const Node *x);
+void emit_lin_count(Emitter *e, int x);
+void emit_lin_base(Emitter *e, int id);
+void emit_lin_first(Emitter *e, int x, const char *indent);
 
 /* ---- emit_value.c: one element's arithmetic ---- */
 /* the C type of the register r<id> of a value of type t: float (FP16,

@@ -221,6 +221,19 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
     return 0;
 }
 
+/* Do the kernels take a run-time LIN (linear indices, emit_cuda.h)? Over
+ * a contiguous part, where some kernel needs coordinates. */
+static int lin_param(Emitter *e, const Lsa *l, const int *ins, int nin)
+{
+    return l->scat < 0 && (needs_coords(e, l, 0, ins, nin) || needs_coords(e, l, 1, ins, nin));
+}
+
+/* A broadcast operand that kernel kn reads element by element */
+static int lin_operand(Emitter *e, const Lsa *l, int kn, int x)
+{
+    return emit_read_broadcast(e, nd(e, x)) && reads_in_loop(e, l, kn, x);
+}
+
 /* What the kernels and their launch all need: fusion f's plan (freed by
  * the caller with lsa_free), the operands read from outside (*ins) and the
  * whole tensors read at the slice (*zs), both freed by the caller. */
@@ -302,6 +315,8 @@ static void emit_params(Emitter *e, const Lsa *l, const int *ins, int nin, const
     for (int k = 0; k < l->nm; k++)
         if (nd(e, l->m[k])->op == O_DROPOUT && nd(e, l->m[k])->ndim)
             fprintf(o, mode == EMIT_TYPED ? ", CocoShape h%d" : ", h%d", l->m[k]);
+    if (lin_param(e, l, ins, nin))
+        fputs(mode == EMIT_TYPED ? ", int lin" : ", lin", o);
 }
 
 /* Over buckets, every load and store takes its vector path only where the
@@ -559,11 +574,18 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *in
     emit_loop_head(e, l, round, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     int coords = needs_coords(e, l, kn, ins, nin);
-    if (coords)
+    for (int k = 0; k < nin && e->lin; k++)
+        if (lin_operand(e, l, kn, ins[k]))
+            emit_lin_first(e, ins[k], "            ");
+    if (coords && e->lin)
+        emit_coords_first_lin(e, "            ");
+    else if (coords)
         emit_coords_first(e, "            ");
     fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
                "                const long i = i0 + v;\n                (void)i;\n");
-    if (coords)
+    if (coords && e->lin)
+        emit_coords_next_lin(e, "                ");
+    else if (coords)
         emit_coords_next(e, "                ");
     for (int k = 0; k < l->nm; k++)
         emit_member(e, l, kn, nd(e, l->m[k]));
@@ -672,6 +694,16 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
                "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
+    e->lin = lin_param(e, l, ins, nin);
+    if (e->lin) { /* the launch's choice (lsa_emit_launch), uniform in the kernel */
+        fprintf(o, "    const int LIN = lin;\n");
+        for (int k = 0; k < nin; k++)
+            if (lin_operand(e, l, kn, ins[k]))
+                emit_lin_count(e, ins[k]);
+        for (int k = 0; k < l->nm; k++)
+            if (nd(e, l->m[k])->op == O_DROPOUT && in_loop(l, nd(e, l->m[k]), kn))
+                emit_lin_base(e, l->m[k]);
+    }
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
@@ -716,6 +748,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     else
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_release);\n");
     fprintf(o, "}\n\n");
+    e->lin = 0;
 }
 
 static void emit_comment(Emitter *e, int f, const Lsa *l)
@@ -908,6 +941,41 @@ static int emit_vector_buffers(Emitter *e, const Lsa *l, const int *zs, int nz)
     return count;
 }
 
+/* The AllGather member of a fusion that is a bare AllReduce (its
+ * ReduceScatter, then the AllGather of that, nothing else) into a
+ * workspace value, over a value that is not a tensor input (which an Update
+ * may rewrite later) and with no MatMul overlapped: on one rank its value is
+ * its operand's, so its buffer may be the operand's. Else -1. */
+static int one_rank_alias(Emitter *e, const Lsa *l, int f)
+{
+    if (l->nm != 2 || l->scat >= 0 || e->overlap_mm[f] >= 0)
+        return -1;
+    int ag = l->m[0] == l->rs ? l->m[1] : l->m[0];
+    const Node *g = nd(e, ag), *x = nd(e, nd(e, l->rs)->in[0]);
+    if (g->op != O_ALLGATHER || g->in[0] != l->rs || g->type != x->type ||
+        e->out_index[ag] >= 0 || e->state_of[ag] >= 0 || lsa_kept(e, l, l->rs) ||
+        e->in_index[x->id] >= 0 || x->op == O_SCALAR)
+        return -1;
+    return ag;
+}
+
+/* lin: may the kernels find each operand from the element's index in the
+ * part (it: this rank's)? Every broadcast operand is it's trailing
+ * dimensions below the first (the same for every part, one-shot's too) and
+ * every Dropout is cut along its first dimension at most. */
+static void emit_lin_test(Emitter *e, const Lsa *l, const int *ins, int nin, int vmax)
+{
+    FILE *o = e->o;
+    fprintf(o, "        int lin = 1;\n");
+    for (int k = 0; k < nin; k++)
+        if (lin_operand(e, l, 0, ins[k]) || lin_operand(e, l, 1, ins[k]))
+            fprintf(o, "        lin = lin && h%d.nd < it.nd && coco_lin_bcast(h%d, it, %d);\n",
+                    ins[k], ins[k], vmax);
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_DROPOUT && nd(e, l->m[k])->ndim)
+            fprintf(o, "        lin = lin && coco_lin_global(h%d, it);\n", l->m[k]);
+}
+
 void lsa_emit_launch(Emitter *e, int f, int *done_segment)
 {
     Program *p = e->p;
@@ -918,6 +986,10 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
     int vmax = vector_width(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);
+    int alias = one_rank_alias(e, &l, f);
+    if (alias >= 0) /* no kernel, no copy: the sum over one rank is the value */
+        fprintf(o, "        if (G_WORLD == 1) {\n            b%d = b%d;\n        } else {\n",
+                alias, x->id);
     emit_usable(e, &l, emit_window_buffers(e, &l));
     fprintf(o, "        CocoShape it = h%d;\n"
                "        const long cs = coco_padded_count(it, 0, G_WORLD) / G_WORLD, nall = "
@@ -941,6 +1013,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     else
         fprintf(o, "        dim3 grid, block;\n        coco_lsa_scat_grid(ctx, c%d, G_WORLD, &grid, "
                    "&block);\n", l.scat);
+    if (lin_param(e, &l, ins, nin))
+        emit_lin_test(e, &l, ins, nin, vmax);
     fprintf(o, "        ncclDevComm dc = coco_lsa_devcomm(ctx);\n"
                "        ncclWindow_t win = (ncclWindow_t)ctx->lsa_window;\n");
     /* go(stream, push, grid, chunks): the kernels (chunks: emit_overlap.c's, or all at once) */
@@ -966,7 +1040,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     emit_scat_gather_for(e, f);
     for (int k = 0; k < l.nm; k++)
         e->emit_node(e, nd(e, l.m[k]), done_segment);
-    fprintf(o, "        }\n    }\n");
+    fprintf(o, alias >= 0 ? "        }\n        }\n    }\n" : "        }\n    }\n");
     emit_free(e, ins);
     emit_free(e, zs);
     lsa_free(e, &l);

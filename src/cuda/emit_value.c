@@ -93,6 +93,9 @@ static void emit_operand(Emitter *e, int seg, int x, int in_float)
         fprintf(e->o, "%s(l%d, v, %s)", ld, x, emit_tname[n->type]);
     else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
         fprintf(e->o, "%s(x%d, 0, %s)", ld, x, emit_tname[n->type]);
+    else if (e->lin) /* i's place in x: its linear index modulo x's count */
+        fprintf(e->o, "%s(x%d, LIN ? coco_wrap(lq%d + v, lm%d) : coco_bidx(h%d, it, c), %s)", ld, x,
+                x, x, x, emit_tname[n->type]);
     else
         fprintf(e->o, "%s(x%d, coco_bidx(h%d, it, c), %s)", ld, x, x, emit_tname[n->type]);
 }
@@ -155,7 +158,9 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
         fputs("coco_dropout(", o);
         emit_operand(e, seg, n->in[0], 0);
         fprintf(o, ", %.17g, seed, %d, %s)", n->value, n->dropout_id,
-                n->ndim ? arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id) : "0");
+                !n->ndim ? "0"
+                : e->lin ? arena_printf(e->p->arena, "LIN ? lg%d + i : coco_gidx(h%d, c)", n->id, n->id)
+                         : arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id));
         return;
     default:
         BUG("not elementwise: %s", op_info(n->op)->name);

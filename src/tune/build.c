@@ -1,8 +1,10 @@
 /* build.c: coco_build_cuda, the public entry that builds one variant's
  * shared object for a caller that runs it itself (python/coconet/torch):
- * "tuned" becomes the tuning record's choice (lookup.c's coco_tuned), then
- * the CUDA backend builds it as `coconet run --backend cuda` would
- * (cuda_build_variant). Here, above the backend, because the tuner is. */
+ * "tuned" becomes the tuning record's choice (lookup.c's coco_tuned), found
+ * in the object `coconet tune` built (every variant, as `run --schedule
+ * tuned` finds it); a schedule named is built with the program alone, as
+ * `coconet run --backend cuda --schedule NAME` builds it (cuda_build_variant).
+ * Here, above the backend, because the tuner is. */
 #include "tune/tune.h"
 
 #include <string.h>
@@ -24,5 +26,6 @@ int coco_build_cuda(coco_program *p, coco_cuda_build *o, char *err, size_t errle
         snprintf(o->knobs, o->knobslen, "%s", knobs);
     if (o->notelen)
         snprintf(o->note, o->notelen, "%s", note);
-    return cuda_build_variant(p, name, o, err, errlen);
+    /* tuned: the tuner's object (every variant), which its run left in the cache */
+    return cuda_build_variant(p, name, !strcmp(s, "tuned"), o, err, errlen);
 }

@@ -1,13 +1,16 @@
 /* knobs.c: the knob sets the autotuner crosses with each variant, and
  * which apply to which variant.
  *
- * The knobs are the runtime's (doc/gpu.md, "Fused-collective knobs"), read
- * by each rank's process from its environment when it starts
- * (rt/cuda_child.c, read_knobs): one launch of the ranks runs under one knob
- * set. A set changes one variable: COCONET_FUSED, the fused collectives'
- * algorithm, or COCONET_OVERLAP_CHUNKS, the chunks of an overlapped MatMul
- * and FusedAllReduce. The rest (blocks, threads, vectors, SMs...) keep the
- * runtime's defaults, or what the user's environment sets for every launch.
+ * The knobs are the runtime's (doc/gpu.md, "Fused-collective knobs"). A
+ * rank reads them from its environment when it starts, as the default of
+ * every variant it runs; a variant may carry its own (CocoRtVariant,
+ * include/coconet_rt.h), for its runs alone, which is how the tuner times
+ * every knob set of every variant of a size point in one launch of the
+ * ranks. A set changes one knob: the fused collectives' algorithm
+ * (COCONET_FUSED's values), or the chunks of an overlapped MatMul and
+ * FusedAllReduce (COCONET_OVERLAP_CHUNKS'); the other keeps its default.
+ * The rest (blocks, threads, vectors, SMs...) keep the runtime's defaults,
+ * or what the user's environment sets for every launch.
  *
  * A variant is judged as the CUDA backend runs it: after
  * lower_collectives (src/cuda), which makes FP16 AllReduces and those over
@@ -65,16 +68,18 @@ int knob_chunks(int k)
     return k == KNOB_CHUNKS2 ? 2 : k == KNOB_CHUNKS4 ? 4 : 1;
 }
 
-void knob_setenv(int k)
+void knob_values(int k, int *fused_algo, int *overlap_chunks)
+{
+    /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL, 4 push */
+    *fused_algo = k == KNOB_ONESHOT ? 1 : k == KNOB_TWOSHOT ? 2 : k == KNOB_NCCL ? 3
+                  : k == KNOB_PUSH  ? 4 : 0;
+    *overlap_chunks = k == KNOB_CHUNKS2 || k == KNOB_CHUNKS4 ? knob_chunks(k) : 0;
+}
+
+void knob_clear_env(void)
 {
     unsetenv("COCONET_FUSED");
     unsetenv("COCONET_OVERLAP_CHUNKS");
-    const char *e = knob_env(k), *eq = strchr(e, '=');
-    if (eq) {
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(eq - e), e);
-        setenv(name, eq + 1, 1);
-    }
 }
 
 /* ---- what a variant's fusions allow ---- */
@@ -207,27 +212,4 @@ int knob_sets(const Program *v, int *sets)
         sets[n++] = KNOB_CHUNKS4;
     }
     return n;
-}
-
-/* What knob set k does to v: the algorithm its fused collectives take (-1:
- * none affected; for fused Sends only, nccl or not) and the chunks of its
- * overlaps (-1: none) */
-static void effect(const Program *v, const Fused *u, int k, int *algo, int *chunks)
-{
-    int fused = k >= KNOB_ONESHOT && k <= KNOB_NCCL ? k : KNOB_DEFAULT;
-    *algo = v->nranks == 1 || (!u->allreduce && !u->send) ? -1
-            : !u->allreduce                                ? fused == KNOB_NCCL
-                                                           : fused;
-    *chunks = u->chunks && v->nranks > 1 ? knob_chunks(k) : -1;
-}
-
-int knob_runs_in(const Program *v, int k, int launch)
-{
-    if (k == launch)
-        return 1;
-    Fused u = fused_of(v);
-    int a1, c1, a2, c2;
-    effect(v, &u, k, &a1, &c1);
-    effect(v, &u, launch, &a2, &c2);
-    return a1 == a2 && c1 == c2;
 }

@@ -1,16 +1,20 @@
 /* search.c: timing the candidates of one size point (each variant under
  * each knob set that applies to it), with pruning.
  *
- * One launch of the ranks runs under one knob set (knobs.c), so the search
- * goes launch by launch: it takes the untimed candidate the cost model
- * (cost.c) predicts fastest (first the program's fastest predicted, never
- * pruned, so that every table has the program's time), and times, in one launch under its knob set,
- * every untimed candidate that can run there (one per variant). After each
- * launch it calibrates the model: c = the least measured / predicted ratio
- * so far, so that c x prediction is the most optimistic guess the times
- * measured allow. A candidate is pruned when even that guess is more than
- * `factor` times the best time measured; a knob set whose candidates are
- * all pruned is never launched. --exhaustive prunes nothing.
+ * A launch of the ranks may time any candidates, each under its own knob
+ * set (the runtime takes a variant's knobs with it: knobs.c), so the search
+ * wants few launches: each costs the ranks' start (processes, NCCL, the
+ * window, cuBLASLt), seconds, where a candidate at a small size costs
+ * milliseconds. The first launch times the program's fastest predicted
+ * candidate (never pruned, so that every table has the program's time) and
+ * every candidate the cost model (cost.c) puts within factor^2 of its
+ * fastest prediction: those pruning at `factor` keeps when the model's
+ * ratios hold, with a margin of `factor` for its errors. After each launch
+ * it calibrates the model: c = the least measured / predicted ratio so far,
+ * so that c x prediction is the most optimistic guess the times measured
+ * allow. A candidate is pruned when even that guess is more than `factor`
+ * times the best time measured; the next launch times every candidate left
+ * (usually none: one launch a point). --exhaustive times all in one launch.
  *
  * Pruning can lose the true best only when the model ranks a candidate
  * more than `factor` too slow relative to the best one measured; an
@@ -58,58 +62,35 @@ void search_free(Search *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The untimed candidate to launch next: a must first, else the fastest
- * predicted; -1 when none is left */
-static int next_candidate(const Search *s)
+/* The candidates of the next launch into which, the must first, then by
+ * prediction: before any time is measured, the must and those within
+ * factor^2 of the fastest prediction; after (pruning done), all left; when
+ * nothing within reach could be timed, all left too. How many. */
+static int batch(const Search *s, int *which)
 {
-    int best = -1;
+    double fastest = -1;
+    int measured = 0, n = 0;
     for (int i = 0; i < s->n; i++) {
-        const Cand *c = &s->c[i];
-        if (c->state != CAND_TODO)
-            continue;
-        if (best < 0 || c->must > s->c[best].must ||
-            (c->must == s->c[best].must && c->pred_ms < s->c[best].pred_ms))
-            best = i;
+        measured |= s->c[i].state == CAND_TIMED;
+        if (fastest < 0 || s->c[i].pred_ms < fastest)
+            fastest = s->c[i].pred_ms;
     }
-    return best;
-}
-
-/* The knob set of the launch that times candidate i: its own; for a
- * default candidate that can run under another's, the fastest predicted
- * such other, so that one launch serves both */
-static int launch_knob(const Search *s, Program **v, int i)
-{
-    const Cand *c = &s->c[i];
-    if (c->knob != KNOB_DEFAULT)
-        return c->knob;
-    int best = -1;
-    for (int j = 0; j < s->n; j++) {
-        const Cand *o = &s->c[j];
-        if (o->state == CAND_TODO && o->knob != KNOB_DEFAULT &&
-            knob_runs_in(v[c->variant], c->knob, o->knob) &&
-            (best < 0 || o->pred_ms < s->c[best].pred_ms))
-            best = j;
-    }
-    return best < 0 ? KNOB_DEFAULT : s->c[best].knob;
-}
-
-/* The candidates that launch `knob` times: one per variant */
-static int batch(const Search *s, Program **v, int knob, int *which)
-{
-    int n = 0, last_variant = -1;
-    for (int i = 0; i < s->n; i++) {
-        const Cand *c = &s->c[i];
-        if (c->state != CAND_TODO || c->variant == last_variant ||
-            !knob_runs_in(v[c->variant], c->knob, knob))
-            continue;
-        int taken = 0;
-        for (int k = 0; k < n; k++)
-            taken |= s->c[which[k]].variant == c->variant;
-        if (!taken) {
-            which[n++] = i;
-            last_variant = c->variant;
+    double reach = s->exhaustive || measured ? -1 : s->factor * s->factor * fastest;
+    for (int pass = 0; pass < 2 && !n; pass++, reach = -1)
+        for (int i = 0; i < s->n; i++) {
+            const Cand *c = &s->c[i];
+            if (c->state == CAND_TODO && (reach < 0 || c->must || c->pred_ms <= reach))
+                which[n++] = i;
         }
-    }
+    for (int i = 1; i < n; i++) /* insertion sort: the must, then by prediction */
+        for (int k = i; k > 0; k--) {
+            const Cand *a = &s->c[which[k - 1]], *b = &s->c[which[k]];
+            if (a->must > b->must || (a->must == b->must && a->pred_ms <= b->pred_ms))
+                break;
+            int t = which[k];
+            which[k] = which[k - 1];
+            which[k - 1] = t;
+        }
     return n;
 }
 
@@ -152,15 +133,13 @@ static void prune(Search *s)
     }
 }
 
-int search_run(Search *s, Program **v, LaunchFn launch, void *ctx,
+int search_run(Search *s, LaunchFn launch, void *ctx,
                void (*progress)(void *ctx, const Search *s), char *err, size_t errlen)
 {
     int *which = xcalloc((size_t)s->n + 1, sizeof *which);
     int rc = 0;
-    for (int i; !rc && (i = next_candidate(s)) >= 0;) {
-        int knob = launch_knob(s, v, i), n = batch(s, v, knob, which);
-        ASSERT(n > 0);
-        rc = launch(ctx, s, which, n, knob, err, errlen);
+    for (int n; !rc && (n = batch(s, which)) > 0;) {
+        rc = launch(ctx, s, which, n, err, errlen);
         for (int k = 0; !rc && k < n; k++) /* a candidate left TODO never ran: again */
             s->timed += s->c[which[k]].state == CAND_TIMED;
         s->launches++;
@@ -175,7 +154,7 @@ int search_run(Search *s, Program **v, LaunchFn launch, void *ctx,
 
 /* ---- replaying an exhaustive search's times ---- */
 
-static int replay_launch(void *ctx, Search *s, const int *which, int n, int knob, char *err,
+static int replay_launch(void *ctx, Search *s, const int *which, int n, char *err,
                          size_t errlen)
 {
     const Search *done = ctx;
@@ -188,7 +167,7 @@ static int replay_launch(void *ctx, Search *s, const int *which, int n, int knob
     return 0;
 }
 
-int search_replay(const Search *done, Program **v, double factor, int *launches, int *timed)
+int search_replay(const Search *done, double factor, int *launches, int *timed)
 {
     Search s = *done;
     s.c = xcalloc((size_t)done->n + 1, sizeof *s.c);
@@ -201,7 +180,7 @@ int search_replay(const Search *done, Program **v, double factor, int *launches,
     s.exhaustive = 0;
     s.launches = s.timed = 0;
     char err[8];
-    search_run(&s, v, replay_launch, (void *)done, NULL, err, sizeof err);
+    search_run(&s, replay_launch, (void *)done, NULL, err, sizeof err);
     int best = search_best(&s);
     *launches = s.launches;
     *timed = s.timed;

@@ -83,10 +83,10 @@ void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
     fprintf(out, "\n");
 }
 
-void table_replay(FILE *out, Program **v, Program **lv, const Search *s, double factor)
+void table_replay(FILE *out, Program **v, const Search *s, double factor)
 {
     int launches, timed, best = search_best(s);
-    int pick = search_replay(s, lv, factor, &launches, &timed);
+    int pick = search_replay(s, factor, &launches, &timed);
     if (best < 0 || pick < 0)
         return;
     double loss = s->c[pick].ms / s->c[best].ms - 1;

@@ -1,17 +1,21 @@
 /* timer_cuda.c: the tuner's timer on GPUs, through the CUDA backend's own
  * parts (src/cuda): the variants of a size point are generated into one
- * source and built once (cuda_build: cached, so every size point and every
- * later tune of the same program finds it), their job prepared once
- * (cuda_job_prepare: the CPU reference of the program when checking, else
- * the inputs alone), and each launch forks the ranks (cuda_launch) over a
- * view of that job holding only the variants asked for, with the knob set
- * in the environment the ranks inherit (knob_setenv). No CUDA call is made
- * in this process. The verdicts and times are the run's (report_verdict):
- * the slowest rank's median of --iters timed runs after 3 warm-up runs.
- * Two points may be open at once (slots): the check point's and a size's.
- * When a rank fails, the variants after the one it failed in never ran:
- * they are said not run (the search launches them again); a signal that
- * stopped the ranks (Ctrl-C) stops the tuning. */
+ * source and built once (cuda_build: cached, so every size point, every
+ * later tune of the same program and `run --schedule tuned` find it:
+ * cuda_all_variants), their job prepared once (cuda_job_prepare: the CPU
+ * reference of the program when checking, else the inputs alone), and each
+ * launch forks the ranks (cuda_launch) over a view of that job holding the
+ * candidates asked for: each a variant with its knob set's values as its
+ * own knobs (CudaVariant.fused_algo, overlap_chunks), named with them
+ * ("paper/twoshot") in the launch's report; a variant may come several
+ * times. The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
+ * cleared (knob_clear_env): the runtime's defaults are the `default` set.
+ * No CUDA call is made in this process. The verdicts and times are the
+ * run's (report_verdict): the slowest rank's median of --iters timed runs
+ * after 3 warm-up runs. Two points may be open at once (slots): the check
+ * point's and a size's. When a rank fails, the candidates after the one it
+ * failed in never ran: they are said not run (the search launches them
+ * again); a signal that stopped the ranks (Ctrl-C) stops the tuning. */
 #include "tune/tune.h"
 
 #include <stdlib.h>
@@ -39,6 +43,7 @@ static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
 {
     CudaTimer *c = (CudaTimer *)t;
     cuda_close(t, slot);
+    double t0 = tune_now_s();
     size_t len;
     char *src = cuda_source(v, n, NULL, &len, err, errlen);
     if (!src)
@@ -47,10 +52,13 @@ static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
     c->build.progress = stderr;
     int rc = cuda_build(&c->build, src, len, e, sizeof e);
     free(src);
+    t->build_s += tune_now_s() - t0;
     if (rc) {
         snprintf(err, errlen, "coconet: %s\n", e);
         return -1;
     }
+    t->built += !c->build.cached;
+    t0 = tune_now_s();
     coco_cuda_options o;
     memset(&o, 0, sizeof o);
     o.seed = c->cfg.seed;
@@ -59,7 +67,9 @@ static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
     o.timeout_s = c->cfg.timeout_s;
     o.reference = mode == MEASURE_TIME ? COCO_REFERENCE_NONE : COCO_REFERENCE_PROGRAM;
     CudaJob *job = &c->job[slot];
-    if (cuda_job_prepare(job, v, n, &o, err, errlen))
+    rc = cuda_job_prepare(job, v, n, &o, err, errlen);
+    t->prepare_s += tune_now_s() - t0;
+    if (rc)
         return -1;
     snprintf(job->so, sizeof job->so, "%s", c->build.so);
     cuda_runtime_path(c->build.home, job->runtime, sizeof job->runtime);
@@ -77,27 +87,49 @@ static void rank_error(const Report *rep, char *buf, size_t len)
             snprintf(buf, len, "%s", rep->error[r]);
 }
 
-static int cuda_measure(TuneTimer *t, int slot, const int *which, int n, int knob,
+/* The view of a slot's job that one launch runs: candidate i is variant
+ * which[i] under knob set knob[i], named "NAME/KNOBS" (labels: their text) */
+static void make_view(const CudaJob *job, const int *which, const int *knob, int n,
+                      CudaJob *view, char (*labels)[MAXNAME + 16])
+{
+    *view = *job; /* checks and data shared */
+    view->v = xcalloc((size_t)n, sizeof *view->v);
+    for (int i = 0; i < n; i++) {
+        CudaVariant *v = &view->v[i];
+        *v = job->v[which[i]];
+        knob_values(knob[i], &v->fused_algo, &v->overlap_chunks);
+        snprintf(labels[i], sizeof labels[i], "%s/%s", v->entry, knob_name(knob[i]));
+        v->name = labels[i];
+    }
+    view->nv = n;
+}
+
+static void log_launch(CudaTimer *c, const CudaJob *view, const Report *rep, int slot)
+{
+    if (!c->cfg.log)
+        return;
+    fprintf(c->cfg.log, "\n== launch %d (%s): %d candidate%s, each with its own knobs\n",
+            c->t.launches, slot == SLOT_CHECK ? "checks at the check point" : "a size point",
+            view->nv, view->nv == 1 ? "" : "s");
+    report_print(view, rep, c->cfg.log);
+}
+
+static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *knob, int n,
                         Measured *out, char *err, size_t errlen)
 {
     CudaTimer *c = (CudaTimer *)t;
     ASSERT(c->open[slot]);
-    CudaJob view = c->job[slot]; /* the variants asked for; checks and data shared */
-    view.v = xcalloc((size_t)n, sizeof *view.v);
-    for (int i = 0; i < n; i++)
-        view.v[i] = c->job[slot].v[which[i]];
-    view.nv = n;
-    knob_setenv(knob);
+    CudaJob view;
+    char (*labels)[MAXNAME + 16] = xcalloc((size_t)n, sizeof *labels);
+    make_view(&c->job[slot], which, knob, n, &view, labels);
+    double t0 = tune_now_s();
     Report rep;
     report_init(&rep, view.base->nranks, n);
     cuda_launch(&view, &rep);
     t->launches++;
-    if (c->cfg.log) {
-        fprintf(c->cfg.log, "\n== launch %d: knobs %s (%s), %d variant%s\n", t->launches,
-                knob_name(knob), knob_env(knob)[0] ? knob_env(knob) : "the runtime's defaults",
-                n, n == 1 ? "" : "s");
-        report_print(&view, &rep, c->cfg.log);
-    }
+    t->slot_launches[slot]++;
+    t->launch_s[slot] += tune_now_s() - t0;
+    log_launch(c, &view, &rep, slot);
     char why[256];
     rank_error(&rep, why, sizeof why);
     /* the variant the first failing rank was in: those after it never ran */
@@ -122,7 +154,7 @@ static int cuda_measure(TuneTimer *t, int slot, const int *which, int n, int kno
     }
     report_free(&rep);
     free(view.v);
-    knob_setenv(KNOB_DEFAULT);
+    free(labels);
     if (stopped)
         snprintf(err, errlen, "coconet tune: stopped by a signal (the ranks were stopped)\n");
     return stopped ? -1 : 0;
@@ -146,6 +178,7 @@ TuneTimer *timer_cuda_new(const TimerConfig *cfg, char *err, size_t errlen)
     }
     CudaTimer *c = xcalloc(1, sizeof *c);
     c->cfg = *cfg;
+    knob_clear_env(); /* the ranks' defaults: the `default` knob set */
     char e[2048];
     if (cuda_build_setup(&c->build, cfg->timeout_s, e, sizeof e)) {
         snprintf(err, errlen, "%s", e);

@@ -10,8 +10,8 @@
  *                                    a rank dies in it, the launch's later
  *                                    variants never run
  * SIZES is every size of the program as the record writes them
- * ("N=1048576,B=8"), KNOBS a knob set's name (the one the variant runs
- * as: default for a variant the knobs do not change), VARIANT "program" or a
+ * ("N=1048576,B=8"), KNOBS a knob set's name (the candidate's: default for
+ * a variant the knobs do not change), VARIANT "program" or a
  * schedule's name; any of the three may be '*'. The first line that
  * matches counts. A variant asked for with no time is an error (the file
  * does not cover the program). */
@@ -27,7 +27,6 @@ typedef struct {
 typedef struct {               /* an open point */
     char sizes[512];
     const char **names;
-    Program **v;
     int n;
     MeasureMode mode;
 } FakeSlot;
@@ -67,35 +66,22 @@ static int fake_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
     for (int i = 0; i < n; i++)
         sl->names[i] = vname(v[i]);
     sl->n = n;
-    sl->v = v;
     sl->mode = mode;
     return 0;
 }
 
-/* The knob set variant v runs as in a launch under `launch`: the file's
- * rows name that one (default for a variant the knobs do not change) */
-static int own_knob(Program *v, int launch)
-{
-    Program *l = lower_collectives(v), *r = l ? l : v;
-    int sets[NKNOB], n = knob_sets(r, sets), own = launch;
-    for (int k = n - 1; k >= 0; k--)
-        if (knob_runs_in(r, sets[k], launch))
-            own = sets[k];
-    program_free(l);
-    return own;
-}
-
-static int fake_measure(TuneTimer *t, int slot, const int *which, int n, int knob,
+static int fake_measure(TuneTimer *t, int slot, const int *which, const int *knob, int n,
                         Measured *out, char *err, size_t errlen)
 {
     FakeTimer *f = (FakeTimer *)t;
     FakeSlot *sl = &f->slot[slot];
     ASSERT(sl->names);
     t->launches++;
+    t->slot_launches[slot]++;
     int crashed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = sl->names[which[i]];
-        int own = own_knob(sl->v[which[i]], knob);
+        int own = knob[i];
         Measured *m = &out[i];
         memset(m, 0, sizeof *m);
         m->ms = -1;

@@ -153,11 +153,11 @@ static int drop_sized(const Setup *s, const char *def)
 }
 
 /* The variants of p: the program, then each schedule (written, then
- * enumerated) applied; NULL with a message */
+ * enumerated) applied, as `run --schedule tuned` builds them (the same
+ * source: one object in the build cache); NULL with a message */
 static Program **variants(Program *p, int *nv, char *err, size_t errlen)
 {
-    enumerate_schedules(p);
-    return cuda_variants(p, NULL, nv, err, errlen);
+    return cuda_all_variants(p, nv, err, errlen);
 }
 
 static void free_variants(Program **v, int nv)
@@ -228,15 +228,15 @@ typedef struct {
     FILE *out;
 } Tune;
 
-static int check_batch(Tune *tu, Search *s, const int *which, int n, int knob, int *kept,
-                       char *err, size_t errlen);
+static int check_batch(Tune *tu, Search *s, const int *which, int n, int *kept, char *err,
+                       size_t errlen);
 
-static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, int knob,
-                        char *err, size_t errlen)
+static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, char *err,
+                        size_t errlen)
 {
     Tune *tu = ctx;
     int *which = xcalloc((size_t)nbatch, sizeof *which), n = 0;
-    int rc = tu->inplace ? 0 : check_batch(tu, s, batch, nbatch, knob, which, err, errlen);
+    int rc = tu->inplace ? 0 : check_batch(tu, s, batch, nbatch, which, err, errlen);
     if (tu->inplace)
         memcpy(which, batch, (size_t)nbatch * sizeof *which);
     n = tu->inplace ? nbatch : rc;
@@ -244,11 +244,13 @@ static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, int 
         free(which);
         return rc < 0 ? -1 : 0;
     }
-    int *vi = xcalloc((size_t)n, sizeof *vi);
+    int *vi = xcalloc((size_t)n, sizeof *vi), *knob = xcalloc((size_t)n, sizeof *knob);
     Measured *m = xcalloc((size_t)n, sizeof *m);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         vi[i] = s->c[which[i]].variant;
-    rc = tu->t->measure(tu->t, SLOT_POINT, vi, n, knob, m, err, errlen);
+        knob[i] = s->c[which[i]].knob;
+    }
+    rc = tu->t->measure(tu->t, SLOT_POINT, vi, knob, n, m, err, errlen);
     int resolved = 0;
     for (int i = 0; !rc && i < n; i++)
         resolved += !m[i].not_run;
@@ -266,6 +268,7 @@ static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, int 
         search_repredict(s, tu->lv, &tu->t->limits);
     }
     free(vi);
+    free(knob);
     free(m);
     free(which);
     return rc;
@@ -328,13 +331,14 @@ static int check_twin(const Tune *tu, const Cand *c)
     return -1;
 }
 
-/* Checks at the check point, under knob set `knob`, the twins not yet
- * checked of candidates which[0..n), launch by launch until each ran */
-static int check_twins(Tune *tu, const Search *s, const int *which, int n, int knob,
-                       char *err, size_t errlen)
+/* Checks at the check point the twins not yet checked of candidates
+ * which[0..n), each under its knob set, launch by launch until each ran */
+static int check_twins(Tune *tu, const Search *s, const int *which, int n, char *err,
+                       size_t errlen)
 {
     CheckPoint *cp = &tu->check;
     int *twin = xcalloc((size_t)n, sizeof *twin), *vi = xcalloc((size_t)n, sizeof *vi);
+    int *knob = xcalloc((size_t)n, sizeof *knob);
     Measured *m = xcalloc((size_t)n, sizeof *m);
     int rc = 0;
     for (;;) {
@@ -343,10 +347,11 @@ static int check_twins(Tune *tu, const Search *s, const int *which, int n, int k
             int j = check_twin(tu, &s->c[which[i]]);
             if (j >= 0 && cp->s.c[j].state == CAND_TODO) {
                 twin[k] = j;
-                vi[k++] = cp->s.c[j].variant;
+                vi[k] = cp->s.c[j].variant;
+                knob[k++] = cp->s.c[j].knob;
             }
         }
-        if (!k || (rc = tu->t->measure(tu->t, SLOT_CHECK, vi, k, knob, m, err, errlen)))
+        if (!k || (rc = tu->t->measure(tu->t, SLOT_CHECK, vi, knob, k, m, err, errlen)))
             break;
         int resolved = 0;
         for (int i = 0; i < k; i++)
@@ -361,16 +366,17 @@ static int check_twins(Tune *tu, const Search *s, const int *which, int n, int k
     }
     free(twin);
     free(vi);
+    free(knob);
     free(m);
     return rc;
 }
 
 /* The candidates of a launch that passed their check at the check point
  * into kept (how many: the return value); the others FAILED; -1 on error */
-static int check_batch(Tune *tu, Search *s, const int *which, int n, int knob, int *kept,
-                       char *err, size_t errlen)
+static int check_batch(Tune *tu, Search *s, const int *which, int n, int *kept, char *err,
+                       size_t errlen)
 {
-    if (check_twins(tu, s, which, n, knob, err, errlen))
+    if (check_twins(tu, s, which, n, err, errlen))
         return -1;
     int nkept = 0;
     for (int i = 0; i < n; i++) {
@@ -421,7 +427,7 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
         rc = tu->t->open(tu->t, SLOT_POINT, v, nv,
                          tu->inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
-        rc = search_run(&s, tu->lv, launch_point, tu, show_progress, err, errlen);
+        rc = search_run(&s, launch_point, tu, show_progress, err, errlen);
         tu->t->close(tu->t, SLOT_POINT);
     }
     tu->done_before += s.n;
@@ -429,7 +435,7 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
         progress_end(&tu->pg);
         table_point(tu->out, v, &s, sizes);
         if (o->exhaustive)
-            table_replay(tu->out, v, tu->lv, &s, factor);
+            table_replay(tu->out, v, &s, factor);
         int best = search_best(&s), prog = search_program(&s);
         *ok = best >= 0;
         if (best >= 0) {
@@ -633,6 +639,27 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
     return rc;
 }
 
+static const char *launches(int n)
+{
+    return n == 1 ? "launch" : "launches";
+}
+
+/* The last line: the time, the launches, and where the time went */
+static void print_summary(FILE *out, const TuneTimer *t, double total_s)
+{
+    double rest = total_s - t->build_s - t->prepare_s - t->launch_s[SLOT_CHECK] -
+                  t->launch_s[SLOT_POINT];
+    char built[64];
+    snprintf(built, sizeof built, t->built ? "%d by nvcc" : "from the cache", t->built);
+    fprintf(out, "tune: %.1f s, %d %s of the ranks: building %.1f s (%s), CPU reference and "
+            "inputs %.1f s, checking %.1f s (%d %s), timing %.1f s (%d %s), the rest %.1f s\n",
+            total_s, t->launches, launches(t->launches), t->build_s, built, t->prepare_s,
+            t->launch_s[SLOT_CHECK], t->slot_launches[SLOT_CHECK],
+            launches(t->slot_launches[SLOT_CHECK]), t->launch_s[SLOT_POINT],
+            t->slot_launches[SLOT_POINT], launches(t->slot_launches[SLOT_POINT]),
+            rest > 0 ? rest : 0);
+}
+
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
               size_t errlen)
 {
@@ -660,8 +687,7 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     if (!rc)
         rc = run_tune(&tu, base, err, errlen);
     if (tu.t) {
-        fprintf(out, "tune: %.1f s, %d launch%s of the ranks\n", tune_now_s() - t0,
-                tu.t->launches, tu.t->launches == 1 ? "" : "es");
+        print_summary(out, tu.t, tune_now_s() - t0);
         tu.t->free(tu.t);
     }
     if (log)

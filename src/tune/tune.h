@@ -11,10 +11,12 @@
 #include "cuda/cuda.h"
 
 /* ---- knobs.c: the runtime's knob sets, and which apply ---- */
-/* A knob set is one setting for every rank of a launch: a value of
- * COCONET_FUSED or of COCONET_OVERLAP_CHUNKS (default: neither set, the
- * runtime's choices). v below: a variant as the CUDA backend runs it
- * (lower_collectives applied, when it lowers anything). */
+/* A knob set is one setting of a variant's knobs, which the runtime takes
+ * with the variant (CocoRtVariant, include/coconet_rt.h): an algorithm of
+ * its fused collectives (COCONET_FUSED's) or a chunk count of its
+ * overlaps (COCONET_OVERLAP_CHUNKS'); the other at its default. v below: a
+ * variant as the CUDA backend runs it (lower_collectives applied, when it
+ * lowers anything). */
 enum {
     KNOB_DEFAULT, KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL, KNOB_CHUNKS2, KNOB_CHUNKS4,
     NKNOB
@@ -24,10 +26,11 @@ const char *knob_env(int k);              /* "COCONET_FUSED=oneshot", or "" */
 int knob_parse(const char *name);         /* the knob set named, or -1 */
 int knob_chunks(int k);                   /* the overlap's chunks under k (1: none) */
 int knob_sets(const Program *v, int *sets); /* those that apply to v (sets[NKNOB]); how many */
-/* May candidate (v, k) be timed in a launch made under knob set `launch`
- * (it then runs as it would under k)? */
-int knob_runs_in(const Program *v, int k, int launch);
-void knob_setenv(int k);                  /* the knobs in this process, for its ranks */
+/* The runtime's values under k: coco_cuda_ctx.fused_algo and overlap_chunks */
+void knob_values(int k, int *fused_algo, int *overlap_chunks);
+/* Clears COCONET_FUSED and COCONET_OVERLAP_CHUNKS from this process's
+ * environment, which the ranks inherit: the knob sets say everything */
+void knob_clear_env(void);
 /* Does overlap o of v overlap a MatMul with a FusedAllReduce (chunked by
  * COCONET_OVERLAP_CHUNKS)? */
 int knob_chunked_overlap(const Program *v, int o);
@@ -70,14 +73,21 @@ struct TuneTimer {
     int nccl;           /* NCCL_VERSION_CODE the code is built against */
     TuneLimits limits;  /* the runtime's, once a timed launch has reported them */
     int launches;       /* launches made */
+    /* where the time went (tune's summary): generating and building the code
+     * (nvcc builds made: `built`, the others found in the cache), the CPU
+     * reference and the inputs, and the launches of each slot (the check
+     * point's: checking; a size point's: timing, and checking in place) */
+    double build_s, prepare_s, launch_s[NSLOT];
+    int built, slot_launches[NSLOT];
     /* In `slot`, the variants of one size point (v[0]: the program), built
      * and prepared for `mode` (CHECK, BOTH: against the CPU reference of the
      * program); a slot's earlier point is closed first */
     int (*open)(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
                 size_t errlen);
-    /* One launch under knob set `knob`: variants which[0..n) of the slot's point */
-    int (*measure)(TuneTimer *t, int slot, const int *which, int n, int knob, Measured *out,
-                   char *err, size_t errlen);
+    /* One launch: variant which[i] of the slot's point under knob set knob[i],
+     * for i in [0, n) (a variant may come under several knob sets) */
+    int (*measure)(TuneTimer *t, int slot, const int *which, const int *knob, int n,
+                   Measured *out, char *err, size_t errlen);
     void (*close)(TuneTimer *t, int slot);
     void (*free)(TuneTimer *t);
 };
@@ -117,25 +127,26 @@ void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double fac
                  int exhaustive);
 void search_free(Search *s);
 void search_repredict(Search *s, Program **v, const TuneLimits *l); /* limits changed */
-/* How one launch is measured: candidates which[0..n) of s under `knob` */
-typedef int (*LaunchFn)(void *ctx, Search *s, const int *which, int n, int knob, char *err,
+/* How one launch is measured: candidates which[0..n) of s, each under its knob set */
+typedef int (*LaunchFn)(void *ctx, Search *s, const int *which, int n, char *err,
                         size_t errlen);
-/* Times the candidates launch by launch (the best-predicted first), pruning
- * after each; the progress callback after each launch. 0, or -1 with err. */
-int search_run(Search *s, Program **v, LaunchFn launch, void *ctx,
+/* Times the candidates launch by launch (search.c says which go in each),
+ * pruning after each; the progress callback after each launch. 0, or -1
+ * with err. */
+int search_run(Search *s, LaunchFn launch, void *ctx,
                void (*progress)(void *ctx, const Search *s), char *err, size_t errlen);
 int search_best(const Search *s);   /* the fastest timed candidate that passed, or -1 */
 int search_program(const Search *s); /* the program's fastest timed candidate, or -1 */
 /* What the search with pruning (factor) would have picked from the times
  * an exhaustive one measured: its pick, and its launches and timed count */
-int search_replay(const Search *done, Program **v, double factor, int *launches, int *timed);
+int search_replay(const Search *done, double factor, int *launches, int *timed);
 
 /* ---- table.c: what tune prints ---- */
 const char *vname(const Program *v); /* "program", or the schedule's name */
 /* the table of a point, best first; v: the variants, as timed */
 void table_point(FILE *out, Program **v, const Search *s, const char *sizes);
-/* an exhaustive search's: what pruning at factor would pick (lv: as run) */
-void table_replay(FILE *out, Program **v, Program **lv, const Search *s, double factor);
+/* an exhaustive search's: what pruning at factor would pick */
+void table_replay(FILE *out, Program **v, const Search *s, double factor);
 /* --plan: the candidates and the model's figures */
 void table_plan(FILE *out, Program **v, Program **lv, const Search *s, const char *sizes,
                 const char *checked);

@@ -23,6 +23,11 @@
  *   abi    reports another ABI version     guard  writes 3 bytes past output 0
  *   repeat changes an element of output 0 in the second run only
  *
+ * Each variant's own knobs (CocoRtVariant.fused_algo, overlap_chunks) reach
+ * the entry point's context as the real runtime's do; with FAKE_RT_KNOBS
+ * set, each run appends "rank R NAME fused F chunks C" to the file it names
+ * (-1: the variant's knob unset), so that a test sees them per variant.
+ *
  * It honours the fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h)
  * where its steps stand for the real runtime's: init when it opens, upload
  * as a variant begins, timed before a variant's second run.
@@ -148,6 +153,8 @@ static int run_once(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, vo
     ctx.group_size = rt->group_size;
     ctx.err = msg;
     ctx.errlen = len;
+    ctx.fused_algo = v->fused_algo == COCO_RT_KNOB_UNSET ? 0 : v->fused_algo;
+    ctx.overlap_chunks = v->overlap_chunks == COCO_RT_KNOB_UNSET ? 0 : v->overlap_chunks;
     if (marks) {
         marks->n = 0;
         ctx.mark = fake_mark;
@@ -218,6 +225,18 @@ static int breakdown(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, v
     return 0;
 }
 
+/* FAKE_RT_KNOBS: the variant's own knobs, a line a run */
+static void log_knobs(const CocoRt *rt, const CocoRtVariant *v)
+{
+    const char *path = getenv("FAKE_RT_KNOBS");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    fprintf(f, "rank %d %s fused %d chunks %d\n", rt->rank, v->name, v->fused_algo,
+            v->overlap_chunks);
+    fclose(f);
+}
+
 static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err,
                   size_t errlen)
 {
@@ -230,6 +249,7 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
         return -1;
     }
     coco_test_die(rt->rank, "upload", v->name);
+    log_knobs(rt, v);
     if (misbehaves(rt->rank, "crash"))
         raise(SIGSEGV);
     while (misbehaves(rt->rank, "hang"))

@@ -47,7 +47,8 @@
 # SANITIZER (compute-sanitizer's path), SAN_VIA (auto, fork or mpirun),
 # SAN_JOBS (8), SAN_TIMEOUT (480 s a run), SAN_TOOLS ("memcheck racecheck
 # synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a file and its
-# arguments joined by commas), SAN_ARGS (after each program's arguments:
+# arguments joined by commas; every example and the GPU test programs with
+# fused collectives, scattered tensors and fused Sends, the same for both), SAN_ARGS (after each program's arguments:
 # --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
 # no": coconet itself never initializes CUDA, its ranks do;
 # "--report-api-errors no": the runtime checks every call it makes, and what
@@ -72,8 +73,7 @@ examples/adam_scattered.coco tests/gpu/lamb_scattered.coco tests/gpu/norms.coco 
 tests/gpu/send.coco,--group-size,1 examples/pipeline.coco,--group-size,1 \
 examples/pipeline_linear.coco,--group-size,1 examples/self_attention.coco examples/mlp.coco \
 examples/conv2d.coco examples/reduce_broadcast.coco}
-SAN_RACECHECK=${SAN_RACECHECK:-examples/lamb.coco examples/adam_scattered.coco \
-tests/gpu/send.coco,--group-size,1}
+SAN_RACECHECK=${SAN_RACECHECK:-$SAN_MEMCHECK}
 
 # ---- rows ----
 

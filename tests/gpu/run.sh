@@ -21,7 +21,8 @@
 #             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
 #   tune      `coconet tune` of examples/adam.coco and self_attention.coco at
 #             their own sizes (checked where timed), then adam's
-#             `run --schedule tuned` (its knob set in the ranks' environment);
+#             `run --schedule tuned` (its knob set in the ranks' environment,
+#             the tuner's object found in the build cache);
 #   paper     self_attention and mlp at B = 8 and 16, S = 1024, H = 3072 (mlp's
 #             input is then 4H = 12288 wide); adam, lamb and sgd_momentum at
 #             N = 2^10 ... 2^28 and at odd N (every schedule; uneven
@@ -480,7 +481,16 @@ tuned() {
         return
     fi
     case $1 in
-    */adam.coco) run adam "tuned" "$2" "$1" --schedule tuned ;;
+    */adam.coco)
+        run adam "tuned" "$2" "$1" --schedule tuned
+        # the tuner's object, found in the cache: no build of its own
+        if grep -q '^cuda: cached ' "$TMP/out"; then
+            pass=$((pass + 1))
+            echo "ok   run --schedule tuned at P = $2 runs the tuner's object (cached)"
+        else
+            fail=$((fail + 1))
+            echo "FAIL run --schedule tuned at P = $2 built its own object: $(grep -m 1 '^cuda: ' "$TMP/out")"
+        fi ;;
     esac
 }
 

@@ -7,7 +7,11 @@
 //   memcheck   one float written just past the end of a 1 KiB buffer of its
 //              own (cudaMalloc: the runtime's guard bytes are not involved)
 //   racecheck  two warps write the same shared-memory words, no barrier between
-//   synccheck  a block barrier (__syncthreads) that one warp of two skips
+//   synccheck  a warp barrier (__syncwarp) whose mask leaves out the lane that
+//              calls it (lane 31 of warp 0; the PTX ISA calls that undefined).
+//              A block barrier skipped by a whole warp, the first control of
+//              this kind, is legal since sm_70 (exited warps count as
+//              arrived) and synccheck rightly said nothing on an H100
 // Unset, it is clean.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -59,10 +63,8 @@ __global__ void update(float *p, const __half *g, __half *avg, float lr, float *
         own[256] = 1.0f; // one past the end of 256 floats
     if (defect == RACECHECK && threadIdx.x < 64)
         word[threadIdx.x % 32] = (float)threadIdx.x; // warps 0 and 1, same words
-    if (defect == SYNCCHECK && threadIdx.x < 64) {
-        if (threadIdx.x < 32)
-            __syncthreads(); // warp 1 of the 64 threads never gets here
-    }
+    if (defect == SYNCCHECK && threadIdx.x < 32)
+        __syncwarp(0x7fffffffu); // lanes 0..30 meet; lane 31 is not in its own mask
 }
 
 extern "C" size_t coco_workspace__program(const coco_cuda_ctx *ctx, const long *size)

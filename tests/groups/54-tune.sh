@@ -1,9 +1,11 @@
 # ---- the autotuner, `coconet tune`, without GPUs ----
 # The candidates (variants x knob sets) of the paper's workloads (--plan);
 # the search, its pruning and its failed checks against the fake timer
-# replaying tests/tune/adam_p4.times (COCONET_TUNE_FAKE); the record it
-# writes, served to `run --schedule tuned` (exact and nearest sizes) and never
-# to another program text, P or machine; the command line's refusals. The
+# replaying tests/tune/adam_p4.times (COCONET_TUNE_FAKE), its launches (a
+# point's knob sets in one) and its summary; the record it writes, served to
+# `run --schedule tuned` (exact and nearest sizes), which finds the tuner's
+# object in the build cache, and never to another program text, P or
+# machine; the command line's refusals. The
 # parts are unit-tested in tests/unit/test_tune.c (group unit).
 group tune
 tune_cache=$TMP/tune-cache
@@ -47,17 +49,22 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 
 # the search against recorded times; pruning at 1.5 finds the best (paper
 # through NCCL, which the model ranks slowest), at 1.1 it prunes it and picks
-# push; --exhaustive times all 59 and says what pruning would pick
+# push; --exhaustive times all 59 and says what pruning would pick. Each
+# candidate takes its knobs with it into a launch: --exhaustive times every
+# (variant x knob set) of a point in one launch of the ranks; pruning, in
+# one, and one more for what the calibrated model does not prune
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
 tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
-tune_expect "at 2^20: pruned" "59 candidates .*: 34 timed, 25 pruned, 0 failed, in 4 launches"
+tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches"
+tune_expect "at 2^20: the summary" "^tune: [0-9.]+ s, 2 launches of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(2 launches\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive
-tune_expect "--exhaustive" "59 timed, 0 pruned, 0 failed, in 4 launches"
-tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best"
+tune_expect "--exhaustive: every knob set in one launch" "59 timed, 0 pruned, 0 failed, in 1 launch$"
+tune_expect "--exhaustive: one launch of the ranks" "^tune: [0-9.]+ s, 1 launch of the ranks: "
+tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 launches"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
 tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
@@ -66,12 +73,14 @@ coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
 tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
-tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 5 launches"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 2 launches"
+tune_expect "2^24: checked at the check point, timed in one launch" "^adam at N=16777216, .*: 37 timed, 20 pruned, 2 failed, in 1 launch$"
+tune_expect "the check point's launches (a crash: 2 each time)" "^tune: [0-9.]+ s, 9 launches of the ranks: .* checking [0-9.]+ s \(4 launches\), timing [0-9.]+ s \(5 launches\)"
 tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
 tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
 coco tune examples/adam.coco --ranks 4 --show
-tune_expect "--show" "^N=268435456 +N +fuse_RS_Opt_AG_4 +push +5.4040 ms +15.4780 ms"
+tune_expect "--show" "^N=268435456 +N +fuse_RS_Opt_AG_4 +push +5.4040 ms +15.6000 ms"
 if [ "$(grep -c '^N=' "$TMP/out")" = 4 ]; then ok; else bad "tune: --show: not 4 entries"; fi
 
 # the record served: exact sizes (the program: no schedule runs), nearest
@@ -87,6 +96,41 @@ coco gen examples/adam.coco --ranks 4 -D N=16777216 --schedule tuned -o "$TMP/tu
 if [ $rc -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"
 elif grep -q 'coco_run__fuse_RS_Opt_AG_4' "$TMP/tune-gen/adam.h" 2>/dev/null; then ok
 else bad "tune: gen --schedule tuned at 2^24: no entry point fuse_RS_Opt_AG_4"; fi
+
+# run --schedule tuned runs the object tune built (one source at every size:
+# the program and all its schedules, enumerated too), found in the build
+# cache, not a build of its own; shown with a stand-in nvcc that makes
+# empty objects and counts its builds (only where build/cuda.conf names the
+# NCCL headers the cache key reads)
+if [ -f build/cuda.conf ] && [ -f build/fake/libfake_rt.so ]; then
+    fake=$TMP/fake-nvcc
+    mkdir -p "$fake"
+    grep -v '^NVCC=' build/cuda.conf >"$fake/cuda.conf"
+    echo "NVCC=$fake/nvcc" >>"$fake/cuda.conf"
+    cp build/fake/libfake_rt.so "$fake/libcoconet_cuda.so"
+    cat >"$fake/nvcc" <<'NVCC'
+#!/bin/sh
+[ "$1" = --version ] && { echo "stand-in nvcc for the tests"; exit 0; }
+while [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done
+: >"$out" && echo build >>"$(dirname "$0")/builds"
+NVCC
+    chmod +x "$fake/nvcc"
+    export COCONET_CUDA_RUNTIME="$fake/libcoconet_cuda.so"
+    coco run examples/adam.coco --ranks 4 --backend cuda --build-only --all-schedules
+    tune_expect "the tuner's source built (run --all-schedules)" "^cuda: built .*\.so in"
+    so=$(sed -n 's/^cuda: built \(.*\.so\) in .*/\1/p' "$TMP/out")
+    coco run examples/adam.coco --ranks 4 -D N=1048576 --backend cuda --build-only --all-schedules
+    tune_expect "at another size: the same source, the same object" "^cuda: cached $so\$"
+    COCONET_TUNE_FAKE=$fixture coco run examples/adam.coco --ranks 4 -D N=16777216 --backend cuda \
+        --build-only --schedule tuned
+    tune_expect "run --schedule tuned finds the tuner's object" "^cuda: cached $so\$"
+    tune_expect "run --schedule tuned: its choice" "tuned: schedule fuse_RS_Opt_AG_4, knobs COCONET_FUSED=push" err
+    coco run examples/adam.coco --ranks 4 --backend cuda --build-only --schedule paper
+    tune_expect "--schedule paper: a source of its own" "^cuda: built "
+    if [ "$(wc -l <"$fake/builds")" = 2 ]; then ok
+    else bad "tune: the stand-in nvcc built $(wc -l <"$fake/builds") times, not 2"; fi
+    unset COCONET_CUDA_RUNTIME
+fi
 
 # a changed key is never served: another P, program text, GPU, NCCL
 coco run examples/adam.coco --ranks 2 --schedule tuned
@@ -124,7 +168,27 @@ COCONET_CUDA_RUNTIME=/nonexistent/libcoconet_cuda.so coco tune examples/adam.coc
 tune_refused "no GPU runtime" 1 "coconet tune: cannot time on GPUs: the CUDA runtime /nonexistent/libcoconet_cuda.so is not built"
 coco run examples/adam.coco --ranks 3 --schedule tuned
 tune_refused "no record" 1 "run \`coconet tune examples/adam.coco --ranks 3 --sizes ...\` first"
-# the GPU benchmark's script parses
+# the GPU benchmark's script parses, and its tables read tune's output (the
+# fixture's exhaustive and pruned runs at three sizes, TABLES_ONLY=1)
 if sh -n bench/tune.sh 2>"$TMP/err"; then ok; else bad "bench/tune.sh: $(err1)"; fi
+bw=$TMP/bench-work
+rm -rf "$bw"
+mkdir -p "$bw/runs"
+: >"$bw/times.txt"
+for m in exhaustive pruned; do
+    opt=
+    [ $m = exhaustive ] && opt=--exhaustive
+    COCONET_TUNE_FAKE=$fixture coco tune examples/adam.coco --ranks 4 --sizes N=2^20,2^24,2^28 $opt
+    cp "$TMP/out" "$bw/runs/adam.$m.txt"
+    echo "$m adam 0.5 $rc $(grep '^tune: ' "$TMP/out")" >>"$bw/times.txt"
+done
+echo "warm lamb - SKIPPED" >>"$bw/times.txt"
+WORK=$bw OUT=$TMP/bench-out TABLES_ONLY=1 OPT=adam sh bench/tune.sh >"$TMP/out" 2>"$TMP/err"
+rc=$?
+why=
+tune_expect "bench tables: a tune's time and where it went" "^\| exhaustive \| adam \| 0.5 \| 0 \| 5 \| 0.0 s \(from the cache\) \| 0.0 s \| 0.0 s \(2 launches\) \| 0.0 s \(3 launches\) \|$"
+tune_expect "bench tables: a skipped part" "^\| warm \| lamb \| - \| SKIPPED \|"
+tune_expect "bench tables: pruning against exhaustive" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl \| 0.0 % \| yes \| 39 of 59 candidates in 2 launches \| paper/nccl \(1.000 x best\) \|$"
+tune_expect "bench tables: the tuned choice against the best fixed one" "^\| adam \| N=1048576 \| 0.0400 ms \| paper/nccl: 0.0400 ms \| fuse_RS_Opt_AG_4/push: 0.0560 ms \| 0.714 \|$"
 unset COCONET_CACHE
 group_end

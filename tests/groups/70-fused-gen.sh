@@ -201,4 +201,34 @@ done
 want=$(grep -v '^#' tests/gen/overlap.expect)
 if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
 else bad "chunked MatMuls (tests/gen/overlap.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
+
+# Linear indices (emit_cuda.h, e->lin): every elementwise kernel that needs
+# its elements' coordinates has an instance without them (LIN), launched
+# when coco_lin_bcast / coco_lin_global allow, and every fused kernel that
+# needs them takes the same choice as a run-time `lin`; one rank's bare
+# AllReduce into a workspace value is its operand's buffer (no kernel).
+for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
+    rm -rf "$TMP/lin"
+    coco gen "$f" -o "$TMP/lin" --ranks 1 --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    cu=$(ls "$TMP"/lin/*.cu | head -n 1)
+    coords=$(awk '/^template <int V, int LIN>$/ { k = 1 } k && /coco_coords\(it, i0, c\)/ { n++; k = 0 }
+                  /^}$/ { k = 0 } END { print n + 0 }' "$cu")
+    guarded=$(grep -c '^        if (!LIN)$' "$cu")
+    lin_launches=$(grep -c '^            v[0-9]*_k[0-9]*<[0-9]*, 1><<<' "$cu")
+    fused_coords=$(awk '/^__global__ void __launch_bounds__\(512, 2\) v[0-9]+_f[0-9]+(_b)?\(/ { k = 1 }
+                        k && /coco_coords\(it, i0, c\)/ { n++; k = 0 } /^}$/ { k = 0 } END { print n + 0 }' "$cu")
+    fused_lin=$(grep -c '^    const int LIN = lin;$' "$cu")
+    if [ "$coords" -gt 0 ] && [ "$guarded" -ge "$coords" ] && [ "$lin_launches" -eq "$coords" ] &&
+        [ "$fused_lin" -eq "$fused_coords" ]; then ok
+    else bad "$f: $coords elementwise kernels with coordinates, $guarded guarded by LIN, $lin_launches LIN launches; $fused_coords fused kernels with coordinates, $fused_lin with LIN"; fi
+done
+rm -rf "$TMP/lin"
+coco gen examples/self_attention.coco -o "$TMP/lin" --ranks 1 --all-schedules
+cu=$(ls "$TMP"/lin/*.cu | head -n 1)
+aliases=$(awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
+               /^        if \(G_WORLD == 1\) \{$/ { getline l; if (l ~ /^            b[0-9]+ = b[0-9]+;$/) print v }' "$cu" |
+          paste -sd, -)
+want=program,MM_AR_C,MM_RS_AG_C,MM_AR_AG_C,MM_fuse_RS_AG_C,MM_ol_RS_AG_C,MM_AR_C_AG
+if [ "$aliases" = "$want" ]; then ok; else bad "one-rank AllReduce aliases in self_attention: got '$aliases', expected '$want'"; fi
 group_end

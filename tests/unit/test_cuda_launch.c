@@ -8,7 +8,8 @@
  * says): build then cache, fork, NCCL id exchange, reports, and a rank that
  * computes wrong, crashes, fails, hangs, is of another ABI, writes past a
  * buffer (guard bytes) or gives other bits when run again; and the same
- * with no CPU reference (--reference none); the roofline table, the
+ * with no CPU reference (--reference none); each variant's own knobs
+ * reaching the runtime in one launch; the roofline table, the
  * machine limits' cache, and --breakdown's table with the stand-in's fake
  * figures and times.
  * Run from the repository root. Prints one "group: N passed, M failed" line
@@ -623,6 +624,98 @@ static void test_launch_too_large(char *out, size_t len)
           "too large for the host, --reference none: refused before the build");
 }
 
+/* Each variant's own knobs reach the runtime, for its runs alone: one
+ * launch runs the program under two knob sets (as `coconet tune` times a
+ * variant's knob sets) and the schedule with the environment's; the
+ * stand-in logs what each run got (FAKE_RT_KNOBS), and the report names
+ * each row as given ("program/twoshot"). The code is the cached build of
+ * tests/gpu/host.cu. */
+static void test_launch_knobs(void)
+{
+    char err[4096], log[600];
+    coco_config cfg = {NULL, 0, 2, 0};
+    Program *p = coco_load_file("tests/gpu/host.coco", &cfg, err, sizeof err);
+    int nv = 0;
+    Program **v = p ? cuda_variants(p, NULL, &nv, err, sizeof err) : NULL;
+    CudaBuild b;
+    size_t n;
+    char *src = cuda_source(NULL, 0, "tests/gpu/host.cu", &n, err, sizeof err);
+    int built = v && nv == 2 && src && !cuda_build_setup(&b, 60, err, sizeof err) &&
+                !cuda_build(&b, src, n, err, sizeof err);
+    free(src);
+    check(built && b.cached, "knobs: the host code is in the cache");
+    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 3, .timeout_s = 30};
+    CudaJob job;
+    if (!built || cuda_job_prepare(&job, v, nv, &o, err, sizeof err)) {
+        printf("  knobs: %s\n", err);
+        check(0, "knobs: the job is prepared");
+        return;
+    }
+    snprintf(job.so, sizeof job.so, "%s", b.so);
+    cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
+    check(job.v[0].fused_algo == -1 && job.v[0].overlap_chunks == -1 &&
+              !strcmp(job.v[1].entry, "fused"),
+          "knobs: a run's variants take the environment's knobs, under their own names");
+    CudaVariant three[3] = {job.v[0], job.v[0], job.v[1]};
+    three[0].name = "program/twoshot";
+    three[0].fused_algo = 2;
+    three[0].overlap_chunks = 0;
+    three[1].name = "program/chunks4";
+    three[1].fused_algo = 0;
+    three[1].overlap_chunks = 4;
+    CudaJob view = job;
+    view.v = three;
+    view.nv = 3;
+    snprintf(log, sizeof log, "%s/knobs.log", tmpdir);
+    unlink(log);
+    setenv("FAKE_RT_KNOBS", log, 1);
+    setenv("FAKE_RT_MODE", "ok", 1);
+    Report rep;
+    report_init(&rep, 2, 3);
+    cuda_launch(&view, &rep);
+    unsetenv("FAKE_RT_KNOBS");
+    unsetenv("FAKE_RT_MODE");
+    int passed = 0;
+    for (int i = 0; i < 3; i++) {
+        RankRow all;
+        passed += report_passed(report_verdict(&view, &rep, i, &all));
+    }
+    check(passed == 3, "knobs: the three runs of one launch pass");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    report_print(&view, &rep, mem);
+    fclose(mem);
+    check(text && strstr(text, "\nprogram/twoshot          bitwise ") &&
+              strstr(text, "\nprogram/chunks4          bitwise ") &&
+              strstr(text, "\nfused                    bitwise "),
+          "knobs: the report names each run with its knobs");
+    free(text);
+    report_free(&rep);
+    FILE *f = fopen(log, "r");
+    char got[4096] = "";
+    size_t k = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    got[k] = 0;
+    if (f)
+        fclose(f);
+    for (int r = 0; r < 2; r++) {
+        char want[3][64], msg[160];
+        snprintf(want[0], sizeof want[0], "rank %d program fused 2 chunks 0\n", r);
+        snprintf(want[1], sizeof want[1], "rank %d program fused 0 chunks 4\n", r);
+        snprintf(want[2], sizeof want[2], "rank %d fused fused -1 chunks -1\n", r);
+        for (int i = 0; i < 3; i++) {
+            snprintf(msg, sizeof msg, "knobs: the runtime got '%.*s'", (int)strlen(want[i]) - 1,
+                     want[i]);
+            check(strstr(got, want[i]) != NULL, msg);
+        }
+    }
+    cuda_job_free(&job);
+    for (int i = 1; i < nv; i++)
+        program_free(v[i]);
+    free(v);
+    coco_program_free(p);
+}
+
 static void test_launch(void)
 {
     char cwd[1024], rt[1200], cache[512];
@@ -723,6 +816,7 @@ static void test_launch(void)
     check(now_s() - t0 < 30, "at once, not after the time limit");
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
+    test_launch_knobs();
     test_launch_unchecked(out, sizeof out);
     test_launch_die(out, sizeof out);
     test_launch_too_large(out, sizeof out);
