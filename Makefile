@@ -77,8 +77,10 @@ build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a $(HDR) 
 	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
 
 # The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
-RT_OBJ := build/rt/cuda_child.o build/rt/slab.o build/rt/run.o build/rt/limits.o build/rt/breakdown.o
-build/rt/%.o: rt/%.c rt/rt_internal.h include/coconet_rt.h include/coconet_cuda.h | build
+RT_OBJ := build/rt/cuda_child.o build/rt/slab.o build/rt/run.o build/rt/limits.o build/rt/breakdown.o \
+          build/rt/session.o
+build/rt/%.o: rt/%.c rt/rt_internal.h include/coconet_rt.h include/coconet_cuda.h \
+              include/coconet_session.h | build
 	@mkdir -p build/rt
 	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
 
@@ -93,7 +95,8 @@ build/cuda.conf: FORCE | build
 
 # A stand-in runtime without CUDA, for the launcher's tests on machines
 # without a GPU (tests/unit/test_cuda_launch.c).
-build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/coconet_cuda.h | build
+build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/coconet_cuda.h \
+                          include/coconet_session.h | build
 	@mkdir -p build/fake
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 

@@ -81,6 +81,19 @@ int coco_num_inputs(const coco_program *p);
 const char *coco_input_name(const coco_program *p, int i);
 int coco_num_outputs(const coco_program *p);
 const char *coco_output_name(const coco_program *p, int i);
+/* Execute input i: a Scalar (1) or not (0); a scattered tensor's members:
+ * their number (0: not scattered; -1: no input i) and, up to max of them,
+ * each one's element count */
+int coco_input_is_scalar(const coco_program *p, int i);
+int coco_input_members(const coco_program *p, int i, long *count, int max);
+/* The ranks of each GROUP when the program uses GROUP (its communicator
+ * over them is coco_cuda_ctx.group), else 0 */
+int coco_program_group_size(const coco_program *p);
+/* The program's sizes, in the order generated code takes them
+ * (coco_cuda_args.size): how many, each one's name and bound value */
+int coco_num_sizes(const coco_program *p);
+const char *coco_size_name(const coco_program *p, int i);
+long coco_size_value(const coco_program *p, int i);
 
 /* A tensor as one rank holds it. Data are doubles holding values exactly
  * representable in the tensor's element type. */
@@ -213,6 +226,29 @@ typedef struct {
 } coco_cuda_options;
 int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *err,
                   size_t errlen);
+/* The shared object of the program and one schedule, built with nvcc as
+ * coco_run_cuda builds it (the same source, toolchain and cache; nothing
+ * is run): schedule NULL or "program" for the program alone, "tuned" for
+ * the tuning record's choice (coco_tuned), in the object of every variant
+ * that `coconet tune` built and `run --schedule tuned` finds, else a
+ * schedule's name (the object of the program and that schedule). Its
+ * path goes to so; the variant's entry-point name ("program" or the
+ * schedule's) to variant; the knob setting the tuned choice needs
+ * ("COCONET_FUSED=push", or "") to knobs, and a note when the sizes were
+ * not tuned themselves to note. cuda_source: build this .cu file instead
+ * of generating one (NULL: generate). A build says so on stderr when it
+ * begins (it takes minutes). 0, or -1 with a message. */
+typedef struct {
+    const char *schedule;
+    const char *cuda_source;
+    double timeout_s;        /* for nvcc (0: 600 s) */
+    const char *nccl_home;   /* build against the NCCL under this prefix (include/,
+                                lib/): the one the calling process loaded; NULL:
+                                the runtime's (build/cuda.conf) */
+    char *so, *variant, *knobs, *note; /* outputs, of the lengths below */
+    size_t solen, variantlen, knobslen, notelen;
+} coco_cuda_build;
+int coco_build_cuda(coco_program *p, coco_cuda_build *b, char *err, size_t errlen);
 /* 1 when the CUDA runtime is built and nranks GPUs are visible (checked
  * without touching CUDA: the driver's /proc files); 0 when it is not built
  * or too few GPUs are shown; -1 when built but the GPUs cannot be counted

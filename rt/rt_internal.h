@@ -115,6 +115,12 @@ RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
 RT_INTERNAL int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what);
 RT_INTERNAL int wait_streams(CocoRt *rt, const char *what); /* both streams */
 
+/* ---- opening, shared with sessions (cuda_child.c) ---- */
+RT_INTERNAL int rt_select_device(CocoRt *rt, int index); /* index modulo the visible ones */
+/* a generated object, its NCCL version checked against the library loaded */
+RT_INTERNAL int rt_load_so(CocoRt *rt, const char *path, void **so);
+RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c) */
+
 /* ---- one variant's buffers (slab.c) ---- */
 /* the slab, the inputs' pristine copies, outputs poisoned, guards written */
 RT_INTERNAL int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b);

@@ -147,6 +147,41 @@ const char *coco_input_name(const coco_program *p, int i)
     return i >= 0 && i < p->nexec_in ? p->node[p->exec_in[i]].name : NULL;
 }
 
+int coco_input_is_scalar(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nexec_in && p->node[p->exec_in[i]].op == O_SCALAR;
+}
+
+int coco_input_members(const coco_program *p, int i, long *count, int max)
+{
+    if (i < 0 || i >= p->nexec_in)
+        return -1;
+    const Node *n = &p->node[p->exec_in[i]];
+    for (int m = 0; m < n->nmember && m < max; m++)
+        count[m] = n->member[m].n;
+    return n->nmember;
+}
+
+int coco_program_group_size(const coco_program *p)
+{
+    return p->uses_group ? (int)p->group_size : 0;
+}
+
+int coco_num_sizes(const coco_program *p)
+{
+    return p->nsize;
+}
+
+const char *coco_size_name(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nsize ? p->size[i].name : NULL;
+}
+
+long coco_size_value(const coco_program *p, int i)
+{
+    return i >= 0 && i < p->nsize ? p->size[i].value : -1;
+}
+
 int coco_num_outputs(const coco_program *p)
 {
     return p->nexec_out;

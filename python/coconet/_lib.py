@@ -13,6 +13,16 @@ import os
 MAXDIM = 8
 
 
+class CocoCudaBuild(ctypes.Structure):
+    """coco_cuda_build (include/coconet.h)."""
+    _fields_ = [("schedule", ctypes.c_char_p), ("cuda_source", ctypes.c_char_p),
+                ("timeout_s", ctypes.c_double), ("nccl_home", ctypes.c_char_p),
+                ("so", ctypes.c_void_p), ("variant", ctypes.c_void_p),  # writable buffers
+                ("knobs", ctypes.c_void_p), ("note", ctypes.c_void_p),
+                ("solen", ctypes.c_size_t), ("variantlen", ctypes.c_size_t),
+                ("knobslen", ctypes.c_size_t), ("notelen", ctypes.c_size_t)]
+
+
 class CocoConfig(ctypes.Structure):
     _fields_ = [("defines", ctypes.POINTER(ctypes.c_char_p)), ("ndefines", ctypes.c_int),
                 ("nranks", ctypes.c_int), ("group_size", ctypes.c_long)]
@@ -71,6 +81,13 @@ def _declare(lib):
         "coco_run_write": (I, [P, S, I, ctypes.POINTER(ctypes.c_double), L, E, N]),
         "coco_run_execute": (I, [P, E, N]),
         "coco_run_free": (None, [P]),
+        "coco_input_is_scalar": (I, [P, I]),
+        "coco_input_members": (I, [P, I, ctypes.POINTER(L), I]),
+        "coco_num_sizes": (I, [P]),
+        "coco_program_group_size": (I, [P]),
+        "coco_size_name": (S, [P, I]),
+        "coco_size_value": (L, [P, I]),
+        "coco_build_cuda": (I, [P, ctypes.POINTER(CocoCudaBuild), E, N]),
     }
     for name, (res, args) in table.items():
         f = getattr(lib, name)

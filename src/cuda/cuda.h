@@ -212,6 +212,11 @@ Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t
  * them and `run --schedule tuned` (build_all) finds them: one source at
  * every size, so one object in the build cache. NULL with a message. */
 Program **cuda_all_variants(Program *p, int *nv, char *err, size_t errlen);
+/* api_cuda.c: the shared object of the program and schedule `name` (or
+ * "program"), built or found in the cache: o->so and o->variant filled;
+ * with `all`, of every variant (cuda_all_variants: the tuner's object) */
+int cuda_build_variant(coco_program *p, const char *name, int all, const coco_cuda_build *o,
+                       char *err, size_t errlen);
 int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */

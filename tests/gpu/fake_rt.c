@@ -30,7 +30,13 @@
  *
  * It honours the fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h)
  * where its steps stand for the real runtime's: init when it opens, upload
- * as a variant begins, timed before a variant's second run. */
+ * as a variant begins, timed before a variant's second run.
+ *
+ * It also has the session API (include/coconet_session.h) on host memory:
+ * the arena is malloc'd, a call runs the entry point at once, on no stream,
+ * and no rank talks to another (host-only objects have no collectives), so
+ * that the Python package's session layer is tested without a GPU
+ * (tests/python/test_session.py). */
 #define _DEFAULT_SOURCE
 #include <dlfcn.h>
 #include <signal.h>
@@ -41,6 +47,7 @@
 
 #include "coconet_rt.h"
 #include "coconet_cuda.h"
+#include "coconet_session.h"
 
 struct CocoRt {
     int rank, nranks, group_size;
@@ -320,4 +327,148 @@ const CocoRtApi *coco_rt_api(void)
     if (m && !strcmp(m, "abi"))
         api.abi = COCO_RT_ABI + 100;
     return &api;
+}
+
+/* ---- the session API on host memory ---- */
+
+enum { FAKE_MODULES = 16 };
+
+struct coco_session {
+    int rank, nranks, group_size;
+    char *arena;
+    size_t arena_bytes, used;
+    void *so[FAKE_MODULES];
+    int nmodules;
+    char msg[1024];
+};
+
+int coco_session_abi(void)
+{
+    return COCO_SESSION_ABI;
+}
+
+int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, size_t errlen)
+{
+    return unique_id(id, err, errlen);
+}
+
+coco_session *coco_session_open(const coco_session_config *cfg, char *err, size_t errlen)
+{
+    for (int i = 0; i < COCO_SESSION_ID_BYTES; i++)
+        if (cfg->nccl_id[i] != (unsigned char)(i * 7 + 3)) {
+            snprintf(err, errlen, "rank %d: the NCCL id did not arrive intact", cfg->rank);
+            return NULL;
+        }
+    if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks) {
+        snprintf(err, errlen, "rank %d of %d ranks: not a rank of the run", cfg->rank,
+                 cfg->nranks);
+        return NULL;
+    }
+    coco_session *s = calloc(1, sizeof *s);
+    s->rank = cfg->rank;
+    s->nranks = cfg->nranks;
+    s->group_size = cfg->group_size > 0 ? cfg->group_size : cfg->nranks;
+    s->arena_bytes = cfg->arena_bytes ? (cfg->arena_bytes + 511) / 512 * 512 : 1 << 20;
+    s->arena = calloc(1, s->arena_bytes);
+    return s;
+}
+
+int coco_session_load(coco_session *s, const char *so_path, char *err, size_t errlen)
+{
+    void *so = s->nmodules < FAKE_MODULES ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!so) {
+        snprintf(err, errlen, "rank %d: cannot load the generated code: %s", s->rank,
+                 s->nmodules < FAKE_MODULES ? dlerror() : "too many modules");
+        return -1;
+    }
+    s->so[s->nmodules] = so;
+    return s->nmodules++;
+}
+
+int coco_session_output_alias(coco_session *s, int module, int output)
+{
+    if (module < 0 || module >= s->nmodules)
+        return -2;
+    const int *alias = (const int *)dlsym(s->so[module], "coco_output_alias");
+    return alias ? alias[output] : -1;
+}
+
+void *coco_session_alloc(coco_session *s, size_t bytes, char *err, size_t errlen)
+{
+    size_t want = ((bytes ? bytes : 1) + 511) / 512 * 512;
+    if (want > s->arena_bytes - s->used) {
+        snprintf(err, errlen, "rank %d: the arena is full: %zu of its %zu bytes are handed out "
+                 "and %zu more are asked", s->rank, s->used, s->arena_bytes, want);
+        return NULL;
+    }
+    void *p = s->arena + s->used;
+    s->used += want;
+    return p;
+}
+
+void coco_session_arena(const coco_session *s, void **base, size_t *bytes, size_t *used)
+{
+    *base = s->arena;
+    *bytes = s->arena_bytes;
+    *used = s->used;
+}
+
+int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, size_t errlen)
+{
+    char sym[256];
+    snprintf(sym, sizeof sym, "coco_run__%s", a->variant);
+    coco_cuda_run_fn run = a->module >= 0 && a->module < s->nmodules
+                               ? (coco_cuda_run_fn)(size_t)dlsym(s->so[a->module], sym)
+                               : NULL;
+    if (!run) {
+        snprintf(err, errlen, "rank %d: the generated code has no entry point for '%s' "
+                 "(coco_run__%s)", s->rank, a->variant, a->variant);
+        return -1;
+    }
+    a->outside = 0;
+    for (int i = 0; i < a->ninputs; i++) {
+        const char *p = a->input[i];
+        a->outside += p && (p < s->arena || p >= s->arena + s->arena_bytes);
+    }
+    for (int i = 0; i < a->noutputs; i++) {
+        const char *p = a->output[i];
+        a->outside += p && (p < s->arena || p >= s->arena + s->arena_bytes);
+    }
+    coco_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.rank = s->rank;
+    ctx.nranks = s->nranks;
+    ctx.group_size = a->group_size > 0 ? a->group_size : s->group_size;
+    ctx.stream = a->stream;
+    ctx.err = s->msg;
+    ctx.errlen = sizeof s->msg;
+    ctx.fused_algo = a->fused_algo;
+    s->msg[0] = 0;
+    coco_cuda_args args = {a->input, a->scalar, a->output, a->size, a->seed, a->members};
+    if (run(&ctx, &args)) {
+        snprintf(err, errlen, "rank %d: %s: %s", s->rank, a->variant, s->msg);
+        return -1;
+    }
+    return 0;
+}
+
+int coco_session_wait(coco_session *s, void *stream, char *err, size_t errlen)
+{
+    return 0;
+}
+
+void coco_session_describe(const coco_session *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d of %d, a stand-in runtime without GPU, arena %zu bytes "
+             "(host memory)", s->rank, s->nranks, s->arena_bytes);
+}
+
+void coco_session_close(coco_session *s, int abort)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->nmodules; i++)
+        dlclose(s->so[i]);
+    free(s->arena);
+    free(s);
 }

@@ -33,7 +33,12 @@
 #             and bad run-time inputs (more ranks than GPUs, too large, GPU
 #             memory held by another process, two runs at once, another NCCL);
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck at P = 1.
-#             Both in tests/gpu/faults.sh, which says what each row expects.
+#             Both in tests/gpu/faults.sh, which says what each row expects;
+#   torch     coconet.torch under torchrun (tests/gpu/torch.sh: examples vs
+#             run_cpu, the optimizers vs torch's AdamW, RowParallelLinear vs
+#             torch, CUDA graphs), at each P of RANKS; not in the default
+#             PARTS (it needs torch): PARTS="... torch". Its table goes to
+#             OUT.torch.md, one row per P here.
 # Each run checks every output and updated tensor against the CPU reference
 # (and Replicated values across ranks), the guard bytes around every buffer
 # and a repeat run's bits (GUARD, REPEAT rows); the table of every variant (example,
@@ -502,6 +507,19 @@ part_tune() {
 
 # the parts faults and sanitize
 . tests/gpu/faults.sh
+
+# the part torch: tests/gpu/torch.sh, its own table in $OUT.torch.md
+part_torch() {
+    [ "$PREBUILD" = 1 ] && return # torch.sh builds its programs itself, in parallel
+    [ "${BUILD_ONLY:-0}" = 1 ] && return
+    RANKS="$RANKS" sh tests/gpu/torch.sh "$OUT.torch.md" >"$TMP/torch.out" 2>&1
+    rc=$?
+    n=$(grep -c '| PASS |' "$OUT.torch.md")
+    m=$(grep -c '| FAIL |' "$OUT.torch.md")
+    echo "torch (tests/gpu/torch.sh, P in $RANKS): $n checks passed, $m failed: $OUT.torch.md" |
+        tee -a "$OUT"
+    if [ $rc -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
 
 # P beyond the GPUs of this machine cannot run: left out, and said so
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

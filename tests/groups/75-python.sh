@@ -2,7 +2,11 @@
 # tests/python/*.py under pytest, against build/libcoconet.so and the
 # coconet command: loading, schedules, run_cpu on every example and oracle
 # program (each output's hash equal to `coconet run`'s), NumPy inputs, new
-# values of Updated tensors, and errors raised with their positions.
+# values of Updated tensors, and errors raised with their positions; and the
+# GPU path's torch-free layers (tests/python/test_session.py): the ctypes
+# session layer against the stand-in runtime (build/fake/libfake_rt.so, when
+# built with nvcc), argument checks and their messages, the NCCL choice, and
+# coconet.torch's optimizer and layer programs against NumPy's formulas.
 group python
 if ! $PYTHON -c 'import numpy, pytest' 2>/dev/null; then
     $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||

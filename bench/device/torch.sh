@@ -1,0 +1,81 @@
+#!/bin/sh
+# bench/device/torch.sh: coconet.torch on a lent GPU machine (issue 23).
+# Builds coconet (make -j16), then, as PHASES says (default "tests1 testsP optim"):
+#   tests1 tests/gpu/torch.sh at P = 1 (examples vs run_cpu, the optimizers
+#          vs torch's AdamW and LAMB's formula, RowParallelLinear vs torch,
+#          CUDA graphs, and PyTorch's own NCCL);
+#   testsP the same at P (its builds begin in the background with tests1);
+#   optim  bench/torch_optim_step.py at P: coconet.torch.optim.Adam's step
+#          against all_reduce + torch.optim.AdamW(fused=True) on GPT-2 124M's
+#          parameter shapes (its program built in the background from the start).
+# The ranks start with LD_PRELOAD= the runtime's NCCL (tests/gpu/torch.sh
+# says why). Tables under $OUT: torch-tests-p1.md, torch-tests-pP.md,
+# torch-optim.md; logs in
+# torch-logs.tgz; the tables printed last. A first lease builds many
+# programs (nvcc, about 20 for each P): split it over commands on one warm
+# machine, whose build/cache keeps what the ones before built:
+#
+#   COMMIT=<sha> P=2 PHASES=tests1 sh bench/device/torch.sh
+#   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
+#   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
+#
+# Variables: P (1), PHASES, ITERS (20), JOBS (nvcc builds at once, 12),
+# TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
+# COMMIT, DEADLINE (565).
+# shellcheck source=bench/device/lease.sh
+. bench/device/lease.sh
+P=${P:-1}
+PHASES=${PHASES:-tests1 testsP optim}
+JOBS=${JOBS:-12}
+ITERS=${ITERS:-20}
+lease_logs torch-logs
+lease_make
+NCCL_LIB=$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf)
+PRELOAD=${TORCH_PRELOAD-$NCCL_LIB/libnccl.so.2}
+export TORCH_PRELOAD="$PRELOAD" # tests/gpu/torch.sh's too
+export PYTHONPATH="$PWD/python" COCONET_LIB="$PWD/build/libcoconet.so"
+bg=
+case " $PHASES " in *" optim "*)
+    nice -n 10 python3 bench/torch_optim_step.py --build-only --ranks "$P" >"$W/optim-build.log" 2>&1 &
+    ahead=$!
+    bg="$bg $ahead" ;;
+esac
+case " $PHASES " in *" tests1 "*)
+    if [ "$P" != 1 ]; then # P's builds, beside P = 1's run
+        nice -n 10 python3 tests/gpu/torch_check.py --build-only --ranks "$P" --jobs 4 \
+            >"$W/build-p$P.log" 2>&1 &
+        bg="$bg $!"
+    fi
+    RANKS=1 JOBS=$JOBS TIMEOUT=$(left 60) COMMIT=$COMMIT timeout "$(left 30)" \
+        sh tests/gpu/torch.sh "$OUT/torch-tests-p1.md" >"$W/torch-tests-p1.out" 2>&1
+    echo "tests/gpu/torch.sh at P = 1: exit status $?"
+    mv "$OUT/torch-tests-p1.md.log" "$W/" 2>/dev/null ;;
+esac
+case " $PHASES " in *" testsP "*)
+    [ "$P" = 1 ] || {
+        RANKS=$P JOBS=$JOBS TIMEOUT=$(left 60) COMMIT=$COMMIT timeout "$(left 30)" \
+            sh tests/gpu/torch.sh "$OUT/torch-tests-p$P.md" >"$W/torch-tests-p$P.out" 2>&1
+        echo "tests/gpu/torch.sh at P = $P: exit status $?"
+        mv "$OUT/torch-tests-p$P.md.log" "$W/" 2>/dev/null
+    } ;;
+esac
+case " $PHASES " in *" optim "*)
+    wait "$ahead"
+    LD_PRELOAD=$PRELOAD timeout "$(left 10)" python3 -m torch.distributed.run --standalone \
+        --nproc_per_node="$P" bench/torch_optim_step.py --iters "$ITERS" \
+        --out "$OUT/torch-optim.md" >"$W/torch-optim.out" 2>&1
+    echo "bench/torch_optim_step.py: exit status $?" ;;
+esac
+# builds ahead still running at the deadline are stopped (a later command on
+# the same machine finds in the cache what they finished)
+alive() {
+    for p in $bg; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+while [ "$(left 5)" -gt 1 ] && alive; do
+    sleep 2
+done
+for p in $bg; do kill "$p" 2>/dev/null; done
+for f in "$OUT/torch-tests-p1.md" "$OUT/torch-tests-p$P.md" "$OUT/torch-optim.md"; do
+    [ -f "$f" ] && { echo; cat "$f"; }
+done

@@ -1,0 +1,158 @@
+"""bench/torch_optim_step.py: the data-parallel optimizer step on a GPT-2
+124M model's parameter shapes (the 148 tensors of GPT-2 small, the output
+head tied to the token embedding), under torchrun:
+
+  coconet   coconet.torch.optim.Adam: one fuse(RS-Opt-AG) over the parameters
+            and gradients where they lie (scattered tensors in the arena);
+  torch     what DDP + torch.optim.AdamW(fused=True) does at a step: the
+            all_reduce of the gradients (DDP keeps them in flat buckets: one
+            flat buffer here, its best case, and the average taken), then
+            AdamW's fused multi-tensor step.
+
+FP32 parameters, gradients and state. CUDA events around each step, 3
+warm-up steps, the median of ITERS steps, the slowest rank's; the
+optimizer state each rank holds. A markdown table to --out (and stdout).
+
+    torchrun --nproc_per_node=P bench/torch_optim_step.py [--iters 20] [--out FILE]
+    python3 bench/torch_optim_step.py --build-only --ranks P   (its program, into the cache)"""
+import argparse
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
+os.environ.setdefault("COCONET_HOME", ROOT)
+
+
+def gpt2_shapes(V=50257, T=1024, C=768, L=12):
+    """GPT-2's parameters in nn.Module order (transformers' GPT2LMHeadModel;
+    nn.Linear weights, [out, in])."""
+    s = [(V, C), (T, C)]
+    for _ in range(L):
+        s += [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C), (4 * C,),
+              (C, 4 * C), (C,)]
+    return s + [(C,), (C,)]
+
+
+def count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def build_only(ranks):
+    import coconet
+    from coconet import _session as S, programs
+    cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "coconet")
+    path = programs.write(programs.optimizer("adam", [count(s) for s in gpt2_shapes()], "FP32"),
+                          "adam", os.path.join(cache, "torch-programs"))
+    print(S.build(coconet.load(path, ranks=ranks), "paper"), flush=True)
+
+
+def timed(torch, fn, iters):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for i in range(3 + iters):
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        if i >= 3:
+            ms.append(start.elapsed_time(stop))
+    return statistics.median(ms)
+
+
+def main(iters, out):
+    import torch
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    from coconet.torch import optim
+    P = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    shapes = gpt2_shapes()
+    N = sum(count(s) for s in shapes)
+    g = torch.Generator(device="cuda").manual_seed(1 + rank)
+
+    def params():
+        return [torch.nn.Parameter(torch.randn(s, device="cuda", generator=g) * 0.02)
+                for s in shapes]
+
+    # coconet
+    pc = params()
+    opt = optim.Adam(pc, lr=1e-4, weight_decay=0.01)
+    for p in pc:
+        p.grad.copy_(torch.randn(p.shape, device="cuda", generator=g))
+    coco = timed(torch, opt.step, iters)
+    coco_state = sum(st.m.numel() + st.v.numel() for st in opt._coco) * 4
+
+    # torch: flat gradient buckets' all_reduce, then fused AdamW
+    pt = params()
+    flat = torch.randn(N, device="cuda", generator=g)
+    at = 0
+    for p in pt:
+        p.grad = flat[at:at + p.numel()].view(p.shape)
+        at += p.numel()
+    ropt = torch.optim.AdamW(pt, lr=1e-4, weight_decay=0.01, fused=True)
+
+    def allreduce():
+        if dist.is_initialized():
+            dist.all_reduce(flat)
+        flat.div_(P)
+
+    ar = timed(torch, allreduce, iters)
+    adamw = timed(torch, ropt.step, iters)
+    both = timed(torch, lambda: (allreduce(), ropt.step()), iters)
+    torch_state = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel()
+                      for s in ropt.state.values()) * 4
+
+    vals = torch.tensor([coco, ar, adamw, both], device="cuda", dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+    coco, ar, adamw, both = vals.tolist()
+    if rank == 0:
+        dev = torch.cuda.get_device_name()
+        lines = [
+            "# Optimizer step, GPT-2 124M parameter shapes (%d tensors, %d elements), P = %d"
+            % (len(shapes), N, P), "",
+            "%s, torch %s; FP32; median of %d steps after 3, slowest rank; ms." % (
+                dev, torch.__version__, iters), "",
+            "| step | ms | optimizer state on each rank |",
+            "|---|---|---|",
+            "| coconet.torch.optim.Adam (fuse(RS-Opt-AG), scattered) | %.3f | %.1f MiB |"
+            % (coco, coco_state / 2 ** 20),
+            "| all_reduce of the gradients (flat) + average | %.3f | |" % ar,
+            "| torch.optim.AdamW(fused=True).step | %.3f | %.1f MiB |"
+            % (adamw, torch_state / 2 ** 20),
+            "| all_reduce + AdamW (DDP's step) | %.3f | %.1f MiB |"
+            % (both, torch_state / 2 ** 20), "",
+            "Speed-up of coconet over all_reduce + AdamW: %.2f x; its state: 1/%.2f of AdamW's."
+            % (both / coco, torch_state / max(coco_state, 1)), ""]
+        text = "\n".join(lines)
+        print(text, flush=True)
+        if out:
+            with open(out, "w") as f:
+                f.write(text)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out")
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--ranks", type=int, default=1)
+    a = ap.parse_args()
+    if a.build_only:
+        build_only(a.ranks)
+    else:
+        main(a.iters, a.out)

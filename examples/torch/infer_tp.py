@@ -1,0 +1,181 @@
+"""infer_tp.py: tensor-parallel inference of a GPT-2-style model (Megatron-LM's
+layout: attention heads and the MLP's hidden units split over the ranks),
+its row-parallel layers (attention output and MLP output projections, with
+bias and residual) either coconet's RowParallelLinear (one program: the
+MatMul overlapped with a FusedAllReduce that adds bias and residual, the
+`paper` schedule, ol(MM,fuse(RS-C-AG))) or torch.matmul + NCCL all_reduce +
+bias + residual. FP16, eval mode (no dropout), the same weights on both.
+
+    torchrun --nproc_per_node=P examples/torch/infer_tp.py [--batches 1 2 4 8 16]
+        [--seq 1024] [--iters 10] [--schedule paper|fused|program]
+        [--width 768 --layers 12 --heads 12]
+
+Prints, for each batch size, the forward pass's (prefill: B x seq tokens)
+time and tokens per second with each implementation, the speed-up, and how
+far coconet's logits are from torch's (relative to their largest); then the
+row-parallel layer alone at each batch size (attention's, K = width, and the
+MLP's, K = 4 width)."""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
+os.environ.setdefault("COCONET_HOME", ROOT)
+
+import gpt2  # noqa: E402
+
+
+def row(layer, x, resid, impl):
+    """A row-parallel projection with bias and residual."""
+    if impl == "coconet":
+        return layer(x, resid)
+    y = torch.matmul(x, layer.weight)
+    if dist.is_initialized():
+        dist.all_reduce(y)
+    return y + layer.bias + resid
+
+
+class TPBlock(torch.nn.Module):
+    def __init__(self, full, P, rank, heads, schedule, max_tokens):
+        super().__init__()
+        from coconet.torch.nn import RowParallelLinear
+        C = full.c_proj.weight.shape[0]
+        c = C // P
+        self.heads, self.c = heads // P, c
+        self.ln_1, self.ln_2 = full.ln_1, full.ln_2
+        w, b = full.c_attn.weight.data, full.c_attn.bias.data  # [3C, C]: q, k, v rows
+        rows = torch.cat([torch.arange(i * C + rank * c, i * C + (rank + 1) * c) for i in range(3)])
+        self.qkv = torch.nn.Linear(C, 3 * c).to(w.device, w.dtype)
+        self.qkv.weight.data.copy_(w[rows])
+        self.qkv.bias.data.copy_(b[rows])
+        f = full.c_fc.weight.shape[0] // P
+        self.fc = torch.nn.Linear(C, f).to(w.device, w.dtype)
+        self.fc.weight.data.copy_(full.c_fc.weight.data[rank * f:(rank + 1) * f])
+        self.fc.bias.data.copy_(full.c_fc.bias.data[rank * f:(rank + 1) * f])
+        kw = dict(p_drop=0.1, schedule=schedule, max_tokens=max_tokens)
+        self.attn_out = RowParallelLinear.from_full(full.c_proj.weight.data.t().contiguous(),
+                                                    full.c_proj.bias.data, **kw)
+        self.mlp_out = RowParallelLinear.from_full(full.mlp_proj.weight.data.t().contiguous(),
+                                                   full.mlp_proj.bias.data, **kw)
+
+    def forward(self, x, impl):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(self.c, dim=2)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = row(self.attn_out, y.transpose(1, 2).reshape(B, T, self.c), x, impl)
+        h = F.gelu(self.fc(self.ln_2(x)), approximate="tanh")
+        return row(self.mlp_out, h, x, impl)
+
+
+class TPModel(torch.nn.Module):
+    def __init__(self, full, P, rank, heads, schedule, max_tokens):
+        super().__init__()
+        import coconet.torch as ct
+        self.wte, self.wpe, self.ln_f = full.wte, full.wpe, full.ln_f
+        self.h = torch.nn.ModuleList(TPBlock(b, P, rank, heads, schedule, max_tokens)
+                                     for b in full.h)
+        C = full.wte.weight.shape[1]
+        # the residual stream's first value, in the arena, where the fused
+        # collectives reach the peers' copies
+        self.x0 = ct.empty([max_tokens * C], full.wte.weight.dtype)
+
+    def forward(self, idx, impl):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        if impl == "coconet":
+            x = self.x0[:x.numel()].view(x.shape).copy_(x)
+        for b in self.h:
+            x = b(x, impl)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def timed(fn, iters):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for i in range(3 + iters):
+        torch.cuda.synchronize()
+        if dist.is_initialized():
+            dist.barrier()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        if i >= 3:
+            ms.append(s.elapsed_time(e))
+    m = torch.tensor([statistics.median(ms)], device="cuda", dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    return float(m)
+
+
+def main(a):
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    P = dist.get_world_size() if dist.is_initialized() else 1
+    torch.manual_seed(a.seed)
+    cfg = dict(gpt2.GPT2_SMALL, ctx=max(a.seq, 1024), width=a.width, layers=a.layers,
+               heads=a.heads)
+    full = gpt2.GPT(**cfg).cuda().half().eval()
+    max_tokens = max(a.batches) * a.seq
+    model = TPModel(full, P, rank, a.heads, a.schedule, max_tokens).eval()
+    del full.h
+    say = print if rank == 0 else (lambda *x, **k: None)
+    say("GPT-2-style model: width %d, %d layers, %d heads; P = %d; FP16; seq %d; schedule %s; %s"
+        % (a.width, a.layers, a.heads, P, a.seq, a.schedule, torch.cuda.get_device_name()))
+    say("| batch | torch ms | coconet ms | torch tokens/s | coconet tokens/s | speed-up | "
+        "logits rel. diff |")
+    say("|---|---|---|---|---|---|---|")
+    g = torch.Generator(device="cpu").manual_seed(a.seed)
+    with torch.no_grad():
+        for B in a.batches:
+            idx = torch.randint(0, cfg["vocab"], (B, a.seq), generator=g).cuda()
+            ref = model(idx, "torch").float()
+            got = model(idx, "coconet").float()
+            diff = float((got - ref).abs().max() / ref.abs().max())
+            t_torch = timed(lambda: model(idx, "torch"), a.iters)
+            t_coco = timed(lambda: model(idx, "coconet"), a.iters)
+            tok = B * a.seq
+            say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e |"
+                % (B, t_torch, t_coco, tok / t_torch * 1e3, tok / t_coco * 1e3,
+                   t_torch / t_coco, diff), flush=True)
+        say("\nThe row-parallel layer alone (first block's), ms:")
+        say("| batch | layer | K | torch | coconet | speed-up |")
+        say("|---|---|---|---|---|---|")
+        blk = model.h[0]
+        for B in a.batches:
+            r = model.x0[:B * a.seq * a.width].view(B, a.seq, a.width)
+            for name, layer in (("attention out", blk.attn_out), ("MLP out", blk.mlp_out)):
+                x = torch.randn(B, a.seq, layer.weight.shape[0], device="cuda",
+                                dtype=torch.float16)
+                tt = timed(lambda: row(layer, x, r, "torch"), a.iters)
+                tc = timed(lambda: row(layer, x, r, "coconet"), a.iters)
+                say("| %d | %s | %d | %.3f | %.3f | %.2f x |"
+                    % (B, name, layer.in_features, tt, tc, tt / tc), flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--schedule", default="paper", choices=["paper", "fused", "program"])
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=1)
+    main(ap.parse_args())

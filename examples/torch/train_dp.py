@@ -1,0 +1,219 @@
+"""train_dp.py: data-parallel training of a GPT-2-style model (124M
+parameters at the default sizes, examples/torch/gpt2.py) on a generated
+corpus, with coconet's fused optimizer or PyTorch's:
+
+  --optimizer coconet       coconet.torch.optim.Adam: no DDP; each step one
+                            fuse(RS-Opt-AG) over the gradients where autograd
+                            left them (in coconet's arena), 1/P of the state
+  --optimizer torch         DDP (gradient all_reduce in buckets, overlapped with
+                            the backward) + torch.optim.AdamW(fused=True)
+  --optimizer coconet-lamb  coconet.torch.optim.LAMB
+  --optimizer torch-lamb    DDP + LAMB written with torch ops (examples/lamb.coco's
+                            formula, one trust ratio over all the parameters)
+
+    torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
+        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--log FILE.csv]
+    python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
+    torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
+
+Prints, per step, the loss (mean over the ranks), the step's time and the
+optimizer's time (CUDA events: coconet's step includes its gradient
+reduction; torch's AdamW step does not, DDP reduces during the backward).
+The same seeds give both runs the same initial weights and batches."""
+import argparse
+import csv
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
+os.environ.setdefault("COCONET_HOME", ROOT)
+
+import gpt2  # noqa: E402
+
+
+class TorchLAMB(torch.optim.Optimizer):
+    """examples/lamb.coco's LAMB in torch ops: Adam's moments, u = m^/(sqrt(v^)
+    + eps) + wd p, one trust ratio ||p|| / ||u|| over all the parameters (1
+    where either is 0), p -= lr ratio u."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for pg in self.param_groups:
+            ps = [p for p in pg["params"] if p.grad is not None]
+            b1, b2 = pg["betas"]
+            us = []
+            for p in ps:
+                s = self.state[p]
+                if not s:
+                    s["step"], s["m"], s["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                s["step"] += 1
+                t = s["step"]
+                s["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
+                s["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                us.append((s["m"] / (1 - b1 ** t)) / ((s["v"] / (1 - b2 ** t)).sqrt() + pg["eps"])
+                          + pg["weight_decay"] * p)
+            r1 = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p) for p in ps]))
+            r2 = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(u) for u in us]))
+            ratio = torch.where((r1 > 0) & (r2 > 0), r1 / r2, torch.ones_like(r1))
+            for p, u in zip(ps, us):
+                p.sub_(pg["lr"] * ratio * u)
+
+
+def setup():
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    P = dist.get_world_size() if dist.is_initialized() else 1
+    return rank, P
+
+
+def build(args, P):
+    torch.manual_seed(args.seed)
+    cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
+    if args.small:
+        cfg.update(width=256, layers=4, heads=4)
+    model = gpt2.GPT(**cfg).cuda()
+    lamb = args.optimizer.endswith("lamb")
+    if args.optimizer.startswith("coconet"):
+        from coconet.torch import optim
+        cls = optim.LAMB if lamb else optim.Adam
+        opt = cls(model.parameters(), lr=args.lr, weight_decay=args.wd)
+        return model, model, opt
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
+    opt = (TorchLAMB(model.parameters(), lr=args.lr, weight_decay=args.wd) if lamb else
+           torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd, fused=True))
+    return model, ddp, opt
+
+
+def train(args):
+    rank, P = setup()
+    model, net, opt = build(args, P)
+    vocab = model.wte.weight.shape[0]
+    data = gpt2.corpus(args.tokens, vocab, seed=args.seed)
+    amp = args.amp == "bf16"
+    nparam = sum(p.numel() for p in model.parameters())
+    if rank == 0:
+        print("model: %d parameters; optimizer %s; P = %d, micro-batch %d x %d tokens, %s"
+              % (nparam, args.optimizer, P, args.batch, args.seq,
+                 "bf16 autocast" if amp else "fp32"), flush=True)
+    rows = []
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    for step in range(1, args.steps + 1):
+        x, y = gpt2.batches(data, args.batch, args.seq, rank, P, step)
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        ev[0].record()
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            logits = net(x)
+        loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
+        loss.backward()
+        ev[1].record()
+        opt.step()
+        ev[2].record()
+        ev[2].synchronize()
+        l = loss.detach()
+        if dist.is_initialized():
+            dist.all_reduce(l)
+        l = float(l) / P
+        step_ms, opt_ms = ev[0].elapsed_time(ev[2]), ev[1].elapsed_time(ev[2])
+        rows.append((step, l, step_ms, opt_ms))
+        if rank == 0 and (step <= 5 or step % args.every == 0 or step == args.steps):
+            print("step %4d  loss %.6f  step %.2f ms  optimizer %.2f ms" % (step, l, step_ms,
+                                                                            opt_ms), flush=True)
+    if rank == 0:
+        tail = rows[len(rows) // 4:] or rows
+        med = lambda k: sorted(r[k] for r in tail)[len(tail) // 2]  # noqa: E731
+        print("median over steps %d..%d: step %.2f ms, optimizer %.2f ms; peak memory %.2f GiB"
+              % (tail[0][0], tail[-1][0], med(2), med(3),
+                 torch.cuda.max_memory_allocated() / 2 ** 30), flush=True)
+        if args.log:
+            with open(args.log, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["step", "loss", "step_ms", "optimizer_ms"])
+                w.writerows(rows)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def max_batch(args):
+    """The largest micro-batch (doubling, then bisecting) whose training step
+    fits in the GPU's memory with this optimizer; a step of each."""
+    rank, P = setup()
+    model, net, opt = build(args, P)
+    vocab = model.wte.weight.shape[0]
+    data = gpt2.corpus(max(args.tokens, 64 * args.seq), vocab, seed=args.seed)
+
+    def fits(b):
+        ok = torch.ones(1, device="cuda")
+        try:
+            x, y = gpt2.batches(data, b, args.seq, rank, P, 1)
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+                loss = F.cross_entropy(net(x.cuda()).float().view(-1, vocab), y.cuda().view(-1))
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+        except torch.cuda.OutOfMemoryError:
+            ok.zero_()
+        torch.cuda.empty_cache()
+        if dist.is_initialized():
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        return bool(ok.item())
+
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if rank == 0:
+        print("largest micro-batch with %s at seq %d: %d" % (args.optimizer, args.seq, lo))
+
+
+def compare(a, b):
+    def read(path):
+        with open(path) as f:
+            return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
+    la, lb = read(a), read(b)
+    steps = sorted(set(la) & set(lb))
+    worst = max(abs(la[s] - lb[s]) / abs(lb[s]) for s in steps)
+    at = max(steps, key=lambda s: abs(la[s] - lb[s]) / abs(lb[s]))
+    print("%d steps compared: largest relative loss difference %.3e (step %d: %.6f vs %.6f)%s"
+          % (len(steps), worst, at, la[at], lb[at], "" if worst <= 1e-3 else "  > 1e-3"))
+    return 0 if worst <= 1e-3 else 1
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--optimizer", default="coconet",
+                    choices=["coconet", "torch", "coconet-lamb", "torch-lamb"])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--amp", default="bf16", choices=["bf16", "none"])
+    ap.add_argument("--tokens", type=int, default=1 << 21, help="corpus size")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--every", type=int, default=10, help="print every this many steps")
+    ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model (quick runs)")
+    ap.add_argument("--log", help="CSV of step, loss, step_ms, optimizer_ms (rank 0)")
+    ap.add_argument("--max-batch", action="store_true")
+    ap.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
+    a = ap.parse_args()
+    if a.compare:
+        sys.exit(compare(*a.compare))
+    max_batch(a) if a.max_batch else train(a)

@@ -1,0 +1,355 @@
+"""coconet.torch: coconet programs called on PyTorch tensors, under torchrun.
+
+    import torch, torch.distributed as dist, coconet.torch as ct
+    dist.init_process_group("nccl"); torch.cuda.set_device(local_rank)
+    f = ct.compile("examples/adam.coco", schedule="paper", sizes={"N": 1 << 20})
+    p = ct.empty(f.spec.input("p").shape, torch.float32)   # in the arena
+    ...
+    f(g=g, p=p, m=m, v=v, lr=1e-3, t=1.0)                  # p, m, v updated in place
+
+One session per process group (rank 0's NCCL unique id broadcast with
+torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
+arena, a symmetric NCCL window from which ct.empty hands out tensors. A
+compiled callable takes tensors by name, checks each one's element type,
+shape (as this rank holds it), device and contiguity (an error names the
+tensor, what was expected and what was given), enqueues the variant on
+torch.cuda.current_stream() with no host synchronisation, updates Updated
+tensors in place and returns its outputs in tensors of the arena, made once
+and reused by every call (copy them to keep a value past the next call).
+
+Tensors outside the arena are used where they lie: the fused collectives
+then take their NCCL path (a warning says so once); every rank must pass
+its tensors alike (all in the arena, or none), or the ranks take different
+paths and hang (include/coconet_session.h says why there is no copy).
+
+CUDA graphs: a call enqueues only kernels, NCCL and cuBLASLt calls on the
+current stream (and on a side stream joined by events), so it can be
+captured, once a first call with the same sizes has made its workspace and
+tables (a call during capture before that is refused). Two limits: the seed
+of Dropout is fixed at capture (every replay draws the same masks), and a
+variant that overlaps a MatMul with a collective (schedules with overlap)
+passes each launch a new epoch for its chunk flags, which a replay would
+repeat: capturing one is refused.
+
+Which NCCL: PyTorch loads its own libnccl.so.2 (2.28.9 in torch 2.11's
+wheels) when imported; the runtime and the generated code, loaded after it,
+bind to that library by its soname whatever their rpath says. NCCL's device
+API has no ABI promise across versions, so the generated code must be built
+with the headers of the library loaded: coconet.torch finds it in the
+process, and builds against its own headers when they are next to it
+(prefix/include with nccl_device.h, as NVIDIA's wheel ships them), else
+against the runtime's (build/cuda.conf) when the versions agree, else it
+stops and says to start the script with LD_PRELOAD=<the runtime's
+libnccl.so.2>, so that PyTorch and coconet share one NCCL."""
+import fcntl
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from .. import CocoError, load
+from .. import _session as S
+
+__all__ = ["CocoError", "Compiled", "compile", "empty", "zeros", "to_arena", "in_arena",
+           "session"]
+
+TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
+               "FP64": torch.float64}
+TYPE_NAMES = {v: k for k, v in TORCH_TYPES.items()}
+DEFAULT_ARENA = 4 << 30
+
+
+# ---- sessions, one per process group ----
+
+class _Group:
+    """A process group's session: its rank, size and device, and its arena."""
+
+    def __init__(self, group, arena_bytes):
+        if dist.is_available() and dist.is_initialized():
+            self.rank, self.nranks = dist.get_rank(group), dist.get_world_size(group)
+        elif group is not None:
+            raise CocoError("coconet.torch: a process group was given but torch.distributed "
+                            "is not initialised")
+        else:
+            self.rank, self.nranks = 0, 1
+        self.group = group
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.runtime = S.Runtime()
+        self.nccl_home = S.nccl_setup(self.runtime.path)
+        nccl_id = self._unique_id()
+        env = os.environ.get("COCONET_ARENA_BYTES")
+        if arena_bytes is None:
+            arena_bytes = int(env) if env else DEFAULT_ARENA
+        self.session = S.Session(self.runtime, self.rank, self.nranks, self.device.index,
+                                 nccl_id, arena_bytes=arena_bytes)
+
+    def _unique_id(self):
+        """Rank 0's NCCL unique id, on every rank (torch.distributed.broadcast)."""
+        uid = self.runtime.unique_id() if self.rank == 0 else bytes(S.ID_BYTES)
+        if self.nranks == 1:
+            return uid
+        backend = dist.get_backend(self.group)
+        dev = self.device if backend == "nccl" else torch.device("cpu")
+        t = torch.tensor(list(uid), dtype=torch.uint8, device=dev)
+        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        dist.broadcast(t, src=src, group=self.group)
+        return bytes(t.cpu().tolist())
+
+
+_groups = {}
+
+
+def session(group=None, arena_bytes=None):
+    """The coconet session of a process group (None: the default group),
+    opened at its first use; arena_bytes (default COCONET_ARENA_BYTES, else
+    4 GiB) applies to that first use only."""
+    key = id(group) if group is not None else None
+    g = _groups.get(key)
+    if g is None:
+        g = _groups[key] = _Group(group, arena_bytes)
+    elif arena_bytes is not None and (int(arena_bytes) + 511) // 512 * 512 != g.session.arena()[1]:
+        raise CocoError("coconet.torch: the session of this group is already open with an "
+                        "arena of %d bytes; arena_bytes applies to its first use only"
+                        % g.session.arena()[1])
+    return g
+
+
+# ---- tensors in the arena ----
+
+class _ArenaBlock:
+    """Arena memory as __cuda_array_interface__ bytes, for torch.as_tensor
+    (no copy; torch keeps this object alive with the tensor)."""
+
+    def __init__(self, ptr, nbytes):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
+def empty(shape, dtype, group=None):
+    """A tensor of the arena (contiguous, on this rank's GPU); collective:
+    every rank of the group makes the same ones in the same order. Arena
+    memory is given back only when the process ends."""
+    g = session(group)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list, torch.Size))
+                                   else (shape,)))
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    ptr = g.session.alloc(max(nbytes, 1))
+    raw = torch.as_tensor(_ArenaBlock(ptr, max(nbytes, 1)), device=g.device)
+    if raw.data_ptr() != ptr:  # torch copied it: the tensor would not be in the arena
+        raise CocoError("coconet.torch: torch.as_tensor copied arena memory at 0x%x (to 0x%x, "
+                        "%s) instead of wrapping it" % (ptr, raw.data_ptr(), raw.device))
+    return raw[:nbytes].view(dtype).view(shape)
+
+
+def zeros(shape, dtype, group=None):
+    t = empty(shape, dtype, group)
+    t.zero_()
+    return t
+
+
+def to_arena(t, group=None):
+    """A copy of t in the arena."""
+    out = empty(t.shape, t.dtype, group)
+    out.copy_(t)
+    return out
+
+
+def in_arena(t, group=None):
+    g = session(group)
+    return g.session.in_arena(t.data_ptr(), t.numel() * t.element_size())
+
+
+# ---- building: one rank of a machine at a time ----
+
+def _cache_dir():
+    c = os.environ.get("COCONET_CACHE")
+    if c:
+        return c
+    x = os.environ.get("XDG_CACHE_HOME")
+    return os.path.join(x, "coconet") if x else os.path.join(os.path.expanduser("~"), ".cache",
+                                                               "coconet")
+
+
+def _build_locked(prog, schedule, nccl_home):
+    """S.build under a lock file in the cache: the first rank of a machine
+    builds, the others then find the object in the cache (no collective
+    waits on nvcc's minutes)."""
+    d = _cache_dir()
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "torch-build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return S.build(prog, schedule, nccl_home=nccl_home)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class Compiled:
+    """A program variant callable on torch tensors (see the module's
+    documentation). Attributes: spec (S.VariantSpec: each argument's type
+    and shape on this rank), variant, so (the shared object), note."""
+
+    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0, _base=None):
+        self.group = _base.group if _base else session(group)
+        g = self.group
+        self.path = str(path)
+        self.sizes = dict(sizes or {})
+        self.program = load(self.path, sizes=sizes, ranks=g.nranks)
+        if _base is None:
+            built = _build_locked(self.program, schedule, g.nccl_home)
+            if built.note:
+                warnings.warn("coconet.torch: " + built.note)
+            self.so, self.variant, self.note = built.so, built.variant, built.note
+            self._knobs = S.parse_knobs(built.knobs)
+            self.module = g.session.load(self.so)
+            self._shapes = {}
+        else:  # the same object at other sizes: generated code takes sizes at run time
+            self.so, self.variant, self.note = _base.so, _base.variant, _base.note
+            self._knobs, self.module, self._shapes = _base._knobs, _base.module, _base._shapes
+        self.spec = S.VariantSpec(self.program, self.variant, g.rank)
+        self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
+        self._overlap = S.uses_overlap(self.path, self.variant)
+        self._seed = int(seed)
+        self._warm = False
+        self._warned = False
+        self._outputs = None  # made in the arena at the first call that needs them
+
+    def at(self, sizes):
+        """The same variant at other sizes (no new build: the generated code
+        takes its sizes at run time), kept for later calls with them."""
+        key = tuple(sorted(dict(self.sizes, **sizes).items()))
+        c = self._shapes.get(key)
+        if c is None:
+            c = self._shapes[key] = Compiled(self.path, sizes=dict(key), _base=self,
+                                             seed=self._seed)
+        return c
+
+    def __repr__(self):
+        return "<coconet.torch.Compiled %s [%s] rank %d of %d>" % (
+            self.path, self.variant, self.group.rank, self.group.nranks)
+
+    def _tensor(self, spec, t, member=None):
+        if not isinstance(t, torch.Tensor):
+            raise CocoError("input '%s' of '%s' (rank %d): expected %s; given %s"
+                            % (spec.name, self.variant, self.group.rank, self.spec.expect(spec),
+                               type(t).__name__))
+        self.spec.check_tensor(spec, TYPE_NAMES.get(t.dtype, str(t.dtype)), tuple(t.shape),
+                               t.is_contiguous(), t.device == self.group.device, str(t.device),
+                               member)
+        return t.data_ptr()
+
+    def _set(self, i, spec, value):
+        c = self._call
+        if spec.kind == "scalar":
+            if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)):
+                raise CocoError("input '%s' of '%s' (rank %d): expected a number (a Python "
+                                "int or float: a tensor would need a host sync); given %s"
+                                % (spec.name, self.variant, self.group.rank,
+                                   type(value).__name__))
+            c.scalars[i] = float(value)
+        elif spec.kind == "scattered":
+            if not isinstance(value, (list, tuple)):
+                raise CocoError("input '%s' of '%s' (rank %d): expected %s; given %s"
+                                % (spec.name, self.variant, self.group.rank,
+                                   self.spec.expect(spec), type(value).__name__))
+            self.spec.check_members(spec, len(value))
+            arr = c.member_arrays[i]
+            for k, t in enumerate(value):
+                arr[k] = self._tensor(spec, t, k)
+            c.inputs[i] = arr[0] if len(value) else None
+        else:
+            c.inputs[i] = self._tensor(spec, value)
+
+    def _output_tensor(self, k, o, out):
+        """Output k: the tensor given for it in `out` (checked), else the
+        call's own in the arena (made at the first call that needs it)."""
+        if out is not None and o.name in out:
+            t = out[o.name]
+            spec = S.InputSpec(o.name, "tensor", o.type, o.shape, ())
+            if not isinstance(t, torch.Tensor):
+                raise CocoError("output '%s' of '%s': expected a tensor; given %s"
+                                % (o.name, self.variant, type(t).__name__))
+            self.spec.check_tensor(spec, TYPE_NAMES.get(t.dtype, str(t.dtype)), tuple(t.shape),
+                                   t.is_contiguous(), t.device == self.group.device,
+                                   str(t.device), role="output")
+            return t
+        if self._outputs is None:
+            self._outputs = [None] * len(self.spec.outputs)
+        if self._outputs[k] is None:
+            self._outputs[k] = empty(o.shape, TORCH_TYPES[o.type], self.group.group)
+        return self._outputs[k]
+
+    def __call__(self, inputs=None, seed=None, out=None, **named):
+        """Runs the variant on this rank's tensors, given by name (a dict,
+        or keywords). Returns the output's tensor, or a dict of them when
+        there are several: the tensor given for it in `out` (a dict by
+        output name), else the call's own in the arena, reused by every
+        call; an output that is an Updated input's new value is that input's
+        own tensor (its members, for a scattered one)."""
+        given = dict(inputs or {}, **named)
+        if out is not None:
+            unknown = set(out) - {o.name for o in self.spec.outputs}
+            if unknown:
+                raise CocoError("'%s' has no output %s (its outputs: %s)"
+                                % (self.variant, ", ".join("'%s'" % u for u in sorted(unknown)),
+                                   ", ".join(o.name for o in self.spec.outputs)))
+        capturing = torch.cuda.is_current_stream_capturing()
+        if capturing and (self._overlap or not self._warm):
+            raise CocoError(
+                "'%s' cannot be captured in a CUDA graph: %s" % (self.variant, (
+                    "its overlapped MatMul passes each launch a new epoch for its chunk flags, "
+                    "which a replay would repeat") if self._overlap else
+                    "call it once with these sizes before capturing (its first call makes its "
+                    "workspace and bucket tables)"))
+        by_name = {}
+        for i, spec in enumerate(self.spec.inputs):
+            if spec.name not in given:
+                raise CocoError("'%s' (rank %d) needs input '%s' (%s); given: %s"
+                                % (self.variant, self.group.rank, spec.name,
+                                   self.spec.expect(spec), ", ".join(sorted(given)) or "none"))
+            self._set(i, spec, given[spec.name])
+            by_name[i] = given[spec.name]
+        extra = set(given) - {s.name for s in self.spec.inputs}
+        if extra:
+            raise CocoError("'%s' has no input %s (its inputs: %s)"
+                            % (self.variant, ", ".join("'%s'" % e for e in sorted(extra)),
+                               ", ".join(s.name for s in self.spec.inputs)))
+        results = []
+        for k, (o, a) in enumerate(zip(self.spec.outputs, self._call.alias)):
+            if a >= 0:
+                src = by_name[a]
+                self._call.outputs[k] = (None if self.spec.inputs[a].kind == "scattered"
+                                         else src.data_ptr())
+                results.append(src)
+            else:
+                t = self._output_tensor(k, o, out)
+                self._call.outputs[k] = t.data_ptr()
+                results.append(t)
+        if seed is None:
+            self._seed += 1
+            seed = self._seed
+        outside = self._call(int(seed), torch.cuda.current_stream(self.group.device).cuda_stream)
+        self._warm = True
+        if outside and self.group.nranks > 1 and not self._warned:
+            self._warned = True
+            warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: its "
+                          "fused collectives take their NCCL path (coconet.torch.empty makes "
+                          "tensors in the arena)" % (outside, self.variant))
+        if len(results) == 1:
+            return results[0]
+        return {o.name: r for o, r in zip(self.spec.outputs, results)}
+
+
+def compile(path, schedule="program", sizes=None, group=None, seed=0):
+    """The program in `path` at `sizes` over the ranks of `group` (None: the
+    default process group, or one rank without torch.distributed), under
+    `schedule` ("program", a schedule's name, or "tuned": the tuning
+    record's choice), built (or found in the cache) as `coconet run
+    --backend cuda` builds it. Collective: every rank of the group calls it,
+    in the same order as its other coconet.torch calls."""
+    return Compiled(path, schedule, sizes, group, seed)

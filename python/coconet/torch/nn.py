@@ -1,0 +1,149 @@
+"""coconet.torch.nn: Megatron-LM's row-parallel linear layer with its bias,
+dropout and residual, out = dropout(x @ W + b) + r, as one coconet program
+(coconet.programs.row_parallel, examples/self_attention.coco's layer).
+
+Each rank holds a slice of the input along its last dimension (x: [B, S,
+K/P]) and the matching rows of the weight (weight: [K/P, H]); the partial
+products are summed over the ranks. The forward runs the schedule given
+(default `paper`: ol(MM,fuse(RS-C-AG)), the MatMul overlapped with one
+FusedAllReduce that adds the bias, applies dropout and adds the residual on
+each rank's slice and gathers the result; `fused`: the same without the
+overlap, which CUDA graphs can capture; `program`: MatMul, AllReduce and a
+pointwise kernel). Which program runs:
+  - eval mode (or p = 0): out = AllReduce(x @ W) + b + r, all fused;
+  - training mode, gradients off: the same with dropout inside (its mask
+    from the call's seed);
+  - training mode with gradients: the program computes y = AllReduce(x @ W)
+    + b, and torch applies dropout and adds r, so that autograd keeps the
+    mask (the fused kernel does not give it back).
+The backward is written in torch: the AllReduce's gradient is the identity
+(every rank already holds the whole output gradient), so grad_x = g @ W^T
+(this rank's slice), grad_W = x^T g (this rank's rows), grad_b = sum of g,
+grad_r = g.
+
+Buffers: the output (and the residual when it is a previous layer's
+output) lies in the arena, where the fused collective reaches the peers'
+copies; each layer keeps its own output buffer of max_tokens x H (made at
+the first call, larger when a call needs more), so an output is valid until
+the same layer's next call: copy it to keep it longer (training clones
+it for autograd). Calls of one program at one shape share its workspace:
+run them on one stream."""
+import math
+
+import torch
+
+from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, \
+    session
+from .. import programs
+
+_compiled = {}
+
+
+def _program(dtype, p_drop, residual, schedule, group):
+    """The compiled program (one build, one load) for these settings."""
+    key = (dtype, p_drop, residual, schedule, id(group) if group is not None else None)
+    c = _compiled.get(key)
+    if c is None:
+        import os
+        path = programs.write(programs.row_parallel(dtype, p_drop, residual), "row_parallel",
+                              os.path.join(_cache_dir(), "torch-programs"))
+        c = _compiled[key] = _compile(path, schedule=schedule, group=group)
+    return c
+
+
+class _RowParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, layer):
+        out = layer._run(x, residual, p_drop=0.0, with_residual=residual is not None)
+        ctx.save_for_backward(x, weight)
+        ctx.has_residual = residual is not None
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        grad_x = (g2 @ weight.t()).view(x.shape)
+        grad_w = x.reshape(-1, x.shape[-1]).t() @ g2
+        grad_b = g2.sum(0)
+        return grad_x, grad_w, grad_b, (g if ctx.has_residual else None), None
+
+
+class RowParallelLinear(torch.nn.Module):
+    """out = dropout(x @ W + b) + r over the ranks of `group`: in_features
+    K (sliced over the P ranks: each holds K/P columns of x and rows of W),
+    out_features H. See the module's documentation."""
+
+    def __init__(self, in_features, out_features, p_drop=0.1, residual=True,
+                 dtype=torch.float16, group=None, schedule="paper", max_tokens=None):
+        super().__init__()
+        self.sess = session(group)
+        P = self.sess.nranks
+        if in_features % P:
+            raise CocoError("RowParallelLinear: in_features %d is not a multiple of the %d ranks"
+                            % (in_features, P))
+        if dtype not in TYPE_NAMES or TYPE_NAMES[dtype] not in programs.TYPES:
+            raise CocoError("RowParallelLinear: dtype %s: expected float16, bfloat16 or float32"
+                            % dtype)
+        self.in_features, self.out_features = in_features, out_features
+        self.p_drop, self.residual, self.schedule, self.group = float(p_drop), residual, \
+            schedule, group
+        self.dtype = dtype
+        dev = self.sess.device
+        self.weight = torch.nn.Parameter(torch.empty(in_features // P, out_features, dtype=dtype,
+                                                     device=dev))
+        bias = empty([out_features], dtype, group)  # read by the fused collective: in the arena
+        bias.zero_()
+        self.bias = torch.nn.Parameter(bias)
+        bound = 1 / math.sqrt(in_features)
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+        self._out = None
+        if max_tokens:
+            self._out = empty([int(max_tokens) * out_features], dtype, group)
+
+    @classmethod
+    def from_full(cls, weight, bias, **kw):
+        """A layer whose rank holds its rows of `weight` ([K, H], the same on
+        every rank) and `bias` ([H])."""
+        kw.setdefault("dtype", weight.dtype)
+        layer = cls(weight.shape[0], weight.shape[1], **kw)
+        P, r = layer.sess.nranks, layer.sess.rank
+        k = weight.shape[0] // P
+        with torch.no_grad():
+            layer.weight.copy_(weight[r * k:(r + 1) * k])
+            layer.bias.copy_(bias)
+        return layer
+
+    def _out_buffer(self, n):
+        if self._out is None or self._out.numel() < n:
+            self._out = empty([n], self.dtype, self.group)
+        return self._out[:n]
+
+    def _run(self, x, residual, p_drop, with_residual):
+        if x.dim() != 3:
+            raise CocoError("RowParallelLinear: x must be [B, S, K/P]; given shape %s"
+                            % list(x.shape))
+        B, S_, k = x.shape
+        fn = _program(TYPE_NAMES[self.dtype], p_drop, with_residual, self.schedule, self.group)
+        fn = fn.at({"B": B, "S": S_, "K": self.in_features, "H": self.out_features})
+        args = {"w": self.weight.detach(), "x": x.detach(), "b": self.bias.detach()}
+        if with_residual:
+            args["r"] = residual.detach()
+        out = self._out_buffer(B * S_ * self.out_features).view(B, S_, self.out_features)
+        return fn(args, out={"out": out})
+
+    def forward(self, x, residual=None):
+        if self.residual and residual is None:
+            raise CocoError("RowParallelLinear: this layer adds a residual: forward(x, residual)")
+        if not self.residual:
+            residual = None
+        p = self.p_drop if self.training else 0.0
+        if not torch.is_grad_enabled() or not (x.requires_grad or self.weight.requires_grad or
+                                                self.bias.requires_grad):
+            return self._run(x, residual, p, residual is not None)
+        if p == 0.0:
+            return _RowParallel.apply(x, self.weight, self.bias, residual, self)
+        y = _RowParallel.apply(x, self.weight, self.bias, None, self)
+        y = torch.nn.functional.dropout(y, p, training=True)
+        return y + residual if residual is not None else y

@@ -1,0 +1,313 @@
+"""coconet.torch.optim: data-parallel Adam (AdamW's decoupled weight decay)
+and LAMB as torch.optim.Optimizers, each step one fused RS-Opt-AG (the
+paper's fuse(RS-Opt-AG), coconet.programs.optimizer): the gradients are
+summed over the ranks and averaged (as DDP does), each rank updates its
+slice of the parameters with its slice of the optimizer state, and the
+updated slices are gathered into every rank's parameters, in one
+FusedAllReduce. It replaces DDP's gradient AllReduce and the optimizer:
+wrap the model in nothing, call backward, then step.
+
+Where things lie. At construction the parameters of each group are moved
+into one flat buffer of the arena (coconet.torch.empty; param.data becomes
+a view of it, copied once) and each param.grad is made a view of a second
+flat buffer, so autograd accumulates the gradients there and the program
+takes both as scattered tensors, member by member, with no flattening copy
+and the one-kernel fused collective (the arena is a symmetric NCCL window).
+zero_grad zeroes that buffer in place (set_to_none is ignored: a gradient
+set to None would come back outside the arena); a gradient found elsewhere
+at step time (model.zero_grad() sets them to None) is copied in, with a
+warning once. Each rank keeps only its slice of m and v (1/P of the state);
+state_dict gathers them (a collective: every rank calls it) into
+torch.optim.AdamW's per-parameter layout (exp_avg, exp_avg_sq, step), and
+load_state_dict takes this rank's slice back.
+
+Precision: FP32 parameters are updated in place. FP16 or BF16 parameters
+(and so gradients) get FP32 master weights, kept by the optimizer
+(replicated: 4 bytes per parameter on every rank), from which the program
+writes the rounded model weights in the same kernel.
+
+Constraints: the parameters of a group must share one element type and lie
+on this rank's GPU; each group is its own program (built once: nvcc takes
+minutes for a first build of a model, then the cache serves it)."""
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, session
+from .. import programs
+
+_ALIGN = 16  # bytes: each member's offset in the flat buffers
+
+
+def _layout(params):
+    """Element offsets of each parameter in a flat buffer (16-byte aligned)."""
+    offs, at = [], 0
+    for p in params:
+        per = max(1, _ALIGN // p.element_size())
+        at = (at + per - 1) // per * per
+        offs.append(at)
+        at += p.numel()
+    return offs, at
+
+
+class _Group:
+    """One parameter group's program, buffers and state."""
+
+
+class _Fused(torch.optim.Optimizer):
+    kind = None
+
+    def __init__(self, params, lr, betas, eps, weight_decay, group, schedule):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError("coconet.torch.optim.%s: lr, eps and weight_decay must be >= 0 "
+                             "and betas in [0, 1): given lr=%r betas=%r eps=%r weight_decay=%r"
+                             % (type(self).__name__, lr, betas, eps, weight_decay))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+        self._pg = group
+        self._sess = session(group)
+        self._schedule = schedule
+        self._warned = False
+        self._coco = [self._prepare(pg) for pg in self.param_groups]
+
+    # ---- construction ----
+
+    def _check(self, params):
+        dev = self._sess.device
+        for i, p in enumerate(params):
+            if p.device != dev:
+                raise CocoError("coconet.torch.optim: parameter %d (shape %s) is on %s; "
+                                "expected this rank's GPU %s" % (i, list(p.shape), p.device, dev))
+            if p.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                raise CocoError("coconet.torch.optim: parameter %d (shape %s) is %s; expected "
+                                "float32, float16 or bfloat16" % (i, list(p.shape), p.dtype))
+            if p.dtype != params[0].dtype:
+                raise CocoError("coconet.torch.optim: parameter %d is %s but parameter 0 is %s: "
+                                "a group's parameters must share one type (put the others in "
+                                "a parameter group of their own)" % (i, p.dtype, params[0].dtype))
+
+    def _prepare(self, pg):
+        st = _Group()
+        st.params = [p for p in pg["params"] if p.requires_grad]
+        if not st.params:
+            st.fn = None
+            return st
+        self._check(st.params)
+        dtype = st.params[0].dtype
+        st.dtype = TYPE_NAMES[dtype]
+        text = programs.optimizer(self.kind, [p.numel() for p in st.params], st.dtype)
+        path = programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
+        st.fn = _compile(path, schedule=self._schedule, group=self._pg)
+        offs, total = _layout(st.params)
+        st.flat_p = empty([total], dtype, self._pg)
+        st.flat_g = empty([total], dtype, self._pg)
+        st.flat_g.zero_()
+        st.grads = []
+        with torch.no_grad():
+            for p, o in zip(st.params, offs):
+                view = st.flat_p[o:o + p.numel()].view(p.shape)
+                view.copy_(p.data)
+                p.data = view
+                g = st.flat_g[o:o + p.numel()].view(p.shape)
+                if p.grad is not None:
+                    g.copy_(p.grad)
+                p.grad = g
+                st.grads.append(g)
+        st.master = None
+        if st.dtype != "FP32":
+            st.flat_master = empty([total], torch.float32, self._pg)
+            st.master = [st.flat_master[o:o + p.numel()] for p, o in zip(st.params, offs)]
+            for p, m in zip(st.params, st.master):
+                m.copy_(p.data.reshape(-1))
+        # m and v: this rank's slice (the paper's schedule: asSlice), or under
+        # a schedule that keeps them whole, one flat buffer given member by member
+        spec = st.fn.spec
+        st.sliced = spec.input("m").kind == "tensor"
+        st.m = empty(spec.input("m").shape, torch.float32, self._pg)
+        st.v = empty(spec.input("v").shape, torch.float32, self._pg)
+        st.m.zero_()
+        st.v.zero_()
+        if st.sliced:
+            st.m_arg, st.v_arg = st.m, st.v
+        else:
+            cuts = [0]
+            for c in spec.input("m").members:
+                cuts.append(cuts[-1] + c)
+            st.m_arg = [st.m[a:b] for a, b in zip(cuts, cuts[1:])]
+            st.v_arg = [st.v[a:b] for a, b in zip(cuts, cuts[1:])]
+        st.t = 0
+        return st
+
+    # ---- the step ----
+
+    def zero_grad(self, set_to_none=True):
+        """Zeroes the gradients in place (set_to_none is ignored: see the
+        module's documentation)."""
+        for st in self._coco:
+            if st.fn is not None:
+                st.flat_g.zero_()
+                for p, g in zip(st.params, st.grads):
+                    if p.grad is None or p.grad.data_ptr() != g.data_ptr():
+                        p.grad = g
+
+    def _gather_grads(self, st):
+        for i, (p, g) in enumerate(zip(st.params, st.grads)):
+            if p.grad is not None and p.grad.data_ptr() == g.data_ptr():
+                continue
+            if not self._warned:
+                self._warned = True
+                warnings.warn("coconet.torch.optim: a gradient lies outside the arena (set to "
+                              "None, e.g. by model.zero_grad()): copied in; call the "
+                              "optimizer's zero_grad() instead, which zeroes them in place")
+            if p.grad is None:
+                g.zero_()
+            else:
+                g.copy_(p.grad)
+            p.grad = g
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for pg, st in zip(self.param_groups, self._coco):
+            if st.fn is None:
+                continue
+            self._gather_grads(st)
+            st.t += 1
+            b1, b2 = pg["betas"]
+            args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, lr=float(pg["lr"]), t=float(st.t),
+                        beta1=float(b1), beta2=float(b2), eps=float(pg["eps"]),
+                        wd=float(pg["weight_decay"]), gscale=1.0 / self._sess.nranks)
+            if st.master is None:
+                args["p"] = st.params
+            else:
+                args["p"] = st.master
+                args["w"] = st.params
+            st.fn(args)
+        return loss
+
+    # ---- the state, gathered and scattered ----
+
+    def _slices(self, st, name):
+        """(offset, count) of each rank's slice of state tensor `name` (the
+        whole of it on each rank when it is not sliced)."""
+        if not st.sliced:
+            return [(0, st.m.numel())] * self._sess.nranks
+        prog = st.fn.spec._prog
+        out, at = [], 0
+        for r in range(self._sess.nranks):
+            n = 1
+            for d in prog.tensor_info(name, r).local_shape:
+                n *= d
+            out.append((at, n))
+            at += n
+        return out
+
+    def _gather(self, st, t, name):
+        sl = self._slices(st, name)
+        if self._sess.nranks == 1 or not st.sliced:
+            return t.reshape(-1).clone()
+        most = max(n for _, n in sl)
+        mine = torch.zeros(most, dtype=t.dtype, device=t.device)
+        mine[:t.numel()].copy_(t.reshape(-1))
+        allp = torch.empty(most * len(sl), dtype=t.dtype, device=t.device)
+        dist.all_gather_into_tensor(allp, mine, group=self._pg)
+        return torch.cat([allp[r * most:r * most + n] for r, (_, n) in enumerate(sl)])
+
+    def _param_index(self):
+        """Each trained parameter's index in state_dict's numbering."""
+        index, k = {}, 0
+        for pg in self.param_groups:
+            for p in pg["params"]:
+                index[id(p)] = k
+                k += 1
+        return index
+
+    def state_dict(self):
+        """torch.optim.AdamW's layout: per parameter exp_avg, exp_avg_sq
+        (gathered from every rank's slice: collective) and step; with FP16
+        or BF16 parameters also master_param (FP32)."""
+        sd = super().state_dict()
+        index = self._param_index()
+        for st in self._coco:
+            if st.fn is None:
+                continue
+            m, v = self._gather(st, st.m, "m"), self._gather(st, st.v, "v")
+            at = 0
+            for i, p in enumerate(st.params):
+                n = p.numel()
+                entry = {"step": torch.tensor(float(st.t)),
+                         "exp_avg": m[at:at + n].view(p.shape).clone(),
+                         "exp_avg_sq": v[at:at + n].view(p.shape).clone()}
+                if st.master is not None:
+                    entry["master_param"] = st.master[i].view(p.shape).clone()
+                sd["state"][index[id(p)]] = entry
+                at += n
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Takes the groups' settings and this rank's slice of each state
+        tensor (see state_dict); the tensors are read in FP32, never cast to
+        the parameters' type."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups):
+            raise CocoError("coconet.torch.optim: the state dict has %d parameter groups, this "
+                            "optimizer %d" % (len(saved), len(self.param_groups)))
+        for pg, sg in zip(self.param_groups, saved):
+            if len(sg["params"]) != len(pg["params"]):
+                raise CocoError("coconet.torch.optim: a group of the state dict has %d "
+                                "parameters, this optimizer's %d"
+                                % (len(sg["params"]), len(pg["params"])))
+            for k, v in sg.items():
+                if k != "params":
+                    pg[k] = v
+        state = state_dict["state"]
+        for pg, sg, st in zip(self.param_groups, saved, self._coco):
+            if st.fn is None:
+                continue
+            where = {id(p): k for p, k in zip(pg["params"], sg["params"])}
+            got = [state.get(where[id(p)], {}) for p in st.params]
+            if any("exp_avg" not in s or "exp_avg_sq" not in s for s in got):
+                raise CocoError("coconet.torch.optim: the state dict lacks exp_avg or "
+                                "exp_avg_sq for some parameters of a group")
+            rank = self._sess.rank
+            with torch.no_grad():
+                for name, mine in (("m", st.m), ("v", st.v)):
+                    key = "exp_avg" if name == "m" else "exp_avg_sq"
+                    full = torch.cat([s[key].reshape(-1).to(mine.device, torch.float32)
+                                      for s in got])
+                    off, n = self._slices(st, name)[rank]
+                    mine.reshape(-1).copy_(full[off:off + n])
+                st.t = int(float(got[0].get("step", 0)))
+                if st.master is not None:
+                    for m, s, p in zip(st.master, got, st.params):
+                        m.copy_(s["master_param"].reshape(-1) if "master_param" in s
+                                else p.data.reshape(-1).float())
+
+
+class Adam(_Fused):
+    """Data-parallel Adam with decoupled weight decay (torch.optim.AdamW's
+    formula), one fused RS-Opt-AG a step; see the module's documentation."""
+    kind = "adam"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 group=None, schedule="paper"):
+        super().__init__(params, lr, betas, eps, weight_decay, group, schedule)
+
+
+AdamW = Adam
+
+
+class LAMB(_Fused):
+    """Data-parallel LAMB as examples/lamb.coco writes it: Adam's moments,
+    u = m^/(sqrt(v^) + eps) + wd p, one trust ratio ||p|| / ||u|| over all
+    the group's parameters (1 where either norm is 0), p -= lr ratio u."""
+    kind = "lamb"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                 group=None, schedule="paper"):
+        super().__init__(params, lr, betas, eps, weight_decay, group, schedule)
