@@ -21,8 +21,10 @@
 # `coconet run` options, e.g. --breakdown), TORCH (1: run the PyTorch side;
 # 0: skip it), BUILD_ONLY (1: build every run's code into the cache, all at
 # once, and time nothing).
-# Writes OUT/torch.csv, OUT/coconet.log (every report whole) and
-# OUT/summary.md (the variants' times beside PyTorch's), and prints the summary.
+# Writes OUT/torch.csv, OUT/coconet.log (every report whole),
+# OUT/summary.md (the variants' times beside PyTorch's; printed) and
+# OUT/roofline.svg, .csv (bench/plot_roofline.py: each program's and its best
+# variant's share of the bound).
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:-build/one-gpu}
 POWS=${POWS:-24 28}
@@ -114,4 +116,7 @@ fi
     cat "$OUT/torch.csv" 2>/dev/null
     echo '```'
 } >"$OUT/summary.md"
+# each program's share of its bound (the roofline's of-bound), drawn
+python3 bench/plot_roofline.py "$LOG" -o "$OUT/roofline.svg" >"$OUT/roofline.csv" 2>&1 ||
+    echo "bench/plot_roofline.py failed: $(tail -n 1 "$OUT/roofline.csv")" >>"$OUT/summary.md"
 cat "$OUT/summary.md"

@@ -25,6 +25,16 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     if timeout 120 "$PYTHON" tests/bench/check_mp.py >"$TMP/mp.out" 2>&1; then ok; else
         bad "tests/bench/check_mp.py:"; head -n 20 "$TMP/mp.out" | sed 's/^/  /'
     fi
+    # bench/plot_roofline.py: the program's and the best variant's share of
+    # the bound per WHAT of one_gpu.sh's log (a later run replaces an
+    # earlier one), and an SVG that parses
+    timeout 60 "$PYTHON" bench/plot_roofline.py tests/bench/roofline.log -o "$TMP/roofline.svg" \
+        >"$TMP/roofline.csv" 2>&1
+    got=$(sed 1d "$TMP/roofline.csv" | paste -sd ' ' -)
+    want="adam N=2^28,program,memory,15.0 adam N=2^28,paper,memory,96.0 self_attention B=8,program,gemm,24.4 self_attention B=8,MM_AR_C,gemm,56.8"
+    if [ "$got" = "$want" ] &&
+        "$PYTHON" -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' "$TMP/roofline.svg"; then ok
+    else bad "bench/plot_roofline.py: got '$got', expected '$want'"; fi
     note=
     grep -q 'plot_fig10.py not checked' "$TMP/mp.out" && note="plot_fig10.py skipped: no matplotlib"
     if "$PYTHON" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
