@@ -366,7 +366,8 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
     return rt;
 }
 
-static int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen)
+/* ncclGetUniqueId on rank 0 (the launcher's and a session's, rt/session.c) */
+int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen)
 {
     ncclUniqueId u;
     ncclResult_t r = ncclGetUniqueId(&u);

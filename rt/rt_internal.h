@@ -88,6 +88,8 @@ RT_INTERNAL int rt_fail(CocoRt *rt, const char *call, const char *file, int line
 RT_INTERNAL int rt_error(CocoRt *rt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
+/* ncclGetUniqueId's bytes, on the rank that makes them (the launcher's ranks, a session) */
+RT_INTERNAL int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen);
 
 #define CUDA_OK(rt, call)                                                                      \
     do {                                                                                       \

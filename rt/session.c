@@ -59,15 +59,8 @@ int coco_session_abi(void)
 
 int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, size_t errlen)
 {
-    ncclUniqueId u;
-    ncclResult_t r = ncclGetUniqueId(&u);
-    if (r != ncclSuccess) {
-        char why[512];
-        snprintf(err, errlen, "rank 0: ncclGetUniqueId failed: %s", nccl_why(r, why, sizeof why));
-        return -1;
-    }
-    memcpy(id, &u, COCO_SESSION_ID_BYTES);
-    return 0;
+    _Static_assert(COCO_SESSION_ID_BYTES == COCO_RT_ID_BYTES, "one NCCL id size");
+    return rt_unique_id(id, err, errlen);
 }
 
 static void set_err(coco_session *s, char *err, size_t errlen)
