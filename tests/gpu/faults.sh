@@ -48,8 +48,8 @@
 # SAN_JOBS (8), SAN_TIMEOUT (480 s a run), SAN_TOOLS ("memcheck racecheck
 # synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a file and its
 # arguments joined by commas; every example and the GPU test programs with
-# fused collectives, scattered tensors and fused Sends, the same for both), SAN_ARGS (after each program's arguments:
-# --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
+# fused collectives, scattered tensors and fused Sends, the same for both),
+# SAN_ARGS (after each program's arguments: --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
 # no": coconet itself never initializes CUDA, its ranks do;
 # "--report-api-errors no": the runtime checks every call it makes, and what
 # NCCL probes is not ours).
