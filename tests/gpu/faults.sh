@@ -49,10 +49,10 @@
 # synccheck"), SAN_MEMCHECK and SAN_RACECHECK (programs, each a file and its
 # arguments joined by commas; every example and the GPU test programs with
 # fused collectives, scattered tensors and fused Sends, the same for both),
-# SAN_ARGS (after each program's arguments: --all-schedules), SAN_FLAGS (compute-sanitizer's own: "--require-cuda-init
-# no": coconet itself never initializes CUDA, its ranks do;
-# "--report-api-errors no": the runtime checks every call it makes, and what
-# NCCL probes is not ours).
+# SAN_ARGS (after each program's arguments: --all-schedules), SAN_FLAGS
+# (compute-sanitizer's own: "--require-cuda-init no": coconet itself never
+# initializes CUDA, its ranks do; "--report-api-errors no": the runtime
+# checks every call it makes, and what NCCL probes is not ours).
 
 FAULT_BOUND=${FAULT_BOUND:-60}
 FAULT_TIMEOUT=${FAULT_TIMEOUT:-120}
