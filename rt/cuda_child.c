@@ -187,20 +187,25 @@ static int load_generated(CocoRt *rt, const char *path)
     return rt_load_so(rt, path, &rt->so);
 }
 
+/* rt->group: this rank's GROUP of group_size ranks split from WORLD (none
+ * when group_size is 0); the launcher's ranks and a session's */
+int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size)
+{
+    if (group_size <= 0)
+        return 0;
+    if (nranks % group_size)
+        return rt_error(rt, "GROUP size %d does not divide the %d ranks", group_size, nranks);
+    NCCL_OK(rt, ncclCommSplit(rt->world, rank / group_size, rank, &rt->group, NULL));
+    return 0;
+}
+
 static int open_comms(CocoRt *rt, const CocoRtConfig *cfg)
 {
     ncclUniqueId id;
     memcpy(&id, cfg->nccl_id, sizeof id);
     NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
     coco_test_die(rt->rank, "init", NULL); /* the fault tests' hook (coconet_rt.h) */
-    if (cfg->group_size > 0) {
-        if (cfg->nranks % cfg->group_size)
-            return rt_error(rt, "GROUP size %d does not divide the %d ranks", cfg->group_size,
-                            cfg->nranks);
-        NCCL_OK(rt, ncclCommSplit(rt->world, cfg->rank / cfg->group_size, cfg->rank,
-                                  &rt->group, NULL));
-    }
-    return 0;
+    return rt_split_group(rt, cfg->nranks, cfg->rank, cfg->group_size);
 }
 
 /* A whole-number knob in [lo, hi] and a multiple of step, fallback when

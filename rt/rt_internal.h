@@ -122,6 +122,10 @@ RT_INTERNAL int rt_select_device(CocoRt *rt, int index); /* index modulo the vis
 /* a generated object, its NCCL version checked against the library loaded */
 RT_INTERNAL int rt_load_so(CocoRt *rt, const char *path, void **so);
 RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c) */
+/* this rank's GROUP split from WORLD, none for group_size 0 (cuda_child.c) */
+RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);
+/* a variant's context from the runtime's state and knobs (run.c) */
+RT_INTERNAL void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len);
 
 /* ---- one variant's buffers (slab.c) ---- */
 /* the slab, the inputs' pristine copies, outputs poisoned, guards written */

@@ -34,7 +34,9 @@ static int find_entry(CocoRt *rt, const char *name, Entry *e)
     return 0;
 }
 
-static void setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
+/* A variant's context from the runtime's state and knobs (also a session's
+ * call, rt/session.c, which then sets its own stream, knobs and window) */
+void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
 {
     c->rank = rt->rank;
     c->nranks = rt->nranks;
@@ -82,7 +84,7 @@ static int variant_knobs(CocoRt *rt, const CocoRtVariant *v, coco_cuda_ctx *c)
 static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
 {
     coco_cuda_ctx *c = &e->ctx;
-    setup_ctx(rt, c, e->msg, sizeof e->msg);
+    rt_setup_ctx(rt, c, e->msg, sizeof e->msg);
     if (variant_knobs(rt, v, c))
         return -1;
     size_t workspace = e->workspace(c, v->size);

@@ -79,12 +79,9 @@ static int open_comms(coco_session *s, const coco_session_config *cfg)
     ncclUniqueId id;
     memcpy(&id, cfg->nccl_id, sizeof id);
     NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
+    if (rt_split_group(rt, cfg->nranks, cfg->rank, cfg->group_size))
+        return -1;
     if (cfg->group_size > 0) {
-        if (cfg->nranks % cfg->group_size)
-            return rt_error(rt, "GROUP size %d does not divide the %d ranks", cfg->group_size,
-                            cfg->nranks);
-        NCCL_OK(rt, ncclCommSplit(rt->world, cfg->rank / cfg->group_size, cfg->rank,
-                                  &rt->group, NULL));
         s->group_sizes[0] = cfg->group_size;
         s->groups[0] = rt->group;
         s->ngroups = 1;
@@ -286,31 +283,12 @@ static void make_ctx(coco_session *s, const coco_session_call_args *a, coco_cuda
 {
     CocoRt *rt = &s->rt;
     memset(c, 0, sizeof *c);
-    c->rank = rt->rank;
-    c->nranks = rt->nranks;
-    c->group_size = rt->group_size;
-    c->world = rt->world;
-    c->nccl_window_bytes = (size_t)rt->nccl_window_bytes;
-    c->group = rt->group;
-    c->stream = a->stream;
-    c->side_stream = rt->side;
-    c->lt = rt->lt;
-    c->lt_workspace = rt->lt_workspace;
-    c->lt_workspace_bytes = LT_WORKSPACE;
-    c->err = s->msg;
-    c->errlen = sizeof s->msg;
-    c->lsa_blocks = LSA_BLOCKS;
-    c->fused_algo = a->fused_algo >= 0 ? a->fused_algo : rt->fused_algo;
-    c->fused_blocks = rt->fused_blocks;
-    c->fused_threads = rt->fused_threads;
-    c->fused_oneshot_bytes = (size_t)rt->fused_oneshot_bytes;
-    c->fused_push_bytes = (size_t)rt->fused_push_bytes;
-    c->fused_push_round = rt->fused_push_round;
-    c->fused_vec = rt->fused_vec;
-    c->fused_peers = rt->fused_peers;
-    c->overlap_chunks = a->overlap_chunks >= 0 ? a->overlap_chunks : (int)rt->overlap_chunks;
-    c->overlap_sms = (int)rt->overlap_sms;
-    c->lsa_comm = rt->lsa;
+    rt_setup_ctx(rt, c, s->msg, sizeof s->msg); /* the launcher's context (run.c) */
+    c->stream = a->stream;                      /* the caller's stream and knobs */
+    if (a->fused_algo >= 0)
+        c->fused_algo = a->fused_algo;
+    if (a->overlap_chunks >= 0)
+        c->overlap_chunks = a->overlap_chunks;
     if (rt->lsa) { /* one rank: no window, lsa_base NULL (coco_lsa_usable) */
         c->world_window = rt->world_window;
         c->lsa_window = s->window;
