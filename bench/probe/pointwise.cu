@@ -36,15 +36,33 @@ __global__ void k_gen(long n, CocoShape it, unsigned long long seed, const void 
     }
 }
 
+// a 32-bit multiply-xorshift mix (bijective)
+__device__ __forceinline__ uint32_t mix32(uint32_t z)
+{
+    z ^= z >> 16;
+    z *= 0x7FEB352Du;
+    z ^= z >> 15;
+    z *= 0x846CA68Bu;
+    z ^= z >> 16;
+    return z;
+}
+
 // MODE bits: 1 the generator's key hoisted; 2 linear indices (no coordinates);
-// 4 no dropout; 8 dropout's division in float (not the CPU's bits: cost only)
+// 4 no dropout; 8 dropout's division in float (not the CPU's bits: cost only);
+// 16 the kept test on the 24 bits as an integer, and x * (1 / (1 - p)) in
+// FP64 (a multiplication, no division); 32 a 32-bit generator (one
+// multiply-xorshift round of 32-bit words an element, the index's high word
+// mixed into the key once a vector)
 template <int V, int MODE>
 __global__ void k_var(long n, long inner, unsigned long long seed, const void *__restrict__ x6,
                       const void *__restrict__ x1, const void *__restrict__ x3,
                       void *__restrict__ y9, CocoShape it, CocoShape h1, CocoShape h8)
 {
+    const uint32_t keep_from = (uint32_t)ceil(0.1 * 16777216.0);
+    const double scale = 1.0 / (1.0 - 0.10000000000000001);
     const uint64_t key = coco_mix(coco_mix(seed * 0x9E3779B97F4A7C15ull + 0x6A09E667F3BCC909ull) ^
                                   (((1ull << 63) | 0ull) * 0xD1B54A32D192ED03ull));
+    const uint32_t key32 = (uint32_t)key ^ (uint32_t)(key >> 32);
     for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;
          i0 += (long)gridDim.x * blockDim.x * V) {
         alignas(16) CocoRaw<COCO_FP16> l6[V], l3[V], s9[V];
@@ -72,7 +90,16 @@ __global__ void k_var(long n, long inner, unsigned long long seed, const void *_
             float r8;
             if (MODE & 4)
                 r8 = r7;
-            else {
+            else if (MODE & 16) {
+                uint32_t bits24;
+                if (MODE & 32) {
+                    uint32_t h = mix32(key32 ^ (uint32_t)(i0 >> 32)) ^ (uint32_t)(i0 + v);
+                    bits24 = mix32(h) >> 8;
+                } else {
+                    bits24 = (uint32_t)(coco_mix(key ^ ((uint64_t)gi * 0x8CB92BA72F3D8DD7ull)) >> 40);
+                }
+                r8 = coco_narrow(bits24 >= keep_from ? __dmul_rn((double)r7, scale) : 0.0, COCO_FP16);
+            } else {
                 double u = (MODE & 1) ? (double)(coco_mix(key ^ ((uint64_t)gi * 0x8CB92BA72F3D8DD7ull)) >> 40) * (1.0 / 16777216.0)
                                       : coco_uniform(seed, (1ull << 63), (uint64_t)gi);
                 if (MODE & 8)
@@ -145,6 +172,8 @@ int main()
     time("4 no dropout, coords", [&] { k_var<8, 4><<<g8, blk>>>(n, H, 1, x, b, r, y, it, h1, it); });
     time("6 no dropout, linear", [&] { k_var<8, 6><<<g8, blk>>>(n, H, 1, x, b, r, y, it, h1, it); });
     time("11 hoisted + linear + float div (not exact)", [&] { k_var<8, 11><<<g8, blk>>>(n, H, 1, x, b, r, y, it, h1, it); });
+    time("19 hoisted + linear + integer test + FP64 mul", [&] { k_var<8, 19><<<g8, blk>>>(n, H, 1, x, b, r, y, it, h1, it); }); same("19");
+    time("51 the same, 32-bit generator", [&] { k_var<8, 51><<<g8, blk>>>(n, H, 1, x, b, r, y, it, h1, it); });
     dim3 gmax((unsigned)((n / 8 + 255) / 256));
     time("3 with a block per 2048 elements", [&] { k_var<8, 3><<<gmax, blk>>>(n, H, 1, x, b, r, y, it, h1, it); });
     time("copy-like: 2 loads, 1 store, 16 B", [&] { k_copy<<<g8, blk>>>(n, (const uint4 *)x, (const uint4 *)r, (uint4 *)y); });
