@@ -51,7 +51,7 @@
 extern "C" {
 #endif
 
-#define COCO_SESSION_ABI 1
+#define COCO_SESSION_ABI 2
 #define COCO_SESSION_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct coco_session coco_session;
@@ -92,6 +92,12 @@ typedef struct {
 } coco_session_call_args;
 
 int coco_session_abi(void);       /* COCO_SESSION_ABI */
+/* The NCCL version (NCCL_VERSION_CODE) this process's NCCL calls bind to,
+ * the runtime's and the generated code's alike (the first libnccl.so.2 the
+ * dynamic linker loaded: an LD_PRELOAD one, else PyTorch's), and its file in
+ * path; -1 with a message in path when none can be called. Generated code
+ * must be built with that version's headers. */
+int coco_session_nccl(char *path, size_t len);
 int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, size_t errlen);
 coco_session *coco_session_open(const coco_session_config *cfg, char *err, size_t errlen);
 /* the module's index (0, 1, ...), or -1 */

@@ -141,7 +141,8 @@ int rt_select_device(CocoRt *rt, int index)
     return 0;
 }
 
-static const char *nccl_library_path(char *buf, size_t len)
+/* The file of the libnccl this process's NCCL calls bind to */
+const char *rt_nccl_library_path(char *buf, size_t len)
 {
     Dl_info info;
     if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname)
@@ -177,7 +178,7 @@ int rt_load_so(CocoRt *rt, const char *path, void **so)
                         "library the one loaded (LD_LIBRARY_PATH)",
                         rt->nccl_built / 10000, rt->nccl_built / 100 % 100, rt->nccl_built % 100,
                         rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100,
-                        rt->nccl_loaded % 100, nccl_library_path(lib, sizeof lib));
+                        rt->nccl_loaded % 100, rt_nccl_library_path(lib, sizeof lib));
     }
     return 0;
 }

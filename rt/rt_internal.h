@@ -121,6 +121,7 @@ RT_INTERNAL int wait_streams(CocoRt *rt, const char *what); /* both streams */
 RT_INTERNAL int rt_select_device(CocoRt *rt, int index); /* index modulo the visible ones */
 /* a generated object, its NCCL version checked against the library loaded */
 RT_INTERNAL int rt_load_so(CocoRt *rt, const char *path, void **so);
+RT_INTERNAL const char *rt_nccl_library_path(char *buf, size_t len);
 RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c) */
 /* this rank's GROUP split from WORLD, none for group_size 0 (cuda_child.c) */
 RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);

@@ -57,6 +57,18 @@ int coco_session_abi(void)
     return COCO_SESSION_ABI;
 }
 
+int coco_session_nccl(char *path, size_t len)
+{
+    int version = 0;
+    ncclResult_t r = ncclGetVersion(&version);
+    if (r != ncclSuccess) {
+        snprintf(path, len, "ncclGetVersion: %s", ncclGetErrorString(r));
+        return -1;
+    }
+    rt_nccl_library_path(path, len);
+    return version;
+}
+
 int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, size_t errlen)
 {
     _Static_assert(COCO_SESSION_ID_BYTES == COCO_RT_ID_BYTES, "one NCCL id size");

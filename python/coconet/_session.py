@@ -211,25 +211,6 @@ class VariantSpec:
 
 # ---- which NCCL ----
 
-def _loaded_nccl():
-    """(path, version code) of the libnccl this process has loaded, or None."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libnccl.so" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        if not path.startswith("/"):
-            continue
-        version = ctypes.c_int()
-        try:
-            ctypes.CDLL(path).ncclGetVersion(ctypes.byref(version))
-        except (OSError, AttributeError):
-            continue
-        return path, version.value
-    return None
-
-
 def _header_version(include_dir):
     try:
         with open(os.path.join(include_dir, "nccl.h")) as f:
@@ -255,12 +236,15 @@ def _v(code):
     return "%d.%d.%d" % (code // 10000, code // 100 % 100, code % 100)
 
 
-def nccl_setup(runtime_path, loaded=None):
+def nccl_setup(runtime_path, loaded):
     """The NCCL prefix to build generated code against (None: the runtime's
-    own, build/cuda.conf), checked against the library this process loaded
-    (loaded: (path, version code), else read from /proc/self/maps). Raises
-    CocoError saying what to do when no headers match it."""
-    loaded = loaded or _loaded_nccl()
+    own, build/cuda.conf), checked against the library this process's NCCL
+    calls bind to (loaded: (path, version code), Runtime.nccl()). Raises
+    CocoError saying what to do when no headers match it.
+
+    Not /proc/self/maps: PyTorch opens its wheel's libnccl.so.2 by its path
+    even when LD_PRELOAD has loaded another, so both are mapped, and the
+    calls bind to the first."""
     conf = _runtime_conf(runtime_path)
     built = _header_version(conf.get("NCCL_INCLUDE", ""))
     if loaded is None or built == loaded[1]:
@@ -304,7 +288,7 @@ class CallArgs(ctypes.Structure):
                 ("group_size", ctypes.c_int), ("outside", ctypes.c_int)]
 
 
-SESSION_ABI = 1
+SESSION_ABI = 2
 ID_BYTES = 128
 
 
@@ -337,6 +321,7 @@ class Runtime:
         P, I, S, N, E = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p
         table = {
             "coco_session_abi": (I, []),
+            "coco_session_nccl": (I, [ctypes.c_char_p, N]),
             "coco_session_unique_id": (I, [ctypes.c_char_p, E, N]),
             "coco_session_open": (P, [ctypes.POINTER(SessionConfig), E, N]),
             "coco_session_load": (I, [P, S, E, N]),
@@ -360,6 +345,13 @@ class Runtime:
         if abi != SESSION_ABI:
             raise CocoError("coconet: the runtime %s has session ABI %d, this package %d: "
                             "rebuild it (make)" % (self.path, abi, SESSION_ABI))
+
+    def nccl(self):
+        """(path, version code) of the libnccl this process's NCCL calls
+        bind to, or None when there is none to call."""
+        buf = ctypes.create_string_buffer(4096)
+        version = self.lib.coco_session_nccl(buf, len(buf))
+        return (buf.value.decode(errors="replace"), version) if version > 0 else None
 
     def unique_id(self):
         buf, err = ctypes.create_string_buffer(ID_BYTES), _err_buf()

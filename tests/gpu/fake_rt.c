@@ -347,6 +347,19 @@ int coco_session_abi(void)
     return COCO_SESSION_ABI;
 }
 
+/* the stand-in's NCCL: COCONET_FAKE_NCCL ("VERSION_CODE PATH"), else 2.28.3 */
+int coco_session_nccl(char *path, size_t len)
+{
+    const char *env = getenv("COCONET_FAKE_NCCL");
+    int version = 22803, at = 0;
+    if (env && sscanf(env, "%d %n", &version, &at) == 1 && env[at]) {
+        snprintf(path, len, "%s", env + at);
+        return version;
+    }
+    snprintf(path, len, "libfake_nccl.so.2");
+    return version;
+}
+
 int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, size_t errlen)
 {
     return unique_id(id, err, errlen);

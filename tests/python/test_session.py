@@ -67,6 +67,15 @@ def test_nccl_setup(tmp_path):
     assert "LD_PRELOAD=%s/lib/libnccl.so.2" % system in msg
 
 
+def test_runtime_nccl(monkeypatch):
+    """The NCCL the runtime's calls bind to comes from the runtime itself
+    (coco_session_nccl), not from the files the process has mapped."""
+    monkeypatch.setenv("COCONET_FAKE_NCCL", "22809 /opt/wheel/lib/libnccl.so.2")
+    assert S.Runtime(FAKE).nccl() == ("/opt/wheel/lib/libnccl.so.2", 22809)
+    monkeypatch.delenv("COCONET_FAKE_NCCL")
+    assert S.Runtime(FAKE).nccl() == ("libfake_nccl.so.2", 22803)
+
+
 # ---- what one rank passes ----
 
 def test_spec_adam_paper():

@@ -76,7 +76,7 @@ class _Group:
         self.group = group
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.runtime = S.Runtime()
-        self.nccl_home = S.nccl_setup(self.runtime.path)
+        self.nccl_home = S.nccl_setup(self.runtime.path, self.runtime.nccl())
         nccl_id = self._unique_id()
         env = os.environ.get("COCONET_ARENA_BYTES")
         if arena_bytes is None:
