@@ -37,6 +37,9 @@
 extern "C" {
 #endif
 
+/* coco_cuda_ctx.fused_algo (COCONET_FUSED) */
+enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+
 typedef struct {
     int rank;          /* this process's rank in WORLD */
     int nranks;        /* ranks in WORLD */
@@ -67,7 +70,7 @@ typedef struct {
     void *lsa_base;    /* the window's local address, and its size */
     size_t lsa_bytes;
     int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
-    int fused_algo;    /* 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
+    int fused_algo;    /* COCO_FUSED_*: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */

@@ -17,10 +17,13 @@
 
 enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXMODULES = 64, MAXGROUPS = 8 };
 
-/* A variant's workspace for one list of sizes. */
+/* A variant's workspace for one list of sizes; nccl: sized for the NCCL
+ * paths of its fused collectives too (a call with buffers outside the
+ * arena takes them: their buffers come from the workspace's end). */
 typedef struct Workspace {
     long *size;
     int nsize;
+    int nccl;
     void *ws;
     size_t bytes;
     struct Workspace *next;
@@ -348,18 +351,22 @@ static Entry *find_entry(coco_session *s, int module, const char *name)
 
 /* The variant's workspace for these sizes, made in the arena at the first
  * call with them (a collective step: every rank makes the same call) and
- * kept for later calls with the same sizes. */
-static int workspace(coco_session *s, Entry *e, const coco_session_call_args *a,
+ * kept for later calls with the same sizes; with nccl, one that also holds
+ * the NCCL paths' buffers (the dry run asked as COCONET_FUSED=nccl would). */
+static int workspace(coco_session *s, Entry *e, const coco_session_call_args *a, int nccl,
                      coco_cuda_ctx *c)
 {
     size_t n = (size_t)a->nsize * sizeof *a->size;
     for (Workspace *w = e->ws; w; w = w->next)
-        if (w->nsize == a->nsize && (!n || !memcmp(w->size, a->size, n))) {
+        if (w->nsize == a->nsize && (!n || !memcmp(w->size, a->size, n)) && w->nccl >= nccl) {
             c->workspace = w->ws;
             c->workspace_bytes = w->bytes;
             return 0;
         }
-    size_t bytes = e->workspace(c, a->size);
+    coco_cuda_ctx dry = *c;
+    if (nccl)
+        dry.fused_algo = COCO_FUSED_NCCL;
+    size_t bytes = e->workspace(&dry, a->size);
     void *ws = bytes ? arena_take(s, bytes) : NULL;
     if (bytes && !ws)
         return -1;
@@ -372,7 +379,7 @@ static int workspace(coco_session *s, Entry *e, const coco_session_call_args *a,
     }
     if (n)
         memcpy(size, a->size, n);
-    *w = (Workspace){size, a->nsize, ws, bytes, e->ws};
+    *w = (Workspace){size, a->nsize, nccl, ws, bytes, e->ws};
     e->ws = w;
     c->workspace = ws;
     c->workspace_bytes = bytes;
@@ -417,9 +424,9 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
         return -1;
     c.group = group;
     c.group_size = group ? a->group_size : s->rt.nranks;
-    if (workspace(s, e, a, &c))
-        return -1;
     a->outside = count_outside(s, a);
+    if (workspace(s, e, a, a->outside && s->rt.nranks > 1, &c))
+        return -1;
     coco_cuda_args args = {a->input, a->scalar, a->output, a->size, a->seed, a->members};
     s->msg[0] = 0;
     if (e->run(&c, &args))
@@ -442,7 +449,7 @@ void coco_session_describe(const coco_session *s, char *buf, size_t len)
              rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100, s->arena_bytes,
              s->window ? "a symmetric NCCL window" : "device memory",
              rt->lsa              ? "one kernel over the peers' memory (arena buffers)"
-             : rt->fused_algo == 3 ? "NCCL calls (COCONET_FUSED=nccl)"
+             : rt->fused_algo == COCO_FUSED_NCCL ? "NCCL calls (COCONET_FUSED=nccl)"
              : rt->nranks == 1    ? "one kernel over local memory (one rank)"
                                   : "NCCL calls (no device communicator)");
 }

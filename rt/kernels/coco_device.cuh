@@ -233,19 +233,32 @@ __device__ __forceinline__ uint64_t coco_mix(uint64_t z)
     return z;
 }
 
-__device__ __forceinline__ double coco_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+// The generator's 24 bits for (seed, stream, index): coco_uniform's numerator
+__device__ __forceinline__ uint32_t coco_bits24(uint64_t seed, uint64_t stream, uint64_t index)
 {
     uint64_t h = coco_mix(seed * 0x9E3779B97F4A7C15ull + 0x6A09E667F3BCC909ull);
     h = coco_mix(h ^ (stream * 0xD1B54A32D192ED03ull));
     h = coco_mix(h ^ (index * 0x8CB92BA72F3D8DD7ull));
-    return (double)(h >> 40) * (1.0 / 16777216.0);
+    return (uint32_t)(h >> 40);
 }
 
+__device__ __forceinline__ double coco_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    return (double)coco_bits24(seed, stream, index) * (1.0 / 16777216.0);
+}
+
+// Dropout (doc/language.md 9.3): kept iff uniform >= p, that is iff the 24
+// bits >= ceil(p * 2^24) (exact: the uniform is bits * 2^-24), then x times
+// the scale 1 / (1 - p), both in double. The threshold and the scale are
+// constants of the kernel (p is a literal); the first two mixes depend on
+// the seed and id alone, which the compiler takes out of the element loop.
 __device__ __forceinline__ double coco_dropout(double x, double p, uint64_t seed, int id,
                                                long gidx)
 {
+    const uint32_t keep_from = (uint32_t)ceil(p * 16777216.0);
+    const double scale = 1.0 / (1.0 - p);
     uint64_t stream = (1ull << 63) | (uint64_t)id;
-    return coco_uniform(seed, stream, (uint64_t)gidx) >= p ? __ddiv_rn(x, 1.0 - p) : 0.0;
+    return coco_bits24(seed, stream, (uint64_t)gidx) >= keep_from ? __dmul_rn(x, scale) : 0.0;
 }
 
 // ---- shapes ----
@@ -520,6 +533,24 @@ static inline void *coco_ws(size_t *used, const coco_cuda_ctx *ctx, size_t bytes
     size_t at = (*used + 255) & ~(size_t)255;
     *used = at + bytes;
     return ctx->workspace ? (void *)((char *)ctx->workspace + at) : NULL;
+}
+
+// A buffer only a fused collective's NCCL path uses, taken from the
+// workspace's end (*tail: the bytes taken from there so far, 256-aligned):
+// the kernels' path never touches it, so the workspace holds it only where
+// that path can run (coco_ws_need); the path checks coco_ws_fits first.
+static inline void *coco_ws_tail(size_t *tail, const coco_cuda_ctx *ctx, size_t bytes)
+{
+    *tail += (bytes + 255) & ~(size_t)255;
+    size_t end = ctx->workspace_bytes & ~(size_t)255;
+    return ctx->workspace && *tail <= end ? (void *)((char *)ctx->workspace + end - *tail)
+                                          : NULL;
+}
+
+// Do the buffers from the start (used) and from the end (tail) both fit?
+static inline int coco_ws_fits(const coco_cuda_ctx *ctx, size_t used, size_t tail)
+{
+    return ((used + 255) & ~(size_t)255) + tail <= ctx->workspace_bytes;
 }
 
 __device__ __forceinline__ double coco_relu(double x)

@@ -53,7 +53,7 @@
 
 #include <nccl_device.h>
 
-enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+// COCO_FUSED_*: include/coconet_cuda.h
 
 // Are the kernel instances for p ranks built? The runtime builds the code
 // of a run for its number of ranks alone (cuda_source defines COCO_ONLY_P:
@@ -419,6 +419,28 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
         off[k] = (size_t)(b - base);
     }
     return 1;
+}
+
+// Can the kernels' path run at all, every buffer being in the window?
+// (coco_lsa_usable less its buffer checks: what a variant's workspace dry
+// run knows.)
+static inline int coco_lsa_possible(const coco_cuda_ctx *ctx, long nranks)
+{
+    if (ctx->fused_algo == COCO_FUSED_NCCL)
+        return 0;
+    if (nranks == 1 && ctx->nranks == 1 && !ctx->lsa_base)
+        return 1;
+    return ctx->lsa_comm && nranks == ctx->nranks &&
+           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8);
+}
+
+// The workspace a variant asks: its buffers from the start (used), and the
+// NCCL paths' from the end (tail) where those paths can run. A caller whose
+// buffers are not all in the window asks with fused_algo COCO_FUSED_NCCL
+// (rt/session.c).
+static inline size_t coco_ws_need(const coco_cuda_ctx *ctx, long nranks, size_t used, size_t tail)
+{
+    return coco_lsa_possible(ctx, nranks) ? used : ((used + 255) & ~(size_t)255) + tail;
 }
 
 // One-shot or two-shot, for a fused collective whose input takes `bytes`

@@ -11,7 +11,7 @@
  *    operand but for !=); Ite(c, a, b) is a where c != 0 (a NaN c too),
  *    else b, broadcast over all three operands and rounded.
  *  - Dropout keeps an element iff
- *      rng_uniform(seed, 2^63 | dropout_id, gidx) >= p,  y = x / (1 - p),
+ *      rng_uniform(seed, 2^63 | dropout_id, gidx) >= p,  y = x * (1 / (1 - p)),
  *    gidx being the element's row-major index in the LOGICAL shape, so the
  *    mask does not depend on the layout.
  *  - MatMul ([..., M, K] x [..., K, N], batch dims of b broadcast against
@@ -177,13 +177,13 @@ static void eval_unary(Exec *e, const Node *n, int rank)
 static void dropout_range(void *ctx, long lo, long hi)
 {
     const UnaryJob *j = ctx;
-    double p = j->n->value;
+    double p = j->n->value, scale = 1.0 / (1.0 - p);
     GlobalIter it;
     global_iter_start(&it, j->p, j->n, j->rank);
     global_iter_seek(&it, lo);
     for (long i = lo; i < hi; i++, global_iter_next(&it)) {
         int keep = rng_uniform(j->seed, j->stream, (uint64_t)it.gidx) >= p;
-        j->y[i] = keep ? exec_round(j->n->type, j->x[i] / (1.0 - p)) : 0.0;
+        j->y[i] = keep ? exec_round(j->n->type, j->x[i] * scale) : 0.0;
     }
 }
 

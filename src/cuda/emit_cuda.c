@@ -107,7 +107,7 @@ static void emit_buffer(Emitter *e, const Node *n)
         fprintf(o, "    void *b%d = dry ? NULL : args->input[%d];\n", id,
                 e->in_index[e->state_of[id]]);
     } else {
-        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, %s * %zu);\n", id, emit_room(e, n), tsize);
+        fprintf(o, "    void *b%d = %s%s * %zu);\n", id, emit_ws(e, id), emit_room(e, n), tsize);
     }
 }
 
@@ -126,8 +126,9 @@ static void emit_scratch(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int id = n->id;
+    const char *ws = emit_ws(e, id);
     if (op_info(n->op)->kind == K_REDUCTION)
-        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, COCO_RED_BLOCKS * sizeof(double));\n", id);
+        fprintf(o, "    void *t%d = %sCOCO_RED_BLOCKS * sizeof(double));\n", id, ws);
     int sliced = n->op == O_REDUCESCATTER ? id : n->op == O_ALLGATHER ? n->in[0] : -1;
     int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
     const char *g = group_name(n->group);
@@ -136,14 +137,13 @@ static void emit_scratch(Emitter *e, const Node *n)
     char padded[96];
     snprintf(padded, sizeof padded, "coco_padded_count(h%d, %d, G_%s)", sliced, d, g);
     if (sliced >= 0 && d != 0) /* the parts along d, block q at q * chunk */
-        fprintf(o, "    void *t%d = coco_ws(&ws, ctx, %s * %zu);\n", id, padded, ts);
+        fprintf(o, "    void *t%d = %s%s * %zu);\n", id, ws, padded, ts);
     if (widened(n) && n->op == O_REDUCESCATTER)
-        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
-                   "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n", id, padded, id, emit_room(e, n));
+        fprintf(o, "    void *w%di = %s%s * 4);\n    void *w%do = %s%s * 4);\n", id, ws, padded,
+                id, ws, emit_room(e, n));
     else if (widened(n))
-        fprintf(o, "    void *w%di = coco_ws(&ws, ctx, %s * 4);\n"
-                   "    void *w%do = coco_ws(&ws, ctx, %s * 4);\n",
-                id, emit_room(e, node_of(e->p, n->in[0])), id, emit_room(e, n));
+        fprintf(o, "    void *w%di = %s%s * 4);\n    void *w%do = %s%s * 4);\n", id, ws,
+                emit_room(e, node_of(e->p, n->in[0])), id, ws, emit_room(e, n));
 }
 
 /* ---- elementwise kernels ---- */
@@ -820,7 +820,7 @@ static void emit_body(Emitter *e, const char *entry)
                "    const long G_GROUP = ctx->group_size, R_GROUP = rank %% ctx->group_size;\n"
                "    (void)G_WORLD; (void)R_WORLD; (void)G_GROUP; (void)R_GROUP;\n"
                "    cudaStream_t st = (cudaStream_t)ctx->stream;\n    (void)st;\n"
-               "    size_t ws = 0;\n", e->v);
+               "    size_t ws = 0, wst = 0;\n", e->v);
     for (int i = 0; i < p->nsize; i++)
         fprintf(o, "    const long S_%s = size[%d];\n    (void)S_%s;\n", p->size[i].name, i,
                 p->size[i].name);
@@ -837,7 +837,9 @@ static void emit_body(Emitter *e, const char *entry)
     for (int f = 0; f < p->nfusion; f++)
         if (e->lsa[f] && p->fusion[f].kind == F_ALLREDUCE)
             lsa_emit_workspace(e, f);
-    fprintf(o, "    if (dry) {\n        *need = ws;\n        return 0;\n    }\n"
+    /* wst: the NCCL paths' buffers, needed only where those paths can run */
+    fprintf(o, "    if (dry) {\n        *need = coco_ws_need(ctx, G_WORLD, ws, wst);\n"
+               "        return 0;\n    }\n"
                "    if (ws > ctx->workspace_bytes)\n"
                "        COCO_FAIL(ctx, \"workspace\", 0, \"%%zu bytes needed, %%zu given\", ws, "
                "ctx->workspace_bytes);\n");
@@ -906,6 +908,10 @@ static void emit_variant_code(Emitter *e, int vi)
             send_claim(e, f);
             send_emit_kernel(e, f);
         }
+    e->nccl_only = emit_alloc(e, (size_t)p->nnode);
+    for (int f = 0; f < p->nfusion; f++)
+        if (e->lsa[f] && p->fusion[f].kind == F_ALLREDUCE)
+            lsa_mark_nccl_only(e, f);
     emit_body(e, entry);
 }
 

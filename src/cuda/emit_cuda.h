@@ -30,6 +30,10 @@ struct Emitter {
     int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
     int *overlap_mm; /* per fusion: the MatMul its launch computes in chunks, overlapped
                         with its kernels (emit_overlap.c), or -1 */
+    char *nccl_only; /* per node: its buffers serve only a FusedAllReduce's NCCL path (the
+                        kernels keep it in registers, or address its members): taken
+                        from the workspace's end (coco_ws_tail), needed only when that
+                        path can run (lsa_mark_nccl_only) */
     /* the lowering of node n (its segment's kernel launch, once), then the
      * copy of a new value into its tensor (emit_cuda.c) */
     void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
@@ -46,6 +50,9 @@ void *emit_alloc(Emitter *e, size_t n);
 void emit_free(Emitter *e, void *block);
 void emit_free_all(Emitter *e);
 
+/* The start of a workspace buffer's declaration for node id: "coco_ws(&ws,
+ * ctx, " or, for a buffer only a NCCL path uses, "coco_ws_tail(&wst, ctx, " */
+const char *emit_ws(const Emitter *e, int id);
 int emit_is_elementwise(const Node *n);
 int emit_add_once(int *ids, int n, int id); /* ids gains id unless there; the count */
 void emit_program_order(int *ids, int n);   /* sorts node ids ascending */
@@ -136,6 +143,7 @@ int lsa_eligible(Emitter *e, int f);           /* can fusion f be one kernel? */
 void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel computes */
 void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) */
 void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
+void lsa_mark_nccl_only(Emitter *e, int f);    /* e->nccl_only: what only its NCCL path uses */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
 /* ---- emit_overlap.c: overlap(MatMul, FusedAllReduce) chunk by chunk ---- */

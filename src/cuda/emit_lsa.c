@@ -857,6 +857,25 @@ void lsa_emit_workspace(Emitter *e, int f)
     lsa_free(e, &l);
 }
 
+/* The buffers only the NCCL path uses: the members the kernels keep in
+ * registers (neither stored locally nor gathered into a contiguous
+ * buffer) or address in their members (scattered), and a scattered reduced
+ * input that path alone gathers. */
+void lsa_mark_nccl_only(Emitter *e, int f)
+{
+    Lsa l;
+    lsa_plan(e, f, &l);
+    for (int k = 0; k < l.nm; k++) {
+        int id = l.m[k];
+        int gathered = nd(e, id)->op == O_ALLGATHER && !lsa_scattered(e, &l, id);
+        e->nccl_only[id] = !gathered && !stores_local(e, &l, id);
+    }
+    int x = nd(e, l.rs)->in[0];
+    if (lsa_scattered(e, &l, x) && emit_scat_gather_fusion(e, x) == f)
+        e->nccl_only[x] = 1;
+    lsa_free(e, &l);
+}
+
 /* The buffers of the window (lb[], their offsets to lo[]): the reduced
  * input first, then the gathered, then the published values; scattered
  * ones are not among them (their members are checked apart). */
@@ -1034,7 +1053,12 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                 push, rs->pos.line, rs->pos.line);
     for (int k = 0; k < l.nm; k++)
         emit_state_copy(e, nd(e, l.m[k]));
-    fprintf(o, "        } else {\n");
+    fprintf(o, "        } else {\n"
+               "        if (!coco_ws_fits(ctx, ws, wst))\n"
+               "            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"its NCCL path (some buffer "
+               "outside the window, or COCONET_FUSED=nccl) needs %%zu workspace bytes, %%zu "
+               "given\", ((ws + 255) & ~(size_t)255) + wst, ctx->workspace_bytes);\n",
+            rs->pos.line);
     if (mm >= 0) /* the overlapped MatMul first, on the NCCL path too */
         e->emit_node(e, nd(e, mm), done_segment);
     emit_scat_gather_for(e, f);

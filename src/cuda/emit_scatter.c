@@ -266,7 +266,7 @@ void emit_scat_buffer(Emitter *e, const Node *n, const Node *t)
         fprintf(o, "    CocoScat c%d = c%d;\n", id, t->id);
     }
     if (emit_scat_needs_buffer(e, id))
-        fprintf(o, "    void *b%d = coco_ws(&ws, ctx, %s * %zu);\n", id, emit_room(e, n),
+        fprintf(o, "    void *b%d = %s%s * %zu);\n", id, emit_ws(e, id), emit_room(e, n),
                 type_size(n->type));
     else /* no b<id>: nothing may address it as one buffer */
         fprintf(o, "    /* %s: in the members of %s */\n", n->name, t->name);

@@ -40,7 +40,7 @@ Two checks, each written from the language's definition, not from the C code:
         keeps its own value);
       - Norm / ReduceTensor: float64 fold in index order, rounded once;
       - Dropout: keep iff uniform(seed, 2^63 | dropout_id, logical index) >= p,
-        then x / (1 - p) rounded, else 0.
+        then x * (1 / (1 - p)) rounded, else 0.
     Since this follows the same arithmetic order, outputs must be EXACTLY
     equal (NaN equals NaN). Transcendental functions come from Python's math
     module, i.e. the same C library the executor calls.
@@ -340,7 +340,7 @@ def dropout(x, p, dropout_id, typ, seed):
     """x is the LOGICAL tensor; the mask is indexed by logical row-major index."""
     x = np.asarray(x, np.float64)
     u = uniform(seed, (1 << 63) | dropout_id, np.arange(x.size)).reshape(x.shape)
-    return np.where(u >= p, ROUND[typ](x / (1.0 - p)), 0.0)
+    return np.where(u >= p, ROUND[typ](x * (1.0 / (1.0 - p))), 0.0)
 
 
 def relu(x):
