@@ -414,6 +414,10 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
     const char *base = (const char *)ctx->lsa_base;
     for (int k = 0; k < n; k++) {
         const char *b = (const char *)buf[k];
+        if (!bytes[k]) { /* nothing there (a staging buffer not taken, an empty workspace) */
+            off[k] = 0;
+            continue;
+        }
         if (b < base || b + bytes[k] > base + ctx->lsa_bytes)
             return 0;
         off[k] = (size_t)(b - base);
