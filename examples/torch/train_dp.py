@@ -12,7 +12,7 @@ corpus, with coconet's fused optimizer or PyTorch's:
                             formula, one trust ratio over all the parameters)
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
-        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--log FILE.csv]
+        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
     torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
 
@@ -139,8 +139,8 @@ def train(args):
         print("median over steps %d..%d: step %.2f ms, optimizer %.2f ms; peak memory %.2f GiB"
               % (tail[0][0], tail[-1][0], med(2), med(3),
                  torch.cuda.max_memory_allocated() / 2 ** 30), flush=True)
-        if args.log:
-            with open(args.log, "w", newline="") as f:
+        if args.csv:
+            with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(["step", "loss", "step_ms", "optimizer_ms"])
                 w.writerows(rows)
@@ -210,7 +210,7 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
     ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model (quick runs)")
-    ap.add_argument("--log", help="CSV of step, loss, step_ms, optimizer_ms (rank 0)")
+    ap.add_argument("--csv", help="CSV of step, loss, step_ms, optimizer_ms (rank 0)")
     ap.add_argument("--max-batch", action="store_true")
     ap.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
     a = ap.parse_args()
