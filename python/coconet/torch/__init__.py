@@ -52,7 +52,7 @@ from .. import CocoError, load
 from .. import _session as S
 
 __all__ = ["CocoError", "Compiled", "compile", "empty", "zeros", "to_arena", "in_arena",
-           "session"]
+           "session", "is_open"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
@@ -98,6 +98,11 @@ class _Group:
 
 
 _groups = {}
+
+
+def is_open(group=None):
+    """Has the session of this process group been opened?"""
+    return (id(group) if group is not None else None) in _groups
 
 
 def session(group=None, arena_bytes=None):

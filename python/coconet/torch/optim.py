@@ -19,7 +19,11 @@ at step time (model.zero_grad() sets them to None) is copied in, with a
 warning once. Each rank keeps only its slice of m and v (1/P of the state);
 state_dict gathers them (a collective: every rank calls it) into
 torch.optim.AdamW's per-parameter layout (exp_avg, exp_avg_sq, step), and
-load_state_dict takes this rank's slice back.
+load_state_dict takes this rank's slice back. An optimizer that opens its
+group's session (the first coconet.torch use of that group) makes the arena
+as large as its buffers need (_arena_need), not the 4 GiB default, so the
+model keeps the rest; COCONET_ARENA_BYTES, or coconet.torch.session(group,
+arena_bytes) called first, decides instead.
 
 Precision: FP32 parameters are updated in place. FP16 or BF16 parameters
 (and so gradients) get FP32 master weights, kept by the optimizer
@@ -35,10 +39,29 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, session
+from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, is_open, session
 from .. import programs
 
 _ALIGN = 16  # bytes: each member's offset in the flat buffers
+_SLACK = 64 << 20  # bytes: the programs' workspaces (reduction partials) and alignment
+
+
+def _arena_need(param_groups, group):
+    """The arena bytes this optimizer's buffers take: per group the flat
+    parameters and gradients, a staging buffer as large as the gradients
+    (the push algorithm's), FP32 master weights for 16-bit parameters and
+    this rank's slices of m and v; and some slack."""
+    nranks = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+    need = _SLACK
+    for pg in param_groups:
+        ps = [p for p in pg["params"] if p.requires_grad]
+        if not ps:
+            continue
+        total = _layout(ps)[1]
+        need += 3 * total * ps[0].element_size() + 2 * 4 * (-(-total // nranks)) + 512 * 4
+        if ps[0].dtype != torch.float32:
+            need += 4 * total
+    return need
 
 
 def _layout(params):
@@ -67,7 +90,12 @@ class _Fused(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
         self._pg = group
-        self._sess = session(group)
+        if not is_open(group) and not os.environ.get("COCONET_ARENA_BYTES"):
+            # the optimizer opens the session: an arena of what it needs, not
+            # the 4 GiB default (the rest is the model's: larger micro-batches)
+            self._sess = session(group, arena_bytes=_arena_need(self.param_groups, group))
+        else:
+            self._sess = session(group)
         self._schedule = schedule
         self._warned = False
         self._coco = [self._prepare(pg) for pg in self.param_groups]
