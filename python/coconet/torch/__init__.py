@@ -35,8 +35,10 @@ Which NCCL: PyTorch loads its own libnccl.so.2 (2.28.9 in torch 2.11's
 wheels) when imported; the runtime and the generated code, loaded after it,
 bind to that library by its soname whatever their rpath says. NCCL's device
 API has no ABI promise across versions, so the generated code must be built
-with the headers of the library loaded: coconet.torch finds it in the
-process, and builds against its own headers when they are next to it
+with the headers of the library loaded: coconet.torch asks the runtime
+which library its NCCL calls bind to (coco_session_nccl: with LD_PRELOAD the
+preloaded one, though PyTorch maps its wheel's too), and builds against its
+own headers when they are next to it
 (prefix/include with nccl_device.h, as NVIDIA's wheel ships them), else
 against the runtime's (build/cuda.conf) when the versions agree, else it
 stops and says to start the script with LD_PRELOAD=<the runtime's
@@ -342,9 +344,11 @@ class Compiled:
         self._warm = True
         if outside and self.group.nranks > 1 and not self._warned:
             self._warned = True
-            warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: its "
-                          "fused collectives take their NCCL path (coconet.torch.empty makes "
-                          "tensors in the arena)" % (outside, self.variant))
+            warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: a "
+                          "fused collective whose peers would read or write one of them takes "
+                          "its NCCL path, on every rank alike or the ranks hang (operands read "
+                          "only locally are fine; coconet.torch.empty makes tensors in the "
+                          "arena)" % (outside, self.variant))
         if len(results) == 1:
             return results[0]
         return {o.name: r for o, r in zip(self.spec.outputs, results)}
