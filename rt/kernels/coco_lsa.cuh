@@ -484,12 +484,9 @@ static inline void coco_lsa_grid(const coco_cuda_ctx *ctx, long n, int v, dim3 *
 {
     long threads = ctx->fused_threads > 0 && ctx->fused_threads <= 512 ? ctx->fused_threads : 512;
     long want = (n + v * threads - 1) / (v * threads);
-    /* one rank syncs no barrier: the grid may fill the GPU (lsa_blocks, two
-     * blocks an SM, is the barriers' count) */
-    long cap = ctx->nranks == 1 && !ctx->lsa_comm ? COCO_LSA_MAXBLOCKS : ctx->lsa_blocks;
-    long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : cap;
-    if (most > cap)
-        most = cap;
+    long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : ctx->lsa_blocks;
+    if (most > ctx->lsa_blocks)
+        most = ctx->lsa_blocks;
     if (most > COCO_LSA_MAXBLOCKS)
         most = COCO_LSA_MAXBLOCKS;
     *grid = dim3((unsigned)(want < 1 ? 1 : want > most ? most : want));
