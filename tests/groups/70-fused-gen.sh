@@ -15,6 +15,34 @@ fused_kinds() {
          /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }
          /^\/\/ fused Send .* as one kernel/ { print v, "send" }' "$1"
 }
+# The NCCL path's own buffers come from the workspace's end (coco_ws_tail)
+# and the kernels' path never names one; the dry run asks for them only
+# where that path can run (coco_ws_need), and each NCCL path checks they fit
+# first (coco_ws_fits). ws_rules CU NAME
+ws_rules() {
+    leaks=$(awk '/^static int v[0-9]+_body\(/ { split("", tail); fast = 0 }
+                 /void \*[a-z0-9]+ = coco_ws_tail\(/ { match($0, /void \*[a-z0-9]+/); tail[substr($0, RSTART + 6, RLENGTH - 6)] = 1 }
+                 /^        if \(coco_lsa_usable\(/ { fast = 1 }
+                 fast && /^        } else [{]$/ { fast = 0 }
+                 fast { k = split($0, tok, /[^A-Za-z0-9_]+/); for (i = 1; i <= k; i++) n += (tok[i] in tail) }
+                 END { print n + 0 }' "$1")
+    tails=$(grep -c 'void \*[a-z0-9]* = coco_ws_tail(' "$1")
+    needs=$(grep -c '^        \*need = coco_ws_need(ctx, G_WORLD, ws, wst);$' "$1")
+    bodies=$(grep -c '^static int v[0-9]*_body(' "$1")
+    fits=$(grep -c '^        if (!coco_ws_fits(ctx, ws, wst))$' "$1")
+    launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$1")
+    if [ "$leaks" -eq 0 ] && [ "$needs" -eq "$bodies" ] && [ "$fits" -eq "$launches" ] &&
+        { [ "$launches" -eq 0 ] || [ "$tails" -gt 0 ]; }; then ok
+    else bad "$2: $leaks names of the NCCL path's buffers on the kernels' path, $tails such buffers, $needs of $bodies dry runs by coco_ws_need, $fits of $launches NCCL paths checking their room"; fi
+}
+# the model-parallel layers: their FusedAllReduces read the MatMul's output,
+# a workspace value, on the kernels' path
+for f in examples/self_attention.coco examples/mlp.coco; do
+    rm -rf "$TMP/fused"
+    coco gen "$f" -o "$TMP/fused" --all-schedules --ranks 4
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    ws_rules "$(ls "$TMP"/fused/*.cu | head -n 1)" "$f"
+done
 for x in tests/gen/fused/*.expect; do
     f=$(sed -n 's|^# program: ||p' "$x")
     args=$(sed -n 's|^# args: *||p' "$x")
@@ -86,6 +114,7 @@ for x in tests/gen/fused/*.expect; do
         [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&
         [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ] && [ "$ahead" -eq "$want_rounds" ]; then ok
     else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds, $knobs given the round, $ahead pipelined (expected $want_rounds)"; fi
+    ws_rules "$cu" "$f"
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
