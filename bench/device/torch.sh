@@ -7,7 +7,15 @@
 #   testsP the same at P (its builds begin in the background with tests1);
 #   optim  bench/torch_optim_step.py at P: coconet.torch.optim.Adam's step
 #          against all_reduce + torch.optim.AdamW(fused=True) on GPT-2 124M's
-#          parameter shapes (its program built in the background from the start).
+#          parameter shapes (its program built in the background from the start);
+#   train  examples/torch/train_dp.py at P, STEPS steps (200) each: coconet
+#          Adam, DDP + AdamW(fused), DDP + AdamW(foreach) (the control: how
+#          far two correct runs drift apart), coconet LAMB, DDP + torch LAMB;
+#          the loss curves compared (coconet vs fused, foreach vs fused, the
+#          LAMBs), then the largest micro-batch of coconet Adam and of DDP;
+#          train.md (the comparisons and each run's last line);
+#   infer  examples/torch/infer_tp.py at P, at GPT-2 small's width (768) and
+#          at WIDE (3072, the paper's layer: 12 layers, 24 heads): infer.md.
 # The ranks start with LD_PRELOAD= the runtime's NCCL (tests/gpu/torch.sh
 # says why). Tables under $OUT: torch-tests-p1.md, torch-tests-pP.md,
 # torch-optim.md; logs in
@@ -19,7 +27,7 @@
 #   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
-# Variables: P (1), PHASES, ITERS (20), JOBS (nvcc builds at once, 12),
+# Variables: P (1), PHASES, ITERS (20), STEPS (200), WIDE (3072), JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
@@ -66,6 +74,37 @@ case " $PHASES " in *" optim "*)
         --out "$OUT/torch-optim.md" >"$W/torch-optim.out" 2>&1
     echo "bench/torch_optim_step.py: exit status $?" ;;
 esac
+TR="python3 -m torch.distributed.run --standalone --nproc_per_node=$P"
+case " $PHASES " in *" train "*)
+    T=$OUT/train.md
+    echo "# examples/torch/train_dp.py at P = $P, ${STEPS:-200} steps (commit ${COMMIT:-?})" >"$T"
+    for o in coconet torch torch-foreach coconet-lamb torch-lamb; do
+        # shellcheck disable=SC2086 # TR: a command and its arguments
+        LD_PRELOAD=$PRELOAD timeout "$(left 60)" $TR examples/torch/train_dp.py --optimizer "$o" \
+            --steps "${STEPS:-200}" --csv "$W/$o.csv" >"$W/train-$o.out" 2>&1
+        echo "- $o (exit $?): $(tail -n 1 "$W/train-$o.out")" >>"$T"
+    done
+    for pair in "coconet torch" "torch-foreach torch" "coconet-lamb torch-lamb"; do
+        # shellcheck disable=SC2086 # pair: two names
+        set -- $pair
+        echo "- $1 vs $2: $(python3 examples/torch/train_dp.py --compare "$W/$1.csv" "$W/$2.csv" 2>&1 | tail -n 1)" >>"$T"
+    done
+    for o in coconet torch; do
+        # shellcheck disable=SC2086 # TR: a command and its arguments
+        LD_PRELOAD=$PRELOAD timeout "$(left 30)" $TR examples/torch/train_dp.py --optimizer "$o" \
+            --max-batch >"$W/maxb-$o.out" 2>&1
+        echo "- $(grep 'largest micro-batch' "$W/maxb-$o.out" || echo "$o: --max-batch exit $?")" >>"$T"
+    done ;;
+esac
+case " $PHASES " in *" infer "*)
+    for w in 768 "${WIDE:-3072}"; do
+        heads=$((w / 64 > 12 ? w / 128 : 12))
+        # shellcheck disable=SC2086 # TR: a command and its arguments
+        LD_PRELOAD=$PRELOAD timeout "$(left 20)" $TR examples/torch/infer_tp.py --width "$w" \
+            --heads "$heads" --batches 1 8 16 >"$W/infer-$w.out" 2>&1
+        { echo "## width $w (exit $?)"; grep -v '^\*\|OMP_NUM_THREADS\|UserWarning\|warnings.warn' "$W/infer-$w.out"; } >>"$OUT/infer.md"
+    done ;;
+esac
 # builds ahead still running at the deadline are stopped (a later command on
 # the same machine finds in the cache what they finished)
 alive() {
@@ -76,6 +115,7 @@ while [ "$(left 5)" -gt 1 ] && alive; do
     sleep 2
 done
 for p in $bg; do kill "$p" 2>/dev/null; done
-for f in "$OUT/torch-tests-p1.md" "$OUT/torch-tests-p$P.md" "$OUT/torch-optim.md"; do
+for f in "$OUT/torch-tests-p1.md" "$OUT/torch-tests-p$P.md" "$OUT/torch-optim.md" "$OUT/train.md" \
+    "$OUT/infer.md"; do
     [ -f "$f" ] && { echo; cat "$f"; }
 done

@@ -10,6 +10,9 @@ corpus, with coconet's fused optimizer or PyTorch's:
   --optimizer coconet-lamb  coconet.torch.optim.LAMB
   --optimizer torch-lamb    DDP + LAMB written with torch ops (examples/lamb.coco's
                             formula, one trust ratio over all the parameters)
+  --optimizer torch-foreach DDP + AdamW(foreach=True): the same optimizer as
+                            `torch` with other roundings, a control for how far
+                            two correct runs' loss curves drift apart
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
@@ -93,8 +96,10 @@ def build(args, P):
         opt = cls(model.parameters(), lr=args.lr, weight_decay=args.wd)
         return model, model, opt
     ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
+    fused = args.optimizer != "torch-foreach"  # the control: the same AdamW, other roundings
     opt = (TorchLAMB(model.parameters(), lr=args.lr, weight_decay=args.wd) if lamb else
-           torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd, fused=True))
+           torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd,
+                             fused=fused, foreach=not fused))
     return model, ddp, opt
 
 
@@ -199,7 +204,7 @@ def compare(a, b):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--optimizer", default="coconet",
-                    choices=["coconet", "torch", "coconet-lamb", "torch-lamb"])
+                    choices=["coconet", "torch", "torch-foreach", "coconet-lamb", "torch-lamb"])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
