@@ -52,12 +52,12 @@ int emit_is_elementwise(const Node *n)
     return op_info(n->op)->elementwise;
 }
 
-/* Must member i of its segment be written to memory? */
 const char *emit_ws(const Emitter *e, int id)
 {
     return e->nccl_only && e->nccl_only[id] ? "coco_ws_tail(&wst, ctx, " : "coco_ws(&ws, ctx, ";
 }
 
+/* Must member i of its segment be written to memory? */
 int emit_stored(Emitter *e, int i)
 {
     Program *p = e->p;
