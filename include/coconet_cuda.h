@@ -14,6 +14,11 @@
  *   for each name S in that list:
  *     int    coco_run__S(coco_cuda_ctx *ctx, const coco_cuda_args *args);
  *     size_t coco_workspace__S(const coco_cuda_ctx *ctx, const long *size);
+ *     const int coco_window_inputs__S[], coco_window_outputs__S[];
+ *            the inputs and outputs (indices; -1 ends) whose buffers or members
+ *            the peer-memory kernels reach in the other ranks' windows: where
+ *            one lies outside ctx's window, that collective takes its NCCL
+ *            path, which every rank must then take (their buffers alike)
  *
  * and, for the one-kernel fused collectives (NCCL's device API is C++, so
  * the generated code makes the device communicator for the runtime):

@@ -209,6 +209,32 @@ class VariantSpec:
         return n
 
 
+# ---- the arguments the peer-memory kernels reach ----
+
+def window_args(so, variant):
+    """(inputs, outputs): the index sets of the arguments whose tensors (or
+    members) the variant's one-kernel collectives reach in the other ranks'
+    windows (the generated coco_window_inputs__V and coco_window_outputs__V,
+    include/coconet_cuda.h), or None for an object without them."""
+    try:
+        lib = ctypes.CDLL(so)
+    except OSError:
+        return None
+    sets = []
+    for what in ("inputs", "outputs"):
+        try:
+            arr = (ctypes.c_int * 65536).in_dll(lib, "coco_window_%s__%s" % (what, variant))
+        except ValueError:
+            return None
+        ids = []
+        for x in arr:  # up to its -1
+            if x < 0:
+                break
+            ids.append(x)
+        sets.append(frozenset(ids))
+    return tuple(sets)
+
+
 # ---- which NCCL ----
 
 def _header_version(include_dir):

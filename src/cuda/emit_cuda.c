@@ -876,6 +876,66 @@ static void emit_body(Emitter *e, const char *entry)
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
 }
 
+/* The argument holding value id (or its members), marked in in[] or out[];
+ * a workspace value is none (the workspace lies in the window) */
+static void mark_argument(Emitter *e, int id, char *in, char *out)
+{
+    const Node *scat = emit_scat_of(e, id);
+    if (scat)
+        id = scat->id;
+    if (e->in_index[id] >= 0)
+        in[e->in_index[id]] = 1;
+    if (e->out_index[id] >= 0)
+        out[e->out_index[id]] = 1;
+    if (e->state_of[id] >= 0)
+        in[e->in_index[e->state_of[id]]] = 1;
+}
+
+static void emit_index_list(FILE *o, const char *what, const char *entry, const char *mark, int n)
+{
+    fprintf(o, "extern \"C\" const int coco_window_%s__%s[] = {", what, entry);
+    for (int i = 0; i < n; i++)
+        if (mark[i])
+            fprintf(o, "%d, ", i);
+    fprintf(o, "-1};\n");
+}
+
+/* coco_window_inputs__ENTRY and coco_window_outputs__ENTRY (coconet_cuda.h):
+ * the arguments the peer-memory kernels reach in the other ranks' windows
+ * (the FusedAllReduces' reduced inputs and gathered values, the fused
+ * Sends' results, the scattered tensors of the one-kernel collectives). A
+ * caller with such a buffer outside its window takes the NCCL path there,
+ * and so must every rank (a session's caller checks: coconet.torch). */
+static void emit_window_args(Emitter *e, const char *entry)
+{
+    Program *p = e->p;
+    char *in = emit_alloc(e, (size_t)p->nexec_in + 1), *out = emit_alloc(e, (size_t)p->nexec_out + 1);
+    int *ids = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
+    for (int f = 0; f < p->nfusion; f++) {
+        if (!e->lsa[f])
+            continue;
+        int n = 0;
+        if (p->fusion[f].kind == F_ALLREDUCE)
+            n = lsa_window_nodes(e, f, ids);
+        for (int i = 0; i < p->nnode && p->fusion[f].kind == F_SEND; i++)
+            if (p->node[i].fusion == f && p->node[i].op == O_SEND && !p->node[i].dead)
+                ids[n++] = i;
+        for (int k = 0; k < n; k++)
+            mark_argument(e, ids[k], in, out);
+    }
+    for (int i = 0; i < p->nnode; i++)
+        if (!p->node[i].dead && emit_scat_lsa(e, &p->node[i])) {
+            mark_argument(e, p->node[i].in[0], in, out);
+            mark_argument(e, i, in, out);
+        }
+    emit_index_list(e->o, "inputs", entry, in, p->nexec_in);
+    emit_index_list(e->o, "outputs", entry, out, p->nexec_out);
+    fputc('\n', e->o);
+    emit_free(e, ids);
+    emit_free(e, out);
+    emit_free(e, in);
+}
+
 static void emit_variant_code(Emitter *e, int vi)
 {
     Program *p = e->p;
@@ -913,6 +973,7 @@ static void emit_variant_code(Emitter *e, int vi)
         if (e->lsa[f] && p->fusion[f].kind == F_ALLREDUCE)
             lsa_mark_nccl_only(e, f);
     emit_body(e, entry);
+    emit_window_args(e, entry);
 }
 
 /* Variant vi of the source. A refusal (error_at) on the way frees what the

@@ -144,6 +144,7 @@ void lsa_claim(Emitter *e, int f);             /* marks the nodes that kernel co
 void lsa_emit_kernel(Emitter *e, int f);       /* its kernels (before the body) */
 void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body's buffers */
 void lsa_mark_nccl_only(Emitter *e, int f);    /* e->nccl_only: what only its NCCL path uses */
+int lsa_window_nodes(Emitter *e, int f, int *ids); /* what its kernels reach in the peers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
 
 /* ---- emit_overlap.c: overlap(MatMul, FusedAllReduce) chunk by chunk ---- */

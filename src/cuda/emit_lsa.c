@@ -876,6 +876,21 @@ void lsa_mark_nccl_only(Emitter *e, int f)
     lsa_free(e, &l);
 }
 
+/* The values whose buffers (or members) the kernels reach in the peers'
+ * windows: the reduced input and the gathered members; their count */
+int lsa_window_nodes(Emitter *e, int f, int *ids)
+{
+    Lsa l;
+    lsa_plan(e, f, &l);
+    int n = 0;
+    ids[n++] = nd(e, l.rs)->in[0];
+    for (int k = 0; k < l.nm; k++)
+        if (nd(e, l.m[k])->op == O_ALLGATHER)
+            ids[n++] = l.m[k];
+    lsa_free(e, &l);
+    return n;
+}
+
 /* The buffers of the window (lb[], their offsets to lo[]): the reduced
  * input first, then the gathered, then the published values; scattered
  * ones are not among them (their members are checked apart). */

@@ -11,6 +11,12 @@ extern "C" {
 int coco_nccl_version = 0; // the stand-in runtime does not check it
 extern const char *const coco_schedule_names[];
 const char *const coco_schedule_names[] = {"program", "fused", NULL};
+// the arguments a variant's peer-memory kernels would reach in the other
+// ranks' windows (coconet_cuda.h): the test's own choice for "fused" (x and
+// the output), none listed for "program" (an object without the lists)
+extern const int coco_window_inputs__fused[], coco_window_outputs__fused[];
+const int coco_window_inputs__fused[] = {0, -1};
+const int coco_window_outputs__fused[] = {0, -1};
 }
 
 // --breakdown: a mark after each step, as the generated code makes them

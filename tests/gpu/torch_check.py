@@ -284,7 +284,27 @@ def errors(c):
                 return "FAIL", "message %r lacks %r" % (str(e), want)
             continue
         return "FAIL", "no error for a call that should give %r" % want
-    return "PASS", "%d wrong calls refused with the tensor, expected and given named" % len(cases)
+    if c["P"] > 1:  # a tensor the one-kernel collective reads from the peers, outside the arena
+        fp = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper")
+        args = {s.name: (0.5 if s.kind == "scalar" else ct.zeros(
+            s.shape, torch.float16 if s.type == "FP16" else torch.float32))
+            for s in fp.spec.inputs}
+        args["g"] = torch.zeros(fp.spec.input("g").shape, device="cuda", dtype=torch.float16)
+        want = "input 'g' of 'paper' (rank %d) lies outside the arena" % c["rank"]
+        try:
+            fp(args)
+            return "FAIL", "no error for g outside the arena at P = %d" % c["P"]
+        except ct.CocoError as e:
+            if want not in str(e):
+                return "FAIL", "message %r lacks %r" % (str(e), want)
+        fn = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper",
+                        nccl_path=True)
+        fn(args)  # every rank alike: the NCCL path
+        torch.cuda.synchronize()
+        cases.append(None)
+    return "PASS", ("%d wrong calls refused with the tensor, expected and given named (at P > 1 "
+                    "one a tensor outside the arena that the fused collective reads from the "
+                    "peers; with nccl_path=True it runs)" % len(cases))
 
 
 # ---- optimizers ----

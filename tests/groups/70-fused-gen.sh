@@ -35,6 +35,37 @@ ws_rules() {
         { [ "$launches" -eq 0 ] || [ "$tails" -gt 0 ]; }; then ok
     else bad "$2: $leaks names of the NCCL path's buffers on the kernels' path, $tails such buffers, $needs of $bodies dry runs by coco_ws_need, $fits of $launches NCCL paths checking their room"; fi
 }
+# the arguments each variant's peer-memory kernels reach in the other ranks'
+# windows (coco_window_inputs__S / coco_window_outputs__S: a session's caller
+# refuses such a tensor outside its arena)
+window_args() { # FILE RANKS VARIANT: "inputs | outputs" of VARIANT
+    rm -rf "$TMP/win"
+    coco gen "$1" -o "$TMP/win" --all-schedules --ranks "$2"
+    cu=$(ls "$TMP"/win/*.cu 2>/dev/null | head -n 1)
+    [ -n "$cu" ] || return
+    i=$(sed -n "s/^extern \"C\" const int coco_window_inputs__$3\[\] = {\(.*\)};$/\1/p" "$cu")
+    o=$(sed -n "s/^extern \"C\" const int coco_window_outputs__$3\[\] = {\(.*\)};$/\1/p" "$cu")
+    echo "$i | $o"
+}
+for c in "examples/adam.coco 4 paper|0, 1, -1 | 0, -1" "examples/adam.coco 4 program|0, -1 | -1" \
+    "examples/adam_scattered.coco 4 paper|0, 1, -1 | -1" \
+    "examples/self_attention.coco 4 paper|-1 | 0, -1" "examples/self_attention.coco 4 MM_AR_C|-1 | -1" \
+    "examples/pipeline.coco 4 AR_fuse_C_P2P|-1 | 0, -1" "examples/pipeline.coco 4 paper|-1 | -1" \
+    "tests/gpu/scattered_inline.coco 4 program|0, 1, -1 | -1"; do
+    set -- ${c%%|*}
+    want=${c#*|}
+    got=$(window_args "$1" "$2" "$3")
+    if [ "$got" = "$want" ]; then ok; else bad "window arguments of $1 $3 at P = $2: got '$got', expected '$want'"; fi
+done
+# every variant of every program exports both lists
+rm -rf "$TMP/win"
+coco gen examples/mlp.coco -o "$TMP/win" --all-schedules --ranks 4
+cu=$(ls "$TMP"/win/*.cu | head -n 1)
+runs=$(grep -c '^extern "C" int coco_run__' "$cu")
+wi=$(grep -c '^extern "C" const int coco_window_inputs__' "$cu")
+wo=$(grep -c '^extern "C" const int coco_window_outputs__' "$cu")
+if [ "$runs" -gt 0 ] && [ "$wi" -eq "$runs" ] && [ "$wo" -eq "$runs" ]; then ok
+else bad "mlp: $runs entry points, $wi and $wo window lists"; fi
 # the model-parallel layers: their FusedAllReduces read the MatMul's output,
 # a workspace value, on the kernels' path
 for f in examples/self_attention.coco examples/mlp.coco; do

@@ -169,6 +169,18 @@ def _host(rt, ranks, rank, arena=1 << 20):
     return p, built, sess
 
 
+@needs_fake
+def test_window_args(fake):
+    """The arguments a variant's one-kernel collectives reach in the peers'
+    windows, read from the object (coconet.torch refuses such a tensor
+    outside the arena); an object without the lists gives None."""
+    _, built, sess = _host(fake, 2, 0)
+    assert S.window_args(built.so, "fused") == (frozenset({0}), frozenset({0}))
+    assert S.window_args(built.so, "program") is None
+    assert S.window_args("/nonexistent.so", "fused") is None
+    sess.close()
+
+
 def _put(ptr, a):
     ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
 

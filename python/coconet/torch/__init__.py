@@ -17,10 +17,14 @@ torch.cuda.current_stream() with no host synchronisation, updates Updated
 tensors in place and returns its outputs in tensors of the arena, made once
 and reused by every call (copy them to keep a value past the next call).
 
-Tensors outside the arena are used where they lie: the fused collectives
-then take their NCCL path (a warning says so once); every rank must pass
-its tensors alike (all in the arena, or none), or the ranks take different
-paths and hang (include/coconet_session.h says why there is no copy).
+Tensors outside the arena are used where they lie, but for those a
+variant's one-kernel collectives reach in the other ranks' memory (the
+generated object lists them: coco_window_inputs__V, include/coconet_cuda.h):
+at P > 1 a call given one of those outside the arena is refused, naming it,
+since a rank taking the NCCL path while the others take the kernels would
+hang them; compile(..., nccl_path=True) accepts them, and every rank must
+then pass its tensors alike (the collective takes its NCCL path; a warning
+says so once).
 
 CUDA graphs: a call enqueues only kernels, NCCL and cuBLASLt calls on the
 current stream (and on a side stream joined by events), so it can be
@@ -201,7 +205,8 @@ class Compiled:
     documentation). Attributes: spec (S.VariantSpec: each argument's type
     and shape on this rank), variant, so (the shared object), note."""
 
-    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0, _base=None):
+    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0, _base=None,
+                 nccl_path=False):
         self.group = _base.group if _base else session(group)
         g = self.group
         self.path = str(path)
@@ -215,9 +220,12 @@ class Compiled:
             self._knobs = S.parse_knobs(built.knobs)
             self.module = g.session.load(self.so)
             self._shapes = {}
+            self._window = S.window_args(self.so, self.variant)
+            self._nccl_path = bool(nccl_path)
         else:  # the same object at other sizes: generated code takes sizes at run time
             self.so, self.variant, self.note = _base.so, _base.variant, _base.note
             self._knobs, self.module, self._shapes = _base._knobs, _base.module, _base._shapes
+            self._window, self._nccl_path = _base._window, _base._nccl_path
         self.spec = S.VariantSpec(self.program, self.variant, g.rank)
         self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
         self._overlap = S.uses_overlap(self.path, self.variant)
@@ -271,6 +279,31 @@ class Compiled:
             c.inputs[i] = arr[0] if len(value) else None
         else:
             c.inputs[i] = self._tensor(spec, value)
+
+    def _check_window(self, by_name, results):
+        """Refuses a tensor outside the arena that the variant's one-kernel
+        collectives reach in the other ranks' memory (see compile)."""
+        def refuse(what):
+            raise CocoError("%s of '%s' (rank %d) lies outside the arena, but the variant's "
+                            "one-kernel collective reaches it in the other ranks' memory: "
+                            "make it in the arena on every rank (coconet.torch.empty, "
+                            "to_arena), or compile with nccl_path=True and pass every rank's "
+                            "alike (that collective then takes its NCCL path)"
+                            % (what, self.variant, self.group.rank))
+        arena = self.group.session
+        inputs, outputs = self._window
+        for i in sorted(inputs):
+            spec, value = self.spec.inputs[i], by_name[i]
+            tensors = value if spec.kind == "scattered" else [value]
+            for k, t in enumerate(tensors):
+                if not arena.in_arena(t.data_ptr(), t.numel() * t.element_size()):
+                    refuse("input '%s'%s" % (spec.name, " (member %d)" % k
+                                             if spec.kind == "scattered" else ""))
+        for k in sorted(outputs):
+            t = results[k]
+            if isinstance(t, torch.Tensor) and \
+                    not arena.in_arena(t.data_ptr(), t.numel() * t.element_size()):
+                refuse("output '%s'" % self.spec.outputs[k].name)
 
     def _output_tensor(self, k, o, out):
         """Output k: the tensor given for it in `out` (checked), else the
@@ -337,6 +370,8 @@ class Compiled:
                 t = self._output_tensor(k, o, out)
                 self._call.outputs[k] = t.data_ptr()
                 results.append(t)
+        if self._window and self.group.nranks > 1 and not self._nccl_path:
+            self._check_window(by_name, results)
         if seed is None:
             self._seed += 1
             seed = self._seed
@@ -354,11 +389,18 @@ class Compiled:
         return {o.name: r for o, r in zip(self.spec.outputs, results)}
 
 
-def compile(path, schedule="program", sizes=None, group=None, seed=0):
+def compile(path, schedule="program", sizes=None, group=None, seed=0, nccl_path=False):
     """The program in `path` at `sizes` over the ranks of `group` (None: the
     default process group, or one rank without torch.distributed), under
     `schedule` ("program", a schedule's name, or "tuned": the tuning
     record's choice), built (or found in the cache) as `coconet run
     --backend cuda` builds it. Collective: every rank of the group calls it,
-    in the same order as its other coconet.torch calls."""
-    return Compiled(path, schedule, sizes, group, seed)
+    in the same order as its other coconet.torch calls.
+
+    A tensor that the variant's one-kernel collectives reach in the other
+    ranks' memory must lie in the arena on every rank: a call given one
+    outside it is refused, naming it (a rank that took the NCCL path while
+    the others took the kernels would hang them). nccl_path=True accepts
+    such tensors: the collective then takes its NCCL path, and every rank
+    must pass its tensors alike."""
+    return Compiled(path, schedule, sizes, group, seed, nccl_path=nccl_path)
