@@ -362,8 +362,8 @@ static inline dim3 coco_grid(long n)
 // ---- copies: the slice of a whole tensor, and the gather/scatter orders ----
 // out (local shape `o`) = in (full shape `i`) at coordinates shifted by o.off
 // along dimension d.
-__global__ void coco_slice_kernel(const void *in, int t, CocoShape i, void *out, CocoShape o,
-                                  int d)
+static __global__ void coco_slice_kernel(const void *in, int t, CocoShape i, void *out, CocoShape o,
+                                         int d)
 {
     long n = 1;
     for (int k = 0; k < o.nd; k++)
@@ -382,8 +382,8 @@ __global__ void coco_slice_kernel(const void *in, int t, CocoShape i, void *out,
 // min(f.dim[d], (p+1)*chunk)), laid out as a tensor of that many rows at the
 // start of a block of chunk rows (the last parts' blocks end in padding);
 // to_parts copies full -> parts, otherwise parts -> full.
-__global__ void coco_parts_kernel(void *full, CocoShape f, void *parts, int t, int d, long chunk,
-                                  int to_parts)
+static __global__ void coco_parts_kernel(void *full, CocoShape f, void *parts, int t, int d,
+                                         long chunk, int to_parts)
 {
     long n = 1;
     for (int k = 0; k < f.nd; k++)
@@ -426,8 +426,8 @@ __device__ __forceinline__ double coco_red_first(int op, double x)
 
 // One thread per output element, in order over the reduced dimension: the
 // CPU's order, so the result is the CPU's bit for bit.
-__global__ void coco_reduce_kernel(const void *in, int tin, void *out, int tout, long outer,
-                                   long len, long inner, int op, int root)
+static __global__ void coco_reduce_kernel(const void *in, int tin, void *out, int tout, long outer,
+                                          long len, long inner, int op, int root)
 {
     long n = outer * inner;
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
@@ -448,9 +448,9 @@ __global__ void coco_reduce_kernel(const void *in, int tin, void *out, int tout,
 // the CPU does (its FP32 and FP64 results are the CPU's bit for bit). Slow:
 // coco_conv2d uses it only where the implicit GEMM of coco_conv.cuh does not
 // apply (indices beyond 32 bits, FP16/BF16 built for a GPU before sm_80).
-__global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t, long N, long C,
-                                   long H, long W, long K, long R, long S, long OH, long OW,
-                                   int stride, int pad)
+static __global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t, long N,
+                                          long C, long H, long W, long K, long R, long S, long OH,
+                                          long OW, int stride, int pad)
 {
     long n = N * K * OH * OW;
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
@@ -584,7 +584,8 @@ __device__ __forceinline__ double coco_red_identity(int op)
 }
 
 // Block b reduces a contiguous chunk into parts[b] (a fixed tree: deterministic).
-__global__ void coco_reduce_parts_kernel(const void *in, int tin, long len, int op, double *parts)
+static __global__ void coco_reduce_parts_kernel(const void *in, int tin, long len, int op,
+                                                double *parts)
 {
     __shared__ double tree[256];
     long chunk = (len + gridDim.x - 1) / gridDim.x;
@@ -604,8 +605,8 @@ __global__ void coco_reduce_parts_kernel(const void *in, int tin, long len, int 
         parts[blockIdx.x] = tree[0];
 }
 
-__global__ void coco_reduce_final_kernel(const double *parts, int nparts, int op, void *out,
-                                         int tout, int root)
+static __global__ void coco_reduce_final_kernel(const double *parts, int nparts, int op, void *out,
+                                                int tout, int root)
 {
     int combine = op == COCO_SUMSQ ? COCO_SUM : op;
     double acc = coco_red_identity(combine);
@@ -641,7 +642,7 @@ static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, vo
 }
 
 // ---- element type conversion (reductions of FP16/BF16 run in FP32) ----
-__global__ void coco_convert_kernel(const void *src, int ts, void *dst, int td, long n)
+static __global__ void coco_convert_kernel(const void *src, int ts, void *dst, int td, long n)
 {
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
          e += (long)gridDim.x * blockDim.x)

@@ -504,6 +504,9 @@ static inline ncclDevComm coco_lsa_devcomm(const coco_cuda_ctx *ctx)
     return dc;
 }
 
+// Once a shared object: the part compiled with the tables (build_parts.c
+// defines COCO_PART_NO_TABLES in the others).
+#ifndef COCO_PART_NO_TABLES
 // ---- the device communicator, for the runtime (include/coconet_cuda.h) ----
 extern "C" int coco_lsa_open(void *world, int blocks, void **devcomm, char *err, size_t errlen)
 {
@@ -536,3 +539,4 @@ extern "C" void coco_lsa_close(void *world, void *devcomm)
     ncclDevCommDestroy((ncclComm_t)world, (const ncclDevComm *)devcomm);
     free(devcomm);
 }
+#endif

@@ -70,7 +70,7 @@ __device__ __forceinline__ void coco_chunk_wait(const CocoChunks &ck, int c)
 }
 
 // Stream-ordered after chunk c of the MatMul: its flag.
-__global__ void coco_chunk_signal(unsigned *flag, int c, unsigned epoch)
+static __global__ void coco_chunk_signal(unsigned *flag, int c, unsigned epoch)
 {
     __threadfence();
     *(volatile unsigned *)&flag[c] = epoch;

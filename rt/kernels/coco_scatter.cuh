@@ -207,8 +207,8 @@ __device__ __forceinline__ void coco_warp_move(void *dst, long dlo, int td, cons
 
 // Copies flat elements [lo, hi) between a scattered tensor and a contiguous
 // buffer holding them from index 0 (to_members: into the members).
-__global__ void coco_scat_copy_kernel(CocoScat d, void *flat, int t, long lo, long hi,
-                                      int to_members)
+static __global__ void coco_scat_copy_kernel(CocoScat d, void *flat, int t, long lo, long hi,
+                                             int to_members)
 {
     const int lane = threadIdx.x & 31;
     const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;
@@ -229,7 +229,7 @@ __global__ void coco_scat_copy_kernel(CocoScat d, void *flat, int t, long lo, lo
 
 // dst[i] (type td, contiguous) = element i of scattered tensor d (type ts):
 // the widening before an FP16/BF16 reduction, read from the members.
-__global__ void coco_scat_convert_kernel(CocoScat d, int ts, void *dst, int td)
+static __global__ void coco_scat_convert_kernel(CocoScat d, int ts, void *dst, int td)
 {
     const int lane = threadIdx.x & 31;
     const long nwarp = ((long)gridDim.x * blockDim.x) >> 5;

@@ -10,6 +10,12 @@
 Program *lower_collectives(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
 /* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
+/* Its parts, each line alone: a prologue (the includes), then each
+ * variant's code after CUDA_PART_VARIANT, then the shared tables after
+ * CUDA_PART_TABLES (a build may compile the variants apart:
+ * cuda_build_parts) */
+#define CUDA_PART_VARIANT "// @coconet part: a variant"
+#define CUDA_PART_TABLES "// @coconet part: the tables"
 void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);
 
 /* ---- compile.c: the backend's passes: lower, emit, write ---- */
@@ -59,6 +65,25 @@ uint64_t cuda_cache_key(const char *src, size_t n, const Argv *cmd, const char *
  * status, 128 + signal, -1 (not started) or -2 (timed out, killed) */
 int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s);
 int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen);
+/* The nvcc command compiling src to the object obj (-c), and the one
+ * linking objects into the shared object out */
+void cuda_nvcc_compile_argv(const CudaToolchain *t, const char *home, const char *src,
+                            const char *obj, Argv *a);
+void cuda_nvcc_link_argv(const CudaToolchain *t, char *const *objs, int n, const char *out,
+                         Argv *a);
+
+/* ---- build_parts.c: a source's variants compiled apart, in parallel ---- */
+/* An nvcc slot of the machine (as many as cores; a lock file under cache,
+ * held while the fd is open): the fd, or -1 when none came within
+ * timeout_s or there are no lock files (then no limit) */
+int cuda_nvcc_slot(const char *cache, double timeout_s);
+/* Builds src (emit_cuda's, with its part markers) into the shared object
+ * so_tmp as `jobs` objects compiled at once and linked, their logs in
+ * log_base.N; 1 when src is not worth splitting (fewer than two variants,
+ * jobs < 2: the caller compiles it whole), 0 when built, -1 with err on a
+ * failure. */
+int cuda_build_parts(const CudaBuild *b, const char *src, size_t n, const char *so_tmp,
+                     const char *log_base, int jobs, char *err, size_t errlen);
 /* The GPU models of this machine without CUDA (nvidia-smi, else the driver's
  * /proc files), or "no GPU seen": a part of the build's cache key. */
 void cuda_gpu_model(char *buf, size_t len);

@@ -219,17 +219,17 @@ void argv_add(Argv *a, const char *fmt, ...)
     a->used += (size_t)n + 1;
 }
 
-/* nvcc -O3 -shared -Xcompiler -fPIC -arch=ARCH -std=c++17 -I... -o OUT SRC
- *      -L... -Xlinker -rpath=... NCCL -lcublasLt -lcudart
- * The NCCL include directory is named only when it is not one the compiler
- * searches anyway (-I/usr/include would break libstdc++'s #include_next). */
-void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, const char *out,
-                    Argv *a)
+/* nvcc, then the options every compilation of generated code takes up to
+ * the architecture and the include paths (mode: "-shared" or "-c"). The NCCL
+ * include directory is named only when it is not one the compiler searches
+ * anyway (-I/usr/include would break libstdc++'s #include_next). */
+static void nvcc_compile_flags(const CudaToolchain *t, const char *home, const char *mode,
+                               Argv *a)
 {
     memset(a, 0, sizeof *a);
     argv_add(a, "%s", t->nvcc);
     argv_add(a, "-O3");
-    argv_add(a, "-shared");
+    argv_add(a, "%s", mode);
     argv_add(a, "-Xcompiler");
     argv_add(a, "-fPIC");
     argv_add(a, "-arch=%s", t->arch);
@@ -239,9 +239,11 @@ void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, c
     if (t->nccl_include[0] && strcmp(t->nccl_include, "/usr/include") &&
         strcmp(t->nccl_include, "/usr/local/include"))
         argv_add(a, "-I%s", t->nccl_include);
-    argv_add(a, "-o");
-    argv_add(a, "%s", out);
-    argv_add(a, "%s", src);
+}
+
+/* the libraries a shared object of generated code links, with their rpaths */
+static void nvcc_link_libs(const CudaToolchain *t, Argv *a)
+{
     const char *libs[2] = {t->nccl_lib, t->cuda_lib};
     for (int i = 0; i < 2; i++) {
         if (!libs[i][0] || (i == 1 && !strcmp(libs[1], libs[0])))
@@ -253,6 +255,41 @@ void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, c
     argv_add(a, "%s", t->nccl_link);
     argv_add(a, "-lcublasLt");
     argv_add(a, "-lcudart");
+}
+
+/* nvcc -O3 -shared -Xcompiler -fPIC -arch=ARCH -std=c++17 -I... -o OUT SRC
+ *      -L... -Xlinker -rpath=... NCCL -lcublasLt -lcudart */
+void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, const char *out,
+                    Argv *a)
+{
+    nvcc_compile_flags(t, home, "-shared", a);
+    argv_add(a, "-o");
+    argv_add(a, "%s", out);
+    argv_add(a, "%s", src);
+    nvcc_link_libs(t, a);
+}
+
+void cuda_nvcc_compile_argv(const CudaToolchain *t, const char *home, const char *src,
+                            const char *obj, Argv *a)
+{
+    nvcc_compile_flags(t, home, "-c", a);
+    argv_add(a, "-o");
+    argv_add(a, "%s", obj);
+    argv_add(a, "%s", src);
+}
+
+void cuda_nvcc_link_argv(const CudaToolchain *t, char *const *objs, int n, const char *out,
+                         Argv *a)
+{
+    memset(a, 0, sizeof *a);
+    argv_add(a, "%s", t->nvcc);
+    argv_add(a, "-shared");
+    argv_add(a, "-arch=%s", t->arch);
+    argv_add(a, "-o");
+    argv_add(a, "%s", out);
+    for (int i = 0; i < n; i++)
+        argv_add(a, "%s", objs[i]);
+    nvcc_link_libs(t, a);
 }
 
 /* ---- running a tool with a time limit ---- */
@@ -462,23 +499,47 @@ static void log_tail(const char *path, char *out, size_t len)
     fclose(f);
 }
 
-static int compile(const CudaBuild *b, const char *cu, const char *so, char *err, size_t errlen)
+/* How many nvcc processes one build may run at once: COCONET_BUILD_JOBS
+ * (1 to 16), else the cores online, at most 16 */
+static int build_jobs(void)
+{
+    const char *env = getenv("COCONET_BUILD_JOBS");
+    long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+/* src (written to cu) into the shared object so: its variants compiled
+ * apart in parallel where there are several (cuda_build_parts), else the
+ * whole file with one nvcc */
+static int compile(const CudaBuild *b, const char *src, size_t n, const char *cu, const char *so,
+                   char *err, size_t errlen)
 {
     char tmp[4200], log[4200];
     pathf(tmp, sizeof tmp, "%s.tmp.%ld", so, (long)getpid());
     pathf(log, sizeof log, "%s.log", so);
-    Argv a;
-    cuda_nvcc_argv(&b->tool, b->home, cu, tmp, &a);
-    int rc = run_capture(a.argv, log, NULL, 0, b->timeout_s);
+    int rc = cuda_build_parts(b, src, n, tmp, log, build_jobs(), err, errlen);
+    if (rc == 1) {
+        Argv a;
+        cuda_nvcc_argv(&b->tool, b->home, cu, tmp, &a);
+        int slot = cuda_nvcc_slot(b->cache, b->timeout_s);
+        rc = run_capture(a.argv, log, NULL, 0, b->timeout_s);
+        if (slot >= 0)
+            close(slot);
+        if (rc) {
+            char tail[2048];
+            log_tail(log, tail, sizeof tail);
+            pathf(err, errlen, "nvcc %s building %s (log: %s):\n%s",
+                  rc == -2 ? "timed out" : rc == 127 ? "could not be run" : "failed", cu, log,
+                  tail);
+        }
+    }
     if (rc == 0 && rename(tmp, so) == 0) {
         unlink(log);
         return 0;
     }
+    if (rc == 0)
+        pathf(err, errlen, "cannot rename %s to %s: %s", tmp, so, strerror(errno));
     unlink(tmp);
-    char tail[2048];
-    log_tail(log, tail, sizeof tail);
-    pathf(err, errlen, "nvcc %s building %s (log: %s):\n%s",
-             rc == -2 ? "timed out" : rc == 127 ? "could not be run" : "failed", cu, log, tail);
     return -1;
 }
 
@@ -515,7 +576,7 @@ int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen
         fflush(b->progress);
     }
     double t0 = now_s();
-    if (write_atomic(cu, src, n, err, errlen) || compile(b, cu, b->so, err, errlen))
+    if (write_atomic(cu, src, n, err, errlen) || compile(b, src, n, cu, b->so, err, errlen))
         return -1;
     b->seconds = now_s() - t0;
     return 0;

@@ -47,6 +47,33 @@ if command -v nvcc >/dev/null 2>&1; then
             "$PYTHON" tests/gen/split_vectors.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
         else bad "vector accesses of $name (PTX, sm_90):"; head -n 5 "$TMP/ptx.out" "$TMP/split.out" | sed 's/^/  /'; fi
     done
+    # a source's variants compiled apart, at once, and linked into one object
+    # (src/cuda/build_parts.c): tests/gpu/host.coco's two variants as two
+    # parts (PTX for compute_90: no ptxas), every symbol once, no part left
+    # behind; then a part that does not compile, named with its log
+    cache=$TMP/parts-cache
+    if COCONET_CACHE=$cache COCONET_CUDA_ARCH=compute_90 COCONET_BUILD_JOBS=2 timeout 300 \
+        $COCONET run tests/gpu/host.coco --backend cuda --ranks 1 --build-only >"$TMP/parts.out" 2>&1; then
+        so=$(ls "$cache"/*.so | head -n 1)
+        syms=$(nm -D --defined-only "$so" | awk '$3 ~ /^coco_/ { print $3 }' | sort | paste -sd' ' -)
+        want="coco_lsa_close coco_lsa_open coco_nccl_version coco_output_alias coco_run__fused"
+        want="$want coco_run__program coco_schedule_names coco_window_inputs__fused"
+        want="$want coco_window_inputs__program coco_window_outputs__fused coco_window_outputs__program"
+        want="$want coco_workspace__fused coco_workspace__program"
+        left=$(ls "$cache" | grep -c '\.part[0-9]*\.')
+        if [ "$syms" = "$want" ] && [ "$left" -eq 0 ]; then ok
+        else bad "build in parts of tests/gpu/host.coco: symbols '$syms' (expected '$want'), $left part files left"; fi
+    else bad "build in parts of tests/gpu/host.coco:"; tail -n 5 "$TMP/parts.out" | sed 's/^/  /'; fi
+    coco gen tests/gpu/host.coco -o "$TMP/parts-src"
+    awk '{ print } $0 == "// @coconet part: a variant" && ++n == 2 { print "#error a part that does not compile" }' \
+        "$TMP/parts-src/host.cu" >"$TMP/parts-bad.cu"
+    if COCONET_CACHE=$cache COCONET_CUDA_ARCH=compute_90 COCONET_BUILD_JOBS=2 timeout 300 \
+        $COCONET run tests/gpu/host.coco --backend cuda --ranks 1 --build-only \
+        --cuda-source "$TMP/parts-bad.cu" >"$TMP/parts.out" 2>&1; then
+        bad "a part with an #error built"
+    elif grep -q 'nvcc failed building part [01] of 2' "$TMP/parts.out" &&
+        grep -q 'a part that does not compile' "$TMP/parts.out"; then ok
+    else bad "a part that does not compile:"; tail -n 5 "$TMP/parts.out" | sed 's/^/  /'; fi
     group_end
 else
     group_end "nvcc skipped: not installed"
