@@ -100,8 +100,9 @@ else bad "tune: gen --schedule tuned at 2^24: no entry point fuse_RS_Opt_AG_4"; 
 # run --schedule tuned runs the object tune built (one source at every size:
 # the program and all its schedules, enumerated too), found in the build
 # cache, not a build of its own; shown with a stand-in nvcc that makes
-# empty objects and counts its builds (only where build/cuda.conf names the
-# NCCL headers the cache key reads)
+# empty objects and counts its builds (its -shared calls: a build in parts
+# compiles each with -c, then links them; only where build/cuda.conf names
+# the NCCL headers the cache key reads)
 if [ -f build/cuda.conf ] && [ -f build/fake/libfake_rt.so ]; then
     fake=$TMP/fake-nvcc
     mkdir -p "$fake"
@@ -111,8 +112,10 @@ if [ -f build/cuda.conf ] && [ -f build/fake/libfake_rt.so ]; then
     cat >"$fake/nvcc" <<'NVCC'
 #!/bin/sh
 [ "$1" = --version ] && { echo "stand-in nvcc for the tests"; exit 0; }
+case " $* " in *" -shared "*) shared=1 ;; esac
 while [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done
-: >"$out" && echo build >>"$(dirname "$0")/builds"
+: >"$out" || exit 1
+[ -z "$shared" ] || echo build >>"$(dirname "$0")/builds"
 NVCC
     chmod +x "$fake/nvcc"
     export COCONET_CUDA_RUNTIME="$fake/libcoconet_cuda.so"
