@@ -99,6 +99,23 @@ static void test_nvcc_argv(void)
     for (int i = 0; i < a.argc; i++)
         nl += !strncmp(a.argv[i], "-L", 2);
     check(nl == 1, "one -L when NCCL and CUDA share their library directory");
+    /* a build in parts: each compiled with -c (no libraries), then linked */
+    toolchain(&t, "/opt/nccl/include");
+    cuda_nvcc_compile_argv(&t, "/h", "p0.cu", "p0.o", &a);
+    check(has_arg(&a, "-c") && !has_arg(&a, "-shared") && !has_arg(&a, "-lnccl") &&
+          has_arg(&a, "-O3") && has_arg(&a, "-arch=native") && has_arg(&a, "-I/h/rt/kernels") &&
+          has_arg(&a, "-I/opt/nccl/include") && has_arg(&a, "p0.cu"),
+          "a part: nvcc -c with the whole build's options, no libraries");
+    o = has_arg(&a, "-o");
+    check(o && !strcmp(a.argv[o], "p0.o"), "a part: -o names its object");
+    char *objs[] = {"p0.o", "p1.o"};
+    cuda_nvcc_link_argv(&t, objs, 2, "k.so.tmp", &a);
+    check(has_arg(&a, "-shared") && has_arg(&a, "p0.o") && has_arg(&a, "p1.o") &&
+          has_arg(&a, "-arch=native") && has_arg(&a, "-rpath=/opt/nccl/lib") &&
+          has_arg(&a, "-lnccl") < has_arg(&a, "-lcudart") && !has_arg(&a, "-c"),
+          "the link: nvcc -shared of the parts' objects and the libraries");
+    o = has_arg(&a, "-o");
+    check(o && !strcmp(a.argv[o], "k.so.tmp"), "the link: -o names the temporary");
     group_end("nvcc command");
 }
 
