@@ -114,13 +114,6 @@ static int write_part(const char *path, int q, const Span *prologue, const Span 
     return 0;
 }
 
-static double seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- a machine-wide limit on nvcc processes ----
  * One of as many lock files as cores, under the cache directory: a build
  * holds one for each nvcc it runs (flock: released when closed, or when the
@@ -134,7 +127,7 @@ int cuda_nvcc_slot(const char *cache, double timeout_s)
     char dir[CUDA_PATH_MAX + 16], path[CUDA_PATH_MAX + 48];
     pathf(dir, sizeof dir, "%s/nvcc-slots", cache);
     mkdir(dir, 0777);
-    double deadline = seconds() + timeout_s;
+    double deadline = cuda_now_s() + timeout_s;
     for (;;) {
         for (int k = 0; k < n; k++) {
             pathf(path, sizeof path, "%s/%d", dir, k);
@@ -145,7 +138,7 @@ int cuda_nvcc_slot(const char *cache, double timeout_s)
                 return fd;
             close(fd);
         }
-        if (seconds() > deadline)
+        if (cuda_now_s() > deadline)
             return -1;
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -180,13 +173,13 @@ static int run_all(const CudaBuild *b, Argv *cmd, int n, char (*log)[CUDA_PATH_M
 {
     pid_t pid[MAXPARTS];
     int slot[MAXPARTS], started = 0, running = 0, failed = -1;
-    double deadline = seconds() + b->timeout_s;
+    double deadline = cuda_now_s() + b->timeout_s;
     while ((started < n && failed < 0) || running > 0) {
-        int late = seconds() > deadline;
+        int late = cuda_now_s() > deadline;
         if (started < n && failed < 0 && !late) {
             /* while none runs, wait for a slot (and start anyway after the
              * build's time: no starving) */
-            int fd = cuda_nvcc_slot(b->cache, running ? 0 : deadline - seconds());
+            int fd = cuda_nvcc_slot(b->cache, running ? 0 : deadline - cuda_now_s());
             if (fd >= 0 || !running) {
                 slot[started] = fd;
                 pid[started] = start(cmd[started].argv, log[started]);

@@ -24,7 +24,8 @@ void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);
  * ranks alone). 0, or 1 with the user error in err. */
 int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, size_t errlen);
 
-/* ---- cuda_build.c: toolchain, nvcc command, build cache (no CUDA) ---- */
+/* ---- cuda_build.c (toolchain, build cache) and nvcc.c (the nvcc commands,
+ * running a tool with a time limit); no CUDA ---- */
 enum { CUDA_PATH_MAX = 1024 };
 #define FNV_INIT 14695981039346656037ULL
 uint64_t fnv1a(uint64_t h, const void *data, size_t n);
@@ -61,6 +62,7 @@ void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, c
                     Argv *a);
 uint64_t cuda_cache_key(const char *src, size_t n, const Argv *cmd, const char *nvcc_version,
                         int nccl_version, const char *gpu, const char *home);
+double cuda_now_s(void); /* seconds of CLOCK_MONOTONIC */
 /* argv[0] with a time limit, output to log_path or into out; its exit
  * status, 128 + signal, -1 (not started) or -2 (timed out, killed) */
 int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s);
