@@ -93,7 +93,8 @@ case " $PHASES " in *" train "*)
         # shellcheck disable=SC2086 # TR: a command and its arguments
         LD_PRELOAD=$PRELOAD timeout "$(left 30)" $TR examples/torch/train_dp.py --optimizer "$o" \
             --max-batch >"$W/maxb-$o.out" 2>&1
-        echo "- $(grep 'largest micro-batch' "$W/maxb-$o.out" || echo "$o: --max-batch exit $?")" >>"$T"
+        rc=$?
+        echo "- $(grep 'largest micro-batch' "$W/maxb-$o.out" || echo "$o: --max-batch exit $rc")" >>"$T"
     done ;;
 esac
 case " $PHASES " in *" infer "*)
