@@ -145,25 +145,6 @@ int cuda_nvcc_slot(const char *cache, double timeout_s)
     }
 }
 
-/* Starts argv with its output to log_path, in its own process group */
-static pid_t start(char *const argv[], const char *log_path)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    setpgid(0, 0);
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
-    execvp(argv[0], argv);
-    dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
 /* Runs the n commands, each once it has an nvcc slot (cuda_nvcc_slot),
  * until each ends or the time limit: the first that failed (its index;
  * *status its exit status, or -2 timed out), or -1 when all succeeded. A
@@ -182,7 +163,7 @@ static int run_all(const CudaBuild *b, Argv *cmd, int n, char (*log)[CUDA_PATH_M
             int fd = cuda_nvcc_slot(b->cache, running ? 0 : deadline - cuda_now_s());
             if (fd >= 0 || !running) {
                 slot[started] = fd;
-                pid[started] = start(cmd[started].argv, log[started]);
+                pid[started] = cuda_spawn(cmd[started].argv, log[started], NULL);
                 if (pid[started] < 0) {
                     if (fd >= 0)
                         close(fd);

@@ -6,6 +6,8 @@
 
 #include "api.h"
 
+#include <sys/types.h> /* pid_t */
+
 /* ---- lower_collectives.c: collectives the CUDA backend generates as FusedAllReduces ---- */
 Program *lower_collectives(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
@@ -63,6 +65,10 @@ void cuda_nvcc_argv(const CudaToolchain *t, const char *home, const char *src, c
 uint64_t cuda_cache_key(const char *src, size_t n, const Argv *cmd, const char *nvcc_version,
                         int nccl_version, const char *gpu, const char *home);
 double cuda_now_s(void); /* seconds of CLOCK_MONOTONIC */
+/* Starts argv in its own process group, its output to log_path, else to the
+ * write end of pipe_fds (both ends closed in the child), else where ours
+ * goes: the pid (0 never: the child execs), or -1 */
+pid_t cuda_spawn(char *const argv[], const char *log_path, const int pipe_fds[2]);
 /* argv[0] with a time limit, output to log_path or into out; its exit
  * status, 128 + signal, -1 (not started) or -2 (timed out, killed) */
 int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s);

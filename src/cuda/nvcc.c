@@ -150,31 +150,40 @@ static int drain(int fd, char *out, size_t len, double deadline)
     return 0;
 }
 
+pid_t cuda_spawn(char *const argv[], const char *log_path, const int pipe_fds[2])
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0); /* its own process group: a time-out stops its helpers too */
+    int logfd = log_path ? open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0666) : -1;
+    int to = logfd >= 0 ? logfd : pipe_fds ? pipe_fds[1] : -1;
+    if (to >= 0) {
+        dup2(to, 1);
+        dup2(to, 2);
+    }
+    if (pipe_fds) {
+        close(pipe_fds[0]);
+        close(pipe_fds[1]);
+    }
+    if (logfd >= 0)
+        close(logfd);
+    execvp(argv[0], argv);
+    dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
 int run_capture(char *const argv[], const char *log_path, char *out, size_t len, double timeout_s)
 {
     int fds[2];
     if (pipe(fds))
         return -1;
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = cuda_spawn(argv, log_path, fds);
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
         return -1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0); /* its own process group: a time-out stops its helpers too */
-        int logfd = log_path ? open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0666) : -1;
-        int to = logfd >= 0 ? logfd : fds[1];
-        dup2(to, 1);
-        dup2(to, 2);
-        close(fds[0]);
-        close(fds[1]);
-        if (logfd >= 0)
-            close(logfd);
-        execvp(argv[0], argv);
-        dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
     }
     close(fds[1]);
     char none[1];
