@@ -547,10 +547,16 @@ static inline void *coco_ws_tail(size_t *tail, const coco_cuda_ctx *ctx, size_t 
                                           : NULL;
 }
 
-// Do the buffers from the start (used) and from the end (tail) both fit?
+// The workspace holding the buffers from the start (used) and from the end
+// (tail) both
+static inline size_t coco_ws_total(size_t used, size_t tail)
+{
+    return ((used + 255) & ~(size_t)255) + tail;
+}
+
 static inline int coco_ws_fits(const coco_cuda_ctx *ctx, size_t used, size_t tail)
 {
-    return ((used + 255) & ~(size_t)255) + tail <= ctx->workspace_bytes;
+    return coco_ws_total(used, tail) <= ctx->workspace_bytes;
 }
 
 __device__ __forceinline__ double coco_relu(double x)

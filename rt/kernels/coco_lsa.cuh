@@ -396,21 +396,35 @@ __device__ __forceinline__ double coco_lsa_peer_fold(ncclWindow_t win, size_t of
     return a;
 }
 
-// Are the peers load/store reachable, with `nranks` of them, and do the
-// buffers lie inside the window? Offsets of the buffers go to off[]. One
-// rank needs no window: its own memory, every buffer's offset its address
-// (coco_lsa_ptr<1>; ctx->lsa_base is then NULL, as the runtime leaves it,
-// else the NCCL path).
+// One rank with no window: its own memory, every buffer's offset its
+// address (coco_lsa_ptr<1>; ctx->lsa_base is then NULL, as the runtime
+// leaves it).
+static inline int coco_lsa_one_rank(const coco_cuda_ctx *ctx, long nranks)
+{
+    return nranks == 1 && ctx->nranks == 1 && !ctx->lsa_base;
+}
+
+// Are the peers (`nranks` of them) load/store reachable, the NCCL path not
+// asked for? (What coco_lsa_usable asks before its buffers.)
+static inline int coco_lsa_reachable(const coco_cuda_ctx *ctx, long nranks)
+{
+    return ctx->fused_algo != COCO_FUSED_NCCL &&
+           (coco_lsa_one_rank(ctx, nranks) || (ctx->lsa_comm && nranks == ctx->nranks));
+}
+
+// Are the peers reachable (coco_lsa_reachable) and do the buffers lie
+// inside the window? Offsets of the buffers go to off[]; one rank's are
+// their addresses (coco_lsa_one_rank).
 static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const void *const *buf,
                                   const size_t *bytes, size_t *off, int n)
 {
-    if (nranks == 1 && ctx->nranks == 1 && ctx->fused_algo != COCO_FUSED_NCCL && !ctx->lsa_base) {
+    if (!coco_lsa_reachable(ctx, nranks))
+        return 0;
+    if (coco_lsa_one_rank(ctx, nranks)) {
         for (int k = 0; k < n; k++)
             off[k] = (size_t)(uintptr_t)buf[k];
         return 1;
     }
-    if (!ctx->lsa_comm || ctx->fused_algo == COCO_FUSED_NCCL || nranks != ctx->nranks)
-        return 0;
     const char *base = (const char *)ctx->lsa_base;
     for (int k = 0; k < n; k++) {
         const char *b = (const char *)buf[k];
@@ -425,16 +439,13 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
     return 1;
 }
 
-// Can the kernels' path run at all, every buffer being in the window?
-// (coco_lsa_usable less its buffer checks: what a variant's workspace dry
-// run knows.)
+// Can a FusedAllReduce's kernels run at all, every buffer being in the
+// window? Reachable peers and a kernel instance for their number (the
+// generated launch's own condition): what a variant's workspace dry run
+// knows.
 static inline int coco_lsa_possible(const coco_cuda_ctx *ctx, long nranks)
 {
-    if (ctx->fused_algo == COCO_FUSED_NCCL)
-        return 0;
-    if (nranks == 1 && ctx->nranks == 1 && !ctx->lsa_base)
-        return 1;
-    return ctx->lsa_comm && nranks == ctx->nranks &&
+    return coco_lsa_reachable(ctx, nranks) &&
            (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8);
 }
 
@@ -444,7 +455,7 @@ static inline int coco_lsa_possible(const coco_cuda_ctx *ctx, long nranks)
 // (rt/session.c).
 static inline size_t coco_ws_need(const coco_cuda_ctx *ctx, long nranks, size_t used, size_t tail)
 {
-    return coco_lsa_possible(ctx, nranks) ? used : ((used + 255) & ~(size_t)255) + tail;
+    return coco_lsa_possible(ctx, nranks) ? used : coco_ws_total(used, tail);
 }
 
 // One-shot or two-shot, for a fused collective whose input takes `bytes`

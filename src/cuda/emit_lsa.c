@@ -1072,7 +1072,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
                "        if (!coco_ws_fits(ctx, ws, wst))\n"
                "            COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"its NCCL path (some buffer "
                "outside the window, or COCONET_FUSED=nccl) needs %%zu workspace bytes, %%zu "
-               "given\", ((ws + 255) & ~(size_t)255) + wst, ctx->workspace_bytes);\n",
+               "given\", coco_ws_total(ws, wst), ctx->workspace_bytes);\n",
             rs->pos.line);
     if (mm >= 0) /* the overlapped MatMul first, on the NCCL path too */
         e->emit_node(e, nd(e, mm), done_segment);
