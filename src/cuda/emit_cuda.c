@@ -917,9 +917,10 @@ static void emit_window_args(Emitter *e, const char *entry)
         int n = 0;
         if (p->fusion[f].kind == F_ALLREDUCE)
             n = lsa_window_nodes(e, f, ids);
-        for (int i = 0; i < p->nnode && p->fusion[f].kind == F_SEND; i++)
-            if (p->node[i].fusion == f && p->node[i].op == O_SEND && !p->node[i].dead)
-                ids[n++] = i;
+        else /* a fused Send: its result, stored into the receiver */
+            for (int i = 0; i < p->nnode; i++)
+                if (p->node[i].fusion == f && p->node[i].op == O_SEND && !p->node[i].dead)
+                    ids[n++] = i;
         for (int k = 0; k < n; k++)
             mark_argument(e, ids[k], in, out);
     }

@@ -38,10 +38,10 @@ ws_rules() {
 # the arguments each variant's peer-memory kernels reach in the other ranks'
 # windows (coco_window_inputs__S / coco_window_outputs__S: a session's caller
 # refuses such a tensor outside its arena)
-window_args() { # FILE RANKS VARIANT: "inputs | outputs" of VARIANT
-    rm -rf "$TMP/win"
-    coco gen "$1" -o "$TMP/win" --all-schedules --ranks "$2"
-    cu=$(ls "$TMP"/win/*.cu 2>/dev/null | head -n 1)
+window_args() { # FILE RANKS VARIANT: "inputs | outputs" of VARIANT (each FILE generated once)
+    win=$TMP/win-$(basename "$1" .coco)-$2
+    [ -d "$win" ] || coco gen "$1" -o "$win" --all-schedules --ranks "$2"
+    cu=$(ls "$win"/*.cu 2>/dev/null | head -n 1)
     [ -n "$cu" ] || return
     i=$(sed -n "s/^extern \"C\" const int coco_window_inputs__$3\[\] = {\(.*\)};$/\1/p" "$cu")
     o=$(sed -n "s/^extern \"C\" const int coco_window_outputs__$3\[\] = {\(.*\)};$/\1/p" "$cu")
