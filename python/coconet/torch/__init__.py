@@ -290,19 +290,17 @@ class Compiled:
                             "to_arena), or compile with nccl_path=True and pass every rank's "
                             "alike (that collective then takes its NCCL path)"
                             % (what, self.variant, self.group.rank))
-        arena = self.group.session
         inputs, outputs = self._window
         for i in sorted(inputs):
             spec, value = self.spec.inputs[i], by_name[i]
             tensors = value if spec.kind == "scattered" else [value]
             for k, t in enumerate(tensors):
-                if not arena.in_arena(t.data_ptr(), t.numel() * t.element_size()):
+                if not in_arena(t, self.group.group):
                     refuse("input '%s'%s" % (spec.name, " (member %d)" % k
                                              if spec.kind == "scattered" else ""))
         for k in sorted(outputs):
             t = results[k]
-            if isinstance(t, torch.Tensor) and \
-                    not arena.in_arena(t.data_ptr(), t.numel() * t.element_size()):
+            if isinstance(t, torch.Tensor) and not in_arena(t, self.group.group):
                 refuse("output '%s'" % self.spec.outputs[k].name)
 
     def _output_tensor(self, k, o, out):
