@@ -41,6 +41,7 @@ typedef struct {
     int nsizes;
     const char *check_size;    /* tune: --check-size NAME=v,... */
     double prune;              /* tune: --prune F */
+    double launch_cost;        /* tune: --launch-cost S (-1: not given) */
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
     int program_only;          /* --schedule tuned chose the program itself */
@@ -96,6 +97,9 @@ static const char usage[] =
     "                  checked against the CPU reference (default: the file's sizes)\n"
     "  --prune F       tune: skip a candidate the cost model says is more than F\n"
     "                  times slower than the best measured (default 1.5)\n"
+    "  --launch-cost S tune: what a launch of the ranks costs, seconds (default 1.5):\n"
+    "                  the first launch times every candidate when the ones beyond\n"
+    "                  the model's reach cost less than one more (0: prune as F says)\n"
     "  --exhaustive    tune: time every candidate (and say what pruning would pick)\n"
     "  --plan          tune: list the candidates and the model's predictions only\n"
     "  --show          tune: print the program's tuning record on this machine\n"
@@ -200,6 +204,12 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
         o->prune = strtod(v, &end);
         if (*end || !(o->prune >= 1 && o->prune <= 1e6))
             bad_usage("--prune expects a factor of at least 1, not '%s'", v);
+    } else if (!strcmp(a, "--launch-cost")) {
+        const char *v = option_value(argc, argv, i);
+        char *end;
+        o->launch_cost = strtod(v, &end);
+        if (*end || !(o->launch_cost >= 0 && o->launch_cost <= 3600))
+            bad_usage("--launch-cost expects seconds from 0 to 3600, not '%s'", v);
     } else if (!strcmp(a, "--exhaustive")) {
         o->exhaustive = 1;
     } else if (!strcmp(a, "--show")) {
@@ -220,6 +230,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->seed = 1;
     o->iters = 20;
     o->timeout = 300;
+    o->launch_cost = -1;
     o->backend = getenv("COCONET_BACKEND") && *getenv("COCONET_BACKEND")
                      ? getenv("COCONET_BACKEND") : "auto";
     check_backend(o->backend);
@@ -252,9 +263,9 @@ static void parse_args(Options *o, int argc, char **argv)
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
     if (strcmp(o->cmd, "tune") && (o->nsizes || o->check_size || o->prune || o->exhaustive ||
-                                   o->show || o->plan || o->log))
-        bad_usage("--sizes, --check-size, --prune, --exhaustive, --plan, --show and --log go "
-                  "with `coconet tune`%s", "");
+                                   o->show || o->plan || o->log || o->launch_cost >= 0))
+        bad_usage("--sizes, --check-size, --prune, --launch-cost, --exhaustive, --plan, --show "
+                  "and --log go with `coconet tune`%s", "");
     if (!strcmp(o->cmd, "tune") && (o->schedule || o->all_schedules || o->dump || o->outdir))
         bad_usage("tune explores every schedule itself: no --schedule, --all-schedules, --dump "
                   "or -o%s", "");
@@ -769,7 +780,8 @@ static int tune(const Options *o)
 {
     coco_tune_options t = {o->defines, o->ndefines, o->nranks, o->group_size, o->sched_file,
                            o->sizes, o->nsizes, o->check_size, o->prune, o->exhaustive, o->plan,
-                           o->iters, o->timeout, o->threads, o->seed, o->log};
+                           o->iters, o->timeout, o->threads, o->seed, o->log,
+                           o->launch_cost < 0 ? 0 : o->launch_cost == 0 ? -1 : o->launch_cost};
     char err[8192];
     int rc = o->show ? coco_tune_show(o->file, &t, stdout, err, sizeof err)
                      : coco_tune(o->file, &t, stdout, err, sizeof err);

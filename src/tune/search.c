@@ -15,6 +15,10 @@
  * allow. A candidate is pruned when even that guess is more than `factor`
  * times the best time measured; the next launch times every candidate left
  * (usually none: one launch a point). --exhaustive times all in one launch.
+ * Where timing the candidates beyond factor^2 would cost less than another
+ * launch (search_costs: small sizes, where a candidate costs milliseconds
+ * and a launch seconds), the first launch takes them all: pruning saves
+ * time only where candidates cost more than launches.
  *
  * Pruning can lose the true best only when the model ranks a candidate
  * more than `factor` too slow relative to the best one measured; an
@@ -50,6 +54,13 @@ void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double fac
     s->c[must].must = 1; /* the program's fastest predicted: a baseline, whatever is pruned */
 }
 
+void search_costs(Search *s, double launch_s, double cand_s, int runs)
+{
+    s->launch_s = launch_s;
+    s->cand_s = cand_s;
+    s->runs = runs;
+}
+
 void search_repredict(Search *s, Program **v, const TuneLimits *l)
 {
     for (int i = 0; i < s->n; i++)
@@ -62,10 +73,24 @@ void search_free(Search *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The seconds the candidates beyond `reach` (a prediction) would add to a
+ * launch */
+static double beyond_s(const Search *s, double reach)
+{
+    double t = 0;
+    for (int i = 0; i < s->n; i++) {
+        const Cand *c = &s->c[i];
+        if (c->state == CAND_TODO && !c->must && c->pred_ms > reach)
+            t += s->cand_s + s->runs * c->pred_ms * 1e-3;
+    }
+    return t;
+}
+
 /* The candidates of the next launch into which, the must first, then by
  * prediction: before any time is measured, the must and those within
- * factor^2 of the fastest prediction; after (pruning done), all left; when
- * nothing within reach could be timed, all left too. How many. */
+ * factor^2 of the fastest prediction (all, where the others cost less than
+ * a launch); after (pruning done), all left; when nothing within reach
+ * could be timed, all left too. How many. */
 static int batch(const Search *s, int *which)
 {
     double fastest = -1;
@@ -76,6 +101,8 @@ static int batch(const Search *s, int *which)
             fastest = s->c[i].pred_ms;
     }
     double reach = s->exhaustive || measured ? -1 : s->factor * s->factor * fastest;
+    if (reach >= 0 && s->launch_s > 0 && beyond_s(s, reach) < s->launch_s)
+        reach = -1;
     for (int pass = 0; pass < 2 && !n; pass++, reach = -1)
         for (int i = 0; i < s->n; i++) {
             const Cand *c = &s->c[i];

@@ -13,7 +13,8 @@
  *    (the check point stays open beside the points), in a launch under the
  *    same knob set; a pair that fails there is never timed. Knob sets the
  *    search prunes whole are never checked.
- * 4. The search at each point (search.c): launches, pruning.
+ * 4. The search at each point (search.c): launches, pruning (where a
+ *    launch costs more than the candidates it would spare, none).
  * 5. A table per point, sorted by time (table.c), and the record (record.c).
  * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
 #include "tune/tune.h"
@@ -25,6 +26,12 @@
 
 enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
 #define INPLACE_ELEMENTS (1L << 24)
+/* What a launch of the ranks and a candidate in it cost beyond the
+ * candidate's runs, seconds (the search weighs them: search_costs). 2 x
+ * H100, self_attention at B=8 S=1024 H=3072: launches 1.7 s each, a
+ * candidate 0.035 s (bench/results/2026-11-26-h100x2-d.md). */
+#define LAUNCH_COST_S 1.5 /* coco_tune_options.launch_s's default */
+#define CAND_COST_S 0.03
 
 /* ---- options: --sizes and --check-size ---- */
 
@@ -422,6 +429,11 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     tu->inplace = input_elements(p) <= (double)INPLACE_ELEMENTS;
     Search s;
     search_init(&s, tu->lv, nv, &tu->t->limits, factor, o->exhaustive);
+    /* checked and repeat runs, 3 warm-up and the timed ones; a launch at the
+     * check point too when the point is not checked in place */
+    double launch_s = o->launch_s > 0 ? o->launch_s : o->launch_s < 0 ? 0 : LAUNCH_COST_S;
+    search_costs(&s, (tu->inplace ? 1 : 2) * launch_s, CAND_COST_S,
+                 2 + 3 + (o->iters > 0 ? o->iters : 20));
     int rc = !tu->inplace && !tu->check.open ? check_open(tu, err, errlen) : 0;
     if (!rc)
         rc = tu->t->open(tu->t, SLOT_POINT, v, nv,

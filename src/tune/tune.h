@@ -119,12 +119,20 @@ typedef struct {
     double factor;   /* prune what the model says is more than this slower */
     int exhaustive;  /* time everything */
     int launches, timed;
+    /* what a launch costs against the candidates it would spare (search_costs;
+     * launch_s 0: not weighed) */
+    double launch_s, cand_s;
+    int runs;
 } Search;
 /* Makes the candidates of variants v[0..nv) (v[0]: the program; each as
  * the backend runs it), each knob set that applies, with the model's
  * predictions. */
 void search_init(Search *s, Program **v, int nv, const TuneLimits *l, double factor,
                  int exhaustive);
+/* Weighs a second launch against timing every candidate in the first: a
+ * launch costs launch_s seconds (the ranks' start), a candidate cand_s
+ * (its buffers and checks) and `runs` runs of its predicted time. */
+void search_costs(Search *s, double launch_s, double cand_s, int runs);
 void search_free(Search *s);
 void search_repredict(Search *s, Program **v, const TuneLimits *l); /* limits changed */
 /* How one launch is measured: candidates which[0..n) of s, each under its knob set */

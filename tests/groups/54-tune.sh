@@ -52,16 +52,22 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 # push; --exhaustive times all 59 and says what pruning would pick. Each
 # candidate takes its knobs with it into a launch: --exhaustive times every
 # (variant x knob set) of a point in one launch of the ranks; pruning, in
-# one, and one more for what the calibrated model does not prune
+# one, and one more for what the calibrated model does not prune. By
+# default a launch costs 1.5 s: at 2^20 the 20 candidates beyond the model's
+# reach cost less, so the first launch times them all; --launch-cost 0
+# weighs no launch, and pruning alone decides
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
+tune_expect "at 2^20, a launch weighed: all in one" "59 candidates .*: 59 timed, 0 pruned, 0 failed, in 1 launch$"
+tune_expect "at 2^20, a launch weighed: the summary" "^tune: [0-9.]+ s, 1 launch of the ranks: "
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 0
 tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
 tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches"
 tune_expect "at 2^20: the summary" "^tune: [0-9.]+ s, 2 launches of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(2 launches\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
-coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --launch-cost 0
 tune_expect "--exhaustive: every knob set in one launch" "59 timed, 0 pruned, 0 failed, in 1 launch$"
 tune_expect "--exhaustive: one launch of the ranks" "^tune: [0-9.]+ s, 1 launch of the ranks: "
 tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 launches"
@@ -70,6 +76,9 @@ tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with kn
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
 # is never chosen (the recorded best at 2^24 is paper push, 0.383 ms)
 coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
+tune_expect "2^24, a launch weighed: all timed in one" "^adam at N=16777216, .*: 57 timed, 0 pruned, 2 failed, in 1 launch$"
+tune_expect "2^28, a launch weighed: candidates dearer than a launch pruned" "^adam at N=268435456, .*: 53 timed, 4 pruned, 2 failed, in 2 launches$"
+coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28 --launch-cost 0
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
 tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
@@ -163,6 +172,10 @@ coco tune examples/adam.coco --check-size N=4,8
 tune_refused "--check-size with two values" 2 "--check-size '8': expected NAME=v"
 coco tune examples/adam.coco --prune 0.5
 tune_refused "--prune below 1" 2 "--prune expects a factor of at least 1"
+coco tune examples/adam.coco --launch-cost -1
+tune_refused "--launch-cost below 0" 2 "--launch-cost expects seconds from 0 to 3600, not '-1'"
+coco run examples/adam.coco --launch-cost 2
+tune_refused "--launch-cost on run" 2 "go with \`coconet tune\`"
 coco run examples/adam.coco --sizes N=4
 tune_refused "--sizes on run" 2 "go with \`coconet tune\`"
 coco tune examples/adam.coco --schedule paper
@@ -181,7 +194,8 @@ mkdir -p "$bw/runs"
 for m in exhaustive pruned; do
     opt=
     [ $m = exhaustive ] && opt=--exhaustive
-    COCONET_TUNE_FAKE=$fixture coco tune examples/adam.coco --ranks 4 --sizes N=2^20,2^24,2^28 $opt
+    COCONET_TUNE_FAKE=$fixture coco tune examples/adam.coco --ranks 4 --sizes N=2^20,2^24,2^28 \
+        --launch-cost 0 $opt
     cp "$TMP/out" "$bw/runs/adam.$m.txt"
     echo "$m adam 0.5 $rc $(grep '^tune: ' "$TMP/out")" >>"$bw/times.txt"
 done
