@@ -163,7 +163,6 @@ class VariantSpec:
         expected and what was given, when a tensor does not match: its
         element type, its shape (a member: its element count), contiguity,
         and whether it lies on this session's GPU (device_text: where)."""
-        what = "%s '%s'%s" % (role, spec.name, "" if member is None else " member %d" % member)
         if member is None:
             want_shape, got_shape = tuple(spec.shape), tuple(shape)
         else:
@@ -182,6 +181,7 @@ class VariantSpec:
         if not on_device:
             problems.append("on %s" % device_text)
         if problems:
+            what = "%s '%s'%s" % (role, spec.name, "" if member is None else " member %d" % member)
             want = ("%s %s, contiguous, on this rank's GPU" % (spec.type, _shape_text(want_shape))
                     if member is None else "%s with %d elements, contiguous, on this rank's GPU"
                     % (spec.type, want_shape[0]))
@@ -405,6 +405,7 @@ class Session:
         if not self._h:
             _raise(err, "rank %d: the session could not be opened" % rank)
         self._err = _err_buf()
+        self._span = None  # (base, end) of the arena, asked once (in_arena)
 
     def load(self, so):
         m = self.rt.lib.coco_session_load(self._h, str(so).encode(), self._err, _ERRLEN)
@@ -429,8 +430,11 @@ class Session:
         return base.value or 0, size.value, used.value
 
     def in_arena(self, ptr, nbytes):
-        base, size, _ = self.arena()
-        return base <= ptr and ptr + nbytes <= base + size
+        if self._span is None:  # the arena's place is fixed once the session is open
+            base, size, _ = self.arena()
+            self._span = (base, base + size)
+        base, end = self._span
+        return base <= ptr and ptr + nbytes <= end
 
     def wait(self, stream=None):
         if self.rt.lib.coco_session_wait(self._h, stream, self._err, _ERRLEN):

@@ -140,6 +140,7 @@ def main_torch(only):
         for v in names:
             check("example:%s:%s" % (base, v), lambda p=path, v=v: example(ctx, p, v))
     check("errors", lambda: errors(ctx))
+    check("bind", lambda: bind(ctx))
     check("adam", lambda: optimizer(ctx, "adam", torch.float32))
     check("lamb", lambda: optimizer(ctx, "lamb", torch.float32))
     check("adam_bf16", lambda: optimizer(ctx, "adam", torch.bfloat16))
@@ -305,6 +306,55 @@ def errors(c):
     return "PASS", ("%d wrong calls refused with the tensor, expected and given named (at P > 1 "
                     "one a tensor outside the arena that the fused collective reads from the "
                     "peers; with nccl_path=True it runs)" % len(cases))
+
+
+def bind(c):
+    """A Bound (tensors checked once) gives the plain call's bits, and
+    refuses a missing or unknown Scalar and a tensor moved since bind."""
+    torch, ct = c["torch"], c["ct"]
+    f = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper")
+    gen = torch.Generator(device="cuda").manual_seed(7 + c["rank"])
+
+    def tensors():
+        gen.manual_seed(7 + c["rank"])
+        out = {}
+        for s in f.spec.inputs:
+            if s.kind != "scalar":
+                t = ct.empty(s.shape, torch.float16 if s.type == "FP16" else torch.float32)
+                t.copy_(torch.rand(s.shape, device="cuda", generator=gen) + 0.5)
+                out[s.name] = t
+        return out
+
+    scalars = [{s.name: 0.5 + 0.1 * k for s in f.spec.inputs if s.kind == "scalar"}
+               for k in range(3)]
+    plain, bound = tensors(), tensors()
+    for sc in scalars:
+        f(dict(plain, **sc))
+    b = f.bind(bound, lr=scalars[0]["lr"])
+    for sc in scalars:
+        b(**{k: v for k, v in sc.items() if k != "lr" or sc is not scalars[0]})
+    torch.cuda.synchronize()
+    for name, t in plain.items():
+        if not torch.equal(t, bound[name]):
+            return "FAIL", "bound calls differ from plain calls in '%s' (largest %.3g)" % (
+                name, (t.float() - bound[name].float()).abs().max().item())
+    cases = [(lambda: f.bind(tensors())(lr=1.0), "needs Scalar"),
+             (lambda: b(z=1.0), "has no Scalar input 'z'")]
+
+    def moved():
+        bound["p"].data = ct.empty(bound["p"].shape, bound["p"].dtype)
+        b()
+    cases.append((moved, "input 'p' of 'paper' (rank %d) moved since bind" % c["rank"]))
+    for call, want in cases:
+        try:
+            call()
+        except ct.CocoError as e:
+            if want not in str(e):
+                return "FAIL", "message %r lacks %r" % (str(e), want)
+            continue
+        return "FAIL", "no error for a bound call that should give %r" % want
+    return "PASS", ("3 bound calls equal 3 plain calls bit for bit (p, m, v); %d wrong bound "
+                    "calls refused (a Scalar missing, one unknown, a tensor moved)" % len(cases))
 
 
 # ---- optimizers ----

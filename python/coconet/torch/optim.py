@@ -166,6 +166,7 @@ class _Fused(torch.optim.Optimizer):
             st.m_arg = [st.m[a:b] for a, b in zip(cuts, cuts[1:])]
             st.v_arg = [st.v[a:b] for a, b in zip(cuts, cuts[1:])]
         st.t = 0
+        st.bound = None  # st.fn bound to these tensors at the first step
         return st
 
     # ---- the step ----
@@ -207,15 +208,16 @@ class _Fused(torch.optim.Optimizer):
             self._gather_grads(st)
             st.t += 1
             b1, b2 = pg["betas"]
-            args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, lr=float(pg["lr"]), t=float(st.t),
-                        beta1=float(b1), beta2=float(b2), eps=float(pg["eps"]),
-                        wd=float(pg["weight_decay"]), gscale=1.0 / self._sess.nranks)
-            if st.master is None:
-                args["p"] = st.params
-            else:
-                args["p"] = st.master
-                args["w"] = st.params
-            st.fn(args)
+            if st.bound is None:  # the tensors checked once; each step passes its Scalars
+                tensors = dict(g=st.grads, m=st.m_arg, v=st.v_arg)
+                if st.master is None:
+                    tensors["p"] = st.params
+                else:
+                    tensors["p"] = st.master
+                    tensors["w"] = st.params
+                st.bound = st.fn.bind(tensors, gscale=1.0 / self._sess.nranks)
+            st.bound(lr=float(pg["lr"]), t=float(st.t), beta1=float(b1), beta2=float(b2),
+                     eps=float(pg["eps"]), wd=float(pg["weight_decay"]))
         return loss
 
     # ---- the state, gathered and scattered ----
