@@ -67,6 +67,10 @@ typedef struct {
                              3 NCCL calls, 4 push (as COCONET_FUSED) */
     int overlap_chunks;   /* coco_cuda_ctx.overlap_chunks: 0 to 64 (as
                              COCONET_OVERLAP_CHUNKS) */
+    /* per input (or NULL): an id of its host bytes, equal for two variants'
+     * inputs only when their bytes are equal, so that the runtime keeps the
+     * device copy it made for one for the next; 0: no id, uploaded anew */
+    const unsigned long long *input_id;
 } CocoRtVariant;
 #define COCO_RT_KNOB_UNSET (-1)
 

@@ -326,8 +326,10 @@ static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
         return;
-    if (!abort)
+    if (!abort) {
+        held_free(rt); /* its window before the communicators */
         close_lsa(rt);
+    }
     if (rt->group)
         abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
     if (rt->world_window)

@@ -26,6 +26,21 @@ enum { LSA_BLOCKS = 264,              /* LSA barriers: 2 blocks per SM of an H20
        GUARD = 256,                   /* guard bytes before and after each buffer */
        STAGE = 32 << 20 };            /* pinned host bytes for the repeat comparison */
 
+/* Device memory held from one variant to the next (held.c): the slab (a
+ * window registered with window_comm, or NULL) and the inputs' pristine
+ * copies, each with the id of its host bytes (CocoRtVariant.input_id; 0:
+ * none, never taken again). */
+typedef struct {
+    void *slab;
+    size_t slab_bytes;
+    ncclWindow_t window;
+    ncclComm_t window_comm;
+    int npristine;
+    void *pristine[MAXARGS];
+    size_t pristine_bytes[MAXARGS];
+    unsigned long long pristine_id[MAXARGS];
+} Held;
+
 struct CocoRt {
     int rank, nranks, group_size, device;
     double timeout_s;
@@ -48,6 +63,7 @@ struct CocoRt {
     char gpu[320];
     char *err;           /* where the current call's message goes */
     size_t errlen;
+    Held held;           /* the launcher's buffers, from variant to variant */
 };
 
 /* A buffer of the slab, with GUARD bytes before and after it that nothing
@@ -63,8 +79,9 @@ typedef struct {
  * when the ranks reach each other's memory): after a lead of ALIGN bytes,
  * the working copy of each input, each output and the workspace, each
  * ALIGN-aligned and followed by at least GUARD bytes, at the same offsets
- * on every rank. Pristine copies of the inputs are apart. All freed by
- * free_buffers. */
+ * on every rank. Pristine copies of the inputs are apart. The slab and the
+ * pristine copies are the rank's held memory (held.c); free_buffers frees
+ * the rest. */
 typedef struct {
     int nin, nout;
     void *in[MAXARGS], *pristine[MAXARGS], *out[MAXARGS];
@@ -73,9 +90,8 @@ typedef struct {
     void **member[MAXARGS]; /* a scattered input's member buffers (host array), else NULL */
     void *workspace;
     void *slab;
-    size_t slab_bytes;
+    size_t slab_bytes;  /* the held slab's: the layout may take less */
     ncclWindow_t window;
-    ncclComm_t window_comm;
     cudaEvent_t start, stop;
     Guarded *guarded;   /* one per input (or member of a scattered one), output, workspace */
     int nguarded;
@@ -127,6 +143,15 @@ RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c)
 RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);
 /* a variant's context from the runtime's state and knobs (run.c) */
 RT_INTERNAL void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len);
+
+/* ---- memory held from variant to variant (held.c) ---- */
+/* b's slab of at least `bytes`: the held one (ranks lined up, zeroed) or a
+ * new one in its place; collective (every rank decides alike) */
+RT_INTERNAL int held_slab(CocoRt *rt, size_t bytes, Buffers *b);
+/* b's pristine copies of v's inputs: held ones of the same id, else uploaded */
+RT_INTERNAL int held_pristine(CocoRt *rt, const CocoRtVariant *v, Buffers *b);
+RT_INTERNAL size_t held_bytes(const CocoRt *rt); /* device bytes held */
+RT_INTERNAL void held_free(CocoRt *rt);
 
 /* ---- one variant's buffers (slab.c) ---- */
 /* the slab, the inputs' pristine copies, outputs poisoned, guards written */

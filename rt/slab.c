@@ -13,24 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int device_alloc(CocoRt *rt, void **p, size_t bytes)
-{
-    CUDA_OK(rt, cudaMalloc(p, bytes ? bytes : 256)); /* never NULL, even when empty */
-    return 0;
-}
-
 void free_buffers(Buffers *b)
 {
-    for (int i = 0; i < b->nin; i++) {
-        cudaFree(b->pristine[i]);
+    for (int i = 0; i < b->nin; i++)
         free(b->member[i]);
-    }
-    if (b->window)
-        ncclCommWindowDeregister(b->window_comm, b->window);
-    if (b->window_comm)
-        ncclMemFree(b->slab);
-    else
-        cudaFree(b->slab);
     if (b->start)
         cudaEventDestroy(b->start);
     if (b->stop)
@@ -119,8 +105,10 @@ static int place_members(CocoRt *rt, const CocoRtVariant *v, int i, char *at, Bu
 }
 
 /* Refuses, with the figures, a variant whose buffers (the slab and the
- * inputs' pristine copies) exceed the GPU's free memory: a program too large
- * for the GPU, or a GPU whose memory another process holds. */
+ * inputs' pristine copies) exceed the GPU's free memory and what the rank
+ * holds from the variant before (held.c, which they may take or free): a
+ * program too large for the GPU, or a GPU whose memory another process
+ * holds. */
 static int check_fits(CocoRt *rt, const CocoRtVariant *v, size_t slab, size_t workspace)
 {
     size_t need = slab, free_bytes = 0, total = 0;
@@ -128,6 +116,7 @@ static int check_fits(CocoRt *rt, const CocoRtVariant *v, size_t slab, size_t wo
         if (v->input[i])
             need += v->input_bytes[i];
     CUDA_OK(rt, cudaMemGetInfo(&free_bytes, &total));
+    free_bytes += held_bytes(rt);
     if (need <= free_bytes)
         return 0;
     const double gib = 1024.0 * 1024 * 1024;
@@ -152,19 +141,11 @@ static int make_slab(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffe
     size[n - 1] = workspace ? slot(workspace) : 0;
     if (agree_sizes(rt, size, n))
         return -1;
-    b->slab_bytes = ALIGN; /* the lead: the guard before the first buffer */
+    size_t bytes = ALIGN; /* the lead: the guard before the first buffer */
     for (int k = 0; k < n; k++)
-        b->slab_bytes += size[k];
-    if (check_fits(rt, v, b->slab_bytes, workspace))
+        bytes += size[k];
+    if (check_fits(rt, v, bytes, workspace) || held_slab(rt, bytes, b))
         return -1;
-    if (rt->lsa) {
-        NCCL_OK(rt, ncclMemAlloc(&b->slab, b->slab_bytes));
-        b->window_comm = rt->world_window;
-        NCCL_OK(rt, ncclCommWindowRegister(rt->world_window, b->slab, b->slab_bytes, &b->window,
-                                           NCCL_WIN_COLL_SYMMETRIC));
-    } else if (device_alloc(rt, &b->slab, b->slab_bytes)) {
-        return -1;
-    }
     size_t nguard = (size_t)v->noutputs + 1;
     for (int i = 0; i < v->ninputs; i++)
         nguard += scattered(v, i) ? (size_t)v->nmembers[i] : 1;
@@ -322,16 +303,9 @@ int compare_repeat(CocoRt *rt, const CocoRtVariant *v, Buffers *b, CocoRtFault *
  * (NaN in every float type), so an output never written shows. */
 int make_buffers(CocoRt *rt, const CocoRtVariant *v, size_t workspace, Buffers *b)
 {
-    if (make_slab(rt, v, workspace, b))
+    b->nin = v->ninputs; /* each input's members (make_slab): freed by free_buffers */
+    if (make_slab(rt, v, workspace, b) || held_pristine(rt, v, b))
         return -1;
-    for (int i = 0; i < v->ninputs; i++, b->nin++) {
-        if (!v->input[i])
-            continue; /* a Scalar */
-        if (device_alloc(rt, &b->pristine[i], v->input_bytes[i]))
-            return -1;
-        CUDA_OK(rt, cudaMemcpy(b->pristine[i], v->input[i], v->input_bytes[i],
-                               cudaMemcpyHostToDevice));
-    }
     for (int i = 0; i < v->noutputs; i++, b->nout++)
         if (!b->aliased[i]) /* else the buffer of an input (coco_output_alias) */
             CUDA_OK(rt, cudaMemset(b->out[i], 0xff, v->output_bytes[i]));

@@ -164,6 +164,7 @@ typedef struct {
     int nin, nout;
     void **input, **updated, **output;
     int *shared;            /* per input: input[i] is the rank's shared copy (InputCache) */
+    unsigned long long *input_id; /* per input: its id for the runtime (input_id), or 0 */
     size_t *input_bytes, *output_bytes;
     double *scalar;
     long *size;
@@ -244,6 +245,7 @@ static void host_free(Host *h)
         free(h->member_bytes[i]);
     }
     free(h->shared);
+    free(h->input_id);
     free(h->nmembers);
     free(h->member_bytes);
     for (int i = 0; i < h->nout; i++)
@@ -273,9 +275,18 @@ typedef struct {
 } InputCache;
 
 static InputCache input_cache;
+static unsigned input_generation; /* of the cache's content: one per job */
+
+/* The id of base input b's shared bytes (CocoRtVariant.input_id): the
+ * same for every variant of a job, another for the next job's */
+static unsigned long long input_id(int b)
+{
+    return (unsigned long long)input_generation << 32 | (unsigned)(b + 1);
+}
 
 static void input_cache_free(void)
 {
+    input_generation++;
     for (int i = 0; i < input_cache.n; i++)
         free(input_cache.buf[i]);
     free(input_cache.buf);
@@ -328,6 +339,7 @@ static void host_input(const CudaJob *job, Program *vp, int i, int rank, Host *h
     }
     h->input_bytes[i] = local_bytes(vp, n, rank);
     h->input[i] = input_bytes_of(job, vp, n, b, rank, h->input_bytes[i], &h->shared[i]);
+    h->input_id[i] = h->shared[i] ? input_id(b) : 0;
     if (n->updated_by >= 0)
         h->updated[i] = result_buffer(h->input_bytes[i]);
     h->nmembers[i] = n->nmember;
@@ -344,6 +356,7 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
     h->nout = vp->nexec_out;
     h->input = xcalloc((size_t)h->nin + 1, sizeof *h->input);
     h->shared = xcalloc((size_t)h->nin + 1, sizeof *h->shared);
+    h->input_id = xcalloc((size_t)h->nin + 1, sizeof *h->input_id);
     h->updated = xcalloc((size_t)h->nin + 1, sizeof *h->updated);
     h->input_bytes = xcalloc((size_t)h->nin + 1, sizeof *h->input_bytes);
     h->scalar = xcalloc((size_t)h->nin + 1, sizeof *h->scalar);
@@ -579,7 +592,8 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
                         h.updated, h.nout, h.output, h.output_bytes, h.size,
                         job->seed, job->iters, job->warmup, h.nmembers,
                         (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
-                        steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks};
+                        steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks,
+                        h.input_id};
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {
