@@ -120,3 +120,5 @@ for f in "$OUT/torch-tests-p1.md" "$OUT/torch-tests-p$P.md" "$OUT/torch-optim.md
     "$OUT/infer.md"; do
     [ -f "$f" ] && { echo; cat "$f"; }
 done
+# the status: a table with a FAIL row fails the command (absent tables do not)
+! grep -qs '| FAIL |' "$OUT/torch-tests-p1.md" "$OUT/torch-tests-p$P.md"
