@@ -37,9 +37,13 @@
  * NCCL path (ReduceScatter + kernel + AllGather). A copy into the window
  * would cost two more passes over the data and a twin of each tensor in
  * the arena on every call, while the NCCL path reads them in place; the
- * call reports how many buffers it was given outside the arena, so the
- * caller can say so. Every rank must then be given buffers alike (all in
- * the arena, or not), or the ranks take different paths and hang.
+ * call reports how many of the buffers the peers reach (the generated
+ * coco_window_inputs__S and coco_window_outputs__S) it was given outside
+ * the arena, so the caller can say so, and only then is the variant's
+ * workspace sized for the NCCL path's buffers too. Operands read only on
+ * their own rank (a MatMul's) may lie anywhere. Every rank must be given
+ * buffers alike (all in the arena, or not), or the ranks take different
+ * paths and hang.
  *
  * Errors come back as "rank R: ..." in err, as in the launcher. */
 #ifndef COCONET_SESSION_H
@@ -88,7 +92,7 @@ typedef struct {
     int group_size;               /* the program's GROUP size (coco_program_group_size), 0:
                                      none; the first call with a new one makes its
                                      communicator (ncclCommSplit: collective) */
-    int outside;                  /* out: buffers given outside the arena */
+    int outside;                  /* out: buffers the peers reach given outside the arena */
 } coco_session_call_args;
 
 int coco_session_abi(void);       /* COCO_SESSION_ABI */

@@ -35,6 +35,10 @@ typedef struct Entry {
     char name[128];
     coco_cuda_run_fn run;
     coco_cuda_workspace_fn workspace;
+    /* the arguments its one-kernel collectives reach in the peers' windows
+     * (coco_window_inputs__S, coco_window_outputs__S; -1 ends), or NULL in
+     * an object without them (then every argument counts) */
+    const int *window_in, *window_out;
     Workspace *ws;
     struct Entry *next;
 } Entry;
@@ -344,6 +348,12 @@ static Entry *find_entry(coco_session *s, int module, const char *name)
     snprintf(e->name, sizeof e->name, "%s", name);
     e->run = run;
     e->workspace = ws;
+    snprintf(sym, sizeof sym, "coco_window_inputs__%s", name);
+    e->window_in = (const int *)dlsym(s->so[module], sym);
+    snprintf(sym, sizeof sym, "coco_window_outputs__%s", name);
+    e->window_out = (const int *)dlsym(s->so[module], sym);
+    if (!e->window_in || !e->window_out)
+        e->window_in = e->window_out = NULL;
     e->next = s->entries;
     s->entries = e;
     return e;
@@ -393,11 +403,27 @@ static int in_arena(const coco_session *s, const void *p, size_t bytes)
            (size_t)(b - s->arena) <= s->arena_bytes - bytes;
 }
 
-/* How many of the call's buffers lie outside the arena. */
-static int count_outside(const coco_session *s, const coco_session_call_args *a)
+/* Is argument i one the variant's one-kernel collectives reach in the
+ * peers' windows (list: -1 ends; NULL: every argument is)? */
+static int in_list(const int *list, int i)
+{
+    if (!list)
+        return 1;
+    for (int k = 0; list[k] >= 0; k++)
+        if (list[k] == i)
+            return 1;
+    return 0;
+}
+
+/* How many of the call's buffers that the peers reach lie outside the
+ * arena (their collectives take the NCCL path; operands read only here,
+ * such as a MatMul's, may lie anywhere). */
+static int count_outside(const coco_session *s, const Entry *e, const coco_session_call_args *a)
 {
     int n = 0;
     for (int i = 0; i < a->ninputs; i++) {
+        if (!in_list(e->window_in, i))
+            continue;
         if (a->nmembers && a->nmembers[i] > 0 && a->members && a->members[i]) {
             for (int m = 0; m < a->nmembers[i]; m++)
                 n += !in_arena(s, a->members[i][m], a->member_bytes[i][m]);
@@ -406,7 +432,7 @@ static int count_outside(const coco_session *s, const coco_session_call_args *a)
         }
     }
     for (int i = 0; i < a->noutputs; i++)
-        if (a->output[i])
+        if (a->output[i] && in_list(e->window_out, i))
             n += !in_arena(s, a->output[i], a->output_bytes ? a->output_bytes[i] : 0);
     return n;
 }
@@ -424,7 +450,7 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
         return -1;
     c.group = group;
     c.group_size = group ? a->group_size : s->rt.nranks;
-    a->outside = count_outside(s, a);
+    a->outside = count_outside(s, e, a);
     if (workspace(s, e, a, a->outside && s->rt.nranks > 1, &c))
         return -1;
     coco_cuda_args args = {a->input, a->scalar, a->output, a->size, a->seed, a->members};

@@ -8,7 +8,7 @@ bias + residual. FP16, eval mode (no dropout), the same weights on both.
 
     torchrun --nproc_per_node=P examples/torch/infer_tp.py [--batches 1 2 4 8 16]
         [--seq 1024] [--iters 10] [--schedule paper|fused|program]
-        [--width 768 --layers 12 --heads 12]
+        [--width 768 --layers 12 --heads 12] [--arena-gib G]
 
 Prints, for each batch size, the forward pass's (prefill: B x seq tokens)
 time and tokens per second with each implementation, the speed-up, and how
@@ -130,6 +130,12 @@ def main(a):
                heads=a.heads)
     full = gpt2.GPT(**cfg).cuda().half().eval()
     max_tokens = max(a.batches) * a.seq
+    # the arena: each row-parallel layer's output and the residual stream's
+    # first value (max_tokens x width FP16 each), and room for the programs'
+    # workspaces, one per shape called (--arena-gib decides instead)
+    import coconet.torch as ct
+    need = (2 * a.layers + 1) * max_tokens * a.width * 2 + (4 << 30)
+    ct.session(arena_bytes=int(a.arena_gib * 2 ** 30) if a.arena_gib else need)
     model = TPModel(full, P, rank, a.heads, a.schedule, max_tokens).eval()
     del full.h
     say = print if rank == 0 else (lambda *x, **k: None)
@@ -178,4 +184,6 @@ if __name__ == "__main__":
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--arena-gib", type=float, default=0,
+                    help="coconet's arena (default: the layers' outputs and 4 GiB)")
     main(ap.parse_args())
