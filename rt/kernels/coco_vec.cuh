@@ -126,6 +126,24 @@ __device__ __forceinline__ void coco_stv_any(void *p, long i0, long n, const Coc
         coco_st_each<V, T>(p, i0, n, raw);
 }
 
+// A broadcast operand's elements for the V linear elements from i0 under
+// LIN (element i reads x at i modulo x's count m; q = i0 modulo m, V <= m):
+// one vector load where they are whole and aligned in x (a bias row's
+// vector), else each alone at its wrapped index; the kernels then read
+// them as they read a flat operand's vector (8 loads of 2 bytes an FP16
+// vector before: the pointwise chain's bias).
+template <int V, int T>
+__device__ __forceinline__ void coco_ld_wrapped(const void *x, long q, long m, CocoRaw<T> *raw)
+{
+    if (V > 1 && q + V <= m && coco_vec_aligned<V, T>(x, q)) {
+        coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, (const CocoRaw<T> *)x + q);
+        return;
+    }
+#pragma unroll
+    for (int v = 0; v < V; v++)
+        raw[v] = ((const CocoRaw<T> *)x)[coco_wrap(q + v, m)];
+}
+
 // The widest V in {vmax, vmax/2, ..., 1} for which every buffer ptr[k] (of
 // elements of size[k] bytes) is aligned for V-element vector operations
 // (to V * size[k] bytes, 16 at most).

@@ -277,9 +277,14 @@ void emit_lin_base(Emitter *e, int id)
 }
 
 /* Under LIN, before a vector's element loop: x's index for its first
- * element i0, lq<x> (coco_wrap steps it to the others). */
+ * element i0, lq<x>, and its elements for the vector, lb<x>
+ * (coco_ld_wrapped: one vector load where they lie whole in x), which the
+ * element loop reads as a flat operand's (emit_operand). */
 void emit_lin_first(Emitter *e, int x, const char *indent)
 {
-    fprintf(e->o, "%sconst long lq%d = LIN ? i0 %% lm%d : 0;\n%s(void)lq%d;\n", indent, x, x,
-            indent, x);
+    const char *t = emit_tname[node_of(e->p, x)->type];
+    fprintf(e->o, "%sconst long lq%d = LIN ? coco_mod(i0, lm%d) : 0;\n%s(void)lq%d;\n", indent, x,
+            x, indent, x);
+    fprintf(e->o, "%salignas(16) CocoRaw<%s> lb%d[V];\n%sif (LIN)\n%s    coco_ld_wrapped<V, %s>(x%d, "
+            "lq%d, lm%d, lb%d);\n", indent, t, x, indent, indent, t, x, x, x, x);
 }

@@ -93,9 +93,9 @@ static void emit_operand(Emitter *e, int seg, int x, int in_float)
         fprintf(e->o, "%s(l%d, v, %s)", ld, x, emit_tname[n->type]);
     else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
         fprintf(e->o, "%s(x%d, 0, %s)", ld, x, emit_tname[n->type]);
-    else if (e->lin) /* i's place in x: its linear index modulo x's count */
-        fprintf(e->o, "%s(x%d, LIN ? coco_wrap(lq%d + v, lm%d) : coco_bidx(h%d, it, c), %s)", ld, x,
-                x, x, x, emit_tname[n->type]);
+    else if (e->lin) /* under LIN its vector's elements, lb<x> (emit_lin_first) */
+        fprintf(e->o, "(LIN ? %s(lb%d, v, %s) : %s(x%d, coco_bidx(h%d, it, c), %s))", ld, x,
+                emit_tname[n->type], ld, x, x, emit_tname[n->type]);
     else
         fprintf(e->o, "%s(x%d, coco_bidx(h%d, it, c), %s)", ld, x, x, emit_tname[n->type]);
 }
