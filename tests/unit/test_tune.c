@@ -281,6 +281,27 @@ static void test_search(void)
     search_run(&s, table_launch, &t, NULL, err, sizeof err);
     check(s.timed == 8 && s.launches == 1, "--exhaustive times all 8 in one launch");
     search_free(&s);
+    /* a launch weighed (search_costs): the candidate left out at 1.5 costs
+     * less than a launch of 1 s, so the first launch takes it; against a
+     * launch cheaper than it, it is left out and pruned as before */
+    search_init(&s, v, 3, &l, 1.5, 0);
+    search_costs(&s, 1.0, 0.03, 25);
+    memset(&t, 0, sizeof t);
+    ms[program] = s.c[program].pred_ms; /* the model right, but for nccl: the best */
+    ms[nccl] = 0.9 * s.c[paper].pred_ms;
+    t.ms = ms;
+    search_run(&s, table_launch, &t, NULL, err, sizeof err);
+    check(s.launches == 1 && s.timed == 8 && t.first[nccl] && search_best(&s) == nccl,
+          "a launch of 1 s against 0.03 s and 25 runs: all 8 in the first, the best found");
+    search_free(&s);
+    search_init(&s, v, 3, &l, 1.5, 0);
+    search_costs(&s, 0.01, 0.03, 25);
+    memset(&t, 0, sizeof t);
+    t.ms = ms;
+    search_run(&s, table_launch, &t, NULL, err, sizeof err);
+    check(!t.first[nccl] && s.timed == 7 && search_best(&s) != nccl,
+          "a launch of 0.01 s: the far candidate left out, then pruned");
+    search_free(&s);
     program_free(v[1]);
     program_free(v[2]);
     program_free(p);
