@@ -10,7 +10,9 @@
  *     replaces it (every rank decides alike: the sizes are agreed first);
  *   - an input's pristine copy is held while the next variant's input has
  *     the same id (CocoRtVariant.input_id) and size; the copies it does not
- *     take are freed before new ones are made.
+ *     take are freed before new ones are made. After a variant whose checks
+ *     found a fault (a write past a buffer) none is held: its kernels may
+ *     have written into them, and the next variant starts from the host's.
  * held_free gives everything back (rt_close). */
 #include "rt_internal.h"
 
@@ -150,11 +152,16 @@ int held_pristine(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
     return 0;
 }
 
-void held_free(CocoRt *rt)
+void held_drop_inputs(CocoRt *rt)
 {
     Held *h = &rt->held;
-    drop_slab(h);
     for (int k = 0; k < h->npristine; k++)
         cudaFree(h->pristine[k]);
     h->npristine = 0;
+}
+
+void held_free(CocoRt *rt)
+{
+    drop_slab(&rt->held);
+    held_drop_inputs(rt);
 }

@@ -151,6 +151,7 @@ RT_INTERNAL int held_slab(CocoRt *rt, size_t bytes, Buffers *b);
 /* b's pristine copies of v's inputs: held ones of the same id, else uploaded */
 RT_INTERNAL int held_pristine(CocoRt *rt, const CocoRtVariant *v, Buffers *b);
 RT_INTERNAL size_t held_bytes(const CocoRt *rt); /* device bytes held */
+RT_INTERNAL void held_drop_inputs(CocoRt *rt); /* the pristine copies freed */
 RT_INTERNAL void held_free(CocoRt *rt);
 
 /* ---- one variant's buffers (slab.c) ---- */

@@ -318,5 +318,7 @@ int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err, size_
     int rc = run_variant(rt, v, t, &b);
     if (!rc) /* after a failure the buffers may still be in use: leave them to exit */
         free_buffers(&b);
+    if (!rc && t->fault.kind != COCO_RT_FAULT_NONE)
+        held_drop_inputs(rt); /* its kernels wrote where they should not (held.c) */
     return rc;
 }
