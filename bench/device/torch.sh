@@ -102,7 +102,7 @@ case " $PHASES " in *" infer "*)
         heads=$((w / 64 > 12 ? w / 128 : 12))
         # shellcheck disable=SC2086 # TR: a command and its arguments
         LD_PRELOAD=$PRELOAD timeout "$(left 20)" $TR examples/torch/infer_tp.py --width "$w" \
-            --heads "$heads" --batches 1 8 16 >"$W/infer-$w.out" 2>&1
+            --heads "$heads" --batches 1 2 4 8 16 >"$W/infer-$w.out" 2>&1
         { echo "## width $w (exit $?)"; grep -v '^\*\|OMP_NUM_THREADS\|UserWarning\|warnings.warn' "$W/infer-$w.out"; } >>"$OUT/infer.md"
     done ;;
 esac
