@@ -221,8 +221,13 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
     return 0;
 }
 
-/* Do the kernels take a run-time LIN (linear indices, emit_cuda.h)? Over
- * a contiguous part, where some kernel needs coordinates. */
+/* Do the kernels take LIN (linear indices, emit_cuda.h)? Over a
+ * contiguous part, where some kernel needs coordinates. The launch's
+ * choice (lin) picks an instance with LIN a template parameter: with a
+ * run-time LIN the coordinate path's arrays stayed in every instance (a
+ * 272-byte stack frame, spills at 64 registers; ptxas, sm_90), a constant
+ * one leaves them out. Only the vector instances have a LIN = 1 twin
+ * (emit_go): the others take the coordinates, which serve every shape. */
 static int lin_param(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
     return l->scat < 0 && (needs_coords(e, l, 0, ins, nin) || needs_coords(e, l, 1, ins, nin));
@@ -689,14 +694,15 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
      * coco_lsa_scat_walk taking one bucket at a time, BERT-large's Adam
      * needs 71 to 83 registers unbounded and spills at most 76 bytes at 64
      * (its default instance 32; ptxas, sm_90) */
-    fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH>\n__global__ void "
-               "__launch_bounds__(512, 2) %s_f%d%s(", e->v, f, kn ? "_b" : "");
+    e->lin = lin_param(e, l, ins, nin);
+    fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH%s>\n__global__ void "
+               "__launch_bounds__(512, 2) %s_f%d%s(", e->lin ? ", int LIN" : "", e->v, f,
+            kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
                "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
-    e->lin = lin_param(e, l, ins, nin);
-    if (e->lin) { /* the launch's choice (lsa_emit_launch), uniform in the kernel */
-        fprintf(o, "    const int LIN = lin;\n");
+    if (e->lin) { /* the launch's choice (lsa_emit_launch), the instance's LIN */
+        fprintf(o, "    (void)lin;\n");
         for (int k = 0; k < nin; k++)
             if (lin_operand(e, l, kn, ins[k]))
                 emit_lin_count(e, ins[k]);
@@ -770,6 +776,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
 {
     FILE *o = e->o;
     int vmax = vector_width(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
+    int lins = lin_param(e, l, ins, nin) ? 2 : 1; /* instances LIN = 0 and 1 */
     fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, dim3 grid, "
                "dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
@@ -793,12 +800,18 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                     else
                         fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && "
                                    "PUSH == %d) {\n", v, peers[pi], oneshot, u, push);
-                    for (int kn = 0; kn < (l->nred ? 2 : 1); kn++) {
-                        fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d><<<grid, block, 0, st>>>(",
-                                e->v, f, kn ? "_b" : "", v, peers[pi], oneshot, u, push);
-                        emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
-                        fprintf(o, ");\n");
-                    }
+                    for (int kn = 0; kn < (l->nred ? 2 : 1); kn++)
+                        for (int lin = lins - 1; lin >= 0; lin--) {
+                            if (lins == 2 && v > 1)
+                                fprintf(o, lin ? "        if (lin)\n    " : "        else\n    ");
+                            else if (lin)
+                                continue; /* V = 1: the coordinates, whatever lin says */
+                            fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d%s><<<grid, block, 0, "
+                                       "st>>>(", e->v, f, kn ? "_b" : "", v, peers[pi], oneshot,
+                                    u, push, lins == 2 ? (lin ? ", 1" : ", 0") : "");
+                            emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
+                            fprintf(o, ");\n");
+                        }
                     fprintf(o, "    } else\n#endif\n");
                 }
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");

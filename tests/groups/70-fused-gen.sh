@@ -265,7 +265,8 @@ else bad "chunked MatMuls (tests/gen/overlap.expect): got $(printf '%s' "$got" |
 # Linear indices (emit_cuda.h, e->lin): every elementwise kernel that needs
 # its elements' coordinates has an instance without them (LIN), launched
 # when coco_lin_bcast / coco_lin_global allow, and every fused kernel that
-# needs them takes the same choice as a run-time `lin`; one rank's bare
+# needs them takes LIN as a template parameter too, its vector instances
+# launched with LIN = 1 under the same choice (`lin`); one rank's bare
 # AllReduce into a workspace value is its operand's buffer (no kernel).
 for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
     rm -rf "$TMP/lin"
@@ -278,10 +279,12 @@ for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
     lin_launches=$(grep -c '^            v[0-9]*_k[0-9]*<[0-9]*, 1><<<' "$cu")
     fused_coords=$(awk '/^__global__ void __launch_bounds__\(512, 2\) v[0-9]+_f[0-9]+(_b)?\(/ { k = 1 }
                         k && /coco_coords\(it, i0, c\)/ { n++; k = 0 } /^}$/ { k = 0 } END { print n + 0 }' "$cu")
-    fused_lin=$(grep -c '^    const int LIN = lin;$' "$cu")
+    fused_lin=$(grep -c '^template <int V, int P, int ONESHOT, int U, int PUSH, int LIN>$' "$cu")
+    fused_lin_launches=$(grep -c '^ *v[0-9]*_f[0-9]*\(_b\)\{0,1\}<[0-9]*, [0-9]*, [01], [01], [01], 1><<<' "$cu")
     if [ "$coords" -gt 0 ] && [ "$guarded" -ge "$coords" ] && [ "$lin_launches" -eq "$coords" ] &&
-        [ "$fused_lin" -eq "$fused_coords" ]; then ok
-    else bad "$f: $coords elementwise kernels with coordinates, $guarded guarded by LIN, $lin_launches LIN launches; $fused_coords fused kernels with coordinates, $fused_lin with LIN"; fi
+        [ "$fused_lin" -eq "$fused_coords" ] &&
+        { [ "$fused_coords" -eq 0 ] || [ "$fused_lin_launches" -gt 0 ]; }; then ok
+    else bad "$f: $coords elementwise kernels with coordinates, $guarded guarded by LIN, $lin_launches LIN launches; $fused_coords fused kernels with coordinates, $fused_lin with LIN, $fused_lin_launches LIN = 1 launches"; fi
 done
 rm -rf "$TMP/lin"
 coco gen examples/self_attention.coco -o "$TMP/lin" --ranks 1 --all-schedules
