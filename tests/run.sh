@@ -75,6 +75,48 @@ coco() {
 # first line of stderr, for failure messages
 err1() { head -n 1 "$TMP/err" | cut -c 1-300; }
 
+# ---- cases on every core ----
+# lanes FUNCTION [COUNTER...]: runs FUNCTION in $TEST_JOBS subshells at once
+# (default: one a core), each with its own $TMP (under this one) and its
+# counts from 0. FUNCTION's loops take each case with `mine || continue`: a
+# case is the lane's that reaches it first (mkdir is atomic), so every case
+# runs once, on whichever core is free (put the long cases first). When all
+# are done, the lanes' output is printed one lane after the other, and their
+# pass and fail counts, and the COUNTER variables, are added to this shell's.
+TEST_JOBS=${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+lane_runs=0
+lanes() {
+    lane_fn=$1; shift
+    lane_counts="pass fail $*"
+    lane_runs=$((lane_runs + 1))
+    lane_dir=$TMP/lanes$lane_runs
+    mkdir -p "$lane_dir/claims"
+    lane_pids=
+    lane=0
+    while [ $lane -lt "$TEST_JOBS" ]; do
+        mkdir -p "$lane_dir/$lane"
+        (
+            TMP=$lane_dir/$lane claims=$lane_dir/claims ncase=0
+            for lane_c in $lane_counts; do eval "$lane_c=0"; done
+            $lane_fn
+            for lane_c in $lane_counts; do eval "echo $lane_c=\$$lane_c"; done >"$TMP/counts"
+        ) >"$lane_dir/$lane.log" 2>&1 &
+        lane_pids="$lane_pids $!"
+        lane=$((lane + 1))
+    done
+    for lane_pid in $lane_pids; do wait "$lane_pid"; done
+    lane=0
+    while [ $lane -lt "$TEST_JOBS" ]; do
+        cat "$lane_dir/$lane.log"
+        if [ -f "$lane_dir/$lane/counts" ]; then
+            while IFS='=' read -r lane_c lane_n; do eval "$lane_c=\$(($lane_c + $lane_n))"; done <"$lane_dir/$lane/counts"
+        else bad "$lane_fn (lane $lane): ended before its last case"; fi
+        lane=$((lane + 1))
+    done
+    rm -rf "$lane_dir"
+}
+mine() { ncase=$((ncase + 1)); mkdir "$claims/$ncase" 2>/dev/null; }
+
 # run_schedules FILE ARGS...: one check; adds the schedules run to $nsched.
 nsched=0
 run_schedules() {

@@ -1,4 +1,5 @@
 # ---- oracle: examples (and extra programs) against numpy ----
+# (the cases, program x P, run on every core: lanes in tests/run.sh)
 group oracle
 if ! $PYTHON -c "import numpy" 2>/dev/null; then
     # (a Debian python refuses pip installs unless told to: PEP 668)
@@ -7,12 +8,14 @@ if ! $PYTHON -c "import numpy" 2>/dev/null; then
             >"$TMP/pip.out" 2>&1 ||
         { echo "pip install numpy failed:"; tail -n 5 "$TMP/pip.out"; }
 fi
-if $PYTHON -c 'import numpy' 2>/dev/null; then
+# one case a program x P (its two seeds), on every core (lanes)
+oracle_cases() {
     mkdir -p "$TMP/oracle"
     for f in examples/*.coco tests/oracle/programs/*.coco; do
         [ -f "$f" ] || continue
         name=$(basename "$f" .coco)
         for P in 1 2 3 4 8; do
+            mine || continue
             coco check "$f" --ranks "$P"
             if [ $rc -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
                 skip=$((skip + 1)); continue
@@ -38,6 +41,9 @@ if $PYTHON -c 'import numpy' 2>/dev/null; then
             done
         done
     done
+}
+if $PYTHON -c 'import numpy' 2>/dev/null; then
+    lanes oracle_cases skip
 else
     bad "oracle: python3 with numpy is not available (pip install -r tests/requirements.txt)"
 fi
