@@ -10,7 +10,8 @@
 #             and two seeds, against a numpy re-implementation;
 #   roundtrip `coconet print` output prints to itself and runs the same;
 #   schedules every program x every enumerated schedule x P matches the program;
-#   ragged    the optimizers at sizes not divisible by P, every schedule;
+#   ragged    the optimizers at sizes not divisible by P (up to 524309),
+#             every schedule;
 #   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
 #   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
 #             (60), and its kept crashers; skipped where clang has no libFuzzer;
@@ -23,7 +24,8 @@
 #   bench     bench/*.coco with all schedules, and bench/plot_fig6.py;
 #   scattered programs with Scattered[...] tensors equal their contiguous twins;
 #   arith-gen the arithmetic of generated kernels (tests/gen/arith.expect);
-#   cuda-gen  the CUDA of every example and schedule compiles (where nvcc is);
+#   cuda-gen  the CUDA of every example and schedule compiles (where nvcc is;
+#             each variant that repeats another but for its names once);
 #   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
 #             stand-in runtime, without a GPU;
 #   layers    the compiler's files include and call one way (tests/layers.py).
@@ -31,6 +33,8 @@
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose
 # checks call `group name`, then `ok` or `bad MESSAGE` per check, then
 # `group_end`).
+# The long groups run their cases on every core at once (lanes, below;
+# TEST_JOBS=N for another number of lanes), and cuda-gen its nvcc jobs.
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
