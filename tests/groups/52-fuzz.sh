@@ -1,14 +1,14 @@
 # ---- fuzz: random well-formed programs x all their schedules ----
 # tests/fuzz/gen.py SEED writes a program whose first line gives its ranks and
 # data seed; failures found once are kept in tests/fuzz/regressions/. The
-# programs run on every core (lanes in tests/run.sh).
+# programs are written by one gen.py process, then run on every core (lanes
+# in tests/run.sh).
 group fuzz
 fuzz_cases() {
-    mkdir -p "$TMP/fuzz"
     for seed in $(seq 1 ${FUZZ_PROGRAMS:-200}); do
         mine || continue
-        f=$TMP/fuzz/seed$seed.coco
-        $PYTHON tests/fuzz/gen.py "$seed" >"$f" || { bad "fuzz: gen.py $seed failed"; continue; }
+        f=$fuzz_src/seed$seed.coco
+        [ -s "$f" ] || { bad "fuzz: gen.py wrote no program for seed $seed"; continue; }
         args=$(sed -n 's|^// args: ||p' "$f")
         set -f
         # shellcheck disable=SC2086 # args are words
@@ -33,5 +33,9 @@ fuzz_cases() {
     done
 }
 nsched=0
+fuzz_src=$TMP/fuzz
+mkdir -p "$fuzz_src"
+$PYTHON tests/fuzz/gen.py --dir "$fuzz_src" "${FUZZ_PROGRAMS:-200}" >"$TMP/gen.out" 2>&1 ||
+    { bad "fuzz: gen.py --dir failed:"; head -n 5 "$TMP/gen.out" | sed 's/^/  /'; }
 lanes fuzz_cases nsched
 group_end "$nsched schedule runs checked"

@@ -36,9 +36,7 @@ sanitize_cases() {
 if [ -x build/asan/coconet ]; then
     asan_src=$TMP/asan
     mkdir -p "$asan_src"
-    for seed in $(seq 1 30); do
-        $PYTHON tests/fuzz/gen.py "$seed" >"$asan_src/seed$seed.coco"
-    done
+    $PYTHON tests/fuzz/gen.py --dir "$asan_src" 30
     lanes sanitize_cases
     group_end
 else
