@@ -40,6 +40,7 @@ if command -v nvcc >/dev/null 2>&1; then
     done >"$TMP/gen.dirs"
     if [ -z "$ptx_names" ]; then # no $PYTHON: every variant
         for dir in $(cat "$TMP/gen.dirs"); do cp "$dir"/*.cu "$TMP/unique.cu" && mv "$TMP/unique.cu" "$dir/"; done
+    # shellcheck disable=SC2046 # a list of directories
     elif ! "$PYTHON" tests/gen/unique_variants.py unique.cu $(cat "$TMP/gen.dirs") >"$TMP/unique.out" 2>&1; then
         bad "tests/gen/unique_variants.py:"; head -n 5 "$TMP/unique.out" | sed 's/^/  /'
     fi
@@ -60,7 +61,7 @@ if command -v nvcc >/dev/null 2>&1; then
     for dir in "$TMP"/gen/*/; do
         [ -f "$dir/source" ] || continue
         if [ "$(cat "$dir/nvcc.rc" 2>/dev/null)" = 0 ]; then ok
-        else bad "nvcc $(cat "$dir/source") (all schedules):"; head -n 10 "$dir/nvcc.out" "$dir/unique.out" 2>/dev/null | sed 's/^/  /'; fi
+        else bad "nvcc $(cat "$dir/source") (all schedules):"; { head -n 10 "$dir/nvcc.out" 2>/dev/null || head -n 5 "$TMP/unique.out"; } | sed 's/^/  /'; fi
     done
     for name in $ptx_names; do
         dir=$TMP/gen/$name
