@@ -104,11 +104,15 @@ build:
 	mkdir -p build
 
 # The command built again with AddressSanitizer and UBSan, for the tests
-# (without MPI: tests never start MPI).
+# (without MPI: tests never start MPI), an object a source (make -j).
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
-build/asan/coconet: $(SRC) src/main.c $(HDR) | build
-	@mkdir -p build/asan
-	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(SRC) src/main.c $(LDLIBS) -ldl
+ASAN_OBJ   := $(SRC:src/%.c=build/asan/%.o) build/asan/main.o
+build/asan/%.o: src/%.c $(HDR) | build
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -c -o $@ $<
+
+build/asan/coconet: $(ASAN_OBJ)
+	$(CC) $(filter-out -O2,$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(ASAN_OBJ) $(LDLIBS) -ldl
 
 # The libFuzzer harness over the public API (tests/fuzz/fuzz_api.c), with
 # AddressSanitizer and UBSan; built by `make test` when clang has libFuzzer

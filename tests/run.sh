@@ -10,7 +10,8 @@
 #             and two seeds, against a numpy re-implementation;
 #   roundtrip `coconet print` output prints to itself and runs the same;
 #   schedules every program x every enumerated schedule x P matches the program;
-#   ragged    the optimizers at sizes not divisible by P, every schedule;
+#   ragged    the optimizers at sizes not divisible by P (up to 524309),
+#             every schedule;
 #   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
 #   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
 #             (60), and its kept crashers; skipped where clang has no libFuzzer;
@@ -23,7 +24,8 @@
 #   bench     bench/*.coco with all schedules, and bench/plot_fig6.py;
 #   scattered programs with Scattered[...] tensors equal their contiguous twins;
 #   arith-gen the arithmetic of generated kernels (tests/gen/arith.expect);
-#   cuda-gen  the CUDA of every example and schedule compiles (where nvcc is);
+#   cuda-gen  the CUDA of every example and schedule compiles (where nvcc is;
+#             each variant that repeats another but for its names once);
 #   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
 #             stand-in runtime, without a GPU;
 #   layers    the compiler's files include and call one way (tests/layers.py).
@@ -31,6 +33,8 @@
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose
 # checks call `group name`, then `ok` or `bad MESSAGE` per check, then
 # `group_end`).
+# The long groups run their cases on every core at once (lanes, below;
+# TEST_JOBS=N for another number of lanes), and cuda-gen its nvcc jobs.
 # Every coconet call runs under `timeout 60`: a hang or a crash (status >= 128)
 # is a failure. Each failure prints one FAIL line; the last line of output is
 # "N passed, N failed" and the exit status is non-zero on any failure.
@@ -74,6 +78,48 @@ coco() {
 
 # first line of stderr, for failure messages
 err1() { head -n 1 "$TMP/err" | cut -c 1-300; }
+
+# ---- cases on every core ----
+# lanes FUNCTION [COUNTER...]: runs FUNCTION in $TEST_JOBS subshells at once
+# (default: one a core), each with its own $TMP (under this one) and its
+# counts from 0. FUNCTION's loops take each case with `mine || continue`: a
+# case is the lane's that reaches it first (mkdir is atomic), so every case
+# runs once, on whichever core is free (put the long cases first). When all
+# are done, the lanes' output is printed one lane after the other, and their
+# pass and fail counts, and the COUNTER variables, are added to this shell's.
+TEST_JOBS=${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+lane_runs=0
+lanes() {
+    lane_fn=$1; shift
+    lane_counts="pass fail $*"
+    lane_runs=$((lane_runs + 1))
+    lane_dir=$TMP/lanes$lane_runs
+    mkdir -p "$lane_dir/claims"
+    lane_pids=
+    lane=0
+    while [ $lane -lt "$TEST_JOBS" ]; do
+        mkdir -p "$lane_dir/$lane"
+        (
+            TMP=$lane_dir/$lane claims=$lane_dir/claims ncase=0
+            for lane_c in $lane_counts; do eval "$lane_c=0"; done
+            $lane_fn
+            for lane_c in $lane_counts; do eval "echo $lane_c=\$$lane_c"; done >"$TMP/counts"
+        ) >"$lane_dir/$lane.log" 2>&1 &
+        lane_pids="$lane_pids $!"
+        lane=$((lane + 1))
+    done
+    for lane_pid in $lane_pids; do wait "$lane_pid"; done
+    lane=0
+    while [ $lane -lt "$TEST_JOBS" ]; do
+        cat "$lane_dir/$lane.log"
+        if [ -f "$lane_dir/$lane/counts" ]; then
+            while IFS='=' read -r lane_c lane_n; do eval "$lane_c=\$(($lane_c + $lane_n))"; done <"$lane_dir/$lane/counts"
+        else bad "$lane_fn (lane $lane): ended before its last case"; fi
+        lane=$((lane + 1))
+    done
+    rm -rf "$lane_dir"
+}
+mine() { ncase=$((ncase + 1)); mkdir "$claims/$ncase" 2>/dev/null; }
 
 # run_schedules FILE ARGS...: one check; adds the schedules run to $nsched.
 nsched=0

@@ -3,6 +3,8 @@
 
     gen.py SEED            prints a program and, on its first line, the
                            coconet arguments to run it with (// args: ...)
+    gen.py --dir DIR N     writes the programs of seeds 1 to N, the same,
+                           as DIR/seedSEED.coco (one process for them all)
 
 Each program is one of four shapes seen in distributed training, with random
 sizes, element types, pointwise chains (arithmetic, comparisons, Ite),
@@ -174,8 +176,13 @@ class Gen:
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--dir":
+        for seed in range(1, int(sys.argv[3]) + 1):
+            with open("%s/seed%d.coco" % (sys.argv[2], seed), "w") as f:
+                f.write(Gen(seed).program())
+        return
     if len(sys.argv) != 2:
-        sys.exit("usage: gen.py SEED")
+        sys.exit("usage: gen.py SEED | gen.py --dir DIR N")
     sys.stdout.write(Gen(int(sys.argv[1])).program())
 
 

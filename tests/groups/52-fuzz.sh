@@ -1,31 +1,41 @@
 # ---- fuzz: random well-formed programs x all their schedules ----
 # tests/fuzz/gen.py SEED writes a program whose first line gives its ranks and
-# data seed; failures found once are kept in tests/fuzz/regressions/.
+# data seed; failures found once are kept in tests/fuzz/regressions/. The
+# programs are written by one gen.py process, then run on every core (lanes
+# in tests/run.sh).
 group fuzz
+fuzz_cases() {
+    for seed in $(seq 1 ${FUZZ_PROGRAMS:-200}); do
+        mine || continue
+        f=$fuzz_src/seed$seed.coco
+        [ -s "$f" ] || { bad "fuzz: gen.py wrote no program for seed $seed"; continue; }
+        args=$(sed -n 's|^// args: ||p' "$f")
+        set -f
+        # shellcheck disable=SC2086 # args are words
+        coco run "$f" --all-schedules $args
+        set +f
+        if [ -n "$why" ] || [ $rc -ne 0 ]; then
+            bad "fuzz seed $seed: ${why:-exit status $rc}: $(grep -m 1 -e WRONG -e error "$TMP/out" "$TMP/err" | cut -c 1-200)"
+            echo "  reproduce: $PYTHON tests/fuzz/gen.py $seed > /tmp/fuzz.coco && ./coconet run /tmp/fuzz.coco --all-schedules $args"
+            continue
+        fi
+        nsched=$((nsched + $(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding) ' "$TMP/out")))
+        ok
+    done
+    for f in tests/fuzz/regressions/*.coco; do
+        [ -f "$f" ] || continue
+        mine || continue
+        args=$(sed -n 's|^// args: ||p' "$f")
+        set -f
+        # shellcheck disable=SC2086 # args are words
+        run_schedules "$f" $args
+        set +f
+    done
+}
 nsched=0
-mkdir -p "$TMP/fuzz"
-for seed in $(seq 1 ${FUZZ_PROGRAMS:-200}); do
-    f=$TMP/fuzz/seed$seed.coco
-    $PYTHON tests/fuzz/gen.py "$seed" >"$f" || { bad "fuzz: gen.py $seed failed"; continue; }
-    args=$(sed -n 's|^// args: ||p' "$f")
-    set -f
-    # shellcheck disable=SC2086 # args are words
-    coco run "$f" --all-schedules $args
-    set +f
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then
-        bad "fuzz seed $seed: ${why:-exit status $rc}: $(grep -m 1 -e WRONG -e error "$TMP/out" "$TMP/err" | cut -c 1-200)"
-        echo "  reproduce: $PYTHON tests/fuzz/gen.py $seed > /tmp/fuzz.coco && ./coconet run /tmp/fuzz.coco --all-schedules $args"
-        continue
-    fi
-    nsched=$((nsched + $(grep -c -E '^[A-Za-z0-9_]+ +(bitwise|rounding) ' "$TMP/out")))
-    ok
-done
-for f in tests/fuzz/regressions/*.coco; do
-    [ -f "$f" ] || continue
-    args=$(sed -n 's|^// args: ||p' "$f")
-    set -f
-    # shellcheck disable=SC2086 # args are words
-    run_schedules "$f" $args
-    set +f
-done
+fuzz_src=$TMP/fuzz
+mkdir -p "$fuzz_src"
+$PYTHON tests/fuzz/gen.py --dir "$fuzz_src" "${FUZZ_PROGRAMS:-200}" >"$TMP/gen.out" 2>&1 ||
+    { bad "fuzz: gen.py --dir failed:"; head -n 5 "$TMP/gen.out" | sed 's/^/  /'; }
+lanes fuzz_cases nsched
 group_end "$nsched schedule runs checked"

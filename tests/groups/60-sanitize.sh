@@ -1,12 +1,10 @@
 # ---- sanitizers: the examples, their schedules and refusals under ASan/UBSan;
 # `gen` of every refused program (tests/errors/*.coco) leaks nothing ----
+# (the files run on every core: lanes in tests/run.sh)
 group sanitize
-if [ -x build/asan/coconet ]; then
-    mkdir -p "$TMP/asan"
-    for seed in $(seq 1 30); do
-        $PYTHON tests/fuzz/gen.py "$seed" >"$TMP/asan/seed$seed.coco"
-    done
-    for f in examples/*.coco tests/errors/sched_*.coco tests/errors/shape_*.coco "$TMP"/asan/*.coco; do
+sanitize_cases() {
+    for f in examples/*.coco tests/errors/sched_*.coco tests/errors/shape_*.coco "$asan_src"/*.coco; do
+        mine || continue
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=86 \
             timeout 120 build/asan/coconet run "$f" --all-schedules >"$TMP/out" 2>"$TMP/err"
         rc=$?
@@ -20,6 +18,7 @@ if [ -x build/asan/coconet ]; then
     # refusal (of the front end, a schedule or the generator) leaks nothing
     mkdir -p "$TMP/asan-gen"
     for f in tests/errors/*.coco; do
+        mine || continue
         args=$(head -n 5 "$f" | sed -n 's|^// args: ||p')
         set -f
         # shellcheck disable=SC2086 # args are words
@@ -33,6 +32,12 @@ if [ -x build/asan/coconet ]; then
             ok
         fi
     done
+}
+if [ -x build/asan/coconet ]; then
+    asan_src=$TMP/asan
+    mkdir -p "$asan_src"
+    $PYTHON tests/fuzz/gen.py --dir "$asan_src" 30
+    lanes sanitize_cases
     group_end
 else
     group_end "skipped: build/asan/coconet was not built"

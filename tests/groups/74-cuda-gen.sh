@@ -14,38 +14,61 @@ for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb
     else bad "workspace of $f depends on the rank:"; head -n 5 "$TMP/ws.out" | sed 's/^/  /'; fi
     echo "$f" >"$dir/source"
 done
-# compiled on every core at once (one nvcc per program), then judged in order:
-# the C++ and CUDA front end and NVVM, warnings as errors, for the GPUs the
-# runtime builds for (compute_90), as PTX: ptxas, which took three quarters
-# of the time (mlp: 187 s against 43 s), checks the PTX of four programs
-# below, whose inline PTX (coco_vec.cuh's stores) every program shares
+# the nvcc checks, on every core at once (the largest sources first), then
+# judged in order. Each source is compiled without its variants that repeat
+# another of its variants but for their names (tests/gen/unique_variants.py:
+# the same code, already checked; 30% of the variants).
+#  obj: the C++ and CUDA front end and NVVM, warnings as errors, for the GPUs
+#    the runtime builds for (compute_90), as PTX (which nvcc's ptxas reads
+#    again): SASS, which took three quarters of the time (mlp: 187 s against
+#    43 s), is checked for four programs (ptx), whose inline PTX (coco_vec.cuh's
+#    stores) every program shares;
+#  ptx: every vector access stays one in the PTX (tests/gen/split_vectors.py),
+#    built as the runtime builds it (-O3) for an H100/H200 (sm_90) and 4
+#    ranks: a one-shot AllReduce, scattered tensors (FP16 and FP32), LAMB;
+#    and ptxas takes that PTX
 if command -v nvcc >/dev/null 2>&1; then
-    ptxas=$(dirname "$(command -v nvcc)")/ptxas # nvcc's own
-    for dir in "$TMP"/gen/*/; do [ -f "$dir/source" ] && echo "$dir"; done |
-        xargs -P "$(nproc 2>/dev/null || echo 2)" -I DIR sh -c \
-            'cd DIR && timeout 300 nvcc -O0 -Xcicc -O0 -arch=compute_90 -code=compute_90 \
-                 -std=c++17 -Werror all-warnings -c ./*.cu -o generated.o >nvcc.out 2>&1
-             echo $? >nvcc.rc'
+    coco gen bench/allreduce_fused.coco -o "$TMP/gen/allreduce_fused" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/allreduce_fused.coco: ${why:-exit status $rc}: $(err1)"; fi
+    ptx_names="allreduce_fused adam_scattered lamb_scattered lamb"
+    command -v "$PYTHON" >/dev/null 2>&1 || ptx_names=
+    for dir in "$TMP"/gen/*/; do
+        dir=${dir%/}
+        if [ -f "$dir/source" ] || case " $ptx_names " in *" ${dir##*/} "*) true ;; *) false ;; esac; then
+            echo "$dir"
+        fi
+    done >"$TMP/gen.dirs"
+    if [ -z "$ptx_names" ]; then # no $PYTHON: every variant
+        for dir in $(cat "$TMP/gen.dirs"); do cp "$dir"/*.cu "$TMP/unique.cu" && mv "$TMP/unique.cu" "$dir/"; done
+    # shellcheck disable=SC2046 # a list of directories
+    elif ! "$PYTHON" tests/gen/unique_variants.py unique.cu $(cat "$TMP/gen.dirs") >"$TMP/unique.out" 2>&1; then
+        bad "tests/gen/unique_variants.py:"; head -n 5 "$TMP/unique.out" | sed 's/^/  /'
+    fi
+    for dir in $(cat "$TMP/gen.dirs"); do
+        [ -f "$dir/unique.cu" ] || continue
+        [ -f "$dir/source" ] && echo "$(wc -c <"$dir/unique.cu") obj $dir"
+        case " $ptx_names " in *" ${dir##*/} "*) echo "$(wc -c <"$dir/unique.cu") ptx $dir" ;; esac
+    done | sort -rn | cut -d ' ' -f 2- |
+        ptxas=$(dirname "$(command -v nvcc)")/ptxas xargs -L 1 -P "$TEST_JOBS" sh -c 'cd "$1" && case $0 in
+            obj) timeout 300 nvcc -O0 -Xcicc -O0 -arch=compute_90 -code=compute_90 -std=c++17 \
+                     -Werror all-warnings -c unique.cu -o generated.o >nvcc.out 2>&1
+                 echo $? >nvcc.rc ;;
+            ptx) { timeout 300 nvcc -O3 -arch=sm_90 -std=c++17 -DCOCO_ONLY_P=4 -ptx unique.cu \
+                       -o generated.ptx && timeout 300 "$ptxas" -arch=sm_90 -O0 generated.ptx -o /dev/null; } \
+                     >ptx.out 2>&1
+                 echo $? >ptx.rc ;;
+            esac'
     for dir in "$TMP"/gen/*/; do
         [ -f "$dir/source" ] || continue
         if [ "$(cat "$dir/nvcc.rc" 2>/dev/null)" = 0 ]; then ok
-        else bad "nvcc $(cat "$dir/source") (all schedules):"; head -n 10 "$dir/nvcc.out" | sed 's/^/  /'; fi
+        else bad "nvcc $(cat "$dir/source") (all schedules):"; { head -n 10 "$dir/nvcc.out" 2>/dev/null || head -n 5 "$TMP/unique.out"; } | sed 's/^/  /'; fi
     done
-    # every vector access stays one in the PTX (tests/gen/split_vectors.py),
-    # built as the runtime builds it (-O3) for an H100/H200 (sm_90) and 4
-    # ranks: a one-shot AllReduce, scattered tensors (FP16 and FP32), LAMB;
-    # and ptxas takes that PTX
-    coco gen bench/allreduce_fused.coco -o "$TMP/gen/allreduce_fused" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/allreduce_fused.coco: ${why:-exit status $rc}: $(err1)"; fi
-    for name in allreduce_fused adam_scattered lamb_scattered lamb; do
+    for name in $ptx_names; do
         dir=$TMP/gen/$name
-        command -v "$PYTHON" >/dev/null 2>&1 || break
         if [ ! -d "$dir" ]; then bad "vector accesses of $name: not generated"; continue; fi
-        if (cd "$dir" && timeout 300 nvcc -O3 -arch=sm_90 -std=c++17 -DCOCO_ONLY_P=4 -ptx ./*.cu \
-                -o generated.ptx && timeout 300 "$ptxas" -arch=sm_90 -O0 generated.ptx -o /dev/null) \
-                >"$TMP/ptx.out" 2>&1 &&
+        if [ "$(cat "$dir/ptx.rc" 2>/dev/null)" = 0 ] &&
             "$PYTHON" tests/gen/split_vectors.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
-        else bad "vector accesses of $name (PTX, sm_90):"; head -n 5 "$TMP/ptx.out" "$TMP/split.out" | sed 's/^/  /'; fi
+        else bad "vector accesses of $name (PTX, sm_90):"; head -n 5 "$dir/ptx.out" "$TMP/split.out" 2>/dev/null | sed 's/^/  /'; fi
     done
     # a source's variants compiled apart, at once, and linked into one object
     # (src/cuda/build_parts.c): tests/gpu/host.coco's two variants as two

@@ -2,6 +2,11 @@
 """check.py: an independent numpy oracle for coconet's CPU reference executor.
 
 usage: check.py FILE.coco DUMPDIR [--seed S]
+       check.py --batch LIST
+
+LIST has a line "FILE.coco DUMPDIR S OUT" a check: each is made as the first
+form would, in this one process (numpy imported once), its messages written
+to OUT and then a last line "exit N", N the first form's exit status.
 
 DUMPDIR is what `coconet run FILE --ranks P --seed S --dump DIR` wrote:
 manifest.txt (lines "role name rank type layout ndim global_dims... local_dims...")
@@ -50,10 +55,12 @@ Two checks, each written from the language's definition, not from the C code:
     slices of the two operands line up, which the exact check cannot see.
 Exit status 0 when everything agrees; otherwise a line per mismatch.
 """
+import contextlib
 import math
 import os
 import re
 import sys
+import traceback
 
 import numpy as np
 
@@ -637,9 +644,31 @@ def selftest():
         raise SystemExit("oracle self-test failed: rbf16(nan)")
 
 
+def batch(listfile):
+    """every check of LIST (see the usage), each into its own OUT"""
+    with open(listfile) as f:
+        lines = [l.split() for l in f if l.strip()]
+    for line in lines:
+        if len(line) != 4:
+            print("%s: expected 'FILE.coco DUMPDIR S OUT', got %r" % (listfile, " ".join(line)))
+            return 2
+    for path, dumpdir, seed, out in lines:
+        with open(out, "w") as o:
+            with contextlib.redirect_stdout(o):
+                try:
+                    status = check(path, dumpdir, int(seed))
+                except Exception:  # the first form would end so: a failure
+                    traceback.print_exc(file=o)
+                    status = 1
+            o.write("exit %d\n" % status)
+    return 0
+
+
 def main(argv):
     selftest()
     args = [a for a in argv[1:]]
+    if len(args) == 2 and args[0] == "--batch":
+        return batch(args[1])
     seed = 1
     if "--seed" in args:
         i = args.index("--seed")
@@ -649,6 +678,11 @@ def main(argv):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     path, dumpdir = args
+    return check(path, dumpdir, seed)
+
+
+def check(path, dumpdir, seed):
+    """the checks of one dump: 0 when all hold, else 1 (each told on stdout)"""
     name = os.path.splitext(os.path.basename(path))[0]
     if name not in ORACLES:
         print("%s: no oracle function for this program in tests/oracle" % path)
