@@ -134,7 +134,13 @@ fuzz-api:
 	    $(MAKE) --no-print-directory build/fuzz/fuzz_api; \
 	else echo "note: no clang with libFuzzer: the fuzz-api tests will be skipped"; fi
 
-test: coconet build/libcoconet.so $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so build/asan/coconet fuzz-api
+# make test: what the tests need, built a job a core (JOBS), then the suite
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test-build: coconet build/libcoconet.so $(UNIT) $(CUDA_RT) build/fake/libfake_rt.so \
+            build/asan/coconet fuzz-api
+
+test:
+	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@sh tests/run.sh
 
 # The main job: every example on the CPU backend with 4 simulated ranks,
@@ -152,4 +158,4 @@ test-gpu: coconet $(CUDA_RT)
 clean:
 	rm -rf build coconet
 
-.PHONY: all test test-gpu run clean fuzz-api FORCE
+.PHONY: all test test-build test-gpu run clean fuzz-api FORCE
