@@ -5,7 +5,9 @@
 #   lease_logs NAME  a log folder $W, packed into $OUT/NAME.tgz on exit (a
 #                    lease returns at most 8 files);
 #   lease_make       builds coconet (log in $W, else $OUT) and says how long
-#                    it took; stops the script on failure, with the log's tail;
+#                    it took and the tree's sum (tree_sum.sh: the same sum
+#                    here names the code a COMMIT typed by hand may not);
+#                    stops the script on failure, with the log's tail;
 #   lease_bert_ahead P LOG  builds bench/scattered.sh's two programs for P
 #                    ranks into the cache, in the background, at low priority;
 #   lease_bert_push_ahead P LOG  the same, and bench/device/push.sh's builds.
@@ -26,7 +28,7 @@ lease_logs() {
 lease_make() {
     log=${W:-$OUT}/make.log
     make -j16 >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
-    echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?})"
+    echo "built in $(($(date +%s) - T0)) s (commit ${COMMIT:-?}, tree sum $(sh bench/device/tree_sum.sh))"
 }
 lease_bert_ahead() {
     for f in bench/bert_adam_scattered.coco bench/bert_adam.coco; do
