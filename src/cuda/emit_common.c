@@ -230,29 +230,45 @@ void emit_state_copy(Emitter *e, const Node *n)
 
 /* Before a vector's element loop: c, the coordinates of its first element
  * i0 (divisions, once a vector). */
-void emit_coords_first(Emitter *e, const char *indent)
+static void emit_coords_first(Emitter *e, const char *indent)
 {
     fprintf(e->o, "%slong c[COCO_MAXDIM];\n%scoco_coords(it, i0, c);\n", indent, indent);
 }
 
 /* At the top of the element loop: c advanced to element i0 + v (a step with
  * carries from the last, for v > 0; the loop is unrolled). */
-void emit_coords_next(Emitter *e, const char *indent)
+static void emit_coords_next(Emitter *e, const char *indent)
 {
     fprintf(e->o, "%sif (v)\n%s    coco_coords_next(it, c);\n", indent, indent);
 }
 
 /* The same in a kernel with a LIN parameter (e->lin): under LIN, the indices
  * come from i alone (emit_value.c), and the coordinates are not computed. */
-void emit_coords_first_lin(Emitter *e, const char *indent)
+static void emit_coords_first_lin(Emitter *e, const char *indent)
 {
     fprintf(e->o, "%slong c[COCO_MAXDIM];\n%sif (!LIN)\n%s    coco_coords(it, i0, c);\n", indent,
             indent, indent);
 }
 
-void emit_coords_next_lin(Emitter *e, const char *indent)
+static void emit_coords_next_lin(Emitter *e, const char *indent)
 {
     fprintf(e->o, "%sif (!LIN && v)\n%s    coco_coords_next(it, c);\n", indent, indent);
+}
+
+void emit_vector_loop_open(Emitter *e, int coords, const char *indent)
+{
+    char inner[64];
+    snprintf(inner, sizeof inner, "%s    ", indent);
+    if (coords && e->lin)
+        emit_coords_first_lin(e, indent);
+    else if (coords)
+        emit_coords_first(e, indent);
+    fprintf(e->o, "#pragma unroll\n%sfor (int v = 0; v < V; v++) {\n%sconst long i = i0 + v;\n"
+                  "%s(void)i;\n", indent, inner, inner);
+    if (coords && e->lin)
+        emit_coords_next_lin(e, inner);
+    else if (coords)
+        emit_coords_next(e, inner);
 }
 
 /* Is x read with broadcasting, at an index found from the coordinates (or,

@@ -248,16 +248,7 @@ static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
     for (int k = 0; k < nin && e->lin; k++) /* the vector's first index in each, under LIN */
         if (emit_read_broadcast(e, node_of(p, ins[k])))
             emit_lin_first(e, ins[k], "        ");
-    if (coords && e->lin)
-        emit_coords_first_lin(e, "        ");
-    else if (coords)
-        emit_coords_first(e, "        ");
-    fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
-               "            const long i = i0 + v;\n            (void)i;\n");
-    if (coords && e->lin)
-        emit_coords_next_lin(e, "            ");
-    else if (coords)
-        emit_coords_next(e, "            ");
+    emit_vector_loop_open(e, coords, "        ");
     for (int i = 0; i < p->nnode; i++) {
         Node *m = &p->node[i];
         if (e->segment[i] != seg)

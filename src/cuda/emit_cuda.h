@@ -82,13 +82,11 @@ void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
 /* the elements every rank reserves for node n's value in the workspace (the
  * same on every rank: its count, or a sliced value's chunk), as C */
 const char *emit_room(Emitter *e, const Node *n);
-/* the coordinates c of the elements of a kernel's vector: the first's before
- * the element loop (INDENT), then a step at the top of each iteration */
-void emit_coords_first(Emitter *e, const char *indent);
-void emit_coords_next(Emitter *e, const char *indent);
-/* the same where the kernel has a LIN parameter: no coordinates under LIN */
-void emit_coords_first_lin(Emitter *e, const char *indent);
-void emit_coords_next_lin(Emitter *e, const char *indent);
+/* A vector's element loop opened at INDENT (for v: i = i0 + v), with, where
+ * coords, the coordinates c of its elements: the first's before the loop,
+ * then a step at the top of each iteration (in a kernel with a LIN
+ * parameter, e->lin, only where LIN is 0) */
+void emit_vector_loop_open(Emitter *e, int coords, const char *indent);
 /* Linear indices (e->lin, under LIN): is x read with broadcasting; x's count
  * lm<x> and a Dropout's first logical index lg<id> (before the loops); x's
  * index for a vector's first element lq<x> (before its element loop) */

@@ -582,16 +582,7 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *in
     for (int k = 0; k < nin && e->lin; k++)
         if (lin_operand(e, l, kn, ins[k]))
             emit_lin_first(e, ins[k], "            ");
-    if (coords && e->lin)
-        emit_coords_first_lin(e, "            ");
-    else if (coords)
-        emit_coords_first(e, "            ");
-    fprintf(o, "#pragma unroll\n            for (int v = 0; v < V; v++) {\n"
-               "                const long i = i0 + v;\n                (void)i;\n");
-    if (coords && e->lin)
-        emit_coords_next_lin(e, "                ");
-    else if (coords)
-        emit_coords_next(e, "                ");
+    emit_vector_loop_open(e, coords, "            ");
     for (int k = 0; k < l->nm; k++)
         emit_member(e, l, kn, nd(e, l->m[k]));
     if (kn == 0)

@@ -317,12 +317,7 @@ static void emit_kernel(Emitter *e, int f, const SendPlan *s)
                "         i0 += (long)gridDim.x * blockDim.x * V) {\n");
     emit_loads(e, s);
     int coords = needs_coords(e, s);
-    if (coords)
-        emit_coords_first(e, "        ");
-    fprintf(o, "#pragma unroll\n        for (int v = 0; v < V; v++) {\n"
-               "            const long i = i0 + v;\n            (void)i;\n");
-    if (coords)
-        emit_coords_next(e, "            ");
+    emit_vector_loop_open(e, coords, "        ");
     for (int k = 0; k < s->nm; k++)
         emit_member(e, s, nd(e, s->m[k]));
     fprintf(o, "        }\n");
