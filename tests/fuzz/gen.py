@@ -5,6 +5,11 @@
                            coconet arguments to run it with (// args: ...)
     gen.py --dir DIR N     writes the programs of seeds 1 to N, the same,
                            as DIR/seedSEED.coco (one process for them all)
+    --uneven (first)       sizes that no rank count need divide (each size a
+                           multiple of 24 moved by up to 23), where the
+                           language allows it: every dimension but a
+                           MatMul's contraction K (a sliced declared input);
+                           the same seed gives another program
 
 Each program is one of four shapes seen in distributed training, with random
 sizes, element types, pointwise chains (arithmetic, comparisons, Ite),
@@ -27,10 +32,17 @@ LCM = 24  # divisible by every rank count tested: 1, 2, 3, 4, 8
 
 
 class Gen:
-    def __init__(self, seed):
+    def __init__(self, seed, uneven=False):
         self.r = random.Random(seed)
+        self.uneven = uneven
         self.lines = []
         self.names = 0
+
+    def size(self, most):
+        """A multiple of LCM up to most x LCM; with uneven, moved by up to
+        LCM - 1 either way (still at least 1)."""
+        n = LCM * self.r.randint(1, most)
+        return max(1, n + self.r.randint(1 - LCM, LCM - 1)) if self.uneven else n
 
     def name(self, prefix):
         self.names += 1
@@ -82,7 +94,7 @@ class Gen:
         return v
 
     def data_parallel(self):
-        n = LCM * self.r.randint(1, 6)
+        n = self.size(6)
         self.lines.append("Size N = %d;" % n)
         gt = self.pick(TYPES)
         st = self.pick(["FP32", "FP64", gt])
@@ -111,7 +123,7 @@ class Gen:
         self.execute(["g"] + state + ["lr"], outs)
 
     def model_parallel(self):
-        b = LCM * self.r.randint(1, 2)
+        b = self.size(2)
         s = self.r.randint(1, 3)
         k = LCM * self.r.randint(1, 2)
         h = self.r.randint(2, 9)
@@ -129,7 +141,7 @@ class Gen:
         self.execute(["w", "x", "bias", "res"], outs)
 
     def pipeline(self):
-        b = LCM * self.r.randint(1, 2)
+        b = self.size(2)
         h = self.r.randint(2, 8)
         t = self.pick(TYPES)
         self.lines.append("Size B = %d, H = %d;" % (b, h))
@@ -146,7 +158,7 @@ class Gen:
         self.execute(["x", "bias", "res"], [sent])
 
     def replicated(self):
-        n = LCM * self.r.randint(1, 4)
+        n = self.size(4)
         m = self.r.randint(1, 4)
         t = self.pick(TYPES)
         self.lines.append("Size N = %d, M = %d;" % (n, m))
@@ -176,14 +188,18 @@ class Gen:
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--dir":
-        for seed in range(1, int(sys.argv[3]) + 1):
-            with open("%s/seed%d.coco" % (sys.argv[2], seed), "w") as f:
-                f.write(Gen(seed).program())
+    args = sys.argv[1:]
+    uneven = bool(args) and args[0] == "--uneven"
+    if uneven:
+        args = args[1:]
+    if len(args) == 3 and args[0] == "--dir":
+        for seed in range(1, int(args[2]) + 1):
+            with open("%s/seed%d.coco" % (args[1], seed), "w") as f:
+                f.write(Gen(seed, uneven).program())
         return
-    if len(sys.argv) != 2:
-        sys.exit("usage: gen.py SEED | gen.py --dir DIR N")
-    sys.stdout.write(Gen(int(sys.argv[1])).program())
+    if len(args) != 1:
+        sys.exit("usage: gen.py [--uneven] SEED | gen.py [--uneven] --dir DIR N")
+    sys.stdout.write(Gen(int(args[0]), uneven).program())
 
 
 if __name__ == "__main__":
