@@ -12,7 +12,8 @@
 #   schedules every program x every enumerated schedule x P matches the program;
 #   ragged    the optimizers at sizes not divisible by P (up to 524309),
 #             every schedule;
-#   fuzz      random programs (tests/fuzz/gen.py) and the kept regressions;
+#   fuzz      random programs (tests/fuzz/gen.py; also at uneven sizes) and
+#             the kept regressions;
 #   fuzz-api  libFuzzer over the C API (tests/fuzz/fuzz_api.c) for FUZZ_SECONDS
 #             (60), and its kept crashers; skipped where clang has no libFuzzer;
 #   tune      `coconet tune` against a fake timer (tests/tune/*.times): the
