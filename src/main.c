@@ -127,6 +127,17 @@ static long parse_count(const char *flag, const char *s, long min, long max)
     return v;
 }
 
+/* A number in [min, max], else bad_usage(refusal, s): refusal names the
+ * option and what it expects */
+static double parse_real(const char *s, double min, double max, const char *refusal)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v >= min && v <= max))
+        bad_usage(refusal, s);
+    return v;
+}
+
 static const char *option_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc)
@@ -199,17 +210,11 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--check-size")) {
         o->check_size = option_value(argc, argv, i);
     } else if (!strcmp(a, "--prune")) {
-        const char *v = option_value(argc, argv, i);
-        char *end;
-        o->prune = strtod(v, &end);
-        if (*end || !(o->prune >= 1 && o->prune <= 1e6))
-            bad_usage("--prune expects a factor of at least 1, not '%s'", v);
+        o->prune = parse_real(option_value(argc, argv, i), 1, 1e6,
+                              "--prune expects a factor of at least 1, not '%s'");
     } else if (!strcmp(a, "--launch-cost")) {
-        const char *v = option_value(argc, argv, i);
-        char *end;
-        o->launch_cost = strtod(v, &end);
-        if (*end || !(o->launch_cost >= 0 && o->launch_cost <= 3600))
-            bad_usage("--launch-cost expects seconds from 0 to 3600, not '%s'", v);
+        o->launch_cost = parse_real(option_value(argc, argv, i), 0, 3600,
+                                    "--launch-cost expects seconds from 0 to 3600, not '%s'");
     } else if (!strcmp(a, "--exhaustive")) {
         o->exhaustive = 1;
     } else if (!strcmp(a, "--show")) {
