@@ -16,6 +16,7 @@ corpus, with coconet's fused optimizer or PyTorch's:
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
+        [--warmup 20] [--words 2048]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
     torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
 
@@ -107,7 +108,7 @@ def train(args):
     rank, P = setup()
     model, net, opt = build(args, P)
     vocab = model.wte.weight.shape[0]
-    data = gpt2.corpus(args.tokens, vocab, seed=args.seed)
+    data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
     amp = args.amp == "bf16"
     nparam = sum(p.numel() for p in model.parameters())
     if rank == 0:
@@ -119,6 +120,8 @@ def train(args):
     for step in range(1, args.steps + 1):
         x, y = gpt2.batches(data, args.batch, args.seq, rank, P, step)
         x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        for pg in opt.param_groups:  # the learning rate's linear warm-up
+            pg["lr"] = args.lr * min(1.0, step / args.warmup) if args.warmup > 0 else args.lr
         ev[0].record()
         opt.zero_grad()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
@@ -159,7 +162,8 @@ def max_batch(args):
     rank, P = setup()
     model, net, opt = build(args, P)
     vocab = model.wte.weight.shape[0]
-    data = gpt2.corpus(max(args.tokens, 64 * args.seq), vocab, seed=args.seed)
+    data = gpt2.corpus(max(args.tokens, 64 * args.seq), vocab, seed=args.seed,
+                       words=args.words or None)
 
     def fits(b):
         ok = torch.ones(1, device="cuda")
@@ -209,9 +213,13 @@ if __name__ == "__main__":
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=20,
+                    help="steps of the learning rate's linear warm-up (0: none)")
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--amp", default="bf16", choices=["bf16", "none"])
     ap.add_argument("--tokens", type=int, default=1 << 21, help="corpus size")
+    ap.add_argument("--words", type=int, default=2048,
+                    help="tokens of the vocabulary the corpus uses (0: all; gpt2.corpus)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
     ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model (quick runs)")

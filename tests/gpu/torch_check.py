@@ -420,14 +420,14 @@ def optimizer(c, kind, dtype):
         if dtype != torch.float32:
             for p, g in zip(ref.parameters(), grads):
                 p.grad = g.float()
-        for p in ref.parameters():  # DDP's mean of the gradients
+        # DDP's mean of the gradients. With BF16 ones, the sum is taken in FP32 and
+        # rounded once, as the language's AllReduce does (doc/language.md 9.2); NCCL's
+        # BF16 all_reduce rounds at each of its steps, which at P > 2 is another sum.
+        for p in ref.parameters():
             if dist.is_initialized():
-                if dtype != torch.float32:  # summed in BF16, as the program sums them
-                    g16 = p.grad.to(dtype)
-                    dist.all_reduce(g16)
-                    p.grad.copy_(g16.float())
-                else:
-                    dist.all_reduce(p.grad)
+                dist.all_reduce(p.grad)
+            if dtype != torch.float32:
+                p.grad.copy_(p.grad.to(dtype).float())
             p.grad.div_(P)
         with torch.no_grad():
             if kind == "adam":
