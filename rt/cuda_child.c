@@ -322,13 +322,27 @@ static int open_handles(CocoRt *rt)
     return 0;
 }
 
+/* With COCONET_TRACE set: the seconds a step of opening or closing took
+ * since *since, on stderr; *since moves to now; rc passes through */
+static int traced(const CocoRt *rt, const char *step, int rc, double *since)
+{
+    double now = now_s();
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: runtime: %s %.3f s\n", rt->rank, step,
+                now - *since);
+    *since = now;
+    return rc;
+}
+
 static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
         return;
+    double t = now_s();
     if (!abort) {
         held_free(rt); /* its window before the communicators */
         close_lsa(rt);
+        traced(rt, "close: the slab, its window and the device communicator", 0, &t);
     }
     if (rt->group)
         abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
@@ -336,6 +350,7 @@ static void rt_close(CocoRt *rt, int abort)
         abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
     if (rt->world)
         abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
+    traced(rt, "close: the communicators", 0, &t);
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */
         if (rt->lt)
             cublasLtDestroy(rt->lt);
@@ -349,6 +364,7 @@ static void rt_close(CocoRt *rt, int abort)
     }
     if (rt->so)
         dlclose(rt->so);
+    traced(rt, "close: the handles and the generated code", 0, &t);
     free(rt);
 }
 
@@ -366,8 +382,13 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
     rt->err = err;
     rt->errlen = errlen;
     /* the version check comes before NCCL init, so a mismatch fails fast */
-    if (rt_read_knobs(rt) || open_device(rt, cfg) || load_generated(rt, cfg->so_path) ||
-        open_comms(rt, cfg) || open_lsa(rt) || open_handles(rt)) {
+    double t = now_s();
+    if (traced(rt, "open: the knobs and the device", rt_read_knobs(rt) || open_device(rt, cfg),
+               &t) ||
+        traced(rt, "open: the generated code loaded", load_generated(rt, cfg->so_path), &t) ||
+        traced(rt, "open: the communicators", open_comms(rt, cfg), &t) ||
+        traced(rt, "open: the device communicator", open_lsa(rt), &t) ||
+        traced(rt, "open: streams, cuBLASLt, workspace", open_handles(rt), &t)) {
         rt_close(rt, 1);
         return NULL;
     }

@@ -152,11 +152,15 @@ static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, i
     dup2(2, 1); /* whatever a library prints must not mix with the table */
     char err[4096];
     unsigned char id[COCO_RT_ID_BYTES];
+    double t0 = now_s();
     const CocoRtApi *api = cuda_load_runtime(job->runtime, err, sizeof err);
     if (!api || child_get_id(api, rank, up, down, job->timeout_s, id, err, sizeof err)) {
         cuda_emit_error(emit_fd, &up, rank, err);
         _exit(1);
     }
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: launch: the runtime loaded and the NCCL id "
+                        "%.3f s\n", rank, now_s() - t0);
     CudaRankPlace at = {rank, rank, job->base->nranks};
     _exit(cuda_rank_work(job, api, &at, id, emit_fd, &up));
 }
@@ -435,6 +439,7 @@ int cuda_launch(const CudaJob *job, Report *rep)
     void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a dead child's pipe must not kill us */
     struct sigaction old_stop[NSTOP];
     catch_stop_signals(old_stop);
+    double t0 = now_s();
     int rc = fork_ranks(job, c, n);
     int started = 0;
     while (started < n && c[started].pid > 0)
@@ -445,6 +450,9 @@ int cuda_launch(const CudaJob *job, Report *rep)
     else
         watch(job, c, started, rep, job->timeout_s * 1.5 + 5); /* after the ranks' own limits */
     stop_all(c, started);
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: launch: %d ranks, %d variants: %.3f s from the first "
+                        "fork to the last exit\n", started, job->nv, now_s() - t0);
     restore_stop_signals(old_stop);
     for (int i = 0; i < started; i++) {
         if (!c[i].eof)

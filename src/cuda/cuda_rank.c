@@ -638,15 +638,21 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
     result_pool_free();
     if (rank == 0 && job->iters > 0) { /* before the communicators: no rank runs yet */
         cuda_watchdog(rank, job->timeout_s + 60, "measuring the machine's limits");
+        double t = seconds_now();
         cuda_limits_line(job, api, local_rank, line, sizeof line);
         emit(ctx, line);
+        if (getenv("COCONET_TRACE"))
+            fprintf(stderr, "coconet trace: rank 0: launch: the machine's limits %.3f s\n",
+                    seconds_now() - t);
     }
     cuda_watchdog(rank, job->timeout_s + 10, "joining the NCCL communicators");
+    double t0 = seconds_now();
     CocoRt *rt = api->open(&cfg, err, sizeof err);
     if (!rt) {
         cuda_emit_error(emit, ctx, rank, err);
         return 1;
     }
+    double t1 = seconds_now();
     snprintf(line, sizeof line, "GPU ");
     api->describe(rt, line + 4, sizeof line - 4);
     emit(ctx, line);
@@ -665,10 +671,14 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
     }
     input_cache_free();
     result_pool_free();
+    double t2 = seconds_now();
     snprintf(line, sizeof line, "AT %d", REPORT_AT_CLOSE);
     emit(ctx, line);
     cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
     api->close(rt, 0);
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: launch: opening %.3f s, %d variants %.3f s, "
+                        "closing %.3f s\n", rank, t1 - t0, job->nv, t2 - t1, seconds_now() - t2);
     cuda_watchdog(rank, 0, NULL);
     emit(ctx, "DONE");
     coco_test_die(rank, "exit", NULL);
