@@ -287,7 +287,7 @@ typedef struct {
     double launch_s;            /* what a launch of the ranks costs, seconds: the first
                                    launch of a point times every candidate when those
                                    beyond the model's reach cost less than one more
-                                   launch (0: 1.5 s; negative: pruning as `prune` says) */
+                                   launch (0: 0.8 s a rank; negative: pruning as `prune` says) */
 } coco_tune_options;
 /* 0 done, 1 failed (message in err), 2 bad options (message in err) */
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,

@@ -27,11 +27,17 @@
 enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
 #define INPLACE_ELEMENTS (1L << 24)
 /* What a launch of the ranks and a candidate in it cost beyond the
- * candidate's runs, seconds (the search weighs them: search_costs). 2 x
- * H100, self_attention at B=8 S=1024 H=3072: launches 1.7 s each, a
- * candidate 0.035 s (bench/results/2026-11-26-h100x2-d.md). */
-#define LAUNCH_COST_S 1.5 /* coco_tune_options.launch_s's default */
+ * candidate's runs, seconds (the search weighs them: search_costs). A
+ * launch: 1.7 s at P = 2 (2 x H100), 3.1 s at P = 4 (4 x H200), the ranks'
+ * start (processes, NCCL, the window, cuBLASLt); so LAUNCH_COST_RANK_S a
+ * rank. A candidate: 0.03 s of buffers and copies (self_attention at B=8
+ * S=1024 H=3072, P = 2), and where it is checked in place, CHECK_COST_S for
+ * each value a rank compares with the CPU reference: 33 more adam
+ * candidates at 2^20 (about 4.2 M values a rank) added 3.6 s at P = 4
+ * (bench/results/2026-11-26-h100x2-d.md, 2026-11-26-h200x4-e.md). */
+#define LAUNCH_COST_RANK_S 0.8 /* times P: coco_tune_options.launch_s's default */
 #define CAND_COST_S 0.03
+#define CHECK_COST_S 25e-9
 
 /* ---- options: --sizes and --check-size ---- */
 
@@ -193,6 +199,25 @@ static void free_as_run(Program **lv, Program **v, int nv)
         if (lv[i] != v[i])
             program_free(lv[i]);
     free(lv);
+}
+
+/* The values the busiest rank checks against the CPU reference: its
+ * outputs and the new values of its Updated inputs */
+static double checked_elements(Program *p)
+{
+    double most = 0;
+    for (int r = 0; r < p->nranks; r++) {
+        double e = 0;
+        for (int i = 0; i < p->nexec_out; i++)
+            e += (double)local_count(p, &p->node[p->exec_out[i]], r);
+        for (int i = 0; i < p->nexec_in; i++) {
+            const Node *n = &p->node[p->exec_in[i]];
+            if (n->op == O_INPUT && n->updated_by >= 0)
+                e += (double)local_count(p, n, r);
+        }
+        most = e > most ? e : most;
+    }
+    return most;
 }
 
 /* Input elements over all ranks: the CPU reference's scale */
@@ -431,8 +456,11 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     search_init(&s, tu->lv, nv, &tu->t->limits, factor, o->exhaustive);
     /* checked and repeat runs, 3 warm-up and the timed ones; a launch at the
      * check point too when the point is not checked in place */
-    double launch_s = o->launch_s > 0 ? o->launch_s : o->launch_s < 0 ? 0 : LAUNCH_COST_S;
-    search_costs(&s, (tu->inplace ? 1 : 2) * launch_s, CAND_COST_S,
+    double launch_s = o->launch_s > 0   ? o->launch_s
+                      : o->launch_s < 0 ? 0
+                                        : LAUNCH_COST_RANK_S * p->nranks;
+    double cand_s = CAND_COST_S + (tu->inplace ? CHECK_COST_S * checked_elements(p) : 0);
+    search_costs(&s, (tu->inplace ? 1 : 2) * launch_s, cand_s,
                  2 + 3 + (o->iters > 0 ? o->iters : 20));
     int rc = !tu->inplace && !tu->check.open ? check_open(tu, err, errlen) : 0;
     if (!rc)

@@ -53,12 +53,17 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 # candidate takes its knobs with it into a launch: --exhaustive times every
 # (variant x knob set) of a point in one launch of the ranks; pruning, in
 # one, and one more for what the calibrated model does not prune. By
-# default a launch costs 1.5 s: at 2^20 the 20 candidates beyond the model's
-# reach cost less, so the first launch times them all; --launch-cost 0
-# weighs no launch, and pruning alone decides
+# default a launch costs 0.8 s a rank (3.2 s here) and a candidate checked in
+# place 0.03 s and 25 ns a value its rank checks (4.2 M values: 0.13 s): at
+# 2^20 the 33 candidates beyond the model's reach cost more than a launch,
+# and are pruned or timed in a second launch; where a launch costs 5 s the
+# first times them all; --launch-cost 0 weighs no launch, and pruning alone
+# decides
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
+tune_expect "at 2^20, checks weighed: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches$"
+coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 5
 tune_expect "at 2^20, a launch weighed: all in one" "59 candidates .*: 59 timed, 0 pruned, 0 failed, in 1 launch$"
 tune_expect "at 2^20, a launch weighed: the summary" "^tune: [0-9.]+ s, 1 launch of the ranks: "
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 0
@@ -74,8 +79,10 @@ tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
 tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
-# is never chosen (the recorded best at 2^24 is paper push, 0.383 ms)
-coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28
+# is never chosen (the recorded best at 2^24 is paper push, 0.383 ms); a
+# launch of 1.5 s (3 s with the check point's): at 2^28 some candidates cost
+# more
+coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28 --launch-cost 1.5
 tune_expect "2^24, a launch weighed: all timed in one" "^adam at N=16777216, .*: 57 timed, 0 pruned, 2 failed, in 1 launch$"
 tune_expect "2^28, a launch weighed: candidates dearer than a launch pruned" "^adam at N=268435456, .*: 53 timed, 4 pruned, 2 failed, in 2 launches$"
 coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28 --launch-cost 0
