@@ -27,7 +27,8 @@
 #   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
-# Variables: P (1), PHASES, ITERS (20), STEPS (200), WIDE (3072), JOBS (nvcc builds at once, 12),
+# Variables: P (1), PHASES, ITERS (20), STEPS (200), TRAIN_RUNS (train's optimizers, all five),
+# MAXB (1: train's largest micro-batches; 0: not), WIDE (3072), JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
@@ -78,7 +79,7 @@ TR="python3 -m torch.distributed.run --standalone --nproc_per_node=$P"
 case " $PHASES " in *" train "*)
     T=$OUT/train.md
     echo "# examples/torch/train_dp.py at P = $P, ${STEPS:-200} steps (commit ${COMMIT:-?})" >"$T"
-    for o in coconet torch torch-foreach coconet-lamb torch-lamb; do
+    for o in ${TRAIN_RUNS:-coconet torch torch-foreach coconet-lamb torch-lamb}; do
         # shellcheck disable=SC2086 # TR: a command and its arguments
         LD_PRELOAD=$PRELOAD timeout "$(left 60)" $TR examples/torch/train_dp.py --optimizer "$o" \
             --steps "${STEPS:-200}" --csv "$W/$o.csv" >"$W/train-$o.out" 2>&1
@@ -87,9 +88,10 @@ case " $PHASES " in *" train "*)
     for pair in "coconet torch" "torch-foreach torch" "coconet-lamb torch-lamb"; do
         # shellcheck disable=SC2086 # pair: two names
         set -- $pair
+        if [ ! -f "$W/$1.csv" ] || [ ! -f "$W/$2.csv" ]; then continue; fi
         echo "- $1 vs $2: $(python3 examples/torch/train_dp.py --compare "$W/$1.csv" "$W/$2.csv" 2>&1 | tail -n 1)" >>"$T"
     done
-    for o in coconet torch; do
+    [ "${MAXB:-1}" = 1 ] && for o in coconet torch; do
         # shellcheck disable=SC2086 # TR: a command and its arguments
         LD_PRELOAD=$PRELOAD timeout "$(left 30)" $TR examples/torch/train_dp.py --optimizer "$o" \
             --max-batch >"$W/maxb-$o.out" 2>&1

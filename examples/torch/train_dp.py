@@ -16,7 +16,7 @@ corpus, with coconet's fused optimizer or PyTorch's:
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
-        [--warmup 20] [--words 2048]
+        [--warmup 20] [--words 2048] [--lr 1e-4] [--beta2 0.95]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
     torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
 
@@ -94,13 +94,13 @@ def build(args, P):
     if args.optimizer.startswith("coconet"):
         from coconet.torch import optim
         cls = optim.LAMB if lamb else optim.Adam
-        opt = cls(model.parameters(), lr=args.lr, weight_decay=args.wd)
+        opt = cls(model.parameters(), lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
         return model, model, opt
     ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
     fused = args.optimizer != "torch-foreach"  # the control: the same AdamW, other roundings
-    opt = (TorchLAMB(model.parameters(), lr=args.lr, weight_decay=args.wd) if lamb else
-           torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd,
-                             fused=fused, foreach=not fused))
+    kw = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
+    opt = (TorchLAMB(model.parameters(), **kw) if lamb else
+           torch.optim.AdamW(model.parameters(), fused=fused, foreach=not fused, **kw))
     return model, ddp, opt
 
 
@@ -212,7 +212,9 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--beta2", type=float, default=0.95,
+                    help="the second moment's decay (GPT training's 0.95: fewer loss spikes)")
     ap.add_argument("--warmup", type=int, default=20,
                     help="steps of the learning rate's linear warm-up (0: none)")
     ap.add_argument("--wd", type=float, default=0.01)
