@@ -284,10 +284,11 @@ typedef struct {
     int threads;
     uint64_t seed;
     const char *log;            /* append each launch's report to this file */
-    double launch_s;            /* what a launch of the ranks costs, seconds: the first
-                                   launch of a point times every candidate when those
-                                   beyond the model's reach cost less than one more
-                                   launch (0: 0.8 s a rank; negative: pruning as `prune` says) */
+    double launch_s;            /* what another launch of the ranks costs, seconds: the
+                                   first round of a point times every candidate when those
+                                   beyond the model's reach cost less than that (0 or
+                                   negative: none weighed, pruning as `prune` says; the
+                                   ranks stay up from one round to the next) */
 } coco_tune_options;
 /* 0 done, 1 failed (message in err), 2 bad options (message in err) */
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,

@@ -225,6 +225,10 @@ typedef struct {
 } CudaRankPlace;
 int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
                    const unsigned char *nccl_id, EmitFn emit, void *ctx);
+/* The same, opened once, serving the rounds read from fd `commands` (the
+ * launcher's "RUN n i algo chunks name ...", then "EXIT"): "END" after each */
+int cuda_rank_serve(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
+                    const unsigned char *nccl_id, int commands, EmitFn emit, void *ctx);
 void cuda_watchdog(int rank, double seconds, const char *what); /* 0 s: off */
 void cuda_emit_error(EmitFn emit, void *ctx, int rank, const char *msg); /* ERR line */
 int cuda_unique_id(const CocoRtApi *api, unsigned char *id, char *err, size_t errlen);
@@ -233,6 +237,18 @@ void cuda_limits_line(const CudaJob *job, const CocoRtApi *api, int local_rank, 
                       size_t len);
 /* cuda_launch.c: one forked process per rank, watched by the parent */
 int cuda_launch(const CudaJob *job, Report *rep);
+/* Ranks kept from one round to the next (the tuner's slots): forked over
+ * `job` (every variant a round may ask for; it must outlive them), they
+ * open at once while the caller goes on. A round runs view's variants, each
+ * job->v[index[k]] with its own knobs and name (no spaces), and fills rep
+ * as cuda_launch does: 0, or -1 when a rank failed or the ranks were not
+ * running (then they are stopped: cuda_ranks_alive says 0, and the caller
+ * starts new ones). Stop waits for their exit. */
+typedef struct CudaRanks CudaRanks;
+CudaRanks *cuda_ranks_start(const CudaJob *job);
+int cuda_ranks_alive(const CudaRanks *r);
+int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *rep);
+void cuda_ranks_stop(CudaRanks *r);
 /* The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
 int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
 /* The variants a run builds: the program, then each schedule of p (its

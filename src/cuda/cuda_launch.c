@@ -18,7 +18,13 @@
  * says "AT step" as it begins a variant); a rank killed by a signal counts
  * as the first failure, before a peer's error about it. So does SIGINT, SIGTERM or SIGHUP
  * sent to this process: the ranks are stopped and the table printed with
- * what they had reported. A child dies with the parent (PR_SET_PDEATHSIG). */
+ * what they had reported. A child dies with the parent (PR_SET_PDEATHSIG).
+ *
+ * The tuner's ranks (cuda_ranks_*) are forked the same way but kept: the
+ * parent passes the NCCL id at once and goes on while they open; each round
+ * sends "RUN ..." down (cuda_rank_serve) and is watched until every rank
+ * says END; "EXIT" (or the pipe's end) closes them. A rank that fails in a
+ * round stops them all, as in a launch. */
 #define _DEFAULT_SOURCE
 #include "cuda/cuda.h"
 
@@ -139,7 +145,8 @@ static int child_get_id(const CocoRtApi *api, int rank, int up, int down, double
 
 static void default_stop_signals(void);
 
-static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, int up, int down)
+static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, int up, int down,
+                                 int serve)
 {
     default_stop_signals(); /* the launcher's handlers are not the rank's */
 #ifdef __linux__
@@ -162,7 +169,8 @@ static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, i
         fprintf(stderr, "coconet trace: rank %d: launch: the runtime loaded and the NCCL id "
                         "%.3f s\n", rank, now_s() - t0);
     CudaRankPlace at = {rank, rank, job->base->nranks};
-    _exit(cuda_rank_work(job, api, &at, id, emit_fd, &up));
+    _exit(serve ? cuda_rank_serve(job, api, &at, id, down, emit_fd, &up)
+                : cuda_rank_work(job, api, &at, id, emit_fd, &up));
 }
 
 /* ---- the parent ---- */
@@ -173,6 +181,7 @@ typedef struct {
     char buf[16384]; /* a partial line */
     size_t used;
     int eof, reaped, status;
+    int ended;       /* said END: done with the round (cuda_ranks_run) */
 } Child;
 
 /* Waits for c's end until `deadline` (now_s), then kills it. */
@@ -222,9 +231,14 @@ static void exit_reason(const CudaJob *job, const Child *c, int rank, const Repo
                  rep->done[rank] ? "" : " (no DONE)");
 }
 
-/* A complete line from rank: the NCCL id goes down to the others. */
+/* A complete line from rank: the NCCL id goes down to the others; END
+ * ends its round. */
 static void on_line(Child *c, int n, int rank, const char *line, Report *rep)
 {
+    if (!strcmp(line, "END")) {
+        c[rank].ended = 1;
+        return;
+    }
     if (!strncmp(line, "ID ", 3)) {
         for (int i = 1; i < n; i++) {
             write_all(c[i].down, line, strlen(line));
@@ -235,17 +249,10 @@ static void on_line(Child *c, int n, int rank, const char *line, Report *rep)
     report_line(rep, rank, line);
 }
 
-/* Reads what rank's pipe has; 1 at end of file. */
-static int on_readable(Child *c, int n, int rank, Report *rep)
+/* The complete lines of rank's buffer; 0 */
+static int on_buffered(Child *c, int n, int rank, Report *rep)
 {
     Child *ch = &c[rank];
-    ssize_t got = read(ch->up, ch->buf + ch->used, sizeof ch->buf - 1 - ch->used);
-    if (got < 0 && errno == EINTR)
-        return 0;
-    if (got <= 0)
-        return 1;
-    ch->used += (size_t)got;
-    ch->buf[ch->used] = 0;
     char *start = ch->buf, *nl;
     while ((nl = strchr(start, '\n'))) {
         *nl = 0;
@@ -259,6 +266,20 @@ static int on_readable(Child *c, int n, int rank, Report *rep)
         ch->used = 0;
     }
     return 0;
+}
+
+/* Reads what rank's pipe has; 1 at end of file. */
+static int on_readable(Child *c, int n, int rank, Report *rep)
+{
+    Child *ch = &c[rank];
+    ssize_t got = read(ch->up, ch->buf + ch->used, sizeof ch->buf - 1 - ch->used);
+    if (got < 0 && errno == EINTR)
+        return 0;
+    if (got <= 0)
+        return 1;
+    ch->used += (size_t)got;
+    ch->buf[ch->used] = 0;
+    return on_buffered(c, n, rank, rep);
 }
 
 /* Did a rank other than `rank` end by a signal while watched? */
@@ -356,8 +377,8 @@ static void on_stop(const CudaJob *job, Child *c, int n, Report *rep)
     fail_unfinished(job, c, n, rep, "stopped", after);
 }
 
-/* The parent's loop: until every pipe is closed, a rank fails, silence, or
- * a signal. */
+/* The parent's loop: until every pipe is closed (or, serving rounds, every
+ * rank said END), a rank fails, silence, or a signal. */
 static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit_s)
 {
     struct pollfd *p = xcalloc((size_t)n, sizeof *p);
@@ -366,7 +387,7 @@ static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit
     for (;;) {
         int np = 0;
         for (int i = 0; i < n; i++)
-            if (!c[i].eof) {
+            if (!c[i].eof && !c[i].ended) {
                 p[np] = (struct pollfd){c[i].up, POLLIN, 0};
                 who[np++] = i;
             }
@@ -400,7 +421,7 @@ static void watch(const CudaJob *job, Child *c, int n, Report *rep, double limit
     free(who);
 }
 
-static int fork_ranks(const CudaJob *job, Child *c, int n)
+static int fork_ranks(const CudaJob *job, Child *c, int n, int serve)
 {
     pid_t launcher = getpid();
     for (int r = 0; r < n; r++) {
@@ -423,7 +444,7 @@ static int fork_ranks(const CudaJob *job, Child *c, int n)
             }
             close(up[0]);
             close(down[1]);
-            child_main(job, launcher, r, up[1], down[0]);
+            child_main(job, launcher, r, up[1], down[0], serve);
         }
         close(up[1]);
         close(down[0]);
@@ -440,7 +461,7 @@ int cuda_launch(const CudaJob *job, Report *rep)
     struct sigaction old_stop[NSTOP];
     catch_stop_signals(old_stop);
     double t0 = now_s();
-    int rc = fork_ranks(job, c, n);
+    int rc = fork_ranks(job, c, n, 0);
     int started = 0;
     while (started < n && c[started].pid > 0)
         started++;
@@ -462,6 +483,149 @@ int cuda_launch(const CudaJob *job, Report *rep)
     signal(SIGPIPE, old);
     free(c);
     return rc;
+}
+
+/* ---- ranks kept from one round to the next (the tuner's) ---- */
+
+struct CudaRanks {
+    const CudaJob *job; /* the job they were forked with: its variants, data, checks */
+    Child *c;
+    int n, started;
+    int alive;          /* every rank started, none failed */
+    ReportLimits limits; /* rank 0's, said before the first round */
+    char gpu[512];
+};
+
+/* Rank 0's NCCL id down to the others at once, so that the ranks open while
+ * the launcher goes on; any other first line stays buffered for the round */
+static void pass_id(CudaRanks *r)
+{
+    Child *c0 = &r->c[0];
+    double deadline = now_s() + r->job->timeout_s;
+    while (!strchr(c0->buf, '\n') && now_s() < deadline) {
+        struct pollfd p = {c0->up, POLLIN, 0};
+        int k = poll(&p, 1, 100);
+        if (k <= 0)
+            continue;
+        ssize_t got = read(c0->up, c0->buf + c0->used, sizeof c0->buf - 1 - c0->used);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return; /* rank 0 ended: the first round says why */
+        c0->used += (size_t)got;
+        c0->buf[c0->used] = 0;
+    }
+    char *nl = strchr(c0->buf, '\n');
+    if (!nl || strncmp(c0->buf, "ID ", 3))
+        return;
+    *nl = 0;
+    on_line(r->c, r->n, 0, c0->buf, NULL); /* an ID line needs no report */
+    c0->used = strlen(nl + 1);
+    memmove(c0->buf, nl + 1, c0->used + 1);
+}
+
+CudaRanks *cuda_ranks_start(const CudaJob *job)
+{
+    CudaRanks *r = xcalloc(1, sizeof *r);
+    r->job = job;
+    r->n = job->base->nranks;
+    r->c = xcalloc((size_t)r->n, sizeof *r->c);
+    int rc = fork_ranks(job, r->c, r->n, 1);
+    while (r->started < r->n && r->c[r->started].pid > 0)
+        r->started++;
+    r->alive = !rc;
+    if (r->alive) {
+        void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a rank dead already */
+        pass_id(r);
+        signal(SIGPIPE, old);
+    }
+    return r;
+}
+
+int cuda_ranks_alive(const CudaRanks *r)
+{
+    return r && r->alive;
+}
+
+/* "RUN n i algo chunks name ..." for view's variants (index: theirs in the
+ * ranks' job) */
+static char *round_command(const CudaJob *view, const int *index)
+{
+    size_t cap = 64, len;
+    for (int k = 0; k < view->nv; k++)
+        cap += strlen(view->v[k].name) + 48;
+    char *cmd = xmalloc(cap);
+    len = (size_t)snprintf(cmd, cap, "RUN %d", view->nv);
+    for (int k = 0; k < view->nv; k++)
+        len += (size_t)snprintf(cmd + len, cap - len, " %d %d %d %s", index[k],
+                                view->v[k].fused_algo, view->v[k].overlap_chunks,
+                                view->v[k].name);
+    snprintf(cmd + len, cap - len, "\n");
+    return cmd;
+}
+
+int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *rep)
+{
+    for (int k = 0; k < view->nv; k++)
+        ASSERT(!strchr(view->v[k].name, ' ') && index[k] >= 0 && index[k] < r->job->nv);
+    if (!r->alive) {
+        for (int i = 0; i < r->n; i++)
+            report_error(rep, i, i < r->started ? "stopped after an earlier round failed"
+                                                : "could not be started (fork or pipe failed)");
+        return -1;
+    }
+    if (r->limits.known)
+        rep->limits = r->limits;
+    snprintf(rep->gpu, sizeof rep->gpu, "%s", r->gpu);
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a dead rank's pipe must not kill us */
+    struct sigaction old_stop[NSTOP];
+    catch_stop_signals(old_stop);
+    char *cmd = round_command(view, index);
+    for (int i = 0; i < r->n; i++) {
+        r->c[i].ended = 0;
+        write_all(r->c[i].down, cmd, strlen(cmd));
+    }
+    free(cmd);
+    for (int i = 0; i < r->n; i++)
+        on_buffered(r->c, r->n, i, rep); /* what came before the round */
+    watch(view, r->c, r->n, rep, view->timeout_s * 1.5 + 5);
+    int ok = 1;
+    for (int i = 0; i < r->n; i++)
+        ok &= r->c[i].ended && !r->c[i].eof;
+    if (!ok) { /* a rank failed: the others stop; a later round starts them again */
+        stop_all(r->c, r->n);
+        r->alive = 0;
+    }
+    restore_stop_signals(old_stop);
+    signal(SIGPIPE, old);
+    r->limits = rep->limits;
+    snprintf(r->gpu, sizeof r->gpu, "%s", rep->gpu);
+    return ok ? 0 : -1;
+}
+
+void cuda_ranks_stop(CudaRanks *r)
+{
+    if (!r)
+        return;
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    double t0 = now_s();
+    for (int i = 0; i < r->started; i++) {
+        if (r->alive)
+            write_all(r->c[i].down, "EXIT\n", 5);
+        close(r->c[i].down); /* a rank waiting for a round reads its end */
+    }
+    double deadline = now_s() + r->job->timeout_s + 10; /* closing the communicators */
+    for (int i = 0; i < r->started; i++) {
+        reap(&r->c[i], deadline);
+        if (!r->c[i].eof)
+            close(r->c[i].up);
+    }
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: launch: %d ranks stopped in %.3f s\n", r->started,
+                now_s() - t0);
+    signal(SIGPIPE, old);
+    free(r->c);
+    free(r);
 }
 
 /* ---- GPUs, seen without CUDA ---- */

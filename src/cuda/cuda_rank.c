@@ -11,11 +11,18 @@
  * What it finds goes out as text lines through an EmitFn ("GPU ...",
  * "LIMITS ..." (rank 0, before it opens the communicators: cuda_limits.c),
  * "ROW ...", "STEP ...", "ERR ...", "DONE"; see report_line in cuda_report.c). No CUDA
- * header here: the runtime is reached only through its function table. */
+ * header here: the runtime is reached only through its function table.
+ *
+ * A rank runs its job's variants once (cuda_rank_work), or serves rounds
+ * (cuda_rank_serve, the tuner's ranks kept from one round to the next:
+ * cuda_ranks_start): it opens once, then runs each "RUN ..." line's list of
+ * the job's variants with their own knobs, says "END" after each, and
+ * closes at "EXIT" or when the launcher's pipe ends. */
 #define _DEFAULT_SOURCE
 #include "cuda/cuda.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -624,8 +631,10 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     return 0;
 }
 
-int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
-                   const unsigned char *nccl_id, EmitFn emit, void *ctx)
+/* Opens the rank's runtime (rank 0 first says the machine's limits, when
+ * the job times) and says "GPU ..."; NULL after an ERR line */
+static CocoRt *rank_open(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
+                         const unsigned char *nccl_id, EmitFn emit, void *ctx)
 {
     int nranks = job->base->nranks, rank = at->rank, local_rank = at->local_rank;
     sharing_ranks = at->sharing > 1 ? at->sharing : 1;
@@ -650,12 +659,24 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
     CocoRt *rt = api->open(&cfg, err, sizeof err);
     if (!rt) {
         cuda_emit_error(emit, ctx, rank, err);
-        return 1;
+        return NULL;
     }
-    double t1 = seconds_now();
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: launch: opening %.3f s\n", rank,
+                seconds_now() - t0);
     snprintf(line, sizeof line, "GPU ");
     api->describe(rt, line + 4, sizeof line - 4);
     emit(ctx, line);
+    return rt;
+}
+
+/* Runs job's variants in order ("AT vi" before each); after a failure the
+ * runtime is aborted: -1 */
+static int rank_run_all(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int rank,
+                        EmitFn emit, void *ctx)
+{
+    char line[64];
+    double t0 = seconds_now();
     for (int vi = 0; vi < job->nv; vi++) {
         snprintf(line, sizeof line, "AT %d", vi); /* where this rank is, should it stop */
         emit(ctx, line);
@@ -666,21 +687,136 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
             result_pool_free();
             cuda_watchdog(rank, 60, "aborting the communicators");
             api->close(rt, 1);
-            return 1;
+            return -1;
         }
     }
+    if (getenv("COCONET_TRACE"))
+        fprintf(stderr, "coconet trace: rank %d: launch: %d variants %.3f s\n", rank, job->nv,
+                seconds_now() - t0);
+    return 0;
+}
+
+/* Closes the runtime and says "DONE" */
+static void rank_close(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int rank,
+                       EmitFn emit, void *ctx)
+{
+    char line[64];
     input_cache_free();
     result_pool_free();
-    double t2 = seconds_now();
+    double t0 = seconds_now();
     snprintf(line, sizeof line, "AT %d", REPORT_AT_CLOSE);
     emit(ctx, line);
     cuda_watchdog(rank, job->timeout_s + 10, "closing the communicators");
     api->close(rt, 0);
     if (getenv("COCONET_TRACE"))
-        fprintf(stderr, "coconet trace: rank %d: launch: opening %.3f s, %d variants %.3f s, "
-                        "closing %.3f s\n", rank, t1 - t0, job->nv, t2 - t1, seconds_now() - t2);
+        fprintf(stderr, "coconet trace: rank %d: launch: closing %.3f s\n", rank,
+                seconds_now() - t0);
     cuda_watchdog(rank, 0, NULL);
     emit(ctx, "DONE");
     coco_test_die(rank, "exit", NULL);
+}
+
+int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
+                   const unsigned char *nccl_id, EmitFn emit, void *ctx)
+{
+    CocoRt *rt = rank_open(job, api, at, nccl_id, emit, ctx);
+    if (!rt || rank_run_all(job, api, rt, at->rank, emit, ctx))
+        return 1;
+    rank_close(job, api, rt, at->rank, emit, ctx);
+    return 0;
+}
+
+/* ---- serving rounds (cuda_ranks_start's ranks) ---- */
+
+/* One line from fd without its newline (malloc'd), or NULL at end of file */
+static char *read_command(int fd)
+{
+    size_t cap = 256, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        char c;
+        ssize_t got = read(fd, &c, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            free(buf);
+            return NULL;
+        }
+        if (c == '\n')
+            break;
+        if (n + 1 == cap) {
+            char *more = xmalloc(cap *= 2);
+            memcpy(more, buf, n);
+            free(buf);
+            buf = more;
+        }
+        buf[n++] = c;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+/* "RUN n i algo chunks name ..." (cuda_ranks_run) into a view of job: its
+ * variants i, each with its own knobs and name (kept in names); -1 when
+ * malformed */
+static int parse_round(const CudaJob *job, char *cmd, CudaJob *view, char **names)
+{
+    char *save = NULL, *tok = strtok_r(cmd, " ", &save);
+    tok = strtok_r(NULL, " ", &save);
+    int n = tok ? atoi(tok) : -1;
+    if (n < 1 || n > 1 << 20)
+        return -1;
+    *view = *job;
+    view->v = xcalloc((size_t)n, sizeof *view->v);
+    view->nv = n;
+    for (int k = 0; k < n; k++) {
+        char *fields[4];
+        for (int f = 0; f < 4; f++)
+            fields[f] = strtok_r(NULL, " ", &save);
+        int i = fields[3] ? atoi(fields[0]) : -1;
+        if (i < 0 || i >= job->nv) {
+            free(view->v);
+            return -1;
+        }
+        CudaVariant *v = &view->v[k];
+        *v = job->v[i];
+        v->fused_algo = atoi(fields[1]);
+        v->overlap_chunks = atoi(fields[2]);
+        v->name = fields[3]; /* inside cmd, which lives as long as the round */
+    }
+    *names = cmd;
+    return 0;
+}
+
+int cuda_rank_serve(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace *at,
+                    const unsigned char *nccl_id, int commands, EmitFn emit, void *ctx)
+{
+    int rank = at->rank;
+    CocoRt *rt = rank_open(job, api, at, nccl_id, emit, ctx);
+    if (!rt)
+        return 1;
+    for (;;) {
+        cuda_watchdog(rank, 0, NULL); /* waiting for the launcher, who has its own limits */
+        char *cmd = read_command(commands);
+        if (!cmd || !strcmp(cmd, "EXIT")) { /* the launcher gone or done: close */
+            free(cmd);
+            break;
+        }
+        CudaJob view;
+        char *names = NULL;
+        if (strncmp(cmd, "RUN ", 4) || parse_round(job, cmd, &view, &names)) {
+            cuda_emit_error(emit, ctx, rank, "a malformed round from the launcher");
+            free(cmd);
+            api->close(rt, 1);
+            return 1;
+        }
+        int rc = rank_run_all(&view, api, rt, rank, emit, ctx);
+        free(view.v);
+        free(names);
+        if (rc)
+            return 1;
+        emit(ctx, "END");
+    }
+    rank_close(job, api, rt, rank, emit, ctx);
     return 0;
 }

@@ -1,30 +1,30 @@
 /* search.c: timing the candidates of one size point (each variant under
  * each knob set that applies to it), with pruning.
  *
- * A launch of the ranks may time any candidates, each under its own knob
- * set (the runtime takes a variant's knobs with it: knobs.c), so the search
- * wants few launches: each costs the ranks' start (processes, NCCL, the
- * window, cuBLASLt), seconds, where a candidate at a small size costs
- * milliseconds. The first launch times the program's fastest predicted
+ * A round (a "launch" here: the LaunchFn) on the ranks may time any
+ * candidates, each under its own knob set (the runtime takes a variant's
+ * knobs with it: knobs.c). The ranks stay up from one round to the next
+ * (timer_cuda.c), so another round costs its candidates; with
+ * search_costs' launch_s it may cost a start of the ranks instead (seconds,
+ * where a candidate at a small size costs milliseconds). The first round
+ * times the program's fastest predicted
  * candidate (never pruned, so that every table has the program's time) and
  * every candidate the cost model (cost.c) puts within factor^2 of its
  * fastest prediction: those pruning at `factor` keeps when the model's
- * ratios hold, with a margin of `factor` for its errors. After each launch
+ * ratios hold, with a margin of `factor` for its errors. After each round
  * it calibrates the model: c = the least measured / predicted ratio so far,
  * so that c x prediction is the most optimistic guess the times measured
  * allow. A candidate is pruned when even that guess is more than `factor`
- * times the best time measured; the next launch times every candidate left
- * (usually none: one launch a point). --exhaustive times all in one launch.
- * Where timing the candidates beyond factor^2 would cost less than another
- * launch (search_costs: small sizes, where a candidate costs milliseconds
- * and a launch seconds), the first launch takes them all: pruning saves
- * time only where candidates cost more than launches.
+ * times the best time measured; the next round times every candidate left
+ * (often none). --exhaustive times all in one round. Where a launch is
+ * weighed (launch_s > 0) and timing the candidates beyond factor^2 would
+ * cost less than it, the first round takes them all.
  *
  * Pruning can lose the true best only when the model ranks a candidate
  * more than `factor` too slow relative to the best one measured; an
  * exhaustive search can say whether it would have (search_replay).
- * A launch may leave candidates untimed (a rank failed before them): they
- * are taken again by the next launches; a launch resolves at least one
+ * A round may leave candidates untimed (a rank failed before them): they
+ * are taken again by the next rounds; a round resolves at least one
  * candidate (the launch function's rule), so the search ends. */
 #include "tune/tune.h"
 

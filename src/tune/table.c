@@ -59,9 +59,9 @@ void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
         failed += s->c[i].state == CAND_FAILED;
     }
     fprintf(out, "\n%s at %s, %d rank%s: %d candidates (%d variants x knob sets): %d timed, %d "
-            "pruned, %d failed, in %d launch%s\n", v[0]->exec_name, sizes, v[0]->nranks,
+            "pruned, %d failed, in %d round%s\n", v[0]->exec_name, sizes, v[0]->nranks,
             v[0]->nranks == 1 ? "" : "s", s->n, s->c[s->n - 1].variant + 1, timed, pruned,
-            failed, s->launches, s->launches == 1 ? "" : "es");
+            failed, s->launches, s->launches == 1 ? "" : "s");
     fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %13s\n", "rank", "schedule", "knobs", "time",
             "vs-best", "vs-program", "predicted");
     const Cand **row = xcalloc((size_t)s->n, sizeof *row);
@@ -91,10 +91,10 @@ void table_replay(FILE *out, Program **v, const Search *s, double factor)
         return;
     double loss = s->c[pick].ms / s->c[best].ms - 1;
     fprintf(out, "pruning at %.3g would pick %s with knobs %s (%s%.1f %% slower than the "
-            "best), timing %d of %d candidates in %d launch%s\n", factor,
+            "best), timing %d of %d candidates in %d round%s\n", factor,
             vname(v[s->c[pick].variant]), knob_name(s->c[pick].knob),
             pick == best ? "the best, " : "", 100 * loss, timed, s->n, launches,
-            launches == 1 ? "" : "es");
+            launches == 1 ? "" : "s");
 }
 
 void table_plan(FILE *out, Program **v, Program **lv, const Search *s, const char *sizes,

@@ -3,19 +3,22 @@
  * source and built once (cuda_build: cached, so every size point, every
  * later tune of the same program and `run --schedule tuned` find it:
  * cuda_all_variants), their job prepared once (cuda_job_prepare: the CPU
- * reference of the program when checking, else the inputs alone), and each
- * launch forks the ranks (cuda_launch) over a view of that job holding the
- * candidates asked for: each a variant with its knob set's values as its
+ * reference of the program when checking, else the inputs alone), and its
+ * ranks started (cuda_ranks_start: a launch) as the slot opens, so that they
+ * open their communicators while the other slot runs; they stay up for
+ * every round of the slot. A round (measure) runs a view of the job holding
+ * the candidates asked for: each a variant with its knob set's values as its
  * own knobs (CudaVariant.fused_algo, overlap_chunks), named with them
- * ("paper/twoshot") in the launch's report; a variant may come several
- * times. The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
+ * ("paper/twoshot") in the round's report; a variant may come several
+ * times. After a round in which a rank failed the ranks are started again
+ * (another launch). The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
  * cleared (knob_clear_env): the runtime's defaults are the `default` set.
  * No CUDA call is made in this process. The verdicts and times are the
  * run's (report_verdict): the slowest rank's median of --iters timed runs
  * after 3 warm-up runs. Two points may be open at once (slots): the check
  * point's and a size's. When a rank fails, the candidates after the one it
- * failed in never ran: they are said not run (the search launches them
- * again); a signal that stopped the ranks (Ctrl-C) stops the tuning. */
+ * failed in never ran: they are said not run (the search runs them in its
+ * next round); a signal that stopped the ranks (Ctrl-C) stops the tuning. */
 #include "tune/tune.h"
 
 #include <stdlib.h>
@@ -26,16 +29,32 @@ typedef struct {
     TimerConfig cfg;
     CudaBuild build;
     CudaJob job[NSLOT];
+    CudaRanks *ranks[NSLOT]; /* the slot's ranks, kept from one launch to the next */
     int open[NSLOT];
     MeasureMode mode[NSLOT];
+    int rounds; /* measured lists of candidates, for the log */
 } CudaTimer;
 
 static void cuda_close(TuneTimer *t, int slot)
 {
     CudaTimer *c = (CudaTimer *)t;
+    cuda_ranks_stop(c->ranks[slot]);
+    c->ranks[slot] = NULL;
     if (c->open[slot])
         cuda_job_free(&c->job[slot]);
     c->open[slot] = 0;
+}
+
+/* The slot's ranks, started (a launch) unless they run */
+static CudaRanks *slot_ranks(CudaTimer *c, int slot)
+{
+    if (cuda_ranks_alive(c->ranks[slot]))
+        return c->ranks[slot];
+    cuda_ranks_stop(c->ranks[slot]);
+    c->ranks[slot] = cuda_ranks_start(&c->job[slot]);
+    c->t.launches++;
+    c->t.slot_launches[slot]++;
+    return c->ranks[slot];
 }
 
 static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
@@ -75,6 +94,9 @@ static int cuda_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
     cuda_runtime_path(c->build.home, job->runtime, sizeof job->runtime);
     c->open[slot] = 1;
     c->mode[slot] = mode;
+    t0 = tune_now_s();
+    slot_ranks(c, slot); /* they open while the other slot runs or the search plans */
+    t->launch_s[slot] += tune_now_s() - t0;
     return 0;
 }
 
@@ -108,9 +130,10 @@ static void log_launch(CudaTimer *c, const CudaJob *view, const Report *rep, int
 {
     if (!c->cfg.log)
         return;
-    fprintf(c->cfg.log, "\n== launch %d (%s): %d candidate%s, each with its own knobs\n",
-            c->t.launches, slot == SLOT_CHECK ? "checks at the check point" : "a size point",
-            view->nv, view->nv == 1 ? "" : "s");
+    fprintf(c->cfg.log, "\n== round %d, launch %d (%s): %d candidate%s, each with its own "
+            "knobs\n", ++c->rounds, c->t.launches,
+            slot == SLOT_CHECK ? "checks at the check point" : "a size point", view->nv,
+            view->nv == 1 ? "" : "s");
     report_print(view, rep, c->cfg.log);
 }
 
@@ -125,9 +148,7 @@ static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *kno
     double t0 = tune_now_s();
     Report rep;
     report_init(&rep, view.base->nranks, n);
-    cuda_launch(&view, &rep);
-    t->launches++;
-    t->slot_launches[slot]++;
+    cuda_ranks_run(slot_ranks(c, slot), &view, which, &rep);
     t->launch_s[slot] += tune_now_s() - t0;
     log_launch(c, &view, &rep, slot);
     char why[256];

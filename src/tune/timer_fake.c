@@ -29,6 +29,7 @@ typedef struct {               /* an open point */
     const char **names;
     int n;
     MeasureMode mode;
+    int up;                    /* its ranks run (as the GPU timer's, kept between rounds) */
 } FakeSlot;
 
 typedef struct {
@@ -67,6 +68,9 @@ static int fake_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
         sl->names[i] = vname(v[i]);
     sl->n = n;
     sl->mode = mode;
+    sl->up = 1; /* started as it opens: a launch */
+    t->launches++;
+    t->slot_launches[slot]++;
     return 0;
 }
 
@@ -76,8 +80,11 @@ static int fake_measure(TuneTimer *t, int slot, const int *which, const int *kno
     FakeTimer *f = (FakeTimer *)t;
     FakeSlot *sl = &f->slot[slot];
     ASSERT(sl->names);
-    t->launches++;
-    t->slot_launches[slot]++;
+    if (!sl->up) { /* a crash stopped them: started again */
+        sl->up = 1;
+        t->launches++;
+        t->slot_launches[slot]++;
+    }
     int crashed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = sl->names[which[i]];
@@ -92,6 +99,7 @@ static int fake_measure(TuneTimer *t, int slot, const int *which, const int *kno
         }
         const FakeLine *bad = find(f, sl, "fail", name, own);
         crashed = bad && !strcmp(bad->value, "CRASH");
+        sl->up &= !crashed;
         if (bad) {
             snprintf(m->verdict, sizeof m->verdict, "%.15s", bad->value);
             snprintf(m->why, sizeof m->why, "%.200s: recorded as failing", f->path);

@@ -8,13 +8,15 @@
  *    the candidates, each predicted by the cost model (cost.c).
  * 3. Checks: a point small enough for the CPU reference (at most
  *    INPLACE_ELEMENTS input elements over all ranks) is checked where it is
- *    timed, in the same launches. Otherwise, before a launch times a
+ *    timed, in the same rounds. Otherwise, before a round times a
  *    (variant, knob set), its twin at the check point is checked, once
- *    (the check point stays open beside the points), in a launch under the
- *    same knob set; a pair that fails there is never timed. Knob sets the
+ *    (the check point stays open beside the points, its ranks up), in a
+ *    round under the same knob set; a pair that fails there is never timed. Knob sets the
  *    search prunes whole are never checked.
- * 4. The search at each point (search.c): launches, pruning (where a
- *    launch costs more than the candidates it would spare, none).
+ * 4. The search at each point (search.c): rounds of candidates on the
+ *    slot's ranks (kept from one round to the next: timer_cuda.c), pruning
+ *    (with --launch-cost, none where another launch would cost more than
+ *    the candidates it spares).
  * 5. A table per point, sorted by time (table.c), and the record (record.c).
  * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
 #include "tune/tune.h"
@@ -26,16 +28,14 @@
 
 enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
 #define INPLACE_ELEMENTS (1L << 24)
-/* What a launch of the ranks and a candidate in it cost beyond the
- * candidate's runs, seconds (the search weighs them: search_costs). A
- * launch: 1.7 s at P = 2 (2 x H100), 3.1 s at P = 4 (4 x H200), the ranks'
- * start (processes, NCCL, the window, cuBLASLt); so LAUNCH_COST_RANK_S a
- * rank. A candidate: 0.03 s of buffers and copies (self_attention at B=8
- * S=1024 H=3072, P = 2), and where it is checked in place, CHECK_COST_S for
- * each value a rank compares with the CPU reference: 33 more adam
- * candidates at 2^20 (about 4.2 M values a rank) added 3.6 s at P = 4
- * (bench/results/2026-11-26-h100x2-d.md, 2026-11-26-h200x4-e.md). */
-#define LAUNCH_COST_RANK_S 0.8 /* times P: coco_tune_options.launch_s's default */
+/* What a candidate costs beyond its runs, seconds, when a launch is
+ * weighed (--launch-cost; search_costs): 0.03 s of buffers and copies
+ * (self_attention at B=8 S=1024 H=3072, P = 2), and where it is checked in
+ * place, CHECK_COST_S for each value its rank compares with the CPU
+ * reference (33 more adam candidates at 2^20, about 4.2 M values a rank,
+ * added 3.6 s at P = 4: bench/results/2026-11-26-h200x4-e.md). By default
+ * no launch is weighed: a slot's ranks stay up from one round to the next
+ * (timer_cuda.c), so a second round costs its candidates alone. */
 #define CAND_COST_S 0.03
 #define CHECK_COST_S 25e-9
 
@@ -456,9 +456,7 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
     search_init(&s, tu->lv, nv, &tu->t->limits, factor, o->exhaustive);
     /* checked and repeat runs, 3 warm-up and the timed ones; a launch at the
      * check point too when the point is not checked in place */
-    double launch_s = o->launch_s > 0   ? o->launch_s
-                      : o->launch_s < 0 ? 0
-                                        : LAUNCH_COST_RANK_S * p->nranks;
+    double launch_s = o->launch_s > 0 ? o->launch_s : 0;
     double cand_s = CAND_COST_S + (tu->inplace ? CHECK_COST_S * checked_elements(p) : 0);
     search_costs(&s, (tu->inplace ? 1 : 2) * launch_s, cand_s,
                  2 + 3 + (o->iters > 0 ? o->iters : 20));

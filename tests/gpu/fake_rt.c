@@ -25,8 +25,9 @@
  *
  * Each variant's own knobs (CocoRtVariant.fused_algo, overlap_chunks) reach
  * the entry point's context as the real runtime's do; with FAKE_RT_KNOBS
- * set, each run appends "rank R NAME fused F chunks C" to the file it names
- * (-1: the variant's knob unset), so that a test sees them per variant.
+ * set, each run appends "pid PID rank R NAME fused F chunks C" to the file
+ * it names (-1: the variant's knob unset), so that a test sees them per
+ * variant, and which process ran them.
  *
  * It honours the fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h)
  * where its steps stand for the real runtime's: init when it opens, upload
@@ -232,8 +233,8 @@ static void log_knobs(const CocoRt *rt, const CocoRtVariant *v)
     FILE *f = path && *path ? fopen(path, "a") : NULL;
     if (!f)
         return;
-    fprintf(f, "rank %d %s fused %d chunks %d\n", rt->rank, v->name, v->fused_algo,
-            v->overlap_chunks);
+    fprintf(f, "pid %ld rank %d %s fused %d chunks %d\n", (long)getpid(), rt->rank, v->name,
+            v->fused_algo, v->overlap_chunks);
     fclose(f);
 }
 

@@ -62,20 +62,20 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
-tune_expect "at 2^20, checks weighed: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches$"
+tune_expect "at 2^20, checks weighed: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 rounds$"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 5
-tune_expect "at 2^20, a launch weighed: all in one" "59 candidates .*: 59 timed, 0 pruned, 0 failed, in 1 launch$"
+tune_expect "at 2^20, a launch weighed: all in one" "59 candidates .*: 59 timed, 0 pruned, 0 failed, in 1 round$"
 tune_expect "at 2^20, a launch weighed: the summary" "^tune: [0-9.]+ s, 1 launch of the ranks: "
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 0
 tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
-tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 launches"
-tune_expect "at 2^20: the summary" "^tune: [0-9.]+ s, 2 launches of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(2 launches\)"
+tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 rounds"
+tune_expect "at 2^20: the summary (2 rounds on ranks started once)" "^tune: [0-9.]+ s, 1 launch of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(1 launch\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --launch-cost 0
-tune_expect "--exhaustive: every knob set in one launch" "59 timed, 0 pruned, 0 failed, in 1 launch$"
+tune_expect "--exhaustive: every knob set in one launch" "59 timed, 0 pruned, 0 failed, in 1 round$"
 tune_expect "--exhaustive: one launch of the ranks" "^tune: [0-9.]+ s, 1 launch of the ranks: "
-tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 launches"
+tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 rounds"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
 tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
@@ -83,15 +83,15 @@ tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with kn
 # launch of 1.5 s (3 s with the check point's): at 2^28 some candidates cost
 # more
 coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28 --launch-cost 1.5
-tune_expect "2^24, a launch weighed: all timed in one" "^adam at N=16777216, .*: 57 timed, 0 pruned, 2 failed, in 1 launch$"
-tune_expect "2^28, a launch weighed: candidates dearer than a launch pruned" "^adam at N=268435456, .*: 53 timed, 4 pruned, 2 failed, in 2 launches$"
+tune_expect "2^24, a launch weighed: all timed in one" "^adam at N=16777216, .*: 57 timed, 0 pruned, 2 failed, in 1 round$"
+tune_expect "2^28, a launch weighed: candidates dearer than a launch pruned" "^adam at N=268435456, .*: 53 timed, 4 pruned, 2 failed, in 2 rounds$"
 coco tune examples/adam.coco --ranks 4 --sizes N=1008,2^24,2^28 --launch-cost 0
 tune_expect "a failed check" "^ +- +paper +push +WRONG: at the check point N=1008"
 tune_expect "at 2^24" "^best at N=16777216: fuse_RS_Opt_AG_4 with knobs push"
 tune_expect "at N=1008: the program" "^best at N=1008: program with knobs oneshot"
-tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 2 launches"
-tune_expect "2^24: checked at the check point, timed in one launch" "^adam at N=16777216, .*: 37 timed, 20 pruned, 2 failed, in 1 launch$"
-tune_expect "the check point's launches (a crash: 2 each time)" "^tune: [0-9.]+ s, 9 launches of the ranks: .* checking [0-9.]+ s \(4 launches\), timing [0-9.]+ s \(5 launches\)"
+tune_expect "a crash in a launch: the rest run again" "^adam at N=1008, .*: 56 timed, 1 pruned, 2 failed, in 2 rounds"
+tune_expect "2^24: checked at the check point, timed in one launch" "^adam at N=16777216, .*: 37 timed, 20 pruned, 2 failed, in 1 round$"
+tune_expect "the launches: one as each slot opens, one more after each crash" "^tune: [0-9.]+ s, 6 launches of the ranks: .* checking [0-9.]+ s \(2 launches\), timing [0-9.]+ s \(4 launches\)"
 tune_expect "the crash's row" "^ +- +paper +twoshot +CRASH"
 tune_expect "the record" "^record: .*tune-[0-9a-f]*.txt \(4 size points\)"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20
@@ -212,7 +212,7 @@ rc=$?
 why=
 tune_expect "bench tables: a tune's time and where it went" "^\| exhaustive \| adam \| 0.5 \| 0 \| 5 \| 0.0 s \(from the cache\) \| 0.0 s \| 0.0 s \(2 launches\) \| 0.0 s \(3 launches\) \|$"
 tune_expect "bench tables: a skipped part" "^\| warm \| lamb \| - \| SKIPPED \|"
-tune_expect "bench tables: pruning against exhaustive" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl \| 0.0 % \| yes \| 39 of 59 candidates in 2 launches \| paper/nccl \(1.000 x best\) \|$"
+tune_expect "bench tables: pruning against exhaustive" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl \| 0.0 % \| yes \| 39 of 59 candidates in 2 rounds \| paper/nccl \(1.000 x best\) \|$"
 tune_expect "bench tables: the tuned choice against the best fixed one" "^\| adam \| N=1048576 \| 0.0400 ms \| paper/nccl: 0.0400 ms \| fuse_RS_Opt_AG_4/push: 0.0560 ms \| 0.714 \|$"
 unset COCONET_CACHE
 group_end

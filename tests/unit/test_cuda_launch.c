@@ -9,17 +9,20 @@
  * computes wrong, crashes, fails, hangs, is of another ABI, writes past a
  * buffer (guard bytes) or gives other bits when run again; and the same
  * with no CPU reference (--reference none); each variant's own knobs
- * reaching the runtime in one launch; the roofline table, the
+ * reaching the runtime in one launch; the tuner's ranks kept from one round
+ * to the next (cuda_ranks_*); the roofline table, the
  * machine limits' cache, and --breakdown's table with the stand-in's fake
  * figures and times.
  * Run from the repository root. Prints one "group: N passed, M failed" line
  * per group; exits non-zero when any check fails. */
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -733,6 +736,136 @@ static void test_launch_knobs(void)
     coco_program_free(p);
 }
 
+/* The pid that ran each rank's runs in the stand-in's FAKE_RT_KNOBS log
+ * from byte `from` (0: none); how many runs */
+static int knob_log_pids(const char *log, long from, long pid[2], long *end)
+{
+    FILE *f = fopen(log, "r");
+    int runs = 0;
+    pid[0] = pid[1] = 0;
+    *end = from;
+    if (!f)
+        return 0;
+    fseek(f, from, SEEK_SET);
+    long p;
+    int r;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "pid %ld rank %d", &p, &r) == 2 && r >= 0 && r < 2) {
+            runs++;
+            if (pid[r] && pid[r] != p)
+                pid[r] = -1; /* two processes for one rank */
+            else if (!pid[r])
+                pid[r] = p;
+        }
+    *end = ftell(f);
+    fclose(f);
+    return runs;
+}
+
+/* The tuner's ranks kept from one round to the next (cuda_ranks_start):
+ * two rounds of the host code's variants with their own knobs run in the
+ * same processes; stopping them ends the processes; ranks where one dies in
+ * its first round stop, and say so in the next round. */
+static void test_ranks_rounds(void)
+{
+    char err[4096], log[600];
+    coco_config cfg = {NULL, 0, 2, 0};
+    Program *p = coco_load_file("tests/gpu/host.coco", &cfg, err, sizeof err);
+    int nv = 0;
+    Program **v = p ? cuda_variants(p, NULL, &nv, err, sizeof err) : NULL;
+    CudaBuild b;
+    size_t n;
+    char *src = cuda_source(NULL, 0, "tests/gpu/host.cu", &n, err, sizeof err);
+    int built = v && nv == 2 && src && !cuda_build_setup(&b, 60, err, sizeof err) &&
+                !cuda_build(&b, src, n, err, sizeof err);
+    free(src);
+    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 3, .timeout_s = 30};
+    CudaJob job;
+    if (!built || cuda_job_prepare(&job, v, nv, &o, err, sizeof err)) {
+        printf("  rounds: %s\n", err);
+        check(0, "rounds: the job is prepared");
+        return;
+    }
+    snprintf(job.so, sizeof job.so, "%s", b.so);
+    cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
+    snprintf(log, sizeof log, "%s/rounds.log", tmpdir);
+    unlink(log);
+    setenv("FAKE_RT_KNOBS", log, 1);
+    setenv("FAKE_RT_MODE", "ok", 1);
+    CudaRanks *r = cuda_ranks_start(&job);
+    unsetenv("FAKE_RT_MODE");
+    check(cuda_ranks_alive(r), "rounds: two ranks started");
+    /* round 1: the program under two knob sets and the schedule */
+    CudaVariant three[3] = {job.v[0], job.v[0], job.v[1]};
+    three[0].name = "program/twoshot";
+    three[0].fused_algo = 2;
+    three[1].name = "program/chunks4";
+    three[1].overlap_chunks = 4;
+    int idx1[3] = {0, 0, 1}, idx2[1] = {1};
+    CudaJob view = job;
+    view.v = three;
+    view.nv = 3;
+    Report rep;
+    report_init(&rep, 2, 3);
+    int rc = cuda_ranks_run(r, &view, idx1, &rep);
+    int passed = 0;
+    for (int i = 0; i < 3; i++) {
+        RankRow all;
+        passed += report_passed(report_verdict(&view, &rep, i, &all));
+    }
+    check(rc == 0 && passed == 3 && cuda_ranks_alive(r), "rounds: the first round's three pass");
+    check(strstr(rep.gpu, "stand-in") != NULL, "rounds: the first round has the GPU line");
+    report_free(&rep);
+    long pid1[2], pid2[2], at;
+    int runs1 = knob_log_pids(log, 0, pid1, &at);
+    /* round 2: the schedule alone, its knobs as given */
+    CudaVariant one[1] = {job.v[1]};
+    one[0].name = "fused/push";
+    one[0].fused_algo = 4;
+    view.v = one;
+    view.nv = 1;
+    report_init(&rep, 2, 1);
+    rc = cuda_ranks_run(r, &view, idx2, &rep);
+    RankRow all;
+    check(rc == 0 && report_passed(report_verdict(&view, &rep, 0, &all)) &&
+              strstr(rep.gpu, "stand-in") != NULL,
+          "rounds: the second round passes, the GPU line kept");
+    report_free(&rep);
+    int runs2 = knob_log_pids(log, at, pid2, &at);
+    check(runs1 == 6 && runs2 == 2, "rounds: each round ran its variants on both ranks");
+    check(pid1[0] > 0 && pid1[1] > 0 && pid1[0] != pid1[1] && pid2[0] == pid1[0] &&
+              pid2[1] == pid1[1],
+          "rounds: both rounds ran in the same two processes");
+    cuda_ranks_stop(r);
+    check(kill((pid_t)pid1[0], 0) && errno == ESRCH && kill((pid_t)pid1[1], 0) && errno == ESRCH,
+          "rounds: stopped, the processes are gone");
+    /* rank 1 dies in the first round: both stop; the next round is refused */
+    setenv("FAKE_RT_MODE", "crash", 1);
+    r = cuda_ranks_start(&job);
+    unsetenv("FAKE_RT_MODE");
+    view.v = three;
+    view.nv = 3;
+    report_init(&rep, 2, 3);
+    rc = cuda_ranks_run(r, &view, idx1, &rep);
+    check(rc == -1 && !cuda_ranks_alive(r) && rep.error[1] &&
+              strstr(rep.error[1], "rank 1 was killed by signal 11"),
+          "rounds: a rank that dies ends the round and the ranks");
+    report_free(&rep);
+    report_init(&rep, 2, 3);
+    rc = cuda_ranks_run(r, &view, idx1, &rep);
+    check(rc == -1 && rep.error[0] && strstr(rep.error[0], "stopped after an earlier round"),
+          "rounds: a round on stopped ranks fails, saying why");
+    report_free(&rep);
+    cuda_ranks_stop(r);
+    unsetenv("FAKE_RT_KNOBS");
+    cuda_job_free(&job);
+    for (int i = 1; i < nv; i++)
+        program_free(v[i]);
+    free(v);
+    coco_program_free(p);
+}
+
 static void test_launch(void)
 {
     char cwd[1024], rt[1200], cache[512];
@@ -834,6 +967,7 @@ static void test_launch(void)
     rc = coconet(out, sizeof out, "abi", "--ranks 2");
     check(rc == 1 && strstr(out, "not a coconet CUDA runtime of this version"), "ABI mismatch");
     test_launch_knobs();
+    test_ranks_rounds();
     test_launch_unchecked(out, sizeof out);
     test_launch_die(out, sizeof out);
     test_launch_too_large(out, sizeof out);
