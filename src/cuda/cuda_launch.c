@@ -496,16 +496,23 @@ struct CudaRanks {
     char gpu[512];
 };
 
-/* Rank 0's NCCL id down to the others at once, so that the ranks open while
- * the launcher goes on; any other first line stays buffered for the round */
-static void pass_id(CudaRanks *r)
+/* Reads rank 0's pipe into its buffer until a complete line begins with
+ * `prefix` (or ERR), rank 0 ends, or `seconds` pass */
+static void read_until(CudaRanks *r, const char *prefix, double seconds)
 {
     Child *c0 = &r->c[0];
-    double deadline = now_s() + r->job->timeout_s;
-    while (!strchr(c0->buf, '\n') && now_s() < deadline) {
+    double deadline = now_s() + seconds;
+    for (;;) {
+        for (char *at = c0->buf; *at; at = strchr(at, '\n') + 1) {
+            if (!strchr(at, '\n'))
+                break; /* a partial line */
+            if (!strncmp(at, prefix, strlen(prefix)) || !strncmp(at, "ERR ", 4))
+                return;
+        }
+        if (now_s() >= deadline || c0->used == sizeof c0->buf - 1)
+            return;
         struct pollfd p = {c0->up, POLLIN, 0};
-        int k = poll(&p, 1, 100);
-        if (k <= 0)
+        if (poll(&p, 1, 100) <= 0)
             continue;
         ssize_t got = read(c0->up, c0->buf + c0->used, sizeof c0->buf - 1 - c0->used);
         if (got < 0 && errno == EINTR)
@@ -515,6 +522,17 @@ static void pass_id(CudaRanks *r)
         c0->used += (size_t)got;
         c0->buf[c0->used] = 0;
     }
+}
+
+/* Rank 0's NCCL id down to the others at once, so that the ranks open while
+ * the launcher goes on; then, when the job times, rank 0's LIMITS line
+ * awaited: measuring the machine's limits (a first time on a machine) must
+ * not share the GPUs with another slot's round. Other lines stay buffered
+ * for the first round. */
+static void pass_id(CudaRanks *r)
+{
+    Child *c0 = &r->c[0];
+    read_until(r, "ID ", r->job->timeout_s);
     char *nl = strchr(c0->buf, '\n');
     if (!nl || strncmp(c0->buf, "ID ", 3))
         return;
@@ -522,6 +540,8 @@ static void pass_id(CudaRanks *r)
     on_line(r->c, r->n, 0, c0->buf, NULL); /* an ID line needs no report */
     c0->used = strlen(nl + 1);
     memmove(c0->buf, nl + 1, c0->used + 1);
+    if (r->job->iters > 0) /* cuda_rank_work's limits step: its own watchdog's time */
+        read_until(r, "LIMITS ", r->job->timeout_s + 60);
 }
 
 CudaRanks *cuda_ranks_start(const CudaJob *job)

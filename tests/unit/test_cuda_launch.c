@@ -829,8 +829,9 @@ static void test_ranks_rounds(void)
     rc = cuda_ranks_run(r, &view, idx2, &rep);
     RankRow all;
     check(rc == 0 && report_passed(report_verdict(&view, &rep, 0, &all)) &&
-              strstr(rep.gpu, "stand-in") != NULL,
-          "rounds: the second round passes, the GPU line kept");
+              strstr(rep.gpu, "stand-in") != NULL && rep.limits.known &&
+              rep.limits.copy_gbs == 1000,
+          "rounds: the second round passes, the GPU line and rank 0's limits kept");
     report_free(&rep);
     int runs2 = knob_log_pids(log, at, pid2, &at);
     check(runs1 == 6 && runs2 == 2, "rounds: each round ran its variants on both ranks");
