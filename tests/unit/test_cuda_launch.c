@@ -644,6 +644,51 @@ static void test_launch_too_large(char *out, size_t len)
           "too large for the host, --reference none: refused before the build");
 }
 
+/* The job of tests/gpu/host.coco's two variants at 2 ranks over the cached
+ * build of tests/gpu/host.cu (the stand-in runtime's code); -1 after a
+ * failed check named with `what` */
+typedef struct {
+    Program *p, **v;
+    int nv;
+    CudaJob job;
+} HostJob;
+
+static int host_job(HostJob *h, const char *what)
+{
+    char err[4096], msg[128];
+    coco_config cfg = {NULL, 0, 2, 0};
+    memset(h, 0, sizeof *h);
+    h->p = coco_load_file("tests/gpu/host.coco", &cfg, err, sizeof err);
+    h->v = h->p ? cuda_variants(h->p, NULL, &h->nv, err, sizeof err) : NULL;
+    CudaBuild b;
+    size_t n;
+    char *src = cuda_source(NULL, 0, "tests/gpu/host.cu", &n, err, sizeof err);
+    int built = h->v && h->nv == 2 && src && !cuda_build_setup(&b, 60, err, sizeof err) &&
+                !cuda_build(&b, src, n, err, sizeof err);
+    free(src);
+    snprintf(msg, sizeof msg, "%s: the host code is in the cache", what);
+    check(built && b.cached, msg);
+    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 3, .timeout_s = 30};
+    if (!built || cuda_job_prepare(&h->job, h->v, h->nv, &o, err, sizeof err)) {
+        printf("  %s: %s\n", what, err);
+        snprintf(msg, sizeof msg, "%s: the job is prepared", what);
+        check(0, msg);
+        return -1;
+    }
+    snprintf(h->job.so, sizeof h->job.so, "%s", b.so);
+    cuda_runtime_path(b.home, h->job.runtime, sizeof h->job.runtime);
+    return 0;
+}
+
+static void host_job_free(HostJob *h)
+{
+    cuda_job_free(&h->job);
+    for (int i = 1; i < h->nv; i++)
+        program_free(h->v[i]);
+    free(h->v);
+    coco_program_free(h->p);
+}
+
 /* Each variant's own knobs reach the runtime, for its runs alone: one
  * launch runs the program under two knob sets (as `coconet tune` times a
  * variant's knob sets) and the schedule with the environment's; the
@@ -652,27 +697,11 @@ static void test_launch_too_large(char *out, size_t len)
  * tests/gpu/host.cu. */
 static void test_launch_knobs(void)
 {
-    char err[4096], log[600];
-    coco_config cfg = {NULL, 0, 2, 0};
-    Program *p = coco_load_file("tests/gpu/host.coco", &cfg, err, sizeof err);
-    int nv = 0;
-    Program **v = p ? cuda_variants(p, NULL, &nv, err, sizeof err) : NULL;
-    CudaBuild b;
-    size_t n;
-    char *src = cuda_source(NULL, 0, "tests/gpu/host.cu", &n, err, sizeof err);
-    int built = v && nv == 2 && src && !cuda_build_setup(&b, 60, err, sizeof err) &&
-                !cuda_build(&b, src, n, err, sizeof err);
-    free(src);
-    check(built && b.cached, "knobs: the host code is in the cache");
-    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 3, .timeout_s = 30};
-    CudaJob job;
-    if (!built || cuda_job_prepare(&job, v, nv, &o, err, sizeof err)) {
-        printf("  knobs: %s\n", err);
-        check(0, "knobs: the job is prepared");
+    char log[600];
+    HostJob h;
+    if (host_job(&h, "knobs"))
         return;
-    }
-    snprintf(job.so, sizeof job.so, "%s", b.so);
-    cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
+    CudaJob job = h.job;
     check(job.v[0].fused_algo == -1 && job.v[0].overlap_chunks == -1 &&
               !strcmp(job.v[1].entry, "fused"),
           "knobs: a run's variants take the environment's knobs, under their own names");
@@ -729,11 +758,7 @@ static void test_launch_knobs(void)
             check(strstr(got, want[i]) != NULL, msg);
         }
     }
-    cuda_job_free(&job);
-    for (int i = 1; i < nv; i++)
-        program_free(v[i]);
-    free(v);
-    coco_program_free(p);
+    host_job_free(&h);
 }
 
 /* The pid that ran each rank's runs in the stand-in's FAKE_RT_KNOBS log
@@ -769,26 +794,11 @@ static int knob_log_pids(const char *log, long from, long pid[2], long *end)
  * its first round stop, and say so in the next round. */
 static void test_ranks_rounds(void)
 {
-    char err[4096], log[600];
-    coco_config cfg = {NULL, 0, 2, 0};
-    Program *p = coco_load_file("tests/gpu/host.coco", &cfg, err, sizeof err);
-    int nv = 0;
-    Program **v = p ? cuda_variants(p, NULL, &nv, err, sizeof err) : NULL;
-    CudaBuild b;
-    size_t n;
-    char *src = cuda_source(NULL, 0, "tests/gpu/host.cu", &n, err, sizeof err);
-    int built = v && nv == 2 && src && !cuda_build_setup(&b, 60, err, sizeof err) &&
-                !cuda_build(&b, src, n, err, sizeof err);
-    free(src);
-    coco_cuda_options o = {.seed = 1, .threads = 1, .iters = 3, .timeout_s = 30};
-    CudaJob job;
-    if (!built || cuda_job_prepare(&job, v, nv, &o, err, sizeof err)) {
-        printf("  rounds: %s\n", err);
-        check(0, "rounds: the job is prepared");
+    char log[600];
+    HostJob h;
+    if (host_job(&h, "rounds"))
         return;
-    }
-    snprintf(job.so, sizeof job.so, "%s", b.so);
-    cuda_runtime_path(b.home, job.runtime, sizeof job.runtime);
+    CudaJob job = h.job;
     snprintf(log, sizeof log, "%s/rounds.log", tmpdir);
     unlink(log);
     setenv("FAKE_RT_KNOBS", log, 1);
@@ -860,11 +870,7 @@ static void test_ranks_rounds(void)
     report_free(&rep);
     cuda_ranks_stop(r);
     unsetenv("FAKE_RT_KNOBS");
-    cuda_job_free(&job);
-    for (int i = 1; i < nv; i++)
-        program_free(v[i]);
-    free(v);
-    coco_program_free(p);
+    host_job_free(&h);
 }
 
 static void test_launch(void)
