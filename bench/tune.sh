@@ -19,9 +19,9 @@
 #    self_attention and mlp at B=8 S=1024 H=3072 (bench/mp.sh's); the
 #    pipeline at B=1 S=2048 H=12288 (GPT-3's S and H), 2 groups of P/2.
 # 4. EXH: each of OPT (adam lamb) tuned --exhaustive at N = 2^k for k in
-#    POWS (20 24 28): every candidate timed, one launch a size, and what
+#    POWS (20 24 28): every candidate timed, one round a size, and what
 #    pruning at 1.5 picks from the same times.
-# 5. PRUNED: the same sizes tuned with pruning (its own launches and times):
+# 5. PRUNED: the same sizes tuned with pruning (its own rounds and times):
 #    its time against the exhaustive run's, its picks timed in the
 #    exhaustive tables.
 # 6. The tables, printed last (summary.md): each tune's seconds, launches and
