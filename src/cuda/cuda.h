@@ -243,11 +243,13 @@ int cuda_launch(const CudaJob *job, Report *rep);
  * job->v[index[k]] with its own knobs and name (no spaces), and fills rep
  * as cuda_launch does: 0, or -1 when a rank failed or the ranks were not
  * running (then they are stopped: cuda_ranks_alive says 0, and the caller
- * starts new ones). Stop waits for their exit. */
+ * starts new ones). Leave tells them to close and exit and returns (the job
+ * may go); stop (after leave, or alone) waits for their exit and frees r. */
 typedef struct CudaRanks CudaRanks;
 CudaRanks *cuda_ranks_start(const CudaJob *job);
 int cuda_ranks_alive(const CudaRanks *r);
 int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *rep);
+void cuda_ranks_leave(CudaRanks *r);
 void cuda_ranks_stop(CudaRanks *r);
 /* The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
 int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);

@@ -488,10 +488,13 @@ int cuda_launch(const CudaJob *job, Report *rep)
 /* ---- ranks kept from one round to the next (the tuner's) ---- */
 
 struct CudaRanks {
-    const CudaJob *job; /* the job they were forked with: its variants, data, checks */
+    const CudaJob *job; /* the job they were forked with: its variants, data, checks
+                           (not used once they leave) */
     Child *c;
     int n, started;
     int alive;          /* every rank started, none failed */
+    int leaving;        /* told to exit (cuda_ranks_leave) */
+    double left_at, timeout_s;
     ReportLimits limits; /* rank 0's, said before the first round */
     char gpu[512];
 };
@@ -548,6 +551,7 @@ CudaRanks *cuda_ranks_start(const CudaJob *job)
 {
     CudaRanks *r = xcalloc(1, sizeof *r);
     r->job = job;
+    r->timeout_s = job->timeout_s;
     r->n = job->base->nranks;
     r->c = xcalloc((size_t)r->n, sizeof *r->c);
     int rc = fork_ranks(job, r->c, r->n, 1);
@@ -564,7 +568,7 @@ CudaRanks *cuda_ranks_start(const CudaJob *job)
 
 int cuda_ranks_alive(const CudaRanks *r)
 {
-    return r && r->alive;
+    return r && r->alive && !r->leaving;
 }
 
 /* "RUN n i algo chunks name ..." for view's variants (index: theirs in the
@@ -586,6 +590,7 @@ static char *round_command(const CudaJob *view, const int *index)
 
 int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *rep)
 {
+    ASSERT(!r->leaving);
     for (int k = 0; k < view->nv; k++)
         ASSERT(!strchr(view->v[k].name, ' ') && index[k] >= 0 && index[k] < r->job->nv);
     if (!r->alive) {
@@ -623,27 +628,35 @@ int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *
     return ok ? 0 : -1;
 }
 
-void cuda_ranks_stop(CudaRanks *r)
+void cuda_ranks_leave(CudaRanks *r)
 {
-    if (!r)
+    if (!r || r->leaving)
         return;
     void (*old)(int) = signal(SIGPIPE, SIG_IGN);
-    double t0 = now_s();
     for (int i = 0; i < r->started; i++) {
         if (r->alive)
             write_all(r->c[i].down, "EXIT\n", 5);
         close(r->c[i].down); /* a rank waiting for a round reads its end */
     }
-    double deadline = now_s() + r->job->timeout_s + 10; /* closing the communicators */
+    signal(SIGPIPE, old);
+    r->leaving = 1;
+    r->left_at = now_s();
+}
+
+void cuda_ranks_stop(CudaRanks *r)
+{
+    if (!r)
+        return;
+    cuda_ranks_leave(r);
+    double deadline = now_s() + r->timeout_s + 10; /* closing the communicators */
     for (int i = 0; i < r->started; i++) {
         reap(&r->c[i], deadline);
         if (!r->c[i].eof)
             close(r->c[i].up);
     }
     if (getenv("COCONET_TRACE"))
-        fprintf(stderr, "coconet trace: launch: %d ranks stopped in %.3f s\n", r->started,
-                now_s() - t0);
-    signal(SIGPIPE, old);
+        fprintf(stderr, "coconet trace: launch: %d ranks closed and gone %.3f s after told "
+                        "to\n", r->started, now_s() - r->left_at);
     free(r->c);
     free(r);
 }

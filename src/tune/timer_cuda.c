@@ -11,7 +11,9 @@
  * own knobs (CudaVariant.fused_algo, overlap_chunks), named with them
  * ("paper/twoshot") in the round's report; a variant may come several
  * times. After a round in which a rank failed the ranks are started again
- * (another launch). The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
+ * (another launch). A closed slot's ranks are told to exit and close their
+ * communicators while the tuner goes on; they are waited for before the
+ * slot's next ranks start, or at the end, beside the other slot's. The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
  * cleared (knob_clear_env): the runtime's defaults are the `default` set.
  * No CUDA call is made in this process. The verdicts and times are the
  * run's (report_verdict): the slowest rank's median of --iters timed runs
@@ -30,16 +32,24 @@ typedef struct {
     CudaBuild build;
     CudaJob job[NSLOT];
     CudaRanks *ranks[NSLOT]; /* the slot's ranks, kept from one launch to the next */
+    CudaRanks *leaving[NSLOT]; /* its last ones, told to exit, reaped later */
     int open[NSLOT];
     MeasureMode mode[NSLOT];
     int rounds; /* measured lists of candidates, for the log */
 } CudaTimer;
 
+/* The slot's ranks told to exit: they close their communicators while this
+ * process goes on; reaped (waited for) before the slot's next ranks start or
+ * at the end */
 static void cuda_close(TuneTimer *t, int slot)
 {
     CudaTimer *c = (CudaTimer *)t;
-    cuda_ranks_stop(c->ranks[slot]);
-    c->ranks[slot] = NULL;
+    if (c->ranks[slot]) {
+        cuda_ranks_stop(c->leaving[slot]); /* older ones still there: rare */
+        cuda_ranks_leave(c->ranks[slot]);
+        c->leaving[slot] = c->ranks[slot];
+        c->ranks[slot] = NULL;
+    }
     if (c->open[slot])
         cuda_job_free(&c->job[slot]);
     c->open[slot] = 0;
@@ -51,6 +61,8 @@ static CudaRanks *slot_ranks(CudaTimer *c, int slot)
     if (cuda_ranks_alive(c->ranks[slot]))
         return c->ranks[slot];
     cuda_ranks_stop(c->ranks[slot]);
+    cuda_ranks_stop(c->leaving[slot]); /* the slot's last ones gone first */
+    c->leaving[slot] = NULL;
     c->ranks[slot] = cuda_ranks_start(&c->job[slot]);
     c->t.launches++;
     c->t.slot_launches[slot]++;
@@ -183,8 +195,11 @@ static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *kno
 
 static void cuda_free(TuneTimer *t)
 {
+    CudaTimer *c = (CudaTimer *)t;
     for (int slot = 0; slot < NSLOT; slot++)
-        cuda_close(t, slot);
+        cuda_close(t, slot); /* every slot's ranks told first: they close at once */
+    for (int slot = 0; slot < NSLOT; slot++)
+        cuda_ranks_stop(c->leaving[slot]);
     free(t);
 }
 

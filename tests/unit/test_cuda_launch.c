@@ -848,6 +848,8 @@ static void test_ranks_rounds(void)
     check(pid1[0] > 0 && pid1[1] > 0 && pid1[0] != pid1[1] && pid2[0] == pid1[0] &&
               pid2[1] == pid1[1],
           "rounds: both rounds ran in the same two processes");
+    cuda_ranks_leave(r); /* told to exit, not waited for */
+    check(!cuda_ranks_alive(r), "rounds: ranks told to leave take no more rounds");
     cuda_ranks_stop(r);
     check(kill((pid_t)pid1[0], 0) && errno == ESRCH && kill((pid_t)pid1[1], 0) && errno == ESRCH,
           "rounds: stopped, the processes are gone");
