@@ -251,7 +251,8 @@ int cuda_ranks_alive(const CudaRanks *r);
 int cuda_ranks_run(CudaRanks *r, const CudaJob *view, const int *index, Report *rep);
 void cuda_ranks_leave(CudaRanks *r);
 void cuda_ranks_stop(CudaRanks *r);
-/* The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
+/* cuda_run.c: coco_run_cuda's parts.
+ * The home, cache and toolchain of a build (cuda_build fills the rest); -1 with a message */
 int cuda_build_setup(CudaBuild *b, double timeout_s, char *err, size_t errlen);
 /* The variants a run builds: the program, then each schedule of p (its
  * written ones, and the enumerated ones when enumerate_schedules ran)
@@ -263,12 +264,12 @@ Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t
  * them and `run --schedule tuned` (build_all) finds them: one source at
  * every size, so one object in the build cache. NULL with a message. */
 Program **cuda_all_variants(Program *p, int *nv, char *err, size_t errlen);
+int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* api_cuda.c: the shared object of the program and schedule `name` (or
  * "program"), built or found in the cache: o->so and o->variant filled;
  * with `all`, of every variant (cuda_all_variants: the tuner's object) */
 int cuda_build_variant(coco_program *p, const char *name, int all, const coco_cuda_build *o,
                        char *err, size_t errlen);
-int cuda_gpu_count(void);  /* GPUs the driver shows (no CUDA call), -1: unknown */
 /* cuda_mpi.c: one MPI process per rank (without COCO_HAVE_MPI: never active) */
 int cuda_mpi_init(int *nranks);       /* 1: this process is a rank of an MPI job */
 int cuda_mpi_active(void);
