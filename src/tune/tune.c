@@ -11,8 +11,8 @@
  *    timed, in the same rounds. Otherwise, before a round times a
  *    (variant, knob set), its twin at the check point is checked, once
  *    (the check point stays open beside the points, its ranks up), in a
- *    round under the same knob set; a pair that fails there is never timed. Knob sets the
- *    search prunes whole are never checked.
+ *    round under the same knob set; a pair that fails there is never
+ *    timed. Knob sets the search prunes whole are never checked.
  * 4. The search at each point (search.c): rounds of candidates on the
  *    slot's ranks (kept from one round to the next: timer_cuda.c), pruning
  *    (with --launch-cost, none where another launch would cost more than
@@ -33,7 +33,8 @@ enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
  * (self_attention at B=8 S=1024 H=3072, P = 2), and where it is checked in
  * place, CHECK_COST_S for each value its rank compares with the CPU
  * reference (33 more adam candidates at 2^20, about 4.2 M values a rank,
- * added 3.6 s at P = 4: bench/results/2026-11-26-h200x4-e.md). By default
+ * added 3.6 s at P = 4: bench/results/2026-11-26-h200x4-e.md; before the
+ * checks ran on the rank's threads, a6c0081). By default
  * no launch is weighed: a slot's ranks stay up from one round to the next
  * (timer_cuda.c), so a second round costs its candidates alone. */
 #define CAND_COST_S 0.03
