@@ -13,8 +13,9 @@
  * times. After a round in which a rank failed the ranks are started again
  * (another launch). A closed slot's ranks are told to exit and close their
  * communicators while the tuner goes on; they are waited for before the
- * slot's next ranks start, or at the end, beside the other slot's. The environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are
- * cleared (knob_clear_env): the runtime's defaults are the `default` set.
+ * slot's next ranks start, or at the end, beside the other slot's. The
+ * environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are cleared
+ * (knob_clear_env): the runtime's defaults are the `default` set.
  * No CUDA call is made in this process. The verdicts and times are the
  * run's (report_verdict): the slowest rank's median of --iters timed runs
  * after 3 warm-up runs. Two points may be open at once (slots): the check
