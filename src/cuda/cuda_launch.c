@@ -264,18 +264,25 @@ static int on_buffered(Child *c, int n, int rank, Report *rep)
     return 0;
 }
 
+/* Appends what ch's pipe has to its buffer: 1, 0 at end of file, -1 when
+ * interrupted */
+static int read_more(Child *ch)
+{
+    ssize_t got = read(ch->up, ch->buf + ch->used, sizeof ch->buf - 1 - ch->used);
+    if (got < 0 && errno == EINTR)
+        return -1;
+    if (got <= 0)
+        return 0;
+    ch->used += (size_t)got;
+    ch->buf[ch->used] = 0;
+    return 1;
+}
+
 /* Reads what rank's pipe has; 1 at end of file. */
 static int on_readable(Child *c, int n, int rank, Report *rep)
 {
-    Child *ch = &c[rank];
-    ssize_t got = read(ch->up, ch->buf + ch->used, sizeof ch->buf - 1 - ch->used);
-    if (got < 0 && errno == EINTR)
-        return 0;
-    if (got <= 0)
-        return 1;
-    ch->used += (size_t)got;
-    ch->buf[ch->used] = 0;
-    return on_buffered(c, n, rank, rep);
+    int got = read_more(&c[rank]);
+    return got < 0 ? 0 : !got ? 1 : on_buffered(c, n, rank, rep);
 }
 
 /* Did a rank other than `rank` end by a signal while watched? */
@@ -513,13 +520,8 @@ static void read_until(CudaRanks *r, const char *prefix, double seconds)
         struct pollfd p = {c0->up, POLLIN, 0};
         if (poll(&p, 1, 100) <= 0)
             continue;
-        ssize_t got = read(c0->up, c0->buf + c0->used, sizeof c0->buf - 1 - c0->used);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
+        if (!read_more(c0))
             return; /* rank 0 ended: the first round says why */
-        c0->used += (size_t)got;
-        c0->buf[c0->used] = 0;
     }
 }
 
