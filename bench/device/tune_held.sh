@@ -12,9 +12,15 @@
 #   4. COCONET_TRACE=1 coconet tune of self_attention (B=8 S=1024 H=3072)
 #      and of adam (N=2^20): where the time goes, summed over the variants,
 #      and each launch's opening and closing on every rank (trace.txt);
-#   5. with TORCH=1: bench/device/torch.sh PHASES="testsP optim" at P.
-# Under $OUT: ex.md, summary.md (the tunes), trace.txt, logs.tgz, and
-# torch.sh's files. Variables: P (2), EX, SKIP_EX (0), WORKLOADS, COMMIT, TORCH (1).
+#   5. with EXH=1: bench/tune.sh's EXH and PRUNED parts over EXH_WORKLOADS
+#      (each workload tuned --exhaustive, then pruned: how often pruning
+#      loses the best; the optimizers at N = 2^k for k in POWS, the layers
+#      at their one size), within what is left of DEADLINE;
+#   6. with TORCH=1: bench/device/torch.sh PHASES="testsP optim" at P.
+# Under $OUT: ex.md, summary.md (the tunes), trace.txt, quality.md (EXH=1),
+# logs.tgz, and torch.sh's files. Variables: P (2), EX, SKIP_EX (0),
+# WORKLOADS, EXH (0), EXH_WORKLOADS (the layers, then lamb and adam), POWS,
+# COMMIT, TORCH (1).
 # shellcheck source=bench/device/lease.sh
 . bench/device/lease.sh
 P=${P:-2}
@@ -78,6 +84,16 @@ trace_tune() {
 trace_tune self_attention examples/self_attention.coco -D B=8 -D S=1024 -D H=3072 --ranks "$P" \
     --iters 10
 trace_tune adam examples/adam.coco -D N=1048576 --ranks "$P" --iters 10
+if [ "${EXH:-0}" = 1 ]; then
+    EXH_WORKLOADS=${EXH_WORKLOADS:-self_attention mlp pipeline lamb adam}
+    [ "$P" -ge 2 ] || EXH_WORKLOADS=$(echo "$EXH_WORKLOADS" | sed 's/pipeline//')
+    keep=5
+    [ "${TORCH:-1}" = 1 ] && keep=150
+    P=$P OUT=$W/quality WORK=$TW BUDGET=$(left $keep) OPT=$EXH_WORKLOADS COLD=0 BUILD=0 WARM=0 \
+        TUNE_MAX=${TUNE_MAX:-120} sh bench/tune.sh >"$W/quality.out" 2>&1
+    echo "bench/tune.sh EXH PRUNED: exit status $?"
+    cp "$W/quality/summary.md" "$OUT/quality.md"
+fi
 if [ "${TORCH:-1}" = 1 ]; then
     DEADLINE=$(left 5) P=$P PHASES="testsP optim" COMMIT=${COMMIT:-?} sh bench/device/torch.sh \
         >"$W/torch.out" 2>&1
@@ -85,6 +101,7 @@ if [ "${TORCH:-1}" = 1 ]; then
 fi
 cat "$OUT/trace.txt"
 grep -A 12 '^| part' "$OUT/summary.md" | head -n 12
+[ -f "$OUT/quality.md" ] && grep '^| ' "$OUT/quality.md"
 [ -f "$OUT/torch-optim.md" ] && grep '^| ' "$OUT/torch-optim.md"
 [ -f "$OUT/torch-tests-p$P.md" ] && grep -c '| PASS |' "$OUT/torch-tests-p$P.md" &&
     grep '| FAIL |' "$OUT/torch-tests-p$P.md" | cut -c 1-300
