@@ -29,8 +29,9 @@ and examples/pipeline.coco:
   and a linear pipeline: the last group sends nothing, the first receives
   nothing.
 
-Timed as coconet times: CUDA events around each run, ranks lined up by a
-barrier before it, 3 warm-up runs, the median of ITERS runs, the slowest
+Timed as coconet times: CUDA events around each run, ranks lined up on the
+GPU before it (a one-element all_reduce the start event follows in the
+stream, the run queued behind it without the host waiting), 3 warm-up runs, the median of ITERS runs, the slowest
 rank's median (all_reduce MAX). Async TP comes last: where the op is missing
 or fails on any rank, its rows are NA with the reason.
 
@@ -99,10 +100,14 @@ class Bench:
     def timed(self, fn):
         """The slowest rank's median time of fn in ms."""
         times = []
+        line = torch.zeros(1, device=self.dev)
         for i in range(WARMUP + self.args.iters):
-            dist.barrier()
-            self.sync()
             if self.cuda:
+                # lined up on the GPU, as coconet's runs: the start event
+                # follows a one-element all_reduce in the stream and the
+                # host queues fn behind it without waiting (rt/run.c)
+                self.sync()
+                dist.all_reduce(line)
                 start = torch.cuda.Event(enable_timing=True)
                 stop = torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -111,6 +116,7 @@ class Bench:
                 stop.synchronize()
                 ms = start.elapsed_time(stop)
             else:
+                dist.barrier()
                 t0 = time.perf_counter()
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3

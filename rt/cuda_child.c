@@ -243,7 +243,10 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_FUSED_PUSH_BYTES, COCONET_FUSED_PUSH_ROUND,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
- * COCONET_NO_ALIAS=1 (every output in a buffer of its own); and
+ * COCONET_NO_ALIAS=1 (every output in a buffer of its own);
+ * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
+ * host waited for the ranks' line-up, as before the start followed the
+ * line-up on the GPU: run.c's timed_run); and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
@@ -274,7 +277,8 @@ int rt_read_knobs(CocoRt *rt)
     rt->fused_threads = (int)threads;
     return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
            env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
-           env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias);
+           env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias) ||
+           env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start);
 }
 
 /* The device communicator of the one-kernel fused collectives, made by the

@@ -59,6 +59,7 @@ struct CocoRt {
     long overlap_chunks, overlap_sms; /* COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS */
     long fused_oneshot_bytes, fused_push_bytes, fused_push_round;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
+    int host_start;      /* COCONET_TIME_HOST_START=1: a timed run starts after the host's wait */
     int nccl_built, nccl_loaded;
     char gpu[320];
     char *err;           /* where the current call's message goes */

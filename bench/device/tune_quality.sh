@@ -1,0 +1,55 @@
+#!/bin/sh
+# bench/device/tune_quality.sh: one command on a lent machine with P GPUs for
+# how often the tuner's pruning loses the best (issue 22) and how much two
+# tunes of the same code differ, with the timed runs started either way
+# (rt/run.c's timed_run: behind the ranks' line-up on the GPU, the default;
+# COCONET_TIME_HOST_START=1: after the host waited for it):
+#   1. make; the optimizers' builds (bench/tune.sh BUILD over OPT);
+#   2. bench/tune.sh's EXH and PRUNED parts over OPT at N = 2^k for k in
+#      POWS, in turns: gpu1, host1, gpu2, host2 (host: with
+#      COCONET_TIME_HOST_START=1; every turn in the same build cache);
+#   3. the same at N = 2^BIG_POW over BIG (unless BIG is empty), while the
+#      deadline allows.
+# Under $OUT: one summary a turn (gpu1.md, host1.md, gpu2.md, host2.md,
+# big.md) and logs.tgz (each turn's tune.log and tune-runs.tgz: every
+# tune's table). Variables: P (4), OPT ("adam lamb"), POWS ("20 24"),
+# BIG (adam), BIG_POW (28), TUNE_MAX (tune.sh's, 120; 200 for BIG), COMMIT,
+# DEADLINE.
+# shellcheck source=bench/device/lease.sh
+. bench/device/lease.sh
+P=${P:-4}
+OPT=${OPT:-adam lamb}
+POWS=${POWS:-20 24}
+BIG=${BIG-adam}
+BIG_POW=${BIG_POW:-28}
+export NCCL_NVLS_ENABLE=0
+lease_logs logs
+lease_make
+TW=/tmp/coconet-tune-quality
+P=$P OUT=$W/build WORK=$TW/base BUDGET=$(left 200) WORKLOADS="" OPT=$OPT COLD=0 WARM=0 EXH=0 \
+    PRUNED=0 sh bench/tune.sh >"$W/build.out" 2>&1
+echo "builds done at $(($(date +%s) - T0)) s"
+
+# turn NAME OPT POWS TUNE_MAX [VAR=VALUE...]: bench/tune.sh's EXH and PRUNED
+# parts in the shared build cache, its summary in $OUT/NAME.md
+turn() {
+    name=$1 opt=$2 pows=$3 max=$4
+    shift 4
+    mkdir -p "$TW/$name"
+    ln -sfn "$TW/base/cache" "$TW/$name/cache"
+    env "$@" P="$P" OUT="$W/$name" WORK="$TW/$name" BUDGET="$(left 5)" OPT="$opt" POWS="$pows" \
+        COLD=0 BUILD=0 WARM=0 TUNE_MAX="$max" sh bench/tune.sh >"$W/$name.out" 2>&1
+    echo "$name: bench/tune.sh exit status $? at $(($(date +%s) - T0)) s"
+    cp "$W/$name/summary.md" "$OUT/$name.md"
+}
+turn gpu1 "$OPT" "$POWS" "${TUNE_MAX:-120}"
+turn host1 "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1
+turn gpu2 "$OPT" "$POWS" "${TUNE_MAX:-120}"
+turn host2 "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1
+[ -n "$BIG" ] && [ "$(left)" -gt 60 ] && turn big "$BIG" "$BIG_POW" "${TUNE_MAX:-200}"
+for f in gpu1 host1 gpu2 host2 big; do
+    [ -f "$OUT/$f.md" ] || continue
+    echo "== $f"
+    grep '^| \(exhaustive\|pruned\|adam\|lamb\) ' "$OUT/$f.md"
+done
+exit 0
