@@ -4,17 +4,18 @@
 # tunes of the same code differ, with the timed runs started either way
 # (rt/run.c's timed_run: behind the ranks' line-up on the GPU, the default;
 # COCONET_TIME_HOST_START=1: after the host waited for it):
-#   1. make; the optimizers' builds (bench/tune.sh BUILD over OPT);
+#   1. make; the builds (bench/tune.sh BUILD over OPT and WARM_WORKLOADS),
+#      then bench/tune.sh WARM over WARM_WORKLOADS (when set: warm.md);
 #   2. bench/tune.sh's EXH and PRUNED parts over OPT at N = 2^k for k in
-#      POWS, in turns: gpu1, host1, gpu2, host2 (host: with
+#      POWS, in TURNS: gpu1, host1, gpu2, host2 (host: with
 #      COCONET_TIME_HOST_START=1; every turn in the same build cache);
 #   3. the same at N = 2^BIG_POW over BIG (unless BIG is empty), while the
 #      deadline allows.
-# Under $OUT: one summary a turn (gpu1.md, host1.md, gpu2.md, host2.md,
-# big.md) and logs.tgz (each turn's tune.log and tune-runs.tgz: every
-# tune's table). Variables: P (4), OPT ("adam lamb"), POWS ("20 24"),
-# BIG (adam), BIG_POW (28), TUNE_MAX (tune.sh's, 120; 200 for BIG), COMMIT,
-# DEADLINE.
+# Under $OUT: one summary a turn (warm.md, gpu1.md, host1.md, gpu2.md,
+# host2.md, big.md) and logs.tgz (each turn's tune.log and tune-runs.tgz:
+# every tune's table). Variables: P (4), OPT ("adam lamb"), POWS ("20 24"),
+# WARM_WORKLOADS (none), TURNS ("gpu1 host1 gpu2 host2"), BIG (adam),
+# BIG_POW (28), TUNE_MAX (tune.sh's, 120; 200 for BIG), COMMIT, DEADLINE.
 # shellcheck source=bench/device/lease.sh
 . bench/device/lease.sh
 P=${P:-4}
@@ -26,9 +27,17 @@ export NCCL_NVLS_ENABLE=0
 lease_logs logs
 lease_make
 TW=/tmp/coconet-tune-quality
-P=$P OUT=$W/build WORK=$TW/base BUDGET=$(left 200) WORKLOADS="" OPT=$OPT COLD=0 WARM=0 EXH=0 \
-    PRUNED=0 sh bench/tune.sh >"$W/build.out" 2>&1
+WARM_WORKLOADS=${WARM_WORKLOADS:-}
+TURNS=${TURNS:-gpu1 host1 gpu2 host2}
+P=$P OUT=$W/build WORK=$TW/base BUDGET=$(left 200) WORKLOADS=$WARM_WORKLOADS OPT=$OPT COLD=0 \
+    WARM=0 EXH=0 PRUNED=0 sh bench/tune.sh >"$W/build.out" 2>&1
 echo "builds done at $(($(date +%s) - T0)) s"
+if [ -n "$WARM_WORKLOADS" ]; then
+    P=$P OUT=$W/warm WORK=$TW/base BUDGET=$(left 200) WORKLOADS=$WARM_WORKLOADS OPT="" COLD=0 \
+        BUILD=0 EXH=0 PRUNED=0 sh bench/tune.sh >"$W/warm.out" 2>&1
+    echo "warm: bench/tune.sh exit status $? at $(($(date +%s) - T0)) s"
+    cp "$W/warm/summary.md" "$OUT/warm.md"
+fi
 
 # turn NAME OPT POWS TUNE_MAX [VAR=VALUE...]: bench/tune.sh's EXH and PRUNED
 # parts in the shared build cache, its summary in $OUT/NAME.md
@@ -42,14 +51,16 @@ turn() {
     echo "$name: bench/tune.sh exit status $? at $(($(date +%s) - T0)) s"
     cp "$W/$name/summary.md" "$OUT/$name.md"
 }
-turn gpu1 "$OPT" "$POWS" "${TUNE_MAX:-120}"
-turn host1 "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1
-turn gpu2 "$OPT" "$POWS" "${TUNE_MAX:-120}"
-turn host2 "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1
+for t in $TURNS; do
+    case $t in
+    host*) turn "$t" "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1 ;;
+    *) turn "$t" "$OPT" "$POWS" "${TUNE_MAX:-120}" ;;
+    esac
+done
 [ -n "$BIG" ] && [ "$(left)" -gt 60 ] && turn big "$BIG" "$BIG_POW" "${TUNE_MAX:-200}"
-for f in gpu1 host1 gpu2 host2 big; do
+for f in warm $TURNS big; do
     [ -f "$OUT/$f.md" ] || continue
     echo "== $f"
-    grep '^| \(exhaustive\|pruned\|adam\|lamb\) ' "$OUT/$f.md"
+    grep '^| [a-z]' "$OUT/$f.md"
 done
 exit 0
