@@ -42,6 +42,7 @@ typedef struct {
     const char *check_size;    /* tune: --check-size NAME=v,... */
     double prune;              /* tune: --prune F */
     double launch_cost;        /* tune: --launch-cost S (-1: not given) */
+    int confirm;               /* tune: --confirm N (-1: not given) */
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
     int program_only;          /* --schedule tuned chose the program itself */
@@ -101,6 +102,9 @@ static const char usage[] =
     "                  round times every candidate when the ones beyond the model's\n"
     "                  reach cost less (default 0: the ranks stay up between rounds,\n"
     "                  pruning as F says)\n"
+    "  --confirm N     tune: time the candidates within 5 % of a point's best N more\n"
+    "                  times each (at most 6 of them), keeping each one's median\n"
+    "                  (default 2; 0: none)\n"
     "  --exhaustive    tune: time every candidate (and say what pruning would pick)\n"
     "  --plan          tune: list the candidates and the model's predictions only\n"
     "  --show          tune: print the program's tuning record on this machine\n"
@@ -216,6 +220,8 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--launch-cost")) {
         o->launch_cost = parse_real(option_value(argc, argv, i), 0, 3600,
                                     "--launch-cost expects seconds from 0 to 3600, not '%s'");
+    } else if (!strcmp(a, "--confirm")) {
+        o->confirm = (int)parse_count(a, option_value(argc, argv, i), 0, 10);
     } else if (!strcmp(a, "--exhaustive")) {
         o->exhaustive = 1;
     } else if (!strcmp(a, "--show")) {
@@ -237,6 +243,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->iters = 20;
     o->timeout = 300;
     o->launch_cost = -1;
+    o->confirm = -1;
     o->backend = getenv("COCONET_BACKEND") && *getenv("COCONET_BACKEND")
                      ? getenv("COCONET_BACKEND") : "auto";
     check_backend(o->backend);
@@ -269,9 +276,10 @@ static void parse_args(Options *o, int argc, char **argv)
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
     if (strcmp(o->cmd, "tune") && (o->nsizes || o->check_size || o->prune || o->exhaustive ||
-                                   o->show || o->plan || o->log || o->launch_cost >= 0))
-        bad_usage("--sizes, --check-size, --prune, --launch-cost, --exhaustive, --plan, --show "
-                  "and --log go with `coconet tune`%s", "");
+                                   o->show || o->plan || o->log || o->launch_cost >= 0 ||
+                                   o->confirm >= 0))
+        bad_usage("--sizes, --check-size, --prune, --launch-cost, --confirm, --exhaustive, "
+                  "--plan, --show and --log go with `coconet tune`%s", "");
     if (!strcmp(o->cmd, "tune") && (o->schedule || o->all_schedules || o->dump || o->outdir))
         bad_usage("tune explores every schedule itself: no --schedule, --all-schedules, --dump "
                   "or -o%s", "");
@@ -787,7 +795,8 @@ static int tune(const Options *o)
     coco_tune_options t = {o->defines, o->ndefines, o->nranks, o->group_size, o->sched_file,
                            o->sizes, o->nsizes, o->check_size, o->prune, o->exhaustive, o->plan,
                            o->iters, o->timeout, o->threads, o->seed, o->log,
-                           o->launch_cost < 0 ? 0 : o->launch_cost == 0 ? -1 : o->launch_cost};
+                           o->launch_cost < 0 ? 0 : o->launch_cost == 0 ? -1 : o->launch_cost,
+                           o->confirm < 0 ? 0 : o->confirm == 0 ? -1 : o->confirm};
     char err[8192];
     int rc = o->show ? coco_tune_show(o->file, &t, stdout, err, sizeof err)
                      : coco_tune(o->file, &t, stdout, err, sizeof err);

@@ -25,7 +25,12 @@
  * exhaustive search can say whether it would have (search_replay).
  * A round may leave candidates untimed (a rank failed before them): they
  * are taken again by the next rounds; a round resolves at least one
- * candidate (the launch function's rule), so the search ends. */
+ * candidate (the launch function's rule), so the search ends.
+ *
+ * Then search_confirm times the candidates within a margin of the best
+ * again, in a few more rounds, and each keeps the median of its times: a
+ * pick made on one disturbed measurement (a candidate timed while the GPU's
+ * clocks were still rising, say) is then made again on three. */
 #include "tune/tune.h"
 
 #include <stdlib.h>
@@ -213,4 +218,89 @@ int search_replay(const Search *done, double factor, int *launches, int *timed)
     *timed = s.timed;
     free(s.c);
     return best;
+}
+
+/* ---- confirming the best ---- */
+
+static int by_ms(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *x, int n)
+{
+    double sorted[CONFIRM_MAX_ROUNDS + 1];
+    memcpy(sorted, x, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_ms);
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+/* The timed candidates within margin of the best, fastest first, at most
+ * `most`, into which; how many */
+static int contenders(const Search *s, double margin, int most, int *which)
+{
+    int best = search_best(s), n = 0;
+    if (best < 0)
+        return 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->c[i].state == CAND_TIMED && s->c[i].ms <= (1 + margin) * s->c[best].ms)
+            which[n++] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by time */
+        for (int k = i; k > 0 && s->c[which[k - 1]].ms > s->c[which[k]].ms; k--) {
+            int t = which[k];
+            which[k] = which[k - 1];
+            which[k - 1] = t;
+        }
+    return n < most ? n : most;
+}
+
+int search_confirm(Search *s, LaunchFn launch, void *ctx, int rounds, double margin, int most,
+                   char *err, size_t errlen)
+{
+    if (rounds > CONFIRM_MAX_ROUNDS)
+        rounds = CONFIRM_MAX_ROUNDS;
+    int *which = xcalloc((size_t)s->n + 1, sizeof *which);
+    int n = rounds > 0 ? contenders(s, margin, most, which) : 0;
+    if (n < 2) {
+        free(which);
+        return 0;
+    }
+    int *turn = xcalloc((size_t)n, sizeof *turn), *got = xcalloc((size_t)n, sizeof *got);
+    double(*times)[CONFIRM_MAX_ROUNDS + 1] = xcalloc((size_t)n, sizeof *times);
+    for (int k = 0; k < n; k++)
+        times[k][got[k]++] = s->c[which[k]].ms;
+    int rc = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        int m = 0;
+        for (int j = 0; j < n; j++) { /* each round from another one first */
+            Cand *c = &s->c[which[(j + r + 1) % n]];
+            if (c->state != CAND_TIMED)
+                continue; /* failed in an earlier round */
+            c->state = CAND_TODO; /* still TODO after the round: it never ran */
+            c->ms = -1;
+            turn[m++] = which[(j + r + 1) % n];
+        }
+        if (!m)
+            break;
+        rc = launch(ctx, s, turn, m, err, errlen);
+        s->confirm_rounds++;
+        for (int k = 0; k < n; k++) {
+            Cand *c = &s->c[which[k]];
+            if (c->state == CAND_TODO)
+                c->state = CAND_TIMED; /* its times so far stand */
+            else if (c->state == CAND_TIMED && !rc)
+                times[k][got[k]++] = c->ms;
+            if (c->state == CAND_TIMED) /* a FAILED one stays failed: never picked */
+                c->ms = median(times[k], got[k]);
+        }
+    }
+    s->confirmed = n;
+    s->confirm_times = rounds + 1;
+    s->confirm_margin = margin;
+    free(turn);
+    free(got);
+    free(times);
+    free(which);
+    return rc;
 }

@@ -5,7 +5,9 @@
  *   gpu TEXT                         the machine it describes (the record's key)
  *   nccl VERSION
  *   limits COPY_GBS PEER_GBS GEMM_TFLOPS   (the cost model's; else its defaults)
- *   time SIZES KNOBS VARIANT MS      a variant's time at a size point under a knob set
+ *   time SIZES KNOBS VARIANT MS      a variant's time at a size point under a knob set;
+ *                                    MS,MS,...: one for each time it is measured
+ *                                    there, the last for the later ones
  *   fail SIZES KNOBS VARIANT VERDICT the variant fails its check there; CRASH:
  *                                    a rank dies in it, the launch's later
  *                                    variants never run
@@ -22,6 +24,7 @@
 
 typedef struct {
     char kind[8], sizes[512], knob[32], variant[MAXNAME + 8], value[64];
+    int taken; /* times its value was measured */
 } FakeLine;
 
 typedef struct {               /* an open point */
@@ -45,16 +48,25 @@ static int matches(const char *pattern, const char *s)
     return !strcmp(pattern, "*") || !strcmp(pattern, s);
 }
 
-static const FakeLine *find(const FakeTimer *f, const FakeSlot *sl, const char *kind,
-                            const char *name, int knob)
+static FakeLine *find(FakeTimer *f, const FakeSlot *sl, const char *kind, const char *name,
+                      int knob)
 {
     for (int i = 0; i < f->nline; i++) {
-        const FakeLine *l = &f->line[i];
+        FakeLine *l = &f->line[i];
         if (!strcmp(l->kind, kind) && matches(l->sizes, sl->sizes) &&
             matches(l->knob, knob_name(knob)) && matches(l->variant, name))
             return l;
     }
     return NULL;
+}
+
+/* The k-th of a time line's comma-separated values, the last past its end */
+static double nth_time(const char *value, int k)
+{
+    const char *at = value;
+    for (const char *comma; k > 0 && (comma = strchr(at, ',')); k--)
+        at = comma + 1;
+    return atof(at);
 }
 
 static int fake_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
@@ -110,13 +122,13 @@ static int fake_measure(TuneTimer *t, int slot, const int *which, const int *kno
                  sl->mode == MEASURE_TIME ? "unchecked" : "bitwise");
         if (sl->mode == MEASURE_CHECK)
             continue;
-        const FakeLine *l = find(f, sl, "time", name, own);
+        FakeLine *l = find(f, sl, "time", name, own);
         if (!l) {
             snprintf(err, errlen, "coconet: %s: no recorded time for %s under knobs %s at %s\n",
                      f->path, name, knob_name(own), sl->sizes);
             return -1;
         }
-        m->ms = atof(l->value);
+        m->ms = nth_time(l->value, l->taken++);
     }
     return 0;
 }

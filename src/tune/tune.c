@@ -16,7 +16,8 @@
  * 4. The search at each point (search.c): rounds of candidates on the
  *    slot's ranks (kept from one round to the next: timer_cuda.c), pruning
  *    (with --launch-cost, none where another launch would cost more than
- *    the candidates it spares).
+ *    the candidates it spares); then the candidates near the best timed
+ *    again (--confirm rounds), each keeping its median time.
  * 5. A table per point, sorted by time (table.c), and the record (record.c).
  * The timer is the GPUs' (timer_cuda.c), or COCONET_TUNE_FAKE's file. */
 #include "tune/tune.h"
@@ -39,6 +40,13 @@ enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
  * (timer_cuda.c), so a second round costs its candidates alone. */
 #define CAND_COST_S 0.03
 #define CHECK_COST_S 25e-9
+/* The best confirmed (search_confirm): the candidates within 5 % of it, at
+ * most 6, timed twice more. Two tunes of adam at 2^24 on one H100 timed
+ * one candidate 4 % apart (0.1644 and 0.1572 ms) while the others agreed
+ * within 0.5 % (bench/results/2026-11-27-h100x4.md): a pick on one such
+ * time is made again on three. */
+#define CONFIRM_MARGIN 0.05
+enum { CONFIRM_ROUNDS = 2, CONFIRM_MOST = 6 };
 
 /* ---- options: --sizes and --check-size ---- */
 
@@ -467,6 +475,10 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
                          tu->inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
         rc = search_run(&s, launch_point, tu, show_progress, err, errlen);
+        int rounds = o->confirm == 0 ? CONFIRM_ROUNDS : o->confirm;
+        if (!rc)
+            rc = search_confirm(&s, launch_point, tu, rounds, CONFIRM_MARGIN, CONFIRM_MOST, err,
+                                errlen);
         tu->t->close(tu->t, SLOT_POINT);
     }
     tu->done_before += s.n;

@@ -78,6 +78,23 @@ tune_expect "--exhaustive: one launch of the ranks" "^tune: [0-9.]+ s, 1 launch 
 tune_expect "--exhaustive's replay" "^pruning at 1.5 would pick paper with knobs nccl \(the best, 0.0 % slower than the best\), timing 39 of 59 candidates in 2 rounds"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --prune 1.1
 tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with knobs push \(37.5 % slower"
+# the best confirmed: paper under NCCL measured 0.030 ms once, then 0.050;
+# paper under push 0.031 (within 5 %): both timed twice more, each keeping
+# its median, and push wins; --confirm 0 keeps the first time (another
+# machine's name: a record of its own)
+{ echo "gpu fake confirm (54-tune.sh)"
+  echo "time N=1048576 nccl paper 0.030,0.050"
+  echo "time N=1048576 push paper 0.031"
+  grep -v '^gpu ' "$fixture"; } >"$TMP/confirm.times"
+COCONET_TUNE_FAKE=$TMP/confirm.times coco tune examples/adam.coco --ranks 4 --sizes N=2^20 \
+    --exhaustive --launch-cost 0
+tune_expect "confirmed: the median wins" "^best at N=1048576: paper with knobs push"
+tune_expect "confirmed: what the table says" "^confirmed: the 2 candidates within 5 % of the best timed 3 times each, in 2 more rounds; each row's time the median of its times$"
+tune_expect "confirmed: the median in the row" "^ +2 +paper +nccl +0.0500 ms"
+COCONET_TUNE_FAKE=$TMP/confirm.times coco tune examples/adam.coco --ranks 4 --sizes N=2^20 \
+    --exhaustive --launch-cost 0 --confirm 0
+tune_expect "--confirm 0: the first time wins" "^best at N=1048576: paper with knobs nccl"
+if grep -q '^confirmed:' "$TMP/out"; then bad "tune: --confirm 0 confirmed"; else ok; fi
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
 # is never chosen (the recorded best at 2^24 is paper push, 0.383 ms); a
 # launch of 1.5 s (3 s with the check point's): at 2^28 some candidates cost
@@ -183,6 +200,10 @@ coco tune examples/adam.coco --launch-cost -1
 tune_refused "--launch-cost below 0" 2 "--launch-cost expects seconds from 0 to 3600, not '-1'"
 coco run examples/adam.coco --launch-cost 2
 tune_refused "--launch-cost on run" 2 "go with \`coconet tune\`"
+coco tune examples/adam.coco --confirm 11
+tune_refused "--confirm above 10" 2 "--confirm"
+coco run examples/adam.coco --confirm 2
+tune_refused "--confirm on run" 2 "go with \`coconet tune\`"
 coco run examples/adam.coco --sizes N=4
 tune_refused "--sizes on run" 2 "go with \`coconet tune\`"
 coco tune examples/adam.coco --schedule paper

@@ -307,6 +307,101 @@ static void test_search(void)
     program_free(p);
 }
 
+/* ---- confirming the best: candidates timed again, the median kept ---- */
+
+typedef struct {
+    double seq[8][4]; /* per candidate, its times in order (0: the first's again) */
+    int taken[8];
+    int fail_at[8];   /* > 0: fails its check the fail_at-th time it runs */
+    int rounds, firsts[4];
+} Seq;
+
+static int seq_launch(void *ctx, Search *s, const int *which, int n, char *err, size_t errlen)
+{
+    Seq *q = ctx;
+    if (q->rounds < 4)
+        q->firsts[q->rounds] = which[0];
+    q->rounds++;
+    for (int i = 0; i < n; i++) {
+        int c = which[i], k = q->taken[c] < 3 ? q->taken[c] : 3;
+        q->taken[c]++;
+        s->c[c].state = q->fail_at[c] == q->taken[c] ? CAND_FAILED : CAND_TIMED;
+        s->c[c].ms = q->seq[c][k] > 0 ? q->seq[c][k] : q->seq[c][0];
+    }
+    return 0;
+}
+
+static void test_confirm(void)
+{
+    Program *p = load_adam(4, "1048576");
+    if (!p)
+        return;
+    enumerate_schedules(p);
+    Program *v[3] = {p, variant(p, "paper"), variant(p, "fuse_RS_AG_Opt")};
+    if (!v[1] || !v[2])
+        return;
+    TuneLimits l = {3000, 350, 800, 1};
+    char err[256];
+    Search s;
+    Seq q;
+    /* candidate 1 measured 0.040, then 0.044, then 0.060; candidate 2 0.041
+     * every time (within 5 % of 0.040); the rest far slower */
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 8; i++)
+        q.seq[i][0] = 1.0;
+    q.seq[1][0] = 0.040;
+    q.seq[1][1] = 0.044;
+    q.seq[1][2] = 0.060;
+    q.seq[2][0] = 0.041;
+    search_init(&s, v, 3, &l, 1.5, 1);
+    search_run(&s, seq_launch, &q, NULL, err, sizeof err);
+    check(search_best(&s) == 1, "one round: the outlier's time wins");
+    check(search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err) == 0,
+          "confirming runs");
+    check(search_best(&s) == 2 && s.c[1].ms == 0.044 && s.c[2].ms == 0.041,
+          "confirmed: each keeps its median (0.040, 0.044, 0.060 -> 0.044): the other wins");
+    check(s.confirmed == 2 && s.confirm_rounds == 2 && s.confirm_times == 3 && q.taken[1] == 3 &&
+          q.taken[0] == 1, "two more rounds of the two within 5 %, the others left");
+    check(q.firsts[1] != q.firsts[2], "each round starts from another candidate");
+    search_free(&s);
+    /* a candidate failing in a confirming round is never picked */
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 8; i++)
+        q.seq[i][0] = 1.0;
+    q.seq[1][0] = 0.040;
+    q.seq[2][0] = 0.041;
+    q.fail_at[1] = 2;
+    search_init(&s, v, 3, &l, 1.5, 1);
+    search_run(&s, seq_launch, &q, NULL, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err);
+    check(s.c[1].state == CAND_FAILED && search_best(&s) == 2 && q.taken[1] == 2,
+          "failed in the first confirming round: out, and not run again");
+    search_free(&s);
+    /* one candidate within the margin, or no rounds: nothing timed again */
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 8; i++)
+        q.seq[i][0] = 1.0;
+    q.seq[1][0] = 0.040;
+    search_init(&s, v, 3, &l, 1.5, 1);
+    search_run(&s, seq_launch, &q, NULL, err, sizeof err);
+    int before = q.rounds;
+    search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err);
+    check(q.rounds == before && s.confirmed == 0, "one within 5 %: no round");
+    q.seq[2][0] = 0.041;
+    search_free(&s);
+    search_init(&s, v, 3, &l, 1.5, 1);
+    search_run(&s, seq_launch, &q, NULL, err, sizeof err);
+    before = q.rounds;
+    search_confirm(&s, seq_launch, &q, 0, 0.05, 6, err, sizeof err);
+    check(q.rounds == before && s.confirmed == 0, "no rounds asked: none");
+    search_confirm(&s, seq_launch, &q, 1, 0.05, 1, err, sizeof err);
+    check(q.rounds == before && s.confirmed == 0, "at most one confirmed: none");
+    search_free(&s);
+    program_free(v[1]);
+    program_free(v[2]);
+    program_free(p);
+}
+
 /* ---- the record ---- */
 
 static void key_of(int nranks, const char *gpu, int nccl, const char *text, Record *r)
@@ -398,6 +493,8 @@ int main(void)
     group_end("cost model");
     test_search();
     group_end("search");
+    test_confirm();
+    group_end("confirming the best");
     test_record();
     group_end("record");
     test_progress();
