@@ -218,14 +218,31 @@ static int find_cand(const Search *s, int variant, int knob)
     return -1;
 }
 
-static void test_search(void)
+/* adam at 2^20 on 4 ranks, its paper and fuse_RS_AG_Opt schedules into v;
+ * 0, or -1 (a check said why) */
+static int three_variants(Program *v[3])
 {
     Program *p = load_adam(4, "1048576");
     if (!p)
-        return;
+        return -1;
     enumerate_schedules(p);
-    Program *v[3] = {p, variant(p, "paper"), variant(p, "fuse_RS_AG_Opt")};
-    if (!v[1] || !v[2])
+    v[0] = p;
+    v[1] = variant(p, "paper");
+    v[2] = variant(p, "fuse_RS_AG_Opt");
+    return v[1] && v[2] ? 0 : -1;
+}
+
+static void free_variants3(Program *v[3])
+{
+    program_free(v[1]);
+    program_free(v[2]);
+    program_free(v[0]);
+}
+
+static void test_search(void)
+{
+    Program *v[3];
+    if (three_variants(v))
         return;
     TuneLimits l = {3000, 350, 800, 1};
     Search s;
@@ -302,9 +319,7 @@ static void test_search(void)
     check(!t.first[nccl] && s.timed == 7 && search_best(&s) != nccl,
           "a launch of 0.01 s: the far candidate left out, then pruned");
     search_free(&s);
-    program_free(v[1]);
-    program_free(v[2]);
-    program_free(p);
+    free_variants3(v);
 }
 
 /* ---- confirming the best: candidates timed again, the median kept ---- */
@@ -333,12 +348,8 @@ static int seq_launch(void *ctx, Search *s, const int *which, int n, char *err, 
 
 static void test_confirm(void)
 {
-    Program *p = load_adam(4, "1048576");
-    if (!p)
-        return;
-    enumerate_schedules(p);
-    Program *v[3] = {p, variant(p, "paper"), variant(p, "fuse_RS_AG_Opt")};
-    if (!v[1] || !v[2])
+    Program *v[3];
+    if (three_variants(v))
         return;
     TuneLimits l = {3000, 350, 800, 1};
     char err[256];
@@ -397,9 +408,7 @@ static void test_confirm(void)
     search_confirm(&s, seq_launch, &q, 1, 0.05, 1, err, sizeof err);
     check(q.rounds == before && s.confirmed == 0, "at most one confirmed: none");
     search_free(&s);
-    program_free(v[1]);
-    program_free(v[2]);
-    program_free(p);
+    free_variants3(v);
 }
 
 /* ---- the record ---- */
