@@ -113,11 +113,28 @@ static void emit_buffer(Emitter *e, const Node *n)
 
 /* Does collective n reduce FP16/BF16 values? Those reduce in FP32 (the
  * language's semantics: reductions accumulate in higher precision, rounded
- * once), at the cost of moving FP32 data. */
+ * once), at the cost of moving FP32 data; but for FP16 over at most two
+ * ranks, see emit_narrow. */
 static int widened(const Node *n)
 {
     int reduces = n->op == O_ALLREDUCE || n->op == O_REDUCESCATTER || n->op == O_REDUCE;
     return reduces && (n->type == T_FP16 || n->type == T_BF16);
+}
+
+/* `narrow`, for a widened collective: whether NCCL reduces the FP16 values
+ * themselves, which it does over at most two ranks. There each element is
+ * one operation on two FP16 values, rounded once: NCCL's FP16 sum (or
+ * product, max, min) is correctly rounded, and so is the language's, FP32
+ * then FP16 (a rounding to 24 bits and then to 11 is one rounding to 11,
+ * 24 >= 2 x 11 + 2): the same bits, with half the bytes and no conversions.
+ * BF16 keeps FP32 (a BF16 subnormal is an FP32 one, which a flushing
+ * reduction would lose), and so does a scattered operand (its conversion
+ * gathers its members). */
+static void emit_narrow(Emitter *e, const Node *n)
+{
+    if (widened(n))
+        fprintf(e->o, "        const int narrow = %d && G_%s <= 2; /* emit_cuda.c, emit_narrow */\n",
+                n->type == T_FP16 && !emit_scat_of(e, n->in[0]), group_name(n->group));
 }
 
 /* Workspace some operations need besides their result: t<id> (a reorder of
@@ -569,20 +586,23 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, con
 {
     FILE *o = e->o;
     int id = n->id, xi = n->in[0];
-    if (!widened(n)) {
-        fprintf(o, "        const void *src = %s;\n        void *dst = b%d;\n"
-                   "        ncclDataType_t nt = coco_nccl_type(%s);\n", src, id, emit_tname[n->type]);
+    /* a scattered operand has no b<xi>: its members are converted (never narrow) */
+    int members = emit_scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi));
+    fprintf(o, "        const void *src = %s;\n        void *dst = b%d;\n"
+               "        ncclDataType_t nt = coco_nccl_type(%s);\n",
+            widened(n) && members ? "NULL" : src, id, emit_tname[n->type]);
+    if (!widened(n))
         return;
-    }
-    if (emit_scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi)))
-        fprintf(o, "        coco_scat_convert_kernel<<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>"
+    fprintf(o, "        if (!narrow) {\n");
+    if (members)
+        fprintf(o, "            coco_scat_convert_kernel<<<coco_scat_grid(c%d.nbucket), 256, 0, st>>>"
                    "(c%d, %s, w%di, COCO_FP32);\n", xi, xi, emit_tname[n->type], id);
     else
-        fprintf(o, "        coco_convert_kernel<<<coco_grid(%s), 256, 0, st>>>(%s, %s, "
+        fprintf(o, "            coco_convert_kernel<<<coco_grid(%s), 256, 0, st>>>(%s, %s, "
                    "w%di, COCO_FP32, %s);\n", count, src, emit_tname[n->type], id, count);
-    fprintf(o, "        COCO_LAUNCHED(ctx, \"%s\", %d);\n"
-               "        const void *src = w%di;\n        void *dst = w%do;\n"
-               "        ncclDataType_t nt = ncclFloat32;\n",
+    fprintf(o, "            COCO_LAUNCHED(ctx, \"%s\", %d);\n"
+               "            src = w%di;\n            dst = w%do;\n"
+               "            nt = ncclFloat32;\n        }\n",
             op_info(n->op)->name, n->pos.line, id, id);
 }
 
@@ -590,8 +610,10 @@ static void emit_reduce_result(Emitter *e, const Node *n)
 {
     if (!widened(n))
         return;
-    fprintf(e->o, "        coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(w%do, "
-                  "COCO_FP32, b%d, %s, coco_count(h%d));\n        COCO_LAUNCHED(ctx, \"%s\", %d);\n",
+    fprintf(e->o, "        if (!narrow) {\n"
+                  "            coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(w%do, "
+                  "COCO_FP32, b%d, %s, coco_count(h%d));\n"
+                  "            COCO_LAUNCHED(ctx, \"%s\", %d);\n        }\n",
             n->id, n->id, n->id, emit_tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
 }
 
@@ -640,11 +662,11 @@ static void emit_send(Emitter *e, const Node *n)
  * grouped, moves each block's exact elements: on a symmetric window NCCL
  * 2.28's ReduceScatter and AllGather gave wrong results with 2004-byte
  * blocks (doc/design.md). */
-static void emit_block_sizes(Emitter *e, int sliced, int d, const char *g, size_t es)
+static void emit_block_sizes(Emitter *e, int sliced, int d, const char *g, const char *es)
 {
     fprintf(e->o, "        const long cs = coco_padded_count(h%d, %d, G_%s) / G_%s;\n"
                   "        const long inner = cs / coco_chunk(h%d.gdim[%d], G_%s);\n"
-                  "        const int direct = coco_nccl_direct(h%d, %d, G_%s, %zu);\n",
+                  "        const int direct = coco_nccl_direct(h%d, %d, G_%s, %s);\n",
             sliced, d, g, g, sliced, d, g, sliced, d, g, es);
 }
 
@@ -655,11 +677,14 @@ static void emit_reduce_scatter(Emitter *e, const Node *n)
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = redop_code(n->redop);
     const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
-    size_t es = widened(n) ? 4 : type_size(n->type);
+    /* the bytes of an element NCCL reduces: FP32 where widened, unless narrow */
+    const char *es = arena_printf(e->p->arena, widened(n) ? "(narrow ? %zu : 4)" : "%zu",
+                                  type_size(n->type));
     char src[32], count[64];
     snprintf(src, sizeof src, d ? "t%d" : "b%d", d ? id : xi);
     snprintf(count, sizeof count, d ? "coco_padded_count(h%d, %d, G_%s)" : "coco_count(h%d)",
              d ? id : xi, d, g);
+    emit_narrow(e, n);
     emit_block_sizes(e, id, d, g, es);
     if (d)
         fprintf(o, "        coco_parts_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(b%d, h%d, "
@@ -675,7 +700,7 @@ static void emit_reduce_scatter(Emitter *e, const Node *n)
                "                const long len = coco_part_len(h%d.gdim[%d], G_%s, q) * inner;\n"
                "                if (len > 0)\n"
                "                    COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclReduce((const char *)src "
-               "+ q * cs * %zu, dst, len, nt, coco_nccl_op(%d), q, %s, st));\n"
+               "+ q * cs * %s, dst, len, nt, coco_nccl_op(%d), q, %s, st));\n"
                "            }\n"
                "            COCO_NCCL(ctx, \"ReduceScatter\", %d, ncclGroupEnd());\n        }\n",
             l, id, rop, comm, l, g, id, d, g, l, es, rop, comm, l);
@@ -691,7 +716,7 @@ static void emit_all_gather(Emitter *e, const Node *n)
     int l = n->pos.line, xi = n->in[0], id = n->id, d = node_of(e->p, xi)->layout.dim;
     const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
     size_t es = type_size(n->type);
-    emit_block_sizes(e, xi, d, g, es);
+    emit_block_sizes(e, xi, d, g, arena_printf(e->p->arena, "%zu", es));
     fprintf(o, "        char *out = (char *)%s%d;\n"
                "        if (direct) {\n            COCO_NCCL(ctx, \"AllGather\", %d, ncclAllGather(b%d, "
                "out, cs, coco_nccl_type(%s), %s, st));\n"
@@ -723,6 +748,7 @@ static void emit_comm(Emitter *e, const Node *n)
     fprintf(o, "    { /* line %d: %s = %s */\n", l, n->name, name);
     switch (n->op) {
     case O_ALLREDUCE:
+        emit_narrow(e, n);
         emit_reduce_operands(e, n, src, arena_printf(e->p->arena, "coco_count(h%d)", xi));
         fprintf(o, "        COCO_NCCL(ctx, \"AllReduce\", %d, ncclAllReduce(src, dst, coco_count(h%d), "
                    "nt, coco_nccl_op(%d), %s, st));\n", l, id, rop, comm);
@@ -739,6 +765,7 @@ static void emit_comm(Emitter *e, const Node *n)
         break;
     }
     case O_REDUCE:
+        emit_narrow(e, n);
         emit_reduce_operands(e, n, src, arena_printf(e->p->arena, "coco_count(h%d)", xi));
         fprintf(o, "        COCO_CUDA(ctx, \"Reduce\", %d, cudaMemsetAsync(dst, 0, coco_count(h%d) * "
                    "(nt == ncclFloat32 ? 4 : coco_type_size(%s)), st));\n"

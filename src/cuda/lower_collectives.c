@@ -6,8 +6,9 @@
  *     copy into a contiguous buffer;
  *   - an AllReduce of FP16 or BF16 values, whose kernel moves 16-bit
  *     elements between the GPUs and sums them in registers at higher
- *     precision, where NCCL would need FP32 copies (its own FP16 sum is
- *     not the language's: emit_cuda.c, widened).
+ *     precision, where NCCL would need FP32 copies (its own FP16 sum over
+ *     more than two ranks is not the language's: emit_cuda.c, widened and
+ *     emit_narrow).
  * Each is generated as fuse(split(x, ARSplitRSAG), AllReduceFuse), and a
  * ReduceScatter of that kind whose only reader is an AllGather as
  * fuse(rs, ag, AllReduceFuse). An overlap naming the collective then names
