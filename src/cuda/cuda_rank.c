@@ -389,7 +389,7 @@ static void host_make(const CudaJob *job, Program *vp, int rank, Host *h)
 typedef struct {
     long differing, outside;
     double max_abs, max_rel;
-    uint64_t hash; /* FNV-1a of the chunk's bytes */
+    uint64_t hash; /* chunk_hash of the chunk's bytes */
 } CheckStats;
 
 typedef struct {
@@ -406,6 +406,24 @@ typedef struct {
  * hashes make the value's, alike on every rank) */
 enum { CHECK_CHUNK = 1 << 16 };
 
+/* A hash of a chunk's bytes, 8 a step (FNV-1a's step over 64-bit words,
+ * the high half folded back in, then the tail byte by byte): several times
+ * faster than FNV-1a byte by byte over values of gigabytes, and only ever
+ * compared with another rank's hash of its own chunk. */
+static uint64_t chunk_hash(const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    uint64_t h = FNV_INIT;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, sizeof w);
+        h = (h ^ w) * 0x100000001b3ULL;
+        h ^= h >> 32;
+    }
+    return fnv1a(h, b + i, n - i);
+}
+
 static void check_chunks(void *ctx, long lo, long hi)
 {
     CheckJob *j = ctx;
@@ -413,8 +431,8 @@ static void check_chunks(void *ctx, long lo, long hi)
         CheckStats s = {0, 0, 0, 0, 0};
         long end = (c + 1) * j->chunk < j->count ? (c + 1) * j->chunk : j->count;
         size_t size = type_size(j->type);
-        s.hash = fnv1a(FNV_INIT, (const char *)j->gpu + (size_t)(c * j->chunk) * size,
-                       (size_t)(end - c * j->chunk) * size);
+        s.hash = chunk_hash((const char *)j->gpu + (size_t)(c * j->chunk) * size,
+                            (size_t)(end - c * j->chunk) * size);
         for (long i = c * j->chunk; j->ref && i < end; i++) {
             double got = from_type(j->type, j->gpu, i), want = j->ref[i];
             int same = bits_of(j->type, got) == bits_of(j->type, want);
