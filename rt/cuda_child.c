@@ -245,8 +245,8 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own);
  * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
- * host waited for the ranks' line-up, as before the start followed the
- * line-up on the GPU: run.c's timed_run); and
+ * host waited for the ranks' line-up, the way runs were timed before they
+ * started behind it on the GPU: run.c's timed_run); and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)

@@ -127,9 +127,9 @@ static int widened(const Node *n)
  * product, max, min) is correctly rounded, and so is the language's, FP32
  * then FP16 (a rounding to 24 bits and then to 11 is one rounding to 11,
  * 24 >= 2 x 11 + 2): the same bits, with half the bytes and no conversions.
- * BF16 keeps FP32 (a BF16 subnormal is an FP32 one, which a flushing
- * reduction would lose), and so does a scattered operand (its conversion
- * gathers its members). */
+ * BF16 keeps FP32 (a BF16 subnormal is an FP32 one: that NCCL's BF16 sum
+ * keeps it is not established), and so does a scattered operand (its
+ * conversion gathers its members). */
 static void emit_narrow(Emitter *e, const Node *n)
 {
     if (widened(n))
