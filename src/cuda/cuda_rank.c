@@ -752,8 +752,8 @@ int cuda_rank_work(const CudaJob *job, const CocoRtApi *api, const CudaRankPlace
 /* One line from fd without its newline (malloc'd), or NULL at end of file */
 static char *read_command(int fd)
 {
-    size_t cap = 256, n = 0;
-    char *buf = xmalloc(cap);
+    int n = 0, cap = 0;
+    char *buf = xgrow(NULL, 0, &cap, 256, 1);
     for (;;) {
         char c;
         ssize_t got = read(fd, &c, 1);
@@ -765,12 +765,7 @@ static char *read_command(int fd)
         }
         if (c == '\n')
             break;
-        if (n + 1 == cap) {
-            char *more = xmalloc(cap *= 2);
-            memcpy(more, buf, n);
-            free(buf);
-            buf = more;
-        }
+        buf = xgrow(buf, n + 1, &cap, 256, 1); /* room for c and the end */
         buf[n++] = c;
     }
     buf[n] = 0;
