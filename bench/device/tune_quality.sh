@@ -24,6 +24,7 @@ POWS=${POWS:-20 24}
 BIG=${BIG-adam}
 BIG_POW=${BIG_POW:-28}
 export NCCL_NVLS_ENABLE=0
+mkdir -p "$OUT"
 lease_logs logs
 lease_make
 TW=/tmp/coconet-tune-quality

@@ -63,10 +63,10 @@ void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
             v[0]->nranks == 1 ? "" : "s", s->n, s->c[s->n - 1].variant + 1, timed, pruned,
             failed, s->launches, s->launches == 1 ? "" : "s");
     if (s->confirmed)
-        fprintf(out, "confirmed: the %d candidates within %.0f %% of the best timed %d times "
-                "each, in %d more round%s; each row's time the median of its times\n",
-                s->confirmed, 100 * s->confirm_margin, s->confirm_times, s->confirm_rounds,
-                s->confirm_rounds == 1 ? "" : "s");
+        fprintf(out, "confirmed: the %d candidates within %.0f %% (or %.3f ms) of the best timed "
+                "%d times each, in %d more round%s; each row's time the median of its times\n",
+                s->confirmed, 100 * s->confirm_margin, s->confirm_floor_ms, s->confirm_times,
+                s->confirm_rounds, s->confirm_rounds == 1 ? "" : "s");
     fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %13s\n", "rank", "schedule", "knobs", "time",
             "vs-best", "vs-program", "predicted");
     const Cand **row = xcalloc((size_t)s->n, sizeof *row);

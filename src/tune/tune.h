@@ -126,7 +126,7 @@ typedef struct {
     /* search_confirm: the candidates it timed again (0: none), its rounds
      * made, the times each then had, the margin of the best it took */
     int confirmed, confirm_rounds, confirm_times;
-    double confirm_margin;
+    double confirm_margin, confirm_floor_ms;
 } Search;
 /* Makes the candidates of variants v[0..nv) (v[0]: the program; each as
  * the backend runs it), each knob set that applies, with the model's
@@ -152,14 +152,22 @@ int search_program(const Search *s); /* the program's fastest timed candidate, o
 /* What the search with pruning (factor) would have picked from the times
  * an exhaustive one measured: its pick, and its launches and timed count */
 int search_replay(const Search *done, double factor, int *launches, int *timed);
-/* After search_run: the timed candidates within `margin` of the best (at
- * most `most`, the fastest first; none when fewer than two) timed `rounds`
- * more times (at most CONFIRM_MAX_ROUNDS), each round taking them from
- * another one first; each keeps the median of its times, and one failing
- * in a round is FAILED. 0, or -1 with the launch's message. */
+/* After search_run: the timed candidates within the rule's margin of the
+ * best (a time at most (1 + margin) x the best's, or at most floor_ms
+ * above it: at microseconds a step, a timer's jitter of a microsecond or
+ * two is more than any fraction), at most `most`, the fastest first, none
+ * when fewer than two, are timed `rounds` more times (at most
+ * CONFIRM_MAX_ROUNDS), each round taking them from another one first; each
+ * keeps the median of its times, and one failing in a round is FAILED. 0,
+ * or -1 with the launch's message. */
 enum { CONFIRM_MAX_ROUNDS = 10 };
-int search_confirm(Search *s, LaunchFn launch, void *ctx, int rounds, double margin, int most,
-                   char *err, size_t errlen);
+typedef struct {
+    int rounds;
+    double margin, floor_ms;
+    int most;
+} ConfirmRule;
+int search_confirm(Search *s, LaunchFn launch, void *ctx, const ConfirmRule *rule, char *err,
+                   size_t errlen);
 
 /* ---- table.c: what tune prints ---- */
 const char *vname(const Program *v); /* "program", or the schedule's name */

@@ -355,6 +355,7 @@ static void test_confirm(void)
     char err[256];
     Search s;
     Seq q;
+    ConfirmRule rule = {2, 0.05, 0, 6}, none = {0, 0.05, 0, 6}, one = {1, 0.05, 0, 1};
     /* candidate 1 measured 0.040, then 0.044, then 0.060; candidate 2 0.041
      * every time (within 5 % of 0.040); the rest far slower */
     memset(&q, 0, sizeof q);
@@ -367,7 +368,7 @@ static void test_confirm(void)
     search_init(&s, v, 3, &l, 1.5, 1);
     search_run(&s, seq_launch, &q, NULL, err, sizeof err);
     check(search_best(&s) == 1, "one round: the outlier's time wins");
-    check(search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err) == 0,
+    check(search_confirm(&s, seq_launch, &q, &rule, err, sizeof err) == 0,
           "confirming runs");
     check(search_best(&s) == 2 && s.c[1].ms == 0.044 && s.c[2].ms == 0.041,
           "confirmed: each keeps its median (0.040, 0.044, 0.060 -> 0.044): the other wins");
@@ -384,7 +385,7 @@ static void test_confirm(void)
     q.fail_at[1] = 2;
     search_init(&s, v, 3, &l, 1.5, 1);
     search_run(&s, seq_launch, &q, NULL, err, sizeof err);
-    search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, &rule, err, sizeof err);
     check(s.c[1].state == CAND_FAILED && search_best(&s) == 2 && q.taken[1] == 2,
           "failed in the first confirming round: out, and not run again");
     search_free(&s);
@@ -396,17 +397,34 @@ static void test_confirm(void)
     search_init(&s, v, 3, &l, 1.5, 1);
     search_run(&s, seq_launch, &q, NULL, err, sizeof err);
     int before = q.rounds;
-    search_confirm(&s, seq_launch, &q, 2, 0.05, 6, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, &rule, err, sizeof err);
     check(q.rounds == before && s.confirmed == 0, "one within 5 %: no round");
     q.seq[2][0] = 0.041;
     search_free(&s);
     search_init(&s, v, 3, &l, 1.5, 1);
     search_run(&s, seq_launch, &q, NULL, err, sizeof err);
     before = q.rounds;
-    search_confirm(&s, seq_launch, &q, 0, 0.05, 6, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, &none, err, sizeof err);
     check(q.rounds == before && s.confirmed == 0, "no rounds asked: none");
-    search_confirm(&s, seq_launch, &q, 1, 0.05, 1, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, &one, err, sizeof err);
     check(q.rounds == before && s.confirmed == 0, "at most one confirmed: none");
+    search_free(&s);
+    /* microseconds: 0.0158 is 13 % above 0.0140, but within a floor of
+     * 0.002 ms; 0.0200 is not */
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 8; i++)
+        q.seq[i][0] = 1.0;
+    q.seq[0][0] = 0.0200;
+    q.seq[1][0] = 0.0140;
+    q.seq[2][0] = 0.0158;
+    ConfirmRule floored = {2, 0.05, 0.002, 6};
+    search_init(&s, v, 3, &l, 1.5, 1);
+    search_run(&s, seq_launch, &q, NULL, err, sizeof err);
+    search_confirm(&s, seq_launch, &q, &rule, err, sizeof err);
+    check(s.confirmed == 0, "no floor: 13 % above is not confirmed");
+    search_confirm(&s, seq_launch, &q, &floored, err, sizeof err);
+    check(s.confirmed == 2 && q.taken[2] == 3 && q.taken[0] == 1 && s.confirm_floor_ms == 0.002,
+          "a floor of 0.002 ms: 0.0158 against 0.0140 confirmed, 0.0200 not");
     search_free(&s);
     free_variants3(v);
 }
