@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COCO_RT_ABI 4
+#define COCO_RT_ABI 5
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct CocoRt CocoRt;
@@ -71,6 +71,11 @@ typedef struct {
      * inputs only when their bytes are equal, so that the runtime keeps the
      * device copy it made for one for the next; 0: no id, uploaded anew */
     const unsigned long long *input_id;
+    /* 1: the variant timed alone: its warm-up and timed runs, then its guard
+     * bytes checked; no checked run, nothing copied back into output or
+     * updated, no repeat run (coconet tune's confirmation rounds, of
+     * candidates that passed their checks at the same sizes before) */
+    int time_only;
 } CocoRtVariant;
 #define COCO_RT_KNOB_UNSET (-1)
 

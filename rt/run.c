@@ -3,7 +3,8 @@
  * and arguments set up, one checked run whose
  * results are copied back, timed runs (CUDA events, inputs restored and
  * ranks lined up before each), then a repeat run compared with the checked
- * one, and the guard bytes checked (slab.c). */
+ * one, and the guard bytes checked (slab.c); or, for a variant timed alone
+ * (time_only), the timed runs and the guard bytes only. */
 #include "rt_internal.h"
 
 #include <dlfcn.h>
@@ -297,6 +298,12 @@ static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buff
     trace_step(rt, v, "buffers and inputs on the GPU", &at);
     coco_test_die(rt->rank, "upload", v->name);
     t->workspace_bytes = e.ctx.workspace_bytes;
+    if (v->time_only) { /* checked before: timed alone */
+        if (time_variant(rt, v, b, &e, t))
+            return -1;
+        trace_step(rt, v, "timed runs alone", &at);
+        return check_guards(rt, b, 1, &t->fault);
+    }
     if (restore_inputs(rt, v, b) || call_entry(rt, v, &e) || wait_streams(rt, v->name) ||
         copy_back(rt, v, b) || check_guards(rt, b, 0, &t->fault))
         return -1;

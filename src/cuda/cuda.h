@@ -135,6 +135,9 @@ typedef struct {
     Program *exact;
     Exec *x64;         /* the FP64 evaluation of the program (unchecked: NULL) */
     int unchecked;     /* --reference none: no CPU reference, no value compared */
+    int time_only;     /* a round of variants timed alone (CocoRtVariant.time_only):
+                          no value compared, copied back or hashed; set with
+                          unchecked (cuda_ranks_run's "TIME" rounds) */
     CudaVariant *v;
     int nv;
     char so[CUDA_PATH_MAX + 64];     /* the generated code, built */

@@ -570,14 +570,14 @@ int cuda_ranks_alive(const CudaRanks *r)
 }
 
 /* "RUN n i algo chunks name ..." for view's variants (index: theirs in the
- * ranks' job) */
+ * ranks' job); "TIME n ..." when the view's variants are timed alone */
 static char *round_command(const CudaJob *view, const int *index)
 {
     size_t cap = 64, len;
     for (int k = 0; k < view->nv; k++)
         cap += strlen(view->v[k].name) + 48;
     char *cmd = xmalloc(cap);
-    len = (size_t)snprintf(cmd, cap, "RUN %d", view->nv);
+    len = (size_t)snprintf(cmd, cap, "%s %d", view->time_only ? "TIME" : "RUN", view->nv);
     for (int k = 0; k < view->nv; k++)
         len += (size_t)snprintf(cmd + len, cap - len, " %d %d %d %s", index[k],
                                 view->v[k].fused_algo, view->v[k].overlap_chunks,

@@ -621,7 +621,7 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
                         job->seed, job->iters, job->warmup, h.nmembers,
                         (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
                         steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks,
-                        h.input_id};
+                        h.input_id, job->time_only};
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {
@@ -633,7 +633,8 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     double t2 = seconds_now();
     RankRow row;
     memset(&row, 0, sizeof row);
-    check_variant(job, v, rank, &h, &row);
+    if (!job->time_only) /* timed alone: no values back */
+        check_variant(job, v, rank, &h, &row);
     if (getenv("COCONET_TRACE"))
         fprintf(stderr, "coconet trace: rank %d: %s: host inputs %.2f s, runtime %.2f s, "
                         "checks %.2f s\n", rank, v->name, t1 - t0, t2 - t1, seconds_now() - t2);
@@ -773,8 +774,8 @@ static char *read_command(int fd)
 }
 
 /* "RUN n i algo chunks name ..." (cuda_ranks_run) into a view of job: its
- * variants i, each with its own knobs and name (kept in names); -1 when
- * malformed */
+ * variants i, each with its own knobs and name (kept in names); "TIME n ...":
+ * the same, timed alone (time_only: nothing checked); -1 when malformed */
 static int parse_round(const CudaJob *job, char *cmd, CudaJob *view, char **names)
 {
     char *save = NULL, *tok = strtok_r(cmd, " ", &save);
@@ -783,6 +784,8 @@ static int parse_round(const CudaJob *job, char *cmd, CudaJob *view, char **name
     if (n < 1 || n > 1 << 20)
         return -1;
     *view = *job;
+    view->time_only = cmd[0] == 'T';
+    view->unchecked |= view->time_only;
     view->v = xcalloc((size_t)n, sizeof *view->v);
     view->nv = n;
     for (int k = 0; k < n; k++) {
@@ -820,7 +823,8 @@ int cuda_rank_serve(const CudaJob *job, const CocoRtApi *api, const CudaRankPlac
         }
         CudaJob view;
         char *names = NULL;
-        if (strncmp(cmd, "RUN ", 4) || parse_round(job, cmd, &view, &names)) {
+        if ((strncmp(cmd, "RUN ", 4) && strncmp(cmd, "TIME ", 5)) ||
+            parse_round(job, cmd, &view, &names)) {
             cuda_emit_error(emit, ctx, rank, "a malformed round from the launcher");
             free(cmd);
             api->close(rt, 1);

@@ -288,7 +288,9 @@ int search_confirm(Search *s, LaunchFn launch, void *ctx, const ConfirmRule *rul
         }
         if (!m)
             break;
+        s->confirming = 1;
         rc = launch(ctx, s, turn, m, err, errlen);
+        s->confirming = 0;
         s->confirm_rounds++;
         for (int k = 0; k < n; k++) {
             Cand *c = &s->c[which[k]];

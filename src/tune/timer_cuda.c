@@ -151,13 +151,15 @@ static void log_launch(CudaTimer *c, const CudaJob *view, const Report *rep, int
 }
 
 static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *knob, int n,
-                        Measured *out, char *err, size_t errlen)
+                        int retime, Measured *out, char *err, size_t errlen)
 {
     CudaTimer *c = (CudaTimer *)t;
     ASSERT(c->open[slot]);
     CudaJob view;
     char (*labels)[MAXNAME + 16] = xcalloc((size_t)n, sizeof *labels);
     make_view(&c->job[slot], which, knob, n, &view, labels);
+    view.time_only = retime; /* a "TIME" round: no checked run, copy back, hashes or repeat */
+    view.unchecked |= retime;
     double t0 = tune_now_s();
     Report rep;
     report_init(&rep, view.base->nranks, n);
@@ -174,6 +176,8 @@ static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *kno
         memset(&out[i], 0, sizeof out[i]);
         snprintf(out[i].verdict, sizeof out[i].verdict, "%s", verdict);
         out[i].passed = report_passed(verdict);
+        if (retime && out[i].passed)
+            out[i].verdict[0] = 0; /* "unchecked" here: its checked verdict stands */
         out[i].ms = out[i].passed && c->mode[slot] != MEASURE_CHECK ? all.median_ms : -1;
         out[i].not_run = !out[i].passed && culprit >= 0 && i > culprit;
         if (!out[i].passed)

@@ -87,7 +87,7 @@ static int fake_open(TuneTimer *t, int slot, Program **v, int n, MeasureMode mod
 }
 
 static int fake_measure(TuneTimer *t, int slot, const int *which, const int *knob, int n,
-                        Measured *out, char *err, size_t errlen)
+                        int retime, Measured *out, char *err, size_t errlen)
 {
     FakeTimer *f = (FakeTimer *)t;
     FakeSlot *sl = &f->slot[slot];
@@ -118,8 +118,9 @@ static int fake_measure(TuneTimer *t, int slot, const int *which, const int *kno
             continue;
         }
         m->passed = 1;
-        snprintf(m->verdict, sizeof m->verdict, "%s",
-                 sl->mode == MEASURE_TIME ? "unchecked" : "bitwise");
+        if (!retime) /* timed alone: the verdict of its checked run stands */
+            snprintf(m->verdict, sizeof m->verdict, "%s",
+                     sl->mode == MEASURE_TIME ? "unchecked" : "bitwise");
         if (sl->mode == MEASURE_CHECK)
             continue;
         FakeLine *l = find(f, sl, "time", name, own);

@@ -295,7 +295,7 @@ static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, char
         vi[i] = s->c[which[i]].variant;
         knob[i] = s->c[which[i]].knob;
     }
-    rc = tu->t->measure(tu->t, SLOT_POINT, vi, knob, n, m, err, errlen);
+    rc = tu->t->measure(tu->t, SLOT_POINT, vi, knob, n, s->confirming, m, err, errlen);
     int resolved = 0;
     for (int i = 0; !rc && i < n; i++)
         resolved += !m[i].not_run;
@@ -305,7 +305,8 @@ static int launch_point(void *ctx, Search *s, const int *batch, int nbatch, char
             continue;
         c->state = m[i].passed && m[i].ms >= 0 ? CAND_TIMED : CAND_FAILED;
         c->ms = m[i].ms;
-        snprintf(c->verdict, sizeof c->verdict, "%s", m[i].verdict);
+        if (m[i].verdict[0]) /* a retimed pass keeps its checked verdict */
+            snprintf(c->verdict, sizeof c->verdict, "%s", m[i].verdict);
         snprintf(c->why, sizeof c->why, "%s", m[i].why);
     }
     if (!rc && tu->t->limits.known && !tu->limits_known) {
@@ -396,7 +397,7 @@ static int check_twins(Tune *tu, const Search *s, const int *which, int n, char 
                 knob[k++] = cp->s.c[j].knob;
             }
         }
-        if (!k || (rc = tu->t->measure(tu->t, SLOT_CHECK, vi, knob, k, m, err, errlen)))
+        if (!k || (rc = tu->t->measure(tu->t, SLOT_CHECK, vi, knob, k, 0, m, err, errlen)))
             break;
         int resolved = 0;
         for (int i = 0; i < k; i++)

@@ -85,9 +85,12 @@ struct TuneTimer {
     int (*open)(TuneTimer *t, int slot, Program **v, int n, MeasureMode mode, char *err,
                 size_t errlen);
     /* One launch: variant which[i] of the slot's point under knob set knob[i],
-     * for i in [0, n) (a variant may come under several knob sets) */
+     * for i in [0, n) (a variant may come under several knob sets). retime:
+     * each passed its checks at this point before (search_confirm's rounds):
+     * timed alone, nothing checked again but its guard bytes; a pass keeps
+     * no verdict of its own (out[i].verdict empty) */
     int (*measure)(TuneTimer *t, int slot, const int *which, const int *knob, int n,
-                   Measured *out, char *err, size_t errlen);
+                   int retime, Measured *out, char *err, size_t errlen);
     void (*close)(TuneTimer *t, int slot);
     void (*free)(TuneTimer *t);
 };
@@ -126,6 +129,7 @@ typedef struct {
     /* search_confirm: the candidates it timed again (0: none), its rounds
      * made, the times each then had, the margin of the best it took */
     int confirmed, confirm_rounds, confirm_times;
+    int confirming; /* inside search_confirm: its launches retime candidates */
     double confirm_margin, confirm_floor_ms;
 } Search;
 /* Makes the candidates of variants v[0..nv) (v[0]: the program; each as

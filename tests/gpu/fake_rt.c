@@ -26,8 +26,10 @@
  * Each variant's own knobs (CocoRtVariant.fused_algo, overlap_chunks) reach
  * the entry point's context as the real runtime's do; with FAKE_RT_KNOBS
  * set, each run appends "pid PID rank R NAME fused F chunks C" to the file
- * it names (-1: the variant's knob unset), so that a test sees them per
- * variant, and which process ran them.
+ * it names (-1: the variant's knob unset), and " alone" for a variant timed
+ * alone, so that a test sees them per variant, and which process ran them.
+ * A variant timed alone (time_only) runs once, its guards checked, nothing
+ * copied back and no repeat run, as the real runtime's.
  *
  * It honours the fault tests' hook COCONET_TEST_DIE (include/coconet_rt.h)
  * where its steps stand for the real runtime's: init when it opens, upload
@@ -233,8 +235,8 @@ static void log_knobs(const CocoRt *rt, const CocoRtVariant *v)
     FILE *f = path && *path ? fopen(path, "a") : NULL;
     if (!f)
         return;
-    fprintf(f, "pid %ld rank %d %s fused %d chunks %d\n", (long)getpid(), rt->rank, v->name,
-            v->fused_algo, v->overlap_chunks);
+    fprintf(f, "pid %ld rank %d %s fused %d chunks %d%s\n", (long)getpid(), rt->rank, v->name,
+            v->fused_algo, v->overlap_chunks, v->time_only ? " alone" : "");
     fclose(f);
 }
 
@@ -270,12 +272,14 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
     int rc = run_once(rt, run, v, in, out, NULL, msg, sizeof msg);
     if (!rc && misbehaves(rt->rank, "guard") && v->noutputs)
         ((unsigned char *)out[0])[v->output_bytes[0] + 3] ^= 0xff;
-    for (int i = 0; i < v->noutputs && !rc; i++)
+    if (!rc && v->time_only && check_guards(v, in, out, &t->fault))
+        t->fault.late = 1; /* timed alone: the guards after its runs, nothing back */
+    for (int i = 0; i < v->noutputs && !rc && !v->time_only; i++)
         memcpy(v->output[i], out[i], v->output_bytes[i]);
-    for (int i = 0; i < v->ninputs && !rc; i++)
+    for (int i = 0; i < v->ninputs && !rc && !v->time_only; i++)
         if (v->updated && v->updated[i])
             memcpy(v->updated[i], in[i], v->input_bytes[i]);
-    if (!rc && !check_guards(v, in, out, &t->fault))
+    if (!rc && !v->time_only && !check_guards(v, in, out, &t->fault))
         rc = breakdown(rt, run, v, in, out, t, msg, sizeof msg);
     if (!rc && t->fault.kind == COCO_RT_FAULT_NONE)
         rc = repeat(rt, run, v, in, out, t, msg, sizeof msg);

@@ -788,9 +788,25 @@ static int knob_log_pids(const char *log, long from, long pid[2], long *end)
     return runs;
 }
 
+/* The lines of the stand-in's FAKE_RT_KNOBS log from byte `from` that
+ * contain `text` */
+static int log_lines_with(const char *log, long from, const char *text)
+{
+    FILE *f = fopen(log, "r");
+    int n = 0;
+    char line[256];
+    if (!f)
+        return 0;
+    fseek(f, from, SEEK_SET);
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}
+
 /* The tuner's ranks kept from one round to the next (cuda_ranks_start):
  * two rounds of the host code's variants with their own knobs run in the
- * same processes; stopping them ends the processes; ranks where one dies in
+ * same processes, and a third timed alone (time_only); stopping them ends the processes; ranks where one dies in
  * its first round stop, and say so in the next round. */
 static void test_ranks_rounds(void)
 {
@@ -845,6 +861,21 @@ static void test_ranks_rounds(void)
     report_free(&rep);
     int runs2 = knob_log_pids(log, at, pid2, &at);
     check(runs1 == 6 && runs2 == 2, "rounds: each round ran its variants on both ranks");
+    /* round 3: the same, timed alone (a "TIME" round: tune's confirmation) */
+    long from = at, pid3[2];
+    view.time_only = 1;
+    view.unchecked = 1;
+    report_init(&rep, 2, 1);
+    rc = cuda_ranks_run(r, &view, idx2, &rep);
+    check(rc == 0 && !strcmp(report_verdict(&view, &rep, 0, &all), "unchecked") &&
+              rep.rows[0].elements == 0 && rep.rows[1].elements == 0,
+          "rounds: a round timed alone passes, no value checked on either rank");
+    report_free(&rep);
+    check(knob_log_pids(log, from, pid3, &at) == 2 && pid3[0] == pid1[0] &&
+              log_lines_with(log, from, " alone") == 2,
+          "rounds: timed alone on both ranks, in the same processes");
+    view.time_only = 0;
+    view.unchecked = job.unchecked;
     check(pid1[0] > 0 && pid1[1] > 0 && pid1[0] != pid1[1] && pid2[0] == pid1[0] &&
               pid2[1] == pid1[1],
           "rounds: both rounds ran in the same two processes");

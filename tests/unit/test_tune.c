@@ -328,14 +328,16 @@ typedef struct {
     double seq[8][4]; /* per candidate, its times in order (0: the first's again) */
     int taken[8];
     int fail_at[8];   /* > 0: fails its check the fail_at-th time it runs */
-    int rounds, firsts[4];
+    int rounds, firsts[4], confirming[4];
 } Seq;
 
 static int seq_launch(void *ctx, Search *s, const int *which, int n, char *err, size_t errlen)
 {
     Seq *q = ctx;
-    if (q->rounds < 4)
+    if (q->rounds < 4) {
         q->firsts[q->rounds] = which[0];
+        q->confirming[q->rounds] = s->confirming;
+    }
     q->rounds++;
     for (int i = 0; i < n; i++) {
         int c = which[i], k = q->taken[c] < 3 ? q->taken[c] : 3;
@@ -375,6 +377,8 @@ static void test_confirm(void)
     check(s.confirmed == 2 && s.confirm_rounds == 2 && s.confirm_times == 3 && q.taken[1] == 3 &&
           q.taken[0] == 1, "two more rounds of the two within 5 %, the others left");
     check(q.firsts[1] != q.firsts[2], "each round starts from another candidate");
+    check(!q.confirming[0] && q.confirming[1] && q.confirming[2] && !s.confirming,
+          "the confirming rounds' launches say so (their candidates timed alone), the first not");
     search_free(&s);
     /* a candidate failing in a confirming round is never picked */
     memset(&q, 0, sizeof q);
