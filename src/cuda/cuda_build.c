@@ -217,16 +217,38 @@ static void proc_gpu_models(char *buf, size_t len)
 }
 
 /* The GPU models of this machine, read without CUDA: nvidia-smi, else the
- * driver's /proc files, else "no GPU seen". */
+ * driver's /proc files, else "no GPU seen". Read once a process: a tune
+ * asks at its start and at each build's cache key, and nvidia-smi takes a
+ * noticeable part of a second on some machines. */
 void cuda_gpu_model(char *buf, size_t len)
 {
-    char *argv[] = {"nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader", NULL};
-    if (run_capture(argv, NULL, buf, len, 30) == 0 && buf[0])
-        return;
-    buf[0] = 0;
-    proc_gpu_models(buf, len);
-    if (!buf[0])
-        pathf(buf, len, "no GPU seen");
+    static char model[1024];
+    if (!model[0]) {
+        char *argv[] = {"nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader",
+                        NULL};
+        if (run_capture(argv, NULL, model, sizeof model, 30) || !model[0]) {
+            model[0] = 0;
+            proc_gpu_models(model, sizeof model);
+        }
+        if (!model[0])
+            pathf(model, sizeof model, "no GPU seen");
+    }
+    pathf(buf, len, "%s", model);
+}
+
+/* `NVCC --version`'s output into version; 0, or -1 when it does not run.
+ * Kept for the last NVCC asked about (each build's cache key reads it). */
+static int nvcc_version(const char *nvcc, char *version, size_t len)
+{
+    static char path[CUDA_PATH_MAX], kept[2048];
+    if (!path[0] || strcmp(path, nvcc)) {
+        char *argv[] = {(char *)nvcc, "--version", NULL};
+        if (run_capture(argv, NULL, kept, sizeof kept, 60))
+            return -1;
+        pathf(path, sizeof path, "%s", nvcc);
+    }
+    pathf(version, len, "%s", kept);
+    return 0;
 }
 
 static uint64_t hash_file(uint64_t h, const char *path)
@@ -362,8 +384,7 @@ static int compile(const CudaBuild *b, const char *src, size_t n, const char *cu
 int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen)
 {
     char version[2048];
-    char *vargv[] = {b->tool.nvcc, "--version", NULL};
-    if (run_capture(vargv, NULL, version, sizeof version, 60)) {
+    if (nvcc_version(b->tool.nvcc, version, sizeof version)) {
         pathf(err, errlen, "cannot run '%s --version': is the CUDA toolkit installed? "
                  "(CUDA_HOME, or the NVCC line of %s/build/cuda.conf)", b->tool.nvcc, b->home);
         return -1;
