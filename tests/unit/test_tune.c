@@ -348,6 +348,14 @@ static int seq_launch(void *ctx, Search *s, const int *which, int n, char *err, 
     return 0;
 }
 
+/* Every candidate at 1.0 ms, every time, until a test says otherwise */
+static void seq_reset(Seq *q)
+{
+    memset(q, 0, sizeof *q);
+    for (int i = 0; i < 8; i++)
+        q->seq[i][0] = 1.0;
+}
+
 static void test_confirm(void)
 {
     Program *v[3];
@@ -360,9 +368,7 @@ static void test_confirm(void)
     ConfirmRule rule = {2, 0.05, 0, 6}, none = {0, 0.05, 0, 6}, one = {1, 0.05, 0, 1};
     /* candidate 1 measured 0.040, then 0.044, then 0.060; candidate 2 0.041
      * every time (within 5 % of 0.040); the rest far slower */
-    memset(&q, 0, sizeof q);
-    for (int i = 0; i < 8; i++)
-        q.seq[i][0] = 1.0;
+    seq_reset(&q);
     q.seq[1][0] = 0.040;
     q.seq[1][1] = 0.044;
     q.seq[1][2] = 0.060;
@@ -381,9 +387,7 @@ static void test_confirm(void)
           "the confirming rounds' launches say so (their candidates timed alone), the first not");
     search_free(&s);
     /* a candidate failing in a confirming round is never picked */
-    memset(&q, 0, sizeof q);
-    for (int i = 0; i < 8; i++)
-        q.seq[i][0] = 1.0;
+    seq_reset(&q);
     q.seq[1][0] = 0.040;
     q.seq[2][0] = 0.041;
     q.fail_at[1] = 2;
@@ -394,9 +398,7 @@ static void test_confirm(void)
           "failed in the first confirming round: out, and not run again");
     search_free(&s);
     /* one candidate within the margin, or no rounds: nothing timed again */
-    memset(&q, 0, sizeof q);
-    for (int i = 0; i < 8; i++)
-        q.seq[i][0] = 1.0;
+    seq_reset(&q);
     q.seq[1][0] = 0.040;
     search_init(&s, v, 3, &l, 1.5, 1);
     search_run(&s, seq_launch, &q, NULL, err, sizeof err);
@@ -415,9 +417,7 @@ static void test_confirm(void)
     search_free(&s);
     /* microseconds: 0.0158 is 13 % above 0.0140, but within a floor of
      * 0.002 ms; 0.0200 is not */
-    memset(&q, 0, sizeof q);
-    for (int i = 0; i < 8; i++)
-        q.seq[i][0] = 1.0;
+    seq_reset(&q);
     q.seq[0][0] = 0.0200;
     q.seq[1][0] = 0.0140;
     q.seq[2][0] = 0.0158;
