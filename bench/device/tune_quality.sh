@@ -12,7 +12,9 @@
 #   3. the same at N = 2^BIG_POW over BIG (unless BIG is empty), while the
 #      deadline allows.
 # Under $OUT: one summary a turn (warm.md, gpu1.md, host1.md, gpu2.md,
-# host2.md, big.md) and logs.tgz (each turn's tune.log and tune-runs.tgz:
+# host2.md, big.md), turns.md (bench/tune_turns.py over the GPU-start turns,
+# when there are two or more: each candidate at its median over the turns)
+# and logs.tgz (each turn's tune.log and tune-runs.tgz:
 # every tune's table). Variables: P (4), OPT ("adam lamb"), POWS ("20 24"),
 # WARM_WORKLOADS (none), TURNS ("gpu1 host1 gpu2 host2"), BIG (adam),
 # BIG_POW (28), TUNE_MAX (tune.sh's, 120; 200 for BIG), COMMIT, DEADLINE.
@@ -59,7 +61,13 @@ for t in $TURNS; do
     esac
 done
 [ -n "$BIG" ] && [ "$(left)" -gt 60 ] && turn big "$BIG" "$BIG_POW" "${TUNE_MAX:-200}"
-for f in warm $TURNS big; do
+gpu_turns=
+for t in $TURNS; do
+    case $t in host*) ;; *) gpu_turns="$gpu_turns $TW/$t" ;; esac
+done
+# shellcheck disable=SC2086 # the turns' folders: words
+[ "$(echo $gpu_turns | wc -w)" -ge 2 ] && python3 bench/tune_turns.py $gpu_turns >"$OUT/turns.md"
+for f in warm $TURNS big turns; do
     [ -f "$OUT/$f.md" ] || continue
     echo "== $f"
     grep '^| [a-z]' "$OUT/$f.md"

@@ -235,5 +235,23 @@ tune_expect "bench tables: a tune's time and where it went" "^\| exhaustive \| a
 tune_expect "bench tables: a skipped part" "^\| warm \| lamb \| - \| SKIPPED \|"
 tune_expect "bench tables: pruning against exhaustive" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl \| 0.0 % \| yes \| 39 of 59 candidates in 2 rounds \| paper/nccl \(1.000 x best\) \|$"
 tune_expect "bench tables: the tuned choice against the best fixed one" "^\| adam \| N=1048576 \| 0.0400 ms \| paper/nccl: 0.0400 ms \| fuse_RS_Opt_AG_4/push: 0.0560 ms \| 0.714 \|$"
+# bench/tune_turns.py: the picks over turns, at each candidate's median over
+# the turns' exhaustive tables; a second turn where paper/nccl timed 0.080
+# at 2^20 (median 0.060) makes paper/push (0.055) the best, and the picks of
+# paper/nccl 9.1 % slower
+tt=$TMP/turns
+rm -rf "$tt"
+mkdir -p "$tt/a/runs" "$tt/b/runs"
+cp "$bw/runs/adam.exhaustive.txt" "$bw/runs/adam.pruned.txt" "$tt/a/runs/"
+cp "$bw/runs/adam.exhaustive.txt" "$bw/runs/adam.pruned.txt" "$tt/b/runs/"
+sed -i '/N=1048576, 4/,/^best/ s/^\(   1  paper  *nccl  *\)0.0400 ms/\10.0800 ms/' \
+    "$tt/b/runs/adam.exhaustive.txt"
+$PYTHON bench/tune_turns.py "$tt/a" "$tt/a" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+tune_expect "tune_turns.py: one turn twice" "^\| adam \| N=1048576 \| paper/nccl \| 0.0400 \| paper/nccl 1.000, paper/nccl 1.000 \| yes \|$"
+$PYTHON bench/tune_turns.py "$tt/a" "$tt/b" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+tune_expect "tune_turns.py: the medians move the best" "^\| adam \| N=1048576 \| paper/push \| 0.0550 \| paper/nccl 1.091, paper/nccl 1.091 \| no \|$"
+tune_expect "tune_turns.py: 2^24 alike" "^\| adam \| N=16777216 \| fuse_RS_Opt_AG_4/push \| [0-9.]+ \| .* \| yes \|$"
 unset COCONET_CACHE
 group_end
