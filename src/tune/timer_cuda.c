@@ -144,9 +144,9 @@ static void log_launch(CudaTimer *c, const CudaJob *view, const Report *rep, int
     if (!c->cfg.log)
         return;
     fprintf(c->cfg.log, "\n== round %d, launch %d (%s): %d candidate%s, each with its own "
-            "knobs\n", ++c->rounds, c->t.launches,
+            "knobs%s\n", ++c->rounds, c->t.launches,
             slot == SLOT_CHECK ? "checks at the check point" : "a size point", view->nv,
-            view->nv == 1 ? "" : "s");
+            view->nv == 1 ? "" : "s", view->time_only ? ", timed alone (confirmation)" : "");
     report_print(view, rep, c->cfg.log);
 }
 

@@ -46,7 +46,7 @@ enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
  * others agreed within 0.5 % (bench/results/2026-11-27-h100x4.md); at
  * 2^20 and one H200 rank (14 us a step), one exhaustive tune timed the
  * same fused kernel 0.0140 and 0.0158 ms as two candidates, 1.8 us apart,
- * and left the second unconfirmed (bench/results/2026-11-27-h200x4.md):
+ * and left the second unconfirmed (bench/results/2026-11-27-h200x4-b.md):
  * a pick on one such time is made again on three. */
 #define CONFIRM_MARGIN 0.05
 #define CONFIRM_FLOOR_MS 0.002
