@@ -489,15 +489,31 @@ static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
     return ctx->fused_push_round >= 0 ? ctx->fused_push_round : 16;
 }
 
-// Blocks and threads of a fused collective over n elements, V a thread.
+// Blocks of 512 threads a fused kernel is built to keep on one SM
+// (__launch_bounds__(512, COCO_LSA_MIN_BLOCKS(P))): over several ranks 2, as
+// many as the LSA barriers take (the runtime's lsa_blocks: 2 an SM); with one
+// rank no barrier limits them, and COCO_ONE_RANK_BLOCKS may ask for more: 4
+// leaves 32 registers a thread (full occupancy) where the layers' one-rank
+// kernel takes 64 at 2, with 20 bytes of spill (ptxas, sm_90:
+// bench/results/2026-11-27-h200x4-b.md). 2 until that is measured.
+#ifndef COCO_ONE_RANK_BLOCKS
+#define COCO_ONE_RANK_BLOCKS 2
+#endif
+#define COCO_LSA_MIN_BLOCKS(P) ((P) == 1 ? COCO_ONE_RANK_BLOCKS : 2)
+
+// Blocks and threads of a fused collective over n elements, V a thread: at
+// most lsa_blocks (or its share of COCO_ONE_RANK_BLOCKS with one rank), or
+// the knob's fewer.
 static inline void coco_lsa_grid(const coco_cuda_ctx *ctx, long n, int v, dim3 *grid,
                                  dim3 *block)
 {
     long threads = ctx->fused_threads > 0 && ctx->fused_threads <= 512 ? ctx->fused_threads : 512;
     long want = (n + v * threads - 1) / (v * threads);
-    long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : ctx->lsa_blocks;
-    if (most > ctx->lsa_blocks)
-        most = ctx->lsa_blocks;
+    long cap = ctx->nranks == 1 ? (long)ctx->lsa_blocks * COCO_ONE_RANK_BLOCKS / 2
+                                : (long)ctx->lsa_blocks;
+    long most = ctx->fused_blocks > 0 ? ctx->fused_blocks : cap;
+    if (most > cap)
+        most = cap;
     if (most > COCO_LSA_MAXBLOCKS)
         most = COCO_LSA_MAXBLOCKS;
     *grid = dim3((unsigned)(want < 1 ? 1 : want > most ? most : want));

@@ -147,9 +147,9 @@ static const char *push_choice(const Lsa *l)
 
 /* V, the elements a thread takes a step: 16 bytes of the widest vector
  * operand (4 elements beside FP32 state). The kernels are built for two
- * blocks of 512 threads per SM (__launch_bounds__(512, 2); LSA_BLOCKS is
- * that many blocks of an H200, all resident at once), so at most 64
- * registers a thread. 16 bytes of the narrowest (8 elements of FP16
+ * blocks of 512 threads per SM (__launch_bounds__(512, 2), coco_lsa.cuh's
+ * COCO_LSA_MIN_BLOCKS; LSA_BLOCKS is that many blocks of an H200, all
+ * resident at once), so at most 64 registers a thread. 16 bytes of the narrowest (8 elements of FP16
  * gradients beside FP32 parameters and state) needs more: mixed-precision
  * Adam's instances took 79 to 86 registers (ptxas, sm_90), one block per
  * SM, and at P = 4 the kernel moved its bytes at 2/3 of the all-FP32
@@ -687,7 +687,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
      * (its default instance 32; ptxas, sm_90) */
     e->lin = lin_param(e, l, ins, nin);
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH%s>\n__global__ void "
-               "__launch_bounds__(512, 2) %s_f%d%s(", e->lin ? ", int LIN" : "", e->v, f,
+               "__launch_bounds__(512, COCO_LSA_MIN_BLOCKS(P)) %s_f%d%s(", e->lin ? ", int LIN" : "", e->v, f,
             kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "

@@ -277,7 +277,7 @@ for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
                   /^}$/ { k = 0 } END { print n + 0 }' "$cu")
     guarded=$(grep -c '^        if (!LIN)$' "$cu")
     lin_launches=$(grep -c '^            v[0-9]*_k[0-9]*<[0-9]*, 1><<<' "$cu")
-    fused_coords=$(awk '/^__global__ void __launch_bounds__\(512, 2\) v[0-9]+_f[0-9]+(_b)?\(/ { k = 1 }
+    fused_coords=$(awk '/^__global__ void __launch_bounds__\(512, COCO_LSA_MIN_BLOCKS\(P\)\) v[0-9]+_f[0-9]+(_b)?\(/ { k = 1 }
                         k && /coco_coords\(it, i0, c\)/ { n++; k = 0 } /^}$/ { k = 0 } END { print n + 0 }' "$cu")
     fused_lin=$(grep -c '^template <int V, int P, int ONESHOT, int U, int PUSH, int LIN>$' "$cu")
     fused_lin_launches=$(grep -c '^ *v[0-9]*_f[0-9]*\(_b\)\{0,1\}<[0-9]*, [0-9]*, [01], [01], [01], 1><<<' "$cu")
