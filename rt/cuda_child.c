@@ -348,13 +348,20 @@ static void rt_close(CocoRt *rt, int abort)
         close_lsa(rt);
         traced(rt, "close: the slab, its window and the device communicator", 0, &t);
     }
-    if (rt->group)
+    /* each traced: at the end of a tune the three took 1.0 s together
+     * (bench/results/2026-11-27-h200x4-b.md), the ranks' last cost */
+    if (rt->group) {
         abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
-    if (rt->world_window)
+        traced(rt, "close: the GROUP communicator", 0, &t);
+    }
+    if (rt->world_window) {
         abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
-    if (rt->world)
+        traced(rt, "close: the windows' communicator", 0, &t);
+    }
+    if (rt->world) {
         abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
-    traced(rt, "close: the communicators", 0, &t);
+        traced(rt, "close: the WORLD communicator", 0, &t);
+    }
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */
         if (rt->lt)
             cublasLtDestroy(rt->lt);
