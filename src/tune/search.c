@@ -240,6 +240,17 @@ static double median(const double *x, int n)
     return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
+/* which[0..n), candidates of s, sorted by time, the fastest first */
+static void by_time(const Search *s, int *which, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort */
+        for (int k = i; k > 0 && s->c[which[k - 1]].ms > s->c[which[k]].ms; k--) {
+            int t = which[k];
+            which[k] = which[k - 1];
+            which[k - 1] = t;
+        }
+}
+
 /* The timed candidates within the rule's margin of the best, fastest
  * first, at most rule->most, into which; how many */
 static int contenders(const Search *s, const ConfirmRule *rule, int *which)
@@ -252,13 +263,24 @@ static int contenders(const Search *s, const ConfirmRule *rule, int *which)
     for (int i = 0; i < s->n; i++)
         if (s->c[i].state == CAND_TIMED && s->c[i].ms <= within)
             which[n++] = i;
-    for (int i = 1; i < n; i++) /* insertion sort by time */
-        for (int k = i; k > 0 && s->c[which[k - 1]].ms > s->c[which[k]].ms; k--) {
-            int t = which[k];
-            which[k] = which[k - 1];
-            which[k - 1] = t;
-        }
+    by_time(s, which, n);
     return n < rule->most ? n : rule->most;
+}
+
+int search_ties(const Search *s, int *which)
+{
+    int best = search_best(s), n = 0;
+    if (best < 0 || s->c[best].hi_ms <= 0)
+        return 0;
+    const Cand *b = &s->c[best];
+    for (int i = 0; i < s->n; i++) {
+        const Cand *c = &s->c[i];
+        if (i != best && c->state == CAND_TIMED && c->hi_ms > 0 && c->lo_ms <= b->hi_ms &&
+            b->lo_ms <= c->hi_ms)
+            which[n++] = i;
+    }
+    by_time(s, which, n);
+    return n;
 }
 
 int search_confirm(Search *s, LaunchFn launch, void *ctx, const ConfirmRule *rule, char *err,
@@ -300,6 +322,14 @@ int search_confirm(Search *s, LaunchFn launch, void *ctx, const ConfirmRule *rul
                 times[k][got[k]++] = c->ms;
             if (c->state == CAND_TIMED) /* a FAILED one stays failed: never picked */
                 c->ms = median(times[k], got[k]);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        Cand *c = &s->c[which[k]];
+        c->lo_ms = c->hi_ms = times[k][0];
+        for (int j = 1; j < got[k]; j++) {
+            c->lo_ms = times[k][j] < c->lo_ms ? times[k][j] : c->lo_ms;
+            c->hi_ms = times[k][j] > c->hi_ms ? times[k][j] : c->hi_ms;
         }
     }
     s->confirmed = n;

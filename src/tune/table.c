@@ -37,9 +37,12 @@ static void print_row(FILE *out, Program **v, const Cand *c, int rank, double be
         char vs[16] = "-";
         if (program > 0)
             snprintf(vs, sizeof vs, "%.2f", c->ms / program);
-        fprintf(out, "%4s  %-24s %-8s %10.4f ms %8.2f %10s %10.4f ms  %s\n", r,
+        char spread[48] = "";
+        if (c->hi_ms > 0)
+            snprintf(spread, sizeof spread, "[%.4f, %.4f]  ", c->lo_ms, c->hi_ms);
+        fprintf(out, "%4s  %-24s %-8s %10.4f ms %8.2f %10s %10.4f ms  %s%s\n", r,
                 vname(v[c->variant]), knob_name(c->knob), c->ms, c->ms / best, vs, c->pred_ms,
-                note);
+                spread, note);
     } else if (c->state == CAND_PRUNED) {
         fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %10.4f ms  %s\n", r, vname(v[c->variant]),
                 knob_name(c->knob), "pruned", "", "", c->pred_ms, note);
@@ -47,6 +50,19 @@ static void print_row(FILE *out, Program **v, const Cand *c, int rank, double be
         fprintf(out, "%4s  %-24s %-8s %13s%s%s\n", r, vname(v[c->variant]), knob_name(c->knob),
                 c->verdict, c->why[0] ? ": " : "", c->why);
     }
+}
+
+/* After the best: the confirmed candidates whose times overlap its own
+ * (search_ties), at most 4 named */
+static void print_ties(FILE *out, Program **v, const Search *s)
+{
+    int *tie = xcalloc((size_t)s->n + 1, sizeof *tie), n = search_ties(s, tie);
+    for (int k = 0; k < n && k < 4; k++)
+        fprintf(out, "%s%s/%s", k ? ", " : ", its times overlap those of ",
+                vname(v[s->c[tie[k]].variant]), knob_name(s->c[tie[k]].knob));
+    if (n > 4)
+        fprintf(out, " and %d more", n - 4);
+    free(tie);
 }
 
 void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
@@ -64,7 +80,8 @@ void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
             failed, s->launches, s->launches == 1 ? "" : "s");
     if (s->confirmed)
         fprintf(out, "confirmed: the %d candidates within %.0f %% (or %.3f ms) of the best timed "
-                "%d times each, in %d more round%s; each row's time the median of its times\n",
+                "%d times each, in %d more round%s; each row's time the median of its times, "
+                "[the least, the most] after the prediction\n",
                 s->confirmed, 100 * s->confirm_margin, s->confirm_floor_ms, s->confirm_times,
                 s->confirm_rounds, s->confirm_rounds == 1 ? "" : "s");
     fprintf(out, "%4s  %-24s %-8s %13s %8s %10s %13s\n", "rank", "schedule", "knobs", "time",
@@ -85,6 +102,7 @@ void table_point(FILE *out, Program **v, const Search *s, const char *sizes)
     fprintf(out, "best at %s: %s with knobs %s", sizes, vname(v[b->variant]), knob_name(b->knob));
     if (program > 0)
         fprintf(out, ", %.2fx the program's speed", program / b->ms);
+    print_ties(out, v, s);
     fprintf(out, "\n");
 }
 

@@ -112,6 +112,8 @@ typedef struct {
     int variant, knob;
     double pred_ms;  /* the cost model's */
     double ms;       /* measured, when TIMED */
+    double lo_ms, hi_ms; /* search_confirm: the least and the most of its times
+                            (0: timed once) */
     int state;
     int must;        /* always timed (the program's fastest predicted) */
     char verdict[16], why[256];
@@ -165,6 +167,10 @@ int search_replay(const Search *done, double factor, int *launches, int *timed);
  * keeps the median of its times, and one failing in a round is FAILED. 0,
  * or -1 with the launch's message. */
 enum { CONFIRM_MAX_ROUNDS = 10 };
+/* The confirmed candidates whose times overlap the best's (each one's
+ * least at most the other's most: their order is within the timer's
+ * spread), the fastest first, into which (room for s->n); how many */
+int search_ties(const Search *s, int *which);
 typedef struct {
     int rounds;
     double margin, floor_ms;

@@ -89,12 +89,14 @@ tune_expect "--exhaustive --prune 1.1" "^pruning at 1.1 would pick paper with kn
 COCONET_TUNE_FAKE=$TMP/confirm.times coco tune examples/adam.coco --ranks 4 --sizes N=2^20 \
     --exhaustive --launch-cost 0
 tune_expect "confirmed: the median wins" "^best at N=1048576: paper with knobs push"
-tune_expect "confirmed: what the table says" "^confirmed: the 2 candidates within 5 % \(or 0.002 ms\) of the best timed 3 times each, in 2 more rounds; each row's time the median of its times$"
-tune_expect "confirmed: the median in the row" "^ +2 +paper +nccl +0.0500 ms"
+tune_expect "confirmed: what the table says" "^confirmed: the 2 candidates within 5 % \(or 0.002 ms\) of the best timed 3 times each, in 2 more rounds; each row's time the median of its times, \[the least, the most\] after the prediction$"
+tune_expect "confirmed: the median in the row, and its spread" "^ +2 +paper +nccl +0.0500 ms .* \[0.0300, 0.0500\]"
+tune_expect "confirmed: the best's times overlap another's" "^best at N=1048576: paper with knobs push, [0-9.]+x the program's speed, its times overlap those of paper/nccl$"
 COCONET_TUNE_FAKE=$TMP/confirm.times coco tune examples/adam.coco --ranks 4 --sizes N=2^20 \
     --exhaustive --launch-cost 0 --confirm 0
 tune_expect "--confirm 0: the first time wins" "^best at N=1048576: paper with knobs nccl"
 if grep -q '^confirmed:' "$TMP/out"; then bad "tune: --confirm 0 confirmed"; else ok; fi
+if grep -q 'its times overlap' "$TMP/out"; then bad "tune: --confirm 0: a spread without confirmation"; else ok; fi
 # larger sizes: checked at N = 1008 first, where paper fails under push; it
 # is never chosen (the recorded best at 2^24 is paper push, 0.383 ms); a
 # launch of 1.5 s (3 s with the check point's): at 2^28 some candidates cost

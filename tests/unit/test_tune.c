@@ -385,6 +385,12 @@ static void test_confirm(void)
     check(q.firsts[1] != q.firsts[2], "each round starts from another candidate");
     check(!q.confirming[0] && q.confirming[1] && q.confirming[2] && !s.confirming,
           "the confirming rounds' launches say so (their candidates timed alone), the first not");
+    int tie[8];
+    check(s.c[1].lo_ms == 0.040 && s.c[1].hi_ms == 0.060 && s.c[2].lo_ms == 0.041 &&
+              s.c[2].hi_ms == 0.041 && s.c[0].hi_ms == 0,
+          "confirmed: each one's least and most time kept; the others none");
+    check(search_ties(&s, tie) == 1 && tie[0] == 1,
+          "the best (0.041 every time) lies within the other's times (0.040 to 0.060): a tie");
     search_free(&s);
     /* a candidate failing in a confirming round is never picked */
     seq_reset(&q);
@@ -427,6 +433,8 @@ static void test_confirm(void)
     search_confirm(&s, seq_launch, &q, &rule, err, sizeof err);
     check(s.confirmed == 0, "no floor: 13 % above is not confirmed");
     search_confirm(&s, seq_launch, &q, &floored, err, sizeof err);
+    int none_tied[8];
+    check(search_ties(&s, none_tied) == 0, "none confirmed (each timed once): no tie");
     check(s.confirmed == 2 && q.taken[2] == 3 && q.taken[0] == 1 && s.confirm_floor_ms == 0.002,
           "a floor of 0.002 ms: 0.0158 against 0.0140 confirmed, 0.0200 not");
     search_free(&s);
