@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COCO_RT_ABI 5
+#define COCO_RT_ABI 6
 #define COCO_RT_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct CocoRt CocoRt;
@@ -152,6 +152,14 @@ typedef struct CocoRtApi {
      * the peer copy to the next GPU when there are two or more. 0, or -1
      * with a message. */
     int (*limits)(int local_rank, CocoRtLimits *l, char *err, size_t errlen);
+    /* Host memory that the runtime's copies fill at the link's full speed
+     * (pinned: cudaHostAlloc), for the rank's result buffers, which it keeps
+     * from one variant to the next: a copy into pageable memory went at
+     * about 7 GB/s (0.41 s of each candidate of a tune at 2^28). NULL when
+     * none can be had (the rank then takes malloc's). Between open and
+     * close; host_free takes what host_alloc gave. */
+    void *(*host_alloc)(CocoRt *rt, size_t bytes);
+    void (*host_free)(CocoRt *rt, void *p);
 } CocoRtApi;
 
 typedef const CocoRtApi *(*coco_rt_api_fn)(void);

@@ -379,6 +379,24 @@ static void rt_close(CocoRt *rt, int abort)
     free(rt);
 }
 
+/* Pinned host memory for the rank's result buffers (CocoRtApi.host_alloc);
+ * a failed allocation leaves no error behind for a later check to find */
+static void *rt_host_alloc(CocoRt *rt, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void rt_host_free(CocoRt *rt, void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
 static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
 {
     CocoRt *rt = calloc(1, sizeof *rt);
@@ -434,7 +452,9 @@ const CocoRtApi *coco_rt_api(void);
 
 const CocoRtApi *coco_rt_api(void)
 {
-    static const CocoRtApi api = {COCO_RT_ABI, rt_unique_id, rt_open,          rt_run,
-                                  rt_close,    rt_describe,  rt_machine_key, rt_measure_limits};
+    static const CocoRtApi api = {COCO_RT_ABI,       rt_unique_id,  rt_open,
+                                  rt_run,            rt_close,      rt_describe,
+                                  rt_machine_key,    rt_measure_limits, rt_host_alloc,
+                                  rt_host_free};
     return &api;
 }

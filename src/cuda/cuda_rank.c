@@ -185,17 +185,30 @@ typedef struct {
  * runtime copies every byte of each result, so nothing of the variant
  * before can remain. A request takes the smallest free buffer that fits;
  * when none fits, the largest free one is let go first, so the pool holds
- * no more buffers than one variant uses at once. */
+ * no more buffers than one variant uses at once. The buffers are the
+ * runtime's pinned memory where it gives some (CocoRtApi.host_alloc: the
+ * copies into them run at the link's speed), else malloc's. */
 typedef struct {
     void *p;
     size_t bytes;
-    int busy;
+    int busy, pinned;
 } Kept;
 
 static struct {
     Kept *k;
     int n;
+    const CocoRtApi *api; /* the runtime of the pinned buffers, while open */
+    CocoRt *rt;
 } result_pool;
+
+static void kept_free(Kept *k)
+{
+    if (k->pinned)
+        result_pool.api->host_free(result_pool.rt, k->p);
+    else
+        free(k->p);
+    k->p = NULL;
+}
 
 static void *result_buffer(size_t bytes)
 {
@@ -211,7 +224,7 @@ static void *result_buffer(size_t bytes)
     }
     if (!fit) {
         if (spare) {
-            free(spare->p);
+            kept_free(spare);
             fit = spare;
         } else {
             Kept *grown = xcalloc((size_t)result_pool.n + 1, sizeof *grown);
@@ -222,7 +235,10 @@ static void *result_buffer(size_t bytes)
             fit = &result_pool.k[result_pool.n++];
         }
         fit->bytes = bytes ? bytes : 1;
-        fit->p = xmalloc(fit->bytes);
+        fit->p = result_pool.api ? result_pool.api->host_alloc(result_pool.rt, fit->bytes) : NULL;
+        fit->pinned = fit->p != NULL;
+        if (!fit->p)
+            fit->p = xmalloc(fit->bytes);
     }
     fit->busy = 1;
     return fit->p;
@@ -235,12 +251,20 @@ static void result_release(void *p)
             result_pool.k[i].busy = 0;
 }
 
+/* Every buffer let go (before the runtime closes), and the runtime forgotten */
 static void result_pool_free(void)
 {
     for (int i = 0; i < result_pool.n; i++)
-        free(result_pool.k[i].p);
+        kept_free(&result_pool.k[i]);
     free(result_pool.k);
     memset(&result_pool, 0, sizeof result_pool);
+}
+
+/* The runtime the pool's buffers come from, once it is open */
+static void result_pool_open(const CocoRtApi *api, CocoRt *rt)
+{
+    result_pool.api = api;
+    result_pool.rt = rt;
 }
 
 static void host_free(Host *h)
@@ -683,6 +707,7 @@ static CocoRt *rank_open(const CudaJob *job, const CocoRtApi *api, const CudaRan
         cuda_emit_error(emit, ctx, rank, err);
         return NULL;
     }
+    result_pool_open(api, rt);
     if (getenv("COCONET_TRACE"))
         fprintf(stderr, "coconet trace: rank %d: launch: opening %.3f s\n", rank,
                 seconds_now() - t0);

@@ -27,7 +27,8 @@
  * the entry point's context as the real runtime's do; with FAKE_RT_KNOBS
  * set, each run appends "pid PID rank R NAME fused F chunks C" to the file
  * it names (-1: the variant's knob unset), and " alone" for a variant timed
- * alone, so that a test sees them per variant, and which process ran them.
+ * alone, so that a test sees them per variant, and which process ran them;
+ * and a line for each result buffer the rank takes from host_alloc.
  * A variant timed alone (time_only) runs once, its guards checked, nothing
  * copied back and no repeat run, as the real runtime's.
  *
@@ -322,12 +323,30 @@ static int limits(int local_rank, CocoRtLimits *l, char *err, size_t errlen)
     return 0;
 }
 
+/* Host memory for the rank's result buffers: malloc's; with FAKE_RT_KNOBS
+ * set, each allocation appends "pid PID host_alloc BYTES" to its file */
+static void *host_alloc(CocoRt *rt, size_t bytes)
+{
+    const char *path = getenv("FAKE_RT_KNOBS");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "pid %ld host_alloc %zu\n", (long)getpid(), bytes);
+        fclose(f);
+    }
+    return malloc(bytes ? bytes : 1);
+}
+
+static void host_free(CocoRt *rt, void *p)
+{
+    free(p);
+}
+
 const CocoRtApi *coco_rt_api(void);
 
 const CocoRtApi *coco_rt_api(void)
 {
-    static CocoRtApi api = {COCO_RT_ABI, unique_id, rt_open, rt_run, rt_close, describe,
-                            machine,     limits};
+    static CocoRtApi api = {COCO_RT_ABI, unique_id, rt_open, rt_run,    rt_close,
+                            describe,    machine,   limits,  host_alloc, host_free};
     const char *m = getenv("FAKE_RT_MODE");
     if (m && !strcmp(m, "abi"))
         api.abi = COCO_RT_ABI + 100;

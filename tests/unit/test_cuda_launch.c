@@ -861,6 +861,8 @@ static void test_ranks_rounds(void)
     report_free(&rep);
     int runs2 = knob_log_pids(log, at, pid2, &at);
     check(runs1 == 6 && runs2 == 2, "rounds: each round ran its variants on both ranks");
+    check(log_lines_with(log, 0, " host_alloc ") > 0,
+          "rounds: the ranks' result buffers come from the runtime's host_alloc");
     /* round 3: the same, timed alone (a "TIME" round: tune's confirmation) */
     long from = at, pid3[2];
     view.time_only = 1;
