@@ -238,27 +238,36 @@ int check_guards(CocoRt *rt, Buffers *b, int late, CocoRtFault *f)
 /* ---- the repeat run's comparison ---- */
 
 /* Device bytes `dev` against the host copy of the checked run, in chunks
- * through the pinned stage; the first difference goes to *f. */
+ * through the pinned stage's two halves: the next chunk's copy runs while
+ * this one is compared; the first difference goes to *f. */
 static int compare_back(CocoRt *rt, const void *dev, const void *host, size_t bytes, int output,
                         int input, CocoRtFault *f)
 {
-    for (size_t done = 0; done < bytes && f->kind == COCO_RT_FAULT_NONE;) {
-        size_t n = bytes - done < STAGE ? bytes - done : STAGE;
-        CUDA_OK(rt, cudaMemcpyAsync(rt->stage, (const char *)dev + done, n,
-                                    cudaMemcpyDeviceToHost, rt->stream));
+    const size_t half = STAGE / 2;
+    unsigned char *buf[2] = {rt->stage, rt->stage + half};
+    size_t first = bytes < half ? bytes : half;
+    if (first && f->kind == COCO_RT_FAULT_NONE)
+        CUDA_OK(rt, cudaMemcpyAsync(buf[0], dev, first, cudaMemcpyDeviceToHost, rt->stream));
+    for (size_t done = 0, k = 0; done < bytes && f->kind == COCO_RT_FAULT_NONE; k ^= 1) {
+        size_t n = bytes - done < half ? bytes - done : half, next = done + n;
         if (wait_gpu(rt, rt->stream, NULL, "copying the repeat run's results back"))
-            return -1;
-        const unsigned char *first = (const unsigned char *)host + done;
-        if (memcmp(rt->stage, first, n)) {
+            return -1; /* chunk k is in buf[k]; nothing else in flight */
+        size_t m = bytes - next < half ? bytes - next : half;
+        if (m)
+            CUDA_OK(rt, cudaMemcpyAsync(buf[k ^ 1], (const char *)dev + next, m,
+                                        cudaMemcpyDeviceToHost, rt->stream));
+        const unsigned char *got = buf[k], *want = (const unsigned char *)host + done;
+        if (memcmp(got, want, n)) {
             size_t i = 0;
-            while (rt->stage[i] == first[i])
+            while (got[i] == want[i])
                 i++;
             *f = (CocoRtFault){COCO_RT_FAULT_REPEAT, output, input, 0, 0, (long long)(done + i),
-                               (long long)bytes, rt->stage[i], first[i]};
+                               (long long)bytes, got[i], want[i]};
         }
-        done += n;
+        done = next;
     }
-    return 0;
+    /* a copy still in flight (a difference stopped the loop) ends here */
+    return wait_gpu(rt, rt->stream, NULL, "copying the repeat run's results back");
 }
 
 /* Input i's value (member by member when scattered) against the checked
