@@ -12,10 +12,18 @@
 #      self_attention: speed of light, compute workload, warp states.
 # Under $OUT: summary-new.md, summary-base.md, the reports and ncu's in
 # logs.tgz, ncu.txt (the lines that matter); a short table last.
-# Variables: COMMIT, BASE (the base's commit, for the tables), ITERS (50).
+# Variables: COMMIT, BASE (the base's commit, for the tables), ITERS (50),
+# PROGRAMS and POWS (bench/one_gpu.sh's optimizers and sizes beside the
+# layers in step 2; none by default). The base may be this tree with one
+# setting changed, e.g. COCO_ONE_RANK_BLOCKS (rt/kernels/coco_lsa.cuh):
+#   git archive HEAD | tar -x -C build/base
+#   sed -i 's/define COCO_ONE_RANK_BLOCKS 2/define COCO_ONE_RANK_BLOCKS 4/' \
+#       build/base/rt/kernels/coco_lsa.cuh
 # shellcheck source=bench/device/lease.sh
 . bench/device/lease.sh
 ITERS=${ITERS:-50}
+PROGRAMS=${PROGRAMS:- }
+POWS=${POWS:- }
 lease_logs logs
 [ -f build/base/Makefile ] || { echo "build/base is missing: carry BASE's files there"; exit 2; }
 lease_make
@@ -30,8 +38,8 @@ for tree in new base; do
         COCONET_HOME=$PWD COCONET_CACHE=$PWD/build/cache ./coconet run examples/self_attention.coco \
             $A --schedule $s --build-only >/dev/null 2>&1 &
     done
-    PROGRAMS=" " POWS=" " B_SIZES=8 BUILD_ONLY=1 COCONET_HOME=$PWD COCONET_CACHE=$PWD/build/cache \
-        sh bench/one_gpu.sh "$W/build-$tree" >/dev/null 2>&1
+    PROGRAMS=$PROGRAMS POWS=$POWS B_SIZES=8 BUILD_ONLY=1 COCONET_HOME=$PWD \
+        COCONET_CACHE=$PWD/build/cache sh bench/one_gpu.sh "$W/build-$tree" >/dev/null 2>&1
     wait) &
 done
 wait
@@ -41,7 +49,7 @@ for tree in new base; do
     [ $tree = base ] && dir=build/base
     torch=0
     [ $tree = new ] && torch=1
-    (cd $dir && PROGRAMS=" " POWS=" " B_SIZES=8 ITERS=$ITERS ARGS=--breakdown TORCH=$torch \
+    (cd $dir && PROGRAMS=$PROGRAMS POWS=$POWS B_SIZES=8 ITERS=$ITERS ARGS=--breakdown TORCH=$torch \
         COCONET_HOME=$PWD COCONET_CACHE=$PWD/build/cache timeout "$(left 200)" \
         sh bench/one_gpu.sh "$W/$tree" >"$W/one-gpu-$tree.out" 2>&1)
     cp "$W/$tree/summary.md" "$OUT/summary-$tree.md" 2>/dev/null
