@@ -700,19 +700,21 @@ static const char *launches(int n)
     return n == 1 ? "launch" : "launches";
 }
 
-/* The last line: the time, the launches, and where the time went */
-static void print_summary(FILE *out, const TuneTimer *t, double total_s)
+/* The last line: the time, the launches, and where the time went (close_s:
+ * the ranks' exit, waited for at the end) */
+static void print_summary(FILE *out, const TuneTimer *t, double total_s, double close_s)
 {
     double rest = total_s - t->build_s - t->prepare_s - t->launch_s[SLOT_CHECK] -
-                  t->launch_s[SLOT_POINT];
+                  t->launch_s[SLOT_POINT] - close_s;
     char built[64];
     snprintf(built, sizeof built, t->built ? "%d by nvcc" : "from the cache", t->built);
     fprintf(out, "tune: %.1f s, %d %s of the ranks: building %.1f s (%s), CPU reference and "
-            "inputs %.1f s, checking %.1f s (%d %s), timing %.1f s (%d %s), the rest %.1f s\n",
+            "inputs %.1f s, checking %.1f s (%d %s), timing %.1f s (%d %s), closing the ranks "
+            "%.1f s, the rest %.1f s\n",
             total_s, t->launches, launches(t->launches), t->build_s, built, t->prepare_s,
             t->launch_s[SLOT_CHECK], t->slot_launches[SLOT_CHECK],
             launches(t->slot_launches[SLOT_CHECK]), t->launch_s[SLOT_POINT],
-            t->slot_launches[SLOT_POINT], launches(t->slot_launches[SLOT_POINT]),
+            t->slot_launches[SLOT_POINT], launches(t->slot_launches[SLOT_POINT]), close_s,
             rest > 0 ? rest : 0);
 }
 
@@ -742,9 +744,12 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     double t0 = tune_now_s();
     if (!rc)
         rc = run_tune(&tu, base, err, errlen);
-    if (tu.t) {
-        print_summary(out, tu.t, tune_now_s() - t0);
+    if (tu.t) { /* the ranks gone first: their exit is part of the time */
+        TuneTimer spent = *tu.t;
+        double c0 = tune_now_s();
         tu.t->free(tu.t);
+        double now = tune_now_s();
+        print_summary(out, &spent, now - t0, now - c0);
     }
     if (log)
         fclose(log);

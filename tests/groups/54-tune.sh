@@ -69,7 +69,7 @@ tune_expect "at 2^20, a launch weighed: the summary" "^tune: [0-9.]+ s, 1 launch
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --launch-cost 0
 tune_expect "at 2^20" "^best at N=1048576: paper with knobs nccl"
 tune_expect "at 2^20: pruned" "59 candidates .*: 39 timed, 20 pruned, 0 failed, in 2 rounds"
-tune_expect "at 2^20: the summary (2 rounds on ranks started once)" "^tune: [0-9.]+ s, 1 launch of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(1 launch\)"
+tune_expect "at 2^20: the summary (2 rounds on ranks started once)" "^tune: [0-9.]+ s, 1 launch of the ranks: building [0-9.]+ s \(from the cache\), CPU reference and inputs [0-9.]+ s, checking [0-9.]+ s \(0 launches\), timing [0-9.]+ s \(1 launch\), closing the ranks [0-9.]+ s, the rest [0-9.]+ s$"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --prune 1.1
 tune_expect "--prune 1.1" "^best at N=1048576: paper with knobs push"
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20 --exhaustive --launch-cost 0
