@@ -289,9 +289,9 @@ typedef struct {
                                    beyond the model's reach cost less than that (0 or
                                    negative: none weighed, pruning as `prune` says; the
                                    ranks stay up from one round to the next) */
-    int confirm;                /* rounds that time the candidates within 5 % of a point's
-                                   best again, each keeping the median of its times (0: 2;
-                                   negative: none) */
+    int confirm;                /* rounds that time the candidates within 5 % (or 0.002 ms)
+                                   of a point's best again, each keeping the median of its
+                                   times (0: 2; negative: none) */
 } coco_tune_options;
 /* 0 done, 1 failed (message in err), 2 bad options (message in err) */
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
