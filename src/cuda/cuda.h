@@ -30,6 +30,7 @@ int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, si
  * running a tool with a time limit); no CUDA ---- */
 enum { CUDA_PATH_MAX = 1024 };
 #define FNV_INIT 14695981039346656037ULL
+#define FNV_PRIME 1099511628211ULL
 uint64_t fnv1a(uint64_t h, const void *data, size_t n);
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 typedef struct {

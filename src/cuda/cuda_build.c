@@ -33,7 +33,7 @@ uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
-        h *= 1099511628211ULL;
+        h *= FNV_PRIME;
     }
     return h;
 }

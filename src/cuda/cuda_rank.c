@@ -442,7 +442,7 @@ static uint64_t chunk_hash(const void *data, size_t n)
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, sizeof w);
-        h = (h ^ w) * 0x100000001b3ULL;
+        h = (h ^ w) * FNV_PRIME;
         h ^= h >> 32;
     }
     return fnv1a(h, b + i, n - i);
