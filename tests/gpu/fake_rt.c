@@ -43,6 +43,7 @@
  * (tests/python/test_session.py). */
 #define _DEFAULT_SOURCE
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,16 +230,28 @@ static int breakdown(CocoRt *rt, coco_cuda_run_fn run, const CocoRtVariant *v, v
     return 0;
 }
 
-/* FAKE_RT_KNOBS: the variant's own knobs, a line a run */
-static void log_knobs(const CocoRt *rt, const CocoRtVariant *v)
+/* A line "pid PID ..." appended to the file FAKE_RT_KNOBS names, if set */
+static void knob_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void knob_log(const char *fmt, ...)
 {
     const char *path = getenv("FAKE_RT_KNOBS");
     FILE *f = path && *path ? fopen(path, "a") : NULL;
     if (!f)
         return;
-    fprintf(f, "pid %ld rank %d %s fused %d chunks %d%s\n", (long)getpid(), rt->rank, v->name,
-            v->fused_algo, v->overlap_chunks, v->time_only ? " alone" : "");
+    fprintf(f, "pid %ld ", (long)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
     fclose(f);
+}
+
+/* FAKE_RT_KNOBS: the variant's own knobs, a line a run */
+static void log_knobs(const CocoRt *rt, const CocoRtVariant *v)
+{
+    knob_log("rank %d %s fused %d chunks %d%s", rt->rank, v->name, v->fused_algo,
+             v->overlap_chunks, v->time_only ? " alone" : "");
 }
 
 static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err,
@@ -327,12 +340,7 @@ static int limits(int local_rank, CocoRtLimits *l, char *err, size_t errlen)
  * set, each allocation appends "pid PID host_alloc BYTES" to its file */
 static void *host_alloc(CocoRt *rt, size_t bytes)
 {
-    const char *path = getenv("FAKE_RT_KNOBS");
-    FILE *f = path && *path ? fopen(path, "a") : NULL;
-    if (f) {
-        fprintf(f, "pid %ld host_alloc %zu\n", (long)getpid(), bytes);
-        fclose(f);
-    }
+    knob_log("host_alloc %zu", bytes);
     return malloc(bytes ? bytes : 1);
 }
 
