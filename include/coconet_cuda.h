@@ -123,6 +123,9 @@ typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);
 typedef size_t (*coco_cuda_workspace_fn)(const coco_cuda_ctx *ctx, const long *size);
 typedef int (*coco_lsa_open_fn)(void *world, int blocks, void **devcomm, char *err, size_t errlen);
 typedef void (*coco_lsa_close_fn)(void *world, void *devcomm);
+/* Reads a zeroed device buffer of `bytes` on `stream`: the L2 emptied of
+ * other lines (COCONET_COLD_L2=1); non-zero when the launch failed */
+typedef int (*coco_l2_clear_fn)(void *buf, size_t bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -246,7 +246,8 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own);
  * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
  * host waited for the ranks' line-up, the way runs were timed before they
- * started behind it on the GPU: run.c's timed_run); and
+ * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
+ * L2 emptied before each timed run: run.c's clear_l2); and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
@@ -278,7 +279,8 @@ int rt_read_knobs(CocoRt *rt)
     return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
            env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
            env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias) ||
-           env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start);
+           env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start) ||
+           env_flag(rt, "COCONET_COLD_L2", &rt->cold_l2);
 }
 
 /* The device communicator of the one-kernel fused collectives, made by the
@@ -367,6 +369,7 @@ static void rt_close(CocoRt *rt, int abort)
             cublasLtDestroy(rt->lt);
         cudaFree(rt->lt_workspace);
         cudaFree(rt->barrier);
+        cudaFree(rt->l2_buffer);
         cudaFreeHost(rt->stage);
         if (rt->stream)
             cudaStreamDestroy(rt->stream);

@@ -60,6 +60,9 @@ struct CocoRt {
     long fused_oneshot_bytes, fused_push_bytes, fused_push_round;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int host_start;      /* COCONET_TIME_HOST_START=1: a timed run starts after the host's wait */
+    int cold_l2;         /* COCONET_COLD_L2=1: the L2 emptied before each timed run */
+    void *l2_buffer;     /* zeros, read to empty it (run.c's clear_l2), made at its first use */
+    size_t l2_buffer_bytes;
     int nccl_built, nccl_loaded;
     char gpu[320];
     char *err;           /* where the current call's message goes */

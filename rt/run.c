@@ -1,8 +1,8 @@
 /* run.c: running one variant on one rank: its entry points found in the
  * generated code, the context (the runtime's knobs, or the variant's own)
  * and arguments set up, one checked run whose
- * results are copied back, timed runs (CUDA events, inputs restored and
- * ranks lined up before each), then a repeat run compared with the checked
+ * results are copied back, timed runs (CUDA events, inputs restored, the
+ * L2 emptied with COCONET_COLD_L2=1, and ranks lined up before each), then a repeat run compared with the checked
  * one, and the guard bytes checked (slab.c); or, for a variant timed alone
  * (time_only), the timed runs and the guard bytes only. */
 #include "rt_internal.h"
@@ -135,6 +135,32 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
     return wait_gpu(rt, rt->stream, NULL, "copying the results back");
 }
 
+/* COCONET_COLD_L2=1: the L2 emptied before a timed run, by the generated
+ * code's coco_l2_clear over a zeroed buffer twice its size (made at the
+ * first call). The run then finds its inputs in memory, not in the L2 where
+ * the restore left them, as a step of a longer program would; its time no
+ * longer depends on where in the L2 they landed (at P = 1 and 2^20 one
+ * variant's time moved up to 17 % from process to process with them there:
+ * bench/results/2026-11-27-h200x4-b.md). `coconet tune` sets it. */
+static int clear_l2(CocoRt *rt)
+{
+    coco_l2_clear_fn clear = (coco_l2_clear_fn)(size_t)dlsym(rt->so, "coco_l2_clear");
+    if (!clear)
+        return rt_error(rt, "COCONET_COLD_L2=1: the generated code has no coco_l2_clear");
+    if (!rt->l2_buffer) {
+        int l2 = 0;
+        CUDA_OK(rt, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, rt->device));
+        size_t bytes = 2 * (size_t)(l2 > 0 ? l2 : 1 << 20);
+        CUDA_OK(rt, cudaMalloc(&rt->l2_buffer, bytes));
+        CUDA_OK(rt, cudaMemsetAsync(rt->l2_buffer, 0, bytes, rt->stream));
+        rt->l2_buffer_bytes = bytes;
+    }
+    if (clear(rt->l2_buffer, rt->l2_buffer_bytes, rt->stream))
+        return rt_error(rt, "COCONET_COLD_L2=1: the kernel emptying the L2 did not start: %s",
+                        cudaGetErrorString(cudaGetLastError()));
+    return 0;
+}
+
 /* Restore the inputs, line the ranks up, then one run between two events.
  * The start event follows the line-up (a one-element AllReduce) in the
  * stream, and the host queues the run behind it without waiting: every
@@ -145,7 +171,7 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
  * line-up before it records the start, the way runs were timed before. */
 static int timed_run(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, float *ms)
 {
-    if (restore_inputs(rt, v, b))
+    if (restore_inputs(rt, v, b) || (rt->cold_l2 && clear_l2(rt)))
         return -1;
     NCCL_OK(rt, ncclAllReduce(rt->barrier, rt->barrier, 1, ncclFloat, ncclSum, rt->world,
                               rt->stream));

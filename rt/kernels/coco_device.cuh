@@ -670,6 +670,37 @@ static inline int coco_is_half(int t)
     return t == COCO_FP16 || t == COCO_BF16;
 }
 
+#ifndef COCO_PART_NO_TABLES
+// ---- the L2 emptied before a timed run, for the runtime (COCONET_COLD_L2=1,
+// rt/run.c): every thread reads its share of a zeroed buffer twice the L2's
+// size, so that the lines the run's inputs left there are evicted, and the
+// buffer's clean ones take their place (the run evicts those without writing
+// them back). The store never happens (the buffer holds zeros); it keeps the
+// loads.
+static __global__ void coco_l2_clear_kernel(const uint4 *__restrict__ buf, size_t n,
+                                            unsigned *sink)
+{
+    unsigned any = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = buf[i];
+        any |= v.x | v.y | v.z | v.w;
+    }
+    if (any)
+        *sink = any;
+}
+
+extern "C" int coco_l2_clear(void *buf, size_t bytes, void *stream)
+{
+    size_t n = bytes / sizeof(uint4);
+    if (n < 2)
+        return 0;
+    coco_l2_clear_kernel<<<1024, 512, 0, (cudaStream_t)stream>>>((const uint4 *)buf, n - 1,
+                                                  (unsigned *)((uint4 *)buf + n - 1));
+    return cudaGetLastError() != cudaSuccess;
+}
+#endif
+
 #include "coco_vec.cuh"
 #include "coco_lsa.cuh"
 #include "coco_overlap.cuh"

@@ -15,7 +15,10 @@
  * communicators while the tuner goes on; they are waited for before the
  * slot's next ranks start, or at the end, beside the other slot's. The
  * environment's COCONET_FUSED and COCONET_OVERLAP_CHUNKS are cleared
- * (knob_clear_env): the runtime's defaults are the `default` set.
+ * (knob_clear_env): the runtime's defaults are the `default` set; its
+ * COCONET_COLD_L2 is set to 1 unless given: every timed run starts with the
+ * L2 emptied of its inputs (rt/run.c's clear_l2), so that a candidate's time
+ * does not depend on where they landed in it.
  * No CUDA call is made in this process. The verdicts and times are the
  * run's (report_verdict): the slowest rank's median of --iters timed runs
  * after 3 warm-up runs. Two points may be open at once (slots): the check
@@ -220,6 +223,10 @@ TuneTimer *timer_cuda_new(const TimerConfig *cfg, char *err, size_t errlen)
     CudaTimer *c = xcalloc(1, sizeof *c);
     c->cfg = *cfg;
     knob_clear_env(); /* the ranks' defaults: the `default` knob set */
+    const char *cold = getenv("COCONET_COLD_L2");
+    if (!cold || !*cold)
+        setenv("COCONET_COLD_L2", cold = "1", 1);
+    c->t.cold_l2 = !strcmp(cold, "1");
     char e[2048];
     if (cuda_build_setup(&c->build, cfg->timeout_s, e, sizeof e)) {
         snprintf(err, errlen, "%s", e);

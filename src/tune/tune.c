@@ -741,6 +741,9 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     }
     if (!rc && !o->plan && !(tu.t = make_timer(o, log, err, errlen)))
         rc = 1;
+    if (tu.t && tu.t->cold_l2)
+        fprintf(out, "timed runs start with the L2 emptied of their inputs (COCONET_COLD_L2=1; "
+                "=0 leaves them there)\n");
     double t0 = tune_now_s();
     if (!rc)
         rc = run_tune(&tu, base, err, errlen);

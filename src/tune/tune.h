@@ -73,6 +73,7 @@ struct TuneTimer {
     int nccl;           /* NCCL_VERSION_CODE the code is built against */
     TuneLimits limits;  /* the runtime's, once a timed launch has reported them */
     int launches;       /* launches made */
+    int cold_l2;        /* the ranks empty the L2 before each timed run (COCONET_COLD_L2) */
     /* where the time went (tune's summary): generating and building the code
      * (nvcc builds made: `built`, the others found in the cache), the CPU
      * reference and the inputs, and the launches of each slot (the check
