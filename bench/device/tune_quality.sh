@@ -8,12 +8,15 @@
 #      then bench/tune.sh WARM over WARM_WORKLOADS (when set: warm.md);
 #   2. bench/tune.sh's EXH and PRUNED parts over OPT at N = 2^k for k in
 #      POWS, in TURNS: gpu1, host1, gpu2, host2 (host: with
-#      COCONET_TIME_HOST_START=1; every turn in the same build cache);
+#      COCONET_TIME_HOST_START=1; warm: with COCONET_COLD_L2=0, the inputs
+#      left in the L2 as before tune emptied it; every turn in the same
+#      build cache);
 #   3. the same at N = 2^BIG_POW over BIG (unless BIG is empty), while the
 #      deadline allows.
 # Under $OUT: one summary a turn (warm.md, gpu1.md, host1.md, gpu2.md,
-# host2.md, big.md), turns.md (bench/tune_turns.py over the GPU-start turns,
-# when there are two or more: each candidate at its median over the turns)
+# host2.md, big.md), turns.md (bench/tune_turns.py over the GPU-start turns
+# with a cold L2, when there are two or more: each candidate at its median
+# over the turns; turns-warm.md: the same over the warm turns)
 # and logs.tgz (each turn's tune.log and tune-runs.tgz:
 # every tune's table). Variables: P (4), OPT ("adam lamb"), POWS ("20 24"),
 # WARM_WORKLOADS (none), TURNS ("gpu1 host1 gpu2 host2"), BIG (adam),
@@ -57,17 +60,26 @@ turn() {
 for t in $TURNS; do
     case $t in
     host*) turn "$t" "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_TIME_HOST_START=1 ;;
+    warm*) turn "$t" "$OPT" "$POWS" "${TUNE_MAX:-120}" COCONET_COLD_L2=0 ;;
     *) turn "$t" "$OPT" "$POWS" "${TUNE_MAX:-120}" ;;
     esac
 done
 [ -n "$BIG" ] && [ "$(left)" -gt 60 ] && turn big "$BIG" "$BIG_POW" "${TUNE_MAX:-200}"
 gpu_turns=
+warm_turns=
 for t in $TURNS; do
-    case $t in host*) ;; *) gpu_turns="$gpu_turns $TW/$t" ;; esac
+    case $t in
+    host*) ;;
+    warm*) warm_turns="$warm_turns $TW/$t" ;;
+    *) gpu_turns="$gpu_turns $TW/$t" ;;
+    esac
 done
 # shellcheck disable=SC2086 # the turns' folders: words
 [ "$(echo $gpu_turns | wc -w)" -ge 2 ] && python3 bench/tune_turns.py $gpu_turns >"$OUT/turns.md"
-for f in warm $TURNS big turns; do
+# shellcheck disable=SC2086 # the turns' folders: words
+[ "$(echo $warm_turns | wc -w)" -ge 2 ] &&
+    python3 bench/tune_turns.py $warm_turns >"$OUT/turns-warm.md"
+for f in warm $TURNS big turns turns-warm; do
     [ -f "$OUT/$f.md" ] || continue
     echo "== $f"
     grep '^| [a-z]' "$OUT/$f.md"
