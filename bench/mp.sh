@@ -22,6 +22,10 @@
 # beside NCCL's all_reduce; pipeline_linear may be added: its MatMul is
 # K = H), PIPE_SIZES (B of the pipeline: "1 2"), PIPE_S
 # (2048), PIPE_H (12288), DTYPES ("fp16 bf16"), ITERS (timed runs, 20),
+# OL_CHUNKS ("2 4": ol_MM_fuse_RS_C_AG of self_attention and mlp run again
+# with COCONET_OVERLAP_CHUNKS at each value, checked as the others, its rows
+# named ol_MM_fuse_RS_C_AG/chunksC; the summary's ol column takes the
+# fastest of its chunk counts, as `coconet tune` would; "": none),
 # REFERENCE (coconet's --reference: program, the default, checks every
 # schedule against the program's CPU run; none: times only, rows "unchecked"),
 # DEADLINE (seconds from the start after which no run starts, 450: the rest
@@ -56,6 +60,8 @@ PIPE_H=${PIPE_H:-12288}
 DTYPES=${DTYPES:-fp16 bf16}
 ITERS=${ITERS:-20}
 REFERENCE=${REFERENCE:-program}
+OL_CHUNKS=${OL_CHUNKS-2 4}
+OL=ol_MM_fuse_RS_C_AG
 DEADLINE=${DEADLINE:-450}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
@@ -235,6 +241,7 @@ say "building the generated code ($JOBS at once)"
 pids=
 n=0
 broken=" " # LAYER-DTYPE whose build failed: not run
+chunked() { case $1 in self_attention | mlp) return 0 ;; *) return 1 ;; esac; }
 # built PIDS: waits for the builds PIDS ("pid:LAYER-DTYPE ..."), noting failures
 built() {
     for pj in $1; do
@@ -251,6 +258,14 @@ for l in $LAYERS; do
             --backend cuda --ranks "$P" $(group_args "$l") --build-only >"$W/runs/build-$l-$d.txt" 2>&1 &
         pids="$pids $!:$l-$d"
         n=$((n + 1))
+        if [ -n "$OL_CHUNKS" ] && chunked "$l"; then # its own source: the one schedule
+            # shellcheck disable=SC2046 # the options' words
+            timeout "$BUILD_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") \
+                --all-schedules --schedule $OL --backend cuda --ranks "$P" --build-only \
+                >"$W/runs/build-$l-$d-ol.txt" 2>&1 &
+            pids="$pids $!:$l-$d-ol"
+            n=$((n + 1))
+        fi
         if [ $n -ge "$JOBS" ]; then
             built "$pids"
             pids=
@@ -333,6 +348,28 @@ for d in $DTYPES; do
                 fail "$l $d B=$b: $(status $rc): $(awk -F'|' '$11 != "bitwise" && $11 != "rounding" { printf "%s:%s ", $9, $11 }' "$W/rows.tmp")($rel in mp-logs.tgz)"
             fi
             say "$l $d B=$b: $nrows variants, $(status $rc)"
+            chunked "$l" || continue
+            for c in $OL_CHUNKS; do
+                case $broken in *" $l-$d-ol "*) continue ;; esac
+                # shellcheck disable=SC2046 # the options' words
+                set -- run "$f" $(defs "$l" "$b") --all-schedules --schedule $OL --backend cuda \
+                    --ranks "$P" --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
+                say "COCONET_OVERLAP_CHUNKS=$c $COCONET $*"
+                COCONET_OVERLAP_CHUNKS=$c timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" \
+                    >"$W/run.out" 2>"$W/run.err"
+                rc=$?
+                { echo "==== COCONET_OVERLAP_CHUNKS=$c $COCONET $*"; cat "$W/run.out"
+                  echo "---- stderr"; cat "$W/run.err"; echo "exit status $rc"; } \
+                    >"$W/runs/$l-$d-B$b-chunks$c.txt"
+                cat "$W/runs/$l-$d-B$b-chunks$c.txt" >>"$LOG"
+                rows "$l" "$b" "$d" "$W/run.out" | grep "|$OL|" |
+                    sed "s/|$OL|/|$OL\/chunks$c|/" >"$W/rows.tmp"
+                cat "$W/rows.tmp" >>"$RAW"
+                if [ ! -s "$W/rows.tmp" ] || [ $rc -ne 0 ]; then
+                    fail "$l $d B=$b, $OL with $c chunks: $(status $rc) (runs/$l-$d-B$b-chunks$c.txt in mp-logs.tgz)"
+                fi
+                say "$l $d B=$b: $OL with $c chunks, $(status $rc)"
+            done
         done
     done
 done

@@ -151,7 +151,7 @@ def mp_table(rows):
         return []
     head = ["layer", "dtype", "P", "B", "K", "Megatron", "MatMul", "AllReduce", "pointwise",
             "max(MM,AR)", "best coconet", "ms", "speedup"] + MP_NAMED + [
-            "ol / max(MM,AR)", "async TP layer", "failed"]
+            "ol's variant", "ol / max(MM,AR)", "async TP layer", "failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k, s in sizes.items():
         layer, b, _, _, kk, p, _, dtype = k
@@ -165,6 +165,7 @@ def mp_table(rows):
                  best["variant"] if best else "NA", fmt(number(best["ms"])) if best else "NA",
                  speedup(s.megatron, number(best["ms"])) if best else "NA"]
         cells += [s.cell(n) for n in MP_NAMED]
+        cells += [ol["variant"] if ol else "NA"]
         cells += ["NA" if bound is None or ol_ms is None else f"{ol_ms / bound:.2f}",
                   fmt(s.torch.get("torch_async_tp_layer")),
                   " ".join(f"{r['variant']}:{r['check']}" for r in s.bad) or "-"]
@@ -224,7 +225,8 @@ def summary(rows):
     mp = mp_table(rows)
     if mp:
         out += ["Model-parallel layers (ms; speedup = Megatron / ms; goals: "
-                "ol(MM,fuse(RS-C-AG)) >= 1.5x and ol / max(MM,AR) <= 1.15, MM-AR-C >= 1.0x):", ""]
+                "ol(MM,fuse(RS-C-AG)) >= 1.5x and ol / max(MM,AR) <= 1.15, MM-AR-C >= 1.0x; "
+                "ol: the fastest of its rows, e.g. its chunk counts, named in ol's variant):", ""]
         out += mp + [""]
     pipe = pipe_table(rows)
     if pipe:

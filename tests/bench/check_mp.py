@@ -124,8 +124,13 @@ def check_merge(tmp, raw):
     torch_raw = os.path.join(tmp, "raw-torch.txt")
     with open(torch_raw, "w") as f:
         f.write(TORCH)
+    # bench/mp.sh's run of ol with 2 chunks (OL_CHUNKS): faster than the
+    # unchunked row, so the ol column's
+    chunks_raw = os.path.join(tmp, "raw-chunks.txt")
+    with open(chunks_raw, "w") as f:
+        f.write(f"{MLP_PRE}|fp16|ol_MM_fuse_RS_C_AG/chunks2|0.450|rounding|ol(MM,fuse(RS-C-AG))\n")
     out, summ = os.path.join(tmp, "mp.csv"), os.path.join(tmp, "summary.md")
-    p = run([PY, "bench/mp_merge.py", raw, torch_raw, "-o", out, "--summary", summ])
+    p = run([PY, "bench/mp_merge.py", raw, torch_raw, chunks_raw, "-o", out, "--summary", summ])
     check(p.returncode == 0, f"mp_merge.py: status {p.returncode}: {p.stderr}")
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -143,12 +148,14 @@ def check_merge(tmp, raw):
     check(notes == ["ol(RS,fuse(C-P2P),AG)"], f"mp_merge.py: a notation with commas: {notes}")
     text = p.stdout
     check(text == open(summ).read(), "mp_merge.py: --summary differs from what it printed")
-    # mlp: best good variant ol_MM_fuse_RS_C_AG (the WRONG 0.3 left out), 2x;
-    # ol / max(MM, AR) = 0.5 / 0.4; MM-AR-C 1.25x; failed ones listed
+    # mlp: best good variant ol_MM_fuse_RS_C_AG with 2 chunks (the WRONG 0.3
+    # left out), 2.22x; ol the fastest of its rows, named; ol / max(MM, AR) =
+    # 0.45 / 0.4; MM-AR-C 1.25x; failed ones listed
     mlp = [l for l in text.splitlines() if l.startswith("| mlp |")]
     want = ("| mlp | fp16 | 4 | 8 | 12288 | 1.000 | 0.200 | 0.400 | 0.250 | 0.400 | "
-            "ol_MM_fuse_RS_C_AG | 0.500 | 2.00x | 0.800 (1.25x) | 0.700 (1.43x) | 0.500 (2.00x) | "
-            "1.25 | NA | MM_fuse_RS_C_AG:WRONG ol_MM_AR_C:FAILED |")
+            "ol_MM_fuse_RS_C_AG/chunks2 | 0.450 | 2.22x | 0.800 (1.25x) | 0.700 (1.43x) | "
+            "0.450 (2.22x) | ol_MM_fuse_RS_C_AG/chunks2 | "
+            "1.12 | NA | MM_fuse_RS_C_AG:WRONG ol_MM_AR_C:FAILED |")
     check(mlp == [want], f"mp_merge.py: the mlp line\n  got  {mlp}\n  want {[want]}")
     pipe = [l for l in text.splitlines() if l.startswith("| fp16 | 4 | 2 | 2 |")]
     want = ("| fp16 | 4 | 2 | 2 | 2048 | 12288 | 5.000 | 2.000 | 0.500 | 2.500 | paper | 1.000 | "
