@@ -31,7 +31,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,44 +340,6 @@ static int traced(const CocoRt *rt, const char *step, int rc, double *since)
     return rc;
 }
 
-/* One communicator destroyed (or aborted) on a thread of its own */
-typedef struct {
-    const CocoRt *rt;
-    ncclComm_t comm;
-    int abort;
-    const char *what;
-} Closing;
-
-static void *close_comm(void *arg)
-{
-    Closing *c = arg;
-    double t = now_s();
-    c->abort ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm);
-    traced(c->rt, c->what, 0, &t);
-    return NULL;
-}
-
-/* GROUP, the windows' communicator and WORLD closed at once, a thread each
- * (NCCL allows calls on different communicators from different threads):
- * one after the other they took 1.0 s at the end of a tune
- * (bench/results/2026-11-27-h200x4-b.md), each waiting for every rank.
- * Where a thread cannot start, that one is closed here. */
-static void close_comms(CocoRt *rt, int abort)
-{
-    Closing c[3] = {{rt, rt->group, abort, "close: the GROUP communicator"},
-                    {rt, rt->world_window, abort, "close: the windows' communicator"},
-                    {rt, rt->world, abort, "close: the WORLD communicator"}};
-    pthread_t th[3];
-    int started[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++)
-        if (c[i].comm && !(started[i] = !pthread_create(&th[i], NULL, close_comm, &c[i])))
-            close_comm(&c[i]);
-    for (int i = 0; i < 3; i++)
-        if (started[i])
-            pthread_join(th[i], NULL);
-    rt->group = rt->world_window = rt->world = NULL;
-}
-
 static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
@@ -389,8 +350,20 @@ static void rt_close(CocoRt *rt, int abort)
         close_lsa(rt);
         traced(rt, "close: the slab, its window and the device communicator", 0, &t);
     }
-    close_comms(rt, abort);
-    traced(rt, "close: the communicators", 0, &t);
+    /* each traced: at the end of a tune the three took 1.0 s together
+     * (bench/results/2026-11-27-h200x4-b.md), the ranks' last cost */
+    if (rt->group) {
+        abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
+        traced(rt, "close: the GROUP communicator", 0, &t);
+    }
+    if (rt->world_window) {
+        abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
+        traced(rt, "close: the windows' communicator", 0, &t);
+    }
+    if (rt->world) {
+        abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
+        traced(rt, "close: the WORLD communicator", 0, &t);
+    }
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */
         if (rt->lt)
             cublasLtDestroy(rt->lt);
