@@ -493,9 +493,12 @@ static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 // (__launch_bounds__(512, COCO_LSA_MIN_BLOCKS(P))): over several ranks 2, as
 // many as the LSA barriers take (the runtime's lsa_blocks: 2 an SM); with one
 // rank no barrier limits them, and COCO_ONE_RANK_BLOCKS may ask for more: 4
-// leaves 32 registers a thread (full occupancy) where the layers' one-rank
-// kernel takes 64 at 2, with 20 bytes of spill (ptxas, sm_90:
-// bench/results/2026-11-27-h200x4-b.md). 2 until that is measured.
+// leaves 32 registers a thread where the layers' one-rank kernel takes 64 at
+// 2, with 20 bytes of spill. Measured on one H100 (Nsight Compute,
+// bench/results/2026-11-27-h200x4-c.md): 4 raised the achieved occupancy from
+// 44 to 76 % but not the speed (self-attention's kernel 66.8 us against
+// 64.9, Adam's at 2^28 2.72 ms against 2.65): the kernel is bound by the
+// instructions it issues, not by the loads in flight. So 2.
 #ifndef COCO_ONE_RANK_BLOCKS
 #define COCO_ONE_RANK_BLOCKS 2
 #endif
