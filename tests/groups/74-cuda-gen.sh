@@ -79,8 +79,8 @@ if command -v nvcc >/dev/null 2>&1; then
         $COCONET run tests/gpu/host.coco --backend cuda --ranks 1 --build-only >"$TMP/parts.out" 2>&1; then
         so=$(ls "$cache"/*.so | head -n 1)
         syms=$(nm -D --defined-only "$so" | awk '$3 ~ /^coco_/ { print $3 }' | sort | paste -sd' ' -)
-        want="coco_lsa_close coco_lsa_open coco_nccl_version coco_output_alias coco_run__fused"
-        want="$want coco_run__program coco_schedule_names coco_window_inputs__fused"
+        want="coco_l2_clear coco_lsa_close coco_lsa_open coco_nccl_version coco_output_alias"
+        want="$want coco_run__fused coco_run__program coco_schedule_names coco_window_inputs__fused"
         want="$want coco_window_inputs__program coco_window_outputs__fused coco_window_outputs__program"
         want="$want coco_workspace__fused coco_workspace__program"
         left=$(ls "$cache" | grep -c '\.part[0-9]*\.')
