@@ -222,6 +222,12 @@ __device__ __forceinline__ float coco_narrow(double x, int t)
     return (float)coco_round(x, t);
 }
 
+// The same from a float (exact): one rounding of the same value, the same bits
+__device__ __forceinline__ float coco_narrow(float x, int t)
+{
+    return coco_roundf(x, t);
+}
+
 // ---- the counter-based generator of src/rng.c ----
 __device__ __forceinline__ uint64_t coco_mix(uint64_t z)
 {

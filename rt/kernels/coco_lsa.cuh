@@ -52,6 +52,7 @@
 #pragma once
 
 #include <nccl_device.h>
+#include <type_traits>
 
 // COCO_FUSED_*: include/coconet_cuda.h
 
@@ -101,17 +102,40 @@ template <> struct CocoLsaBarrierOf<1> {
 
 template <int P> using CocoLsaBarrier = typename CocoLsaBarrierOf<P>::type;
 
-// acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double.
-template <int V, int T, int P>
-__device__ __forceinline__ void coco_lsa_fold(const CocoRaw<T> (*x)[V], int op, double *acc)
+// A reduction's accumulator (the generated code's l<id>[V]): a double, in
+// which the P > 1 values are combined in rank order and rounded once; with one
+// rank the value itself, held in a float where that is exact (FP16, BF16,
+// FP32): the same bits without converting to double and back, which cost
+// the one-rank kernels conversions an element (bench/results/2026-11-27-h200x4-c.md).
+template <int P, int T>
+using CocoLsaAcc = typename std::conditional<P == 1 && T != COCO_FP64, float, double>::type;
+
+// Element v of x as an accumulator of type A
+template <class A, int T>
+__device__ __forceinline__ A coco_lsa_value(const CocoRaw<T> *x, int v)
+{
+    if constexpr (std::is_same<A, float>::value)
+        return coco_ldf(x, v, T);
+    else
+        return coco_ld(x, v, T);
+}
+
+// acc[v] = the reduction of x[q][v] over q = 0..P-1, in rank order, in double
+// (with one rank: x[0][v] in A, CocoLsaAcc).
+template <int V, int T, int P, class A>
+__device__ __forceinline__ void coco_lsa_fold(const CocoRaw<T> (*x)[V], int op, A *acc)
 {
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        double a = coco_ld(x[0], v, T);
+        if constexpr (P == 1) {
+            acc[v] = coco_lsa_value<A, T>(x[0], v);
+        } else {
+            double a = coco_ld(x[0], v, T);
 #pragma unroll
-        for (int q = 1; q < P; q++)
-            a = coco_red_step(op, a, coco_ld(x[q], v, T));
-        acc[v] = a;
+            for (int q = 1; q < P; q++)
+                a = coco_red_step(op, a, coco_ld(x[q], v, T));
+            acc[v] = a;
+        }
     }
 }
 
@@ -130,9 +154,9 @@ struct CocoLdAligned {
 // U = 0: all P loads are issued before the first sum; U = 1: one peer's at a
 // time (fewer registers, fewer loads in flight: ctx->fused_peers). The same
 // bits either way: the sums are made in the same order.
-template <class L, int V, int T, int P, int U>
+template <class L, int V, int T, int P, int U, class A>
 __device__ __forceinline__ void coco_lsa_reduce_with(ncclWindow_t win, size_t off, long base,
-                                                     long i0, long n, int op, double *acc)
+                                                     long i0, long n, int op, A *acc)
 {
     if constexpr (U == 0) {
         alignas(16) CocoRaw<T> x[P][V];
@@ -149,14 +173,17 @@ __device__ __forceinline__ void coco_lsa_reduce_with(ncclWindow_t win, size_t of
                                  x);
 #pragma unroll
             for (int v = 0; v < V; v++)
-                acc[v] = q ? coco_red_step(op, acc[v], coco_ld(x, v, T)) : coco_ld(x, v, T);
+                if constexpr (P == 1)
+                    acc[v] = coco_lsa_value<A, T>(x, v);
+                else
+                    acc[v] = q ? coco_red_step(op, acc[v], coco_ld(x, v, T)) : coco_ld(x, v, T);
         }
     }
 }
 
-template <int V, int T, int P, int U>
+template <int V, int T, int P, int U, class A>
 __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, long base, long i0,
-                                                long n, int op, double *acc)
+                                                long n, int op, A *acc)
 {
     coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
 }

@@ -400,9 +400,9 @@ struct CocoLdAny {
     }
 };
 
-template <int V, int T, int P, int U>
+template <int V, int T, int P, int U, class A>
 __device__ __forceinline__ void coco_lsa_reduce_any(ncclWindow_t win, size_t off, long base,
-                                                    long i0, long n, int op, double *acc)
+                                                    long i0, long n, int op, A *acc)
 {
     coco_lsa_reduce_with<CocoLdAny, V, T, P, U>(win, off, base, i0, n, op, acc);
 }

@@ -362,7 +362,7 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     int bit = kn ? LSA_K1 : LSA_K0;
     if (kn == 0 && (l->need[rs->id] & LSA_K0)) {
         const char *t = emit_tname[x->type], *indent = "            ";
-        fprintf(o, "            double l%d[V];\n", rs->id);
+        fprintf(o, "            CocoLsaAcc<P, %s> l%d[V];\n", t, rs->id);
         if (push_allowed(l)) { /* from the local staging slots (coco_lsa.cuh, coco_scatter.cuh) */
             fprintf(o, "            if constexpr (PUSH)\n                ");
             if (l->scat >= 0)
