@@ -151,7 +151,15 @@ static int clear_l2(CocoRt *rt)
         int l2 = 0;
         CUDA_OK(rt, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, rt->device));
         size_t bytes = 2 * (size_t)(l2 > 0 ? l2 : 1 << 20);
-        CUDA_OK(rt, cudaMalloc(&rt->l2_buffer, bytes));
+        cudaError_t e = cudaMalloc(&rt->l2_buffer, bytes);
+        if (e != cudaSuccess) {
+            rt->l2_buffer = NULL;
+            cudaGetLastError(); /* not sticky: the device goes on */
+            return rt_error(rt, "COCONET_COLD_L2=1: no room on the GPU for the %zu MB that "
+                            "empty its L2 before each timed run (%s); COCONET_COLD_L2=0 "
+                            "times with the inputs left in the L2",
+                            bytes >> 20, cudaGetErrorString(e));
+        }
         CUDA_OK(rt, cudaMemsetAsync(rt->l2_buffer, 0, bytes, rt->stream));
         rt->l2_buffer_bytes = bytes;
     }
