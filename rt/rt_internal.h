@@ -62,6 +62,7 @@ struct CocoRt {
     int host_start;      /* COCONET_TIME_HOST_START=1: a timed run starts after the host's wait */
     int cold_l2;         /* COCONET_COLD_L2=1: the L2 emptied before each timed run */
     void *l2_buffer;     /* zeros, read to empty it (run.c's clear_l2), made at its first use */
+    coco_l2_clear_fn l2_clear; /* the generated code's reader of it, found then */
     size_t l2_buffer_bytes;
     int nccl_built, nccl_loaded;
     char gpu[320];

@@ -2,9 +2,10 @@
  * generated code, the context (the runtime's knobs, or the variant's own)
  * and arguments set up, one checked run whose
  * results are copied back, timed runs (CUDA events, inputs restored, the
- * L2 emptied with COCONET_COLD_L2=1, and ranks lined up before each), then a repeat run compared with the checked
- * one, and the guard bytes checked (slab.c); or, for a variant timed alone
- * (time_only), the timed runs and the guard bytes only. */
+ * L2 emptied with COCONET_COLD_L2=1, and ranks lined up before each), then
+ * a repeat run compared with the checked one, and the guard bytes checked
+ * (slab.c); or, for a variant timed alone (time_only), the timed runs and
+ * the guard bytes only. */
 #include "rt_internal.h"
 
 #include <dlfcn.h>
@@ -136,18 +137,19 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
 }
 
 /* COCONET_COLD_L2=1: the L2 emptied before a timed run, by the generated
- * code's coco_l2_clear over a zeroed buffer twice its size (made at the
- * first call). The run then finds its inputs in memory, not in the L2 where
- * the restore left them, as a step of a longer program would; its time no
- * longer depends on where in the L2 they landed (at P = 1 and 2^20 one
- * variant's time moved up to 17 % from process to process with them there:
- * bench/results/2026-11-27-h200x4-b.md). `coconet tune` sets it. */
+ * code's coco_l2_clear over a zeroed buffer twice its size (both found or
+ * made at the first call, kept in rt). The run then finds its inputs in
+ * memory, not in the L2 where the restore left them, as a step of a longer
+ * program would; its time no longer depends on where in the L2 they landed
+ * (at P = 1 and 2^20 one variant's time moved up to 17 % from process to
+ * process with them there: bench/results/2026-11-27-h200x4-b.md).
+ * `coconet tune` sets it. */
 static int clear_l2(CocoRt *rt)
 {
-    coco_l2_clear_fn clear = (coco_l2_clear_fn)(size_t)dlsym(rt->so, "coco_l2_clear");
-    if (!clear)
-        return rt_error(rt, "COCONET_COLD_L2=1: the generated code has no coco_l2_clear");
     if (!rt->l2_buffer) {
+        rt->l2_clear = (coco_l2_clear_fn)(size_t)dlsym(rt->so, "coco_l2_clear");
+        if (!rt->l2_clear)
+            return rt_error(rt, "COCONET_COLD_L2=1: the generated code has no coco_l2_clear");
         int l2 = 0;
         CUDA_OK(rt, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, rt->device));
         size_t bytes = 2 * (size_t)(l2 > 0 ? l2 : 1 << 20);
@@ -163,7 +165,7 @@ static int clear_l2(CocoRt *rt)
         CUDA_OK(rt, cudaMemsetAsync(rt->l2_buffer, 0, bytes, rt->stream));
         rt->l2_buffer_bytes = bytes;
     }
-    if (clear(rt->l2_buffer, rt->l2_buffer_bytes, rt->stream))
+    if (rt->l2_clear(rt->l2_buffer, rt->l2_buffer_bytes, rt->stream))
         return rt_error(rt, "COCONET_COLD_L2=1: the kernel emptying the L2 did not start: %s",
                         cudaGetErrorString(cudaGetLastError()));
     return 0;
