@@ -159,6 +159,9 @@ int cuda_job_fits(Program **variants, int nv, const coco_cuda_options *o, char *
                   size_t errlen);
 int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_options *o,
                      char *err, size_t errlen);
+/* A view's variants timed alone (1: time_only, and so unchecked) or not:
+ * the launcher's "TIME" round and the rank's reading of it */
+void cuda_job_time_alone(CudaJob *view, int alone);
 void cuda_job_free(CudaJob *job);
 /* What the ranks said, gathered: rows[v * nranks + rank]. */
 typedef struct {

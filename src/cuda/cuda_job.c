@@ -312,6 +312,12 @@ int cuda_job_prepare(CudaJob *job, Program **variants, int nv, const coco_cuda_o
     return 0;
 }
 
+void cuda_job_time_alone(CudaJob *view, int alone)
+{
+    view->time_only = alone;
+    view->unchecked |= alone;
+}
+
 void cuda_job_free(CudaJob *job)
 {
     for (int i = 0; i < job->nv; i++) {

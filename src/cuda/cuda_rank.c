@@ -809,8 +809,7 @@ static int parse_round(const CudaJob *job, char *cmd, CudaJob *view, char **name
     if (n < 1 || n > 1 << 20)
         return -1;
     *view = *job;
-    view->time_only = cmd[0] == 'T';
-    view->unchecked |= view->time_only;
+    cuda_job_time_alone(view, cmd[0] == 'T');
     view->v = xcalloc((size_t)n, sizeof *view->v);
     view->nv = n;
     for (int k = 0; k < n; k++) {

@@ -161,8 +161,7 @@ static int cuda_measure(TuneTimer *t, int slot, const int *which, const int *kno
     CudaJob view;
     char (*labels)[MAXNAME + 16] = xcalloc((size_t)n, sizeof *labels);
     make_view(&c->job[slot], which, knob, n, &view, labels);
-    view.time_only = retime; /* a "TIME" round: no checked run, copy back, hashes or repeat */
-    view.unchecked |= retime;
+    cuda_job_time_alone(&view, retime); /* "TIME": no checked run, copy back, hashes, repeat */
     double t0 = tune_now_s();
     Report rep;
     report_init(&rep, view.base->nranks, n);
