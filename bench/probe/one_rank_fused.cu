@@ -2,9 +2,10 @@
 // kernel runs slower than the elementwise kernel of the same chain
 // (dropout(x + b, 0.1) + r, FP16; issue 20). Both kernels are coconet's own,
 // cut from `coconet gen --all-schedules` of examples/self_attention.coco
-// (paper's v1_f0, MM_AR_C's v2_k0) into the included file; each is timed
-// alone with the launch shapes below, beside variants of the fused kernel's
-// loop, and every output is compared with the elementwise kernel's.
+// (paper's v1_f0 and its one-rank form v1_f0_one, MM_AR_C's v2_k0) into the
+// included file; each is timed alone with the launch shapes below, beside
+// variants of the fused kernel's loop, and every output is compared with
+// the elementwise kernel's.
 //   bench/probe/one_rank_fused.sh   (cuts the kernels, builds, runs)
 #include "coco_device.cuh"
 #include "coco_scatter.cuh"
@@ -120,7 +121,7 @@ int main()
             same = memcmp(got.data(), ref.data(), bytes) == 0;
             CK(cudaMemset(y, 0, bytes));
         }
-        printf("| %-52s | %8.4f | %6.0f | %s |\n", name, med, moved / (med * 1e-3) / 1e9,
+        printf("| %-62s | %8.4f | %6.0f | %s |\n", name, med, moved / (med * 1e-3) / 1e9,
                check ? (same ? "same bits" : "DIFFERENT") : "reference");
         return 0;
     };
@@ -147,6 +148,10 @@ int main()
          [&] { fused(dim3((unsigned)((n / 8 + 511) / 512)), dim3(512)); }, true, must_move);
     time("fused v1_f0<8,1>, coco_grid_vec x 256",
          [&] { fused(coco_grid_vec(n, 8), dim3(256)); }, true, must_move);
+    time("one-rank form v1_f0_one<8,1>, coco_grid_vec x 256 (generated)", [&] {
+        v1_f0_one<8, 1><<<coco_grid_vec(n, 8), 256>>>(dc, (ncclWindow_t)0, n, n, ck, it, seed, 0,
+                                                      (size_t)x, (size_t)y, 0, r, b, hb, h7, 1);
+    }, true, must_move);
     time("restrict loop, 2 x SMs x 512",
          [&] { k_fused_restrict<8, 1><<<2 * sms, 512>>>(n, x, r, b, lm1, lg7, seed, y); }, true, must_move);
     time("restrict loop, two steps' loads first, 2 x SMs x 512",

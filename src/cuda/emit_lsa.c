@@ -52,7 +52,11 @@
  *
  * One rank takes the same kernels' instance for P = 1: its only part, its
  * own buffers (addresses for offsets), no barrier, no device communicator
- * (coco_lsa.cuh); one instance whatever the algorithm asked. */
+ * (coco_lsa.cuh); one instance whatever the algorithm asked. A fusion of
+ * one kernel over contiguous operands also gets an elementwise form for
+ * one rank (<v>_f<f>_one), which the launch takes when the whole tensor
+ * goes at once (no overlap chunks): the same step over every element,
+ * launched as the elementwise kernels are (emit_one_rank_kernel). */
 #include "cuda/emit_lsa.h"
 
 #include <stdlib.h>
@@ -565,18 +569,21 @@ static void emit_loop_head(Emitter *e, const Lsa *l, int round, const int *zs, i
     emit_free(e, ids);
 }
 
-/* The element loop of kernel kn; round: of round r only (emit_rounds). */
-static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *ins, int nin,
-                      const int *zs, int nz)
+/* Part `part`'s bounds: elements [base, base + n) of the whole, it the
+ * part's shape (language.md 6). */
+static void emit_part_bounds(Emitter *e)
+{
+    fprintf(e->o, "        const long base = part * cs;\n"
+                  "        const long n = coco_lsa_part_n(part, cs, nall);\n"
+                  "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
+                  "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
+}
+
+/* One step of kernel kn's element loop: elements [i0, lim) of the part,
+ * loaded, computed and stored. */
+static void emit_step(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
 {
     FILE *o = e->o;
-    /* part q: elements [q*cs, min(nall, (q+1)*cs)) of the whole (language.md 6) */
-    fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n"
-               "        const long base = part * cs;\n"
-               "        const long n = coco_lsa_part_n(part, cs, nall);\n"
-               "        it.dim[0] = coco_part_len(it.gdim[0], P, part);\n"
-               "        it.off[0] = coco_part_lo(it.gdim[0], P, part);\n");
-    emit_loop_head(e, l, round, zs, nz);
     emit_loads(e, l, kn, ins, nin);
     int coords = needs_coords(e, l, kn, ins, nin);
     for (int k = 0; k < nin && e->lin; k++)
@@ -589,6 +596,17 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *in
         emit_partials(e, l);
     fprintf(o, "            }\n");
     emit_stores(e, l, kn);
+}
+
+/* The element loop of kernel kn; round: of round r only (emit_rounds). */
+static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *ins, int nin,
+                      const int *zs, int nz)
+{
+    FILE *o = e->o;
+    fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n");
+    emit_part_bounds(e);
+    emit_loop_head(e, l, round, zs, nz);
+    emit_step(e, l, kn, ins, nin);
     fprintf(o, l->scat >= 0 ? "        });\n    }\n" : "        }\n    }\n");
 }
 
@@ -677,6 +695,19 @@ static int chunked(const Lsa *l)
     return !l->nred && l->scat < 0;
 }
 
+/* The lines before a kernel's loops that take LIN: the broadcast operands'
+ * lengths and the Dropouts' first indices (emit_common.c). */
+static void emit_lin_preamble(Emitter *e, const Lsa *l, int kn, const int *ins, int nin)
+{
+    fprintf(e->o, "    (void)lin;\n");
+    for (int k = 0; k < nin; k++)
+        if (lin_operand(e, l, kn, ins[k]))
+            emit_lin_count(e, ins[k]);
+    for (int k = 0; k < l->nm; k++)
+        if (nd(e, l->m[k])->op == O_DROPOUT && in_loop(l, nd(e, l->m[k]), kn))
+            emit_lin_base(e, l->m[k]);
+}
+
 static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins, int nin,
                         const int *zs, int nz)
 {
@@ -692,15 +723,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
                "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
-    if (e->lin) { /* the launch's choice (lsa_emit_launch), the instance's LIN */
-        fprintf(o, "    (void)lin;\n");
-        for (int k = 0; k < nin; k++)
-            if (lin_operand(e, l, kn, ins[k]))
-                emit_lin_count(e, ins[k]);
-        for (int k = 0; k < l->nm; k++)
-            if (nd(e, l->m[k])->op == O_DROPOUT && in_loop(l, nd(e, l->m[k]), kn))
-                emit_lin_base(e, l->m[k]);
-    }
+    if (e->lin) /* the launch's choice (lsa_emit_launch), the instance's LIN */
+        emit_lin_preamble(e, l, kn, ins, nin);
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
@@ -748,6 +772,39 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     e->lin = 0;
 }
 
+/* The one-rank form of a chunked() fusion's kernel: over one rank the
+ * ReduceScatter's sum is its operand and there is one part, the whole
+ * tensor, so kernel 0's step runs as an elementwise kernel's: a thread V
+ * elements a step, grid-stride, 256 threads a block over coco_grid_vec's
+ * grid, without the fused kernels' bound of two blocks of 512 an SM (its
+ * 64 registers) and without their aligned-step arithmetic. Same operands,
+ * same statements, so the same bits. Measured on one H100
+ * (bench/probe/one_rank_fused.cu, self-attention's chain at B = 8, S =
+ * 1024, H = 3072): the fused kernel's one-rank instance 0.0667 ms, the
+ * elementwise kernel of the same chain 0.0594. */
+static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
+                                 const int *zs, int nz)
+{
+    FILE *o = e->o;
+    e->lin = lin_param(e, l, ins, nin);
+    fprintf(o, "template <int V%s>\n__global__ void %s_f%d_one(", e->lin ? ", int LIN" : "", e->v, f);
+    emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
+    fprintf(o, ")\n{\n    constexpr int P = 1, ONESHOT = 0, U = 0, PUSH = 0;\n"
+               "    (void)ONESHOT;\n    (void)U;\n    (void)PUSH;\n    (void)dc;\n    (void)seed;\n"
+               "    (void)ck;\n    (void)rank;\n");
+    if (e->lin)
+        emit_lin_preamble(e, l, 0, ins, nin);
+    emit_scalars(e, l, 0);
+    fprintf(o, "    {\n        const int part = 0;\n");
+    emit_part_bounds(e);
+    fprintf(o, "        for (long i0 = (blockIdx.x * (long)blockDim.x + threadIdx.x) * V; i0 < n;\n"
+               "             i0 += (long)gridDim.x * blockDim.x * V) {\n"
+               "            const long lim = n;\n");
+    emit_step(e, l, 0, ins, nin);
+    fprintf(o, "        }\n    }\n}\n\n");
+    e->lin = 0;
+}
+
 static void emit_comment(Emitter *e, int f, const Lsa *l)
 {
     Program *p = e->p;
@@ -759,6 +816,26 @@ static void emit_comment(Emitter *e, int f, const Lsa *l)
             fprintf(e->o, " %s (line %d)", n->name, n->pos.line);
     }
     fputc('\n', e->o);
+}
+
+/* The one-rank elementwise form's launch for vector width v (lins: the
+ * LIN instances), when the whole tensor goes at once. */
+static void emit_go_one_rank(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
+                             const int *zs, int nz, int v, int lins)
+{
+    FILE *o = e->o;
+    fprintf(o, "    if (V == %d && P == 1 && ck.count == 1 && !ck.flag) {\n", v);
+    for (int lin = lins - 1; lin >= 0; lin--) {
+        if (lins == 2 && v > 1)
+            fprintf(o, lin ? "        if (lin)\n    " : "        else\n    ");
+        else if (lin)
+            continue; /* V = 1: the coordinates, whatever lin says */
+        fprintf(o, "        %s_f%d_one<%d%s><<<coco_grid_vec(nall, %d), 256, 0, st>>>(", e->v, f, v,
+                lins == 2 ? (lin ? ", 1" : ", 0") : "", v);
+        emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
+        fprintf(o, ");\n");
+    }
+    fprintf(o, "    } else\n");
 }
 
 /* The host's dispatch over the instances: _go launches the kernel(s). */
@@ -786,6 +863,8 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                         continue;
                     int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
                     fprintf(o, "#if COCO_HAS_P(%d)\n", peers[pi]);
+                    if (peers[pi] == 1 && chunked(l))
+                        emit_go_one_rank(e, f, l, ins, nin, zs, nz, v, lins);
                     if (peers[pi] == 1)
                         fprintf(o, "    if (V == %d && P == 1) {\n", v);
                     else
@@ -821,6 +900,8 @@ void lsa_emit_kernel(Emitter *e, int f)
     emit_comment(e, f, &l);
     for (int kn = 0; kn < (l.nred ? 2 : 1); kn++)
         emit_kernel(e, f, &l, kn, ins, nin, zs, nz);
+    if (chunked(&l))
+        emit_one_rank_kernel(e, f, &l, ins, nin, zs, nz);
     emit_go(e, f, &l, ins, nin, zs, nz);
     for (int k = 0; k < l.nm; k++)
         e->segment[l.m[k]] = saved[k];
