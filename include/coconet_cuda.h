@@ -84,6 +84,9 @@ typedef struct {
                                    barrier each); 0: one round; -1: 16 (coco_lsa_push_round) */
     int fused_vec;     /* 0: the widest vectors the buffers' alignment allows; 1: one element */
     int fused_peers;   /* peers' loads in flight when reducing: 0 all of them, 1 one */
+    int one_rank_fused; /* one rank, a fusion of one kernel over contiguous operands, the
+                           whole tensor at once: 0 its elementwise form (<v>_f<f>_one),
+                           1 the fused kernel's own one-rank instance */
     /* --breakdown: when mark is not NULL, the generated code calls it after
        each kernel launch and each library call it enqueues on `stream`
        (mark(marks, COCO_MARK_*, operation, program line, the call's text)),

@@ -278,6 +278,7 @@ int rt_read_knobs(CocoRt *rt)
     rt->fused_threads = (int)threads;
     return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
            env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
+           env_flag(rt, "COCONET_ONE_RANK_FUSED", &rt->one_rank_fused) ||
            env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias) ||
            env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start) ||
            env_flag(rt, "COCONET_COLD_L2", &rt->cold_l2);

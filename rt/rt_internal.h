@@ -56,6 +56,7 @@ struct CocoRt {
     void *lsa;           /* the generated code's ncclDevComm over world_window, or NULL */
     int fused_algo, fused_blocks, fused_threads; /* COCONET_FUSED_* (coconet_cuda.h) */
     int fused_vec, fused_peers;
+    int one_rank_fused;  /* COCONET_ONE_RANK_FUSED (coconet_cuda.h) */
     long overlap_chunks, overlap_sms; /* COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS */
     long fused_oneshot_bytes, fused_push_bytes, fused_push_round;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */

@@ -64,6 +64,7 @@ void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->lsa_comm = rt->lsa; /* the workspace's dry run asks coco_lsa_pushes */
     c->fused_vec = rt->fused_vec;
     c->fused_peers = rt->fused_peers;
+    c->one_rank_fused = rt->one_rank_fused;
     c->overlap_chunks = (int)rt->overlap_chunks;
     c->overlap_sms = (int)rt->overlap_sms;
 }

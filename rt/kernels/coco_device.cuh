@@ -228,6 +228,17 @@ __device__ __forceinline__ float coco_narrow(float x, int t)
     return coco_roundf(x, t);
 }
 
+// The same from a 16-bit value (a one-rank reduction's, CocoLsaAcc)
+__device__ __forceinline__ float coco_narrow(__half x, int t)
+{
+    return coco_roundf(__half2float(x), t);
+}
+
+__device__ __forceinline__ float coco_narrow(__nv_bfloat16 x, int t)
+{
+    return coco_roundf(__bfloat162float(x), t);
+}
+
 // ---- the counter-based generator of src/rng.c ----
 __device__ __forceinline__ uint64_t coco_mix(uint64_t z)
 {

@@ -104,18 +104,20 @@ template <int P> using CocoLsaBarrier = typename CocoLsaBarrierOf<P>::type;
 
 // A reduction's accumulator (the generated code's l<id>[V]): a double, in
 // which the P > 1 values are combined in rank order and rounded once; with one
-// rank the value itself, held in a float where that is exact (FP16, BF16,
-// FP32): the same bits without converting to double and back, which cost
-// the one-rank kernels conversions an element (bench/results/2026-11-27-h200x4-c.md).
+// rank the value itself, in its own type: the same bits, without converting
+// to double and back, which cost the one-rank kernels conversions an element
+// (bench/results/2026-11-27-h200x4-c.md), and without widening 16-bit values
+// to floats before their use, which cost the one-rank elementwise form 8
+// registers (coco_narrow takes every element type).
 template <int P, int T>
-using CocoLsaAcc = typename std::conditional<P == 1 && T != COCO_FP64, float, double>::type;
+using CocoLsaAcc = typename std::conditional<P == 1, CocoRaw<T>, double>::type;
 
 // Element v of x as an accumulator of type A
 template <class A, int T>
 __device__ __forceinline__ A coco_lsa_value(const CocoRaw<T> *x, int v)
 {
-    if constexpr (std::is_same<A, float>::value)
-        return coco_ldf(x, v, T);
+    if constexpr (std::is_same<A, CocoRaw<T>>::value)
+        return x[v];
     else
         return coco_ld(x, v, T);
 }
@@ -530,6 +532,15 @@ static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 #define COCO_ONE_RANK_BLOCKS 2
 #endif
 #define COCO_LSA_MIN_BLOCKS(P) ((P) == 1 ? COCO_ONE_RANK_BLOCKS : 2)
+
+// Blocks of 256 threads the one-rank elementwise form of a fused kernel
+// (emit_lsa.c, <v>_f<f>_one) is built to keep on one SM: 8, so at most 32
+// registers a thread and every thread slot of the SM filled, as the
+// elementwise kernels are (self-attention's chain needs 40 registers
+// unbounded).
+#ifndef COCO_ONE_RANK_FORM_BLOCKS
+#define COCO_ONE_RANK_FORM_BLOCKS 8
+#endif
 
 // Blocks and threads of a fused collective over n elements, V a thread: at
 // most lsa_blocks (or its share of COCO_ONE_RANK_BLOCKS with one rank), or

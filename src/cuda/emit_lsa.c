@@ -787,7 +787,8 @@ static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins
 {
     FILE *o = e->o;
     e->lin = lin_param(e, l, ins, nin);
-    fprintf(o, "template <int V%s>\n__global__ void %s_f%d_one(", e->lin ? ", int LIN" : "", e->v, f);
+    fprintf(o, "template <int V%s>\n__global__ void __launch_bounds__(256, COCO_ONE_RANK_FORM_BLOCKS) "
+               "%s_f%d_one(", e->lin ? ", int LIN" : "", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    constexpr int P = 1, ONESHOT = 0, U = 0, PUSH = 0;\n"
                "    (void)ONESHOT;\n    (void)U;\n    (void)PUSH;\n    (void)dc;\n    (void)seed;\n"
@@ -819,12 +820,13 @@ static void emit_comment(Emitter *e, int f, const Lsa *l)
 }
 
 /* The one-rank elementwise form's launch for vector width v (lins: the
- * LIN instances), when the whole tensor goes at once. */
+ * LIN instances), when the whole tensor goes at once and FORM (not
+ * ctx->one_rank_fused) allows it. */
 static void emit_go_one_rank(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                              const int *zs, int nz, int v, int lins)
 {
     FILE *o = e->o;
-    fprintf(o, "    if (V == %d && P == 1 && ck.count == 1 && !ck.flag) {\n", v);
+    fprintf(o, "    if (FORM && V == %d && P == 1 && ck.count == 1 && !ck.flag) {\n", v);
     for (int lin = lins - 1; lin >= 0; lin--) {
         if (lins == 2 && v > 1)
             fprintf(o, lin ? "        if (lin)\n    " : "        else\n    ");
@@ -845,7 +847,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
     FILE *o = e->o;
     int vmax = vector_width(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
     int lins = lin_param(e, l, ins, nin) ? 2 : 1; /* instances LIN = 0 and 1 */
-    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, dim3 grid, "
+    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, int FORM, dim3 grid, "
                "dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
@@ -1139,7 +1141,7 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     /* go(stream, push, grid, chunks): the kernels (chunks: emit_overlap.c's, or all at once) */
     fprintf(o, "        auto go = [&](cudaStream_t s, int push, dim3 g, CocoChunks ck) {\n"
                "            return %s_f%d_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, "
-               "push, g, block, s, ", e->v, f);
+               "push, !ctx->one_rank_fused, g, block, s, ", e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
     fprintf(o, ");\n        };\n");
     const char *push = push_allowed(&l) ? arena_printf(e->p->arena, "fpush%d", l.rs) : "0";
