@@ -183,11 +183,22 @@ __device__ __forceinline__ void coco_lsa_reduce_with(ncclWindow_t win, size_t of
     }
 }
 
-template <int V, int T, int P, int U, class A>
+// The loads of coco_ldv_in<1> (the one-rank elementwise form)
+struct CocoLdReadOnly {
+    template <int V, int T>
+    __device__ static __forceinline__ void ld(const void *p, long i0, long n, CocoRaw<T> *raw)
+    {
+        coco_ldv_in<1, V, T>(p, i0, n, raw);
+    }
+};
+
+// RO: coco_ldv_in's
+template <int V, int T, int P, int U, int RO = 0, class A>
 __device__ __forceinline__ void coco_lsa_reduce(ncclWindow_t win, size_t off, long base, long i0,
                                                 long n, int op, A *acc)
 {
-    coco_lsa_reduce_with<CocoLdAligned, V, T, P, U>(win, off, base, i0, n, op, acc);
+    using L = typename std::conditional<RO == 1, CocoLdReadOnly, CocoLdAligned>::type;
+    coco_lsa_reduce_with<L, V, T, P, U>(win, off, base, i0, n, op, acc);
 }
 
 // A part's element loop, thread by thread: steps j0 from -coco_lsa_shift
@@ -532,15 +543,6 @@ static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 #define COCO_ONE_RANK_BLOCKS 2
 #endif
 #define COCO_LSA_MIN_BLOCKS(P) ((P) == 1 ? COCO_ONE_RANK_BLOCKS : 2)
-
-// Blocks of 256 threads the one-rank elementwise form of a fused kernel
-// (emit_lsa.c, <v>_f<f>_one) is built to keep on one SM: 8, so at most 32
-// registers a thread and every thread slot of the SM filled, as the
-// elementwise kernels are (self-attention's chain needs 40 registers
-// unbounded).
-#ifndef COCO_ONE_RANK_FORM_BLOCKS
-#define COCO_ONE_RANK_FORM_BLOCKS 8
-#endif
 
 // Blocks and threads of a fused collective over n elements, V a thread: at
 // most lsa_blocks (or its share of COCO_ONE_RANK_BLOCKS with one rank), or

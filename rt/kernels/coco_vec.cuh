@@ -30,6 +30,22 @@ template <int B> __device__ __forceinline__ void coco_copy_bytes(void *dst, cons
     }
 }
 
+// The same copy from memory through the read-only data path (ld.global.nc)
+template <int B> __device__ __forceinline__ void coco_copy_bytes_ro(void *dst, const void *src)
+{
+    if constexpr (B >= 16) {
+#pragma unroll
+        for (int k = 0; k < B / 16; k++)
+            ((uint4 *)dst)[k] = __ldg((const uint4 *)src + k);
+    } else if constexpr (B == 8) {
+        *(uint2 *)dst = __ldg((const uint2 *)src);
+    } else if constexpr (B == 4) {
+        *(unsigned *)dst = __ldg((const unsigned *)src);
+    } else {
+        *(unsigned short *)dst = __ldg((const unsigned short *)src);
+    }
+}
+
 template <int T> using CocoRaw = typename CocoElem<T>::type;
 
 // The one-element paths of the loads and stores below: raw[v] = element
@@ -61,6 +77,22 @@ __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw
         coco_copy_bytes<V * (int)sizeof(CocoRaw<T>)>(raw, (const CocoRaw<T> *)p + i0);
     else
         coco_ld_each<V, T>(p, i0, n, raw);
+}
+
+// The same; RO = 1: its vectors through the read-only data path, for a
+// kernel in which each element is read by the thread that may later write
+// it and by no other, and that waits on nothing written while it runs (the
+// one-rank elementwise form of a fused kernel, emit_lsa.c): whatever the
+// non-coherent cache holds of a line, the elements a thread reads there are
+// not yet written. Measured: the loads the elementwise kernels take through
+// their __restrict__ parameters (bench/probe/one_rank_fused.cu).
+template <int RO, int V, int T>
+__device__ __forceinline__ void coco_ldv_in(const void *p, long i0, long n, CocoRaw<T> *raw)
+{
+    if (RO && V > 1 && i0 + V <= n)
+        coco_copy_bytes_ro<V * (int)sizeof(CocoRaw<T>)>(raw, (const CocoRaw<T> *)p + i0);
+    else
+        coco_ldv<V, T>(p, i0, n, raw);
 }
 
 // The same copy into memory (B a power of two, aligned), the 16- and 8-byte

@@ -378,16 +378,16 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
             fprintf(o, "            else\n");
             indent = "                ";
         }
-        fprintf(o, "%scoco_lsa_reduce%s<V, %s, P, U>(win, %s, %d, l%d);\n", indent, any(l), t,
-                at_window(e, l, x->id), (int)rs->redop, rs->id);
+        fprintf(o, "%scoco_lsa_reduce%s<V, %s, P, U%s>(win, %s, %d, l%d);\n", indent, any(l), t,
+                l->scat >= 0 ? "" : ", RO", at_window(e, l, x->id), (int)rs->redop, rs->id);
     }
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
         if (n->op == O_SLICE && (l->need[n->id] & bit))
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv%s<V, %s>("
-                       "%s, l%d);\n", t, n->id, any(l), t,
-                    at_slice(e, l, n->in[0], arena_printf(e->p->arena, "z%d", n->in[0])), n->id);
+            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv%s<%sV, %s>("
+                       "%s, l%d);\n", t, n->id, l->scat >= 0 ? "_any" : "_in", l->scat >= 0 ? "" : "RO, ",
+                    t, at_slice(e, l, n->in[0], arena_printf(e->p->arena, "z%d", n->in[0])), n->id);
         else if (kn == 1 && l->carry[n->id])
             fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv_any<V, %s>("
                        "c%d, i0, lim, q%d);\n", t, n->id, t, n->id, n->id);
@@ -722,7 +722,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
             kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
-               "dc.lsaBarrier, blockIdx.x};\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
+               "dc.lsaBarrier, blockIdx.x};\n    constexpr int RO = 0; /* coco_ldv_in: coherent loads */\n"
+               "    (void)RO;\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
     if (e->lin) /* the launch's choice (lsa_emit_launch), the instance's LIN */
         emit_lin_preamble(e, l, kn, ins, nin);
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
@@ -776,22 +777,24 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
  * ReduceScatter's sum is its operand and there is one part, the whole
  * tensor, so kernel 0's step runs as an elementwise kernel's: a thread V
  * elements a step, grid-stride, 256 threads a block over coco_grid_vec's
- * grid, without the fused kernels' bound of two blocks of 512 an SM (its
- * 64 registers) and without their aligned-step arithmetic. Same operands,
- * same statements, so the same bits. Measured on one H100
- * (bench/probe/one_rank_fused.cu, self-attention's chain at B = 8, S =
- * 1024, H = 3072): the fused kernel's one-rank instance 0.0667 ms, the
- * elementwise kernel of the same chain 0.0594. */
+ * grid, without the fused kernels' bound of two blocks of 512 an SM and
+ * without their aligned-step arithmetic, its reads through the read-only
+ * path (RO, coco_ldv_in). Same operands, same statements, so the same
+ * bits. Measured on one H100 (bench/probe/one_rank_fused.cu,
+ * self-attention's chain at B = 8, S = 1024, H = 3072): the fused kernel's
+ * one-rank instance 0.0667 ms, this form 0.0614 before RO, the elementwise
+ * kernel of the same chain 0.0594 (bench/results/2026-11-27-h100-p1-e.md). */
 static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                                  const int *zs, int nz)
 {
     FILE *o = e->o;
     e->lin = lin_param(e, l, ins, nin);
-    fprintf(o, "template <int V%s>\n__global__ void __launch_bounds__(256, COCO_ONE_RANK_FORM_BLOCKS) "
-               "%s_f%d_one(", e->lin ? ", int LIN" : "", e->v, f);
+    fprintf(o, "template <int V%s>\n__global__ void __launch_bounds__(256) %s_f%d_one(",
+            e->lin ? ", int LIN" : "", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
-    fprintf(o, ")\n{\n    constexpr int P = 1, ONESHOT = 0, U = 0, PUSH = 0;\n"
-               "    (void)ONESHOT;\n    (void)U;\n    (void)PUSH;\n    (void)dc;\n    (void)seed;\n"
+    fprintf(o, ")\n{\n    constexpr int P = 1, ONESHOT = 0, U = 0, PUSH = 0, RO = 1;\n"
+               "    (void)ONESHOT;\n    (void)U;\n    (void)PUSH;\n    (void)RO;\n    (void)dc;\n"
+               "    (void)seed;\n"
                "    (void)ck;\n    (void)rank;\n");
     if (e->lin)
         emit_lin_preamble(e, l, 0, ins, nin);

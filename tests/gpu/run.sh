@@ -18,7 +18,8 @@
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
 #   knobs     the last runs of examples alone (scattered W = 41, also on the
 #             NCCL paths, and 401, and COCONET_FUSED_VEC=1 /
-#             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push);
+#             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push; at P = 1
+#             COCONET_ONE_RANK_FUSED=1);
 #   tune      `coconet tune` of examples/adam.coco and self_attention.coco at
 #             their own sizes (checked where timed), then adam's
 #             `run --schedule tuned` (its knob set in the ranks' environment,
@@ -311,6 +312,22 @@ tuning_knobs() {
             done
         done
     done
+    # one rank: the fused kernels' own instance where their elementwise form
+    # runs by default (COCONET_ONE_RANK_FUSED=1, src/cuda/emit_lsa.c)
+    case " $RANKS " in *" 1 "*)
+        for f in examples/adam.coco examples/sgd_momentum.coco examples/self_attention.coco \
+                 examples/mlp.coco; do
+            chosen "$f" || continue
+            name=$(basename "$f" .coco)
+            size="-D B=8 -D S=16 -D H=64"
+            case $name in adam | sgd_momentum) size="-D N=1001" ;; esac
+            COCONET_ONE_RANK_FUSED=1
+            export COCONET_ONE_RANK_FUSED
+            # shellcheck disable=SC2086 # the size's words
+            run "$name" "$(echo $size | sed 's/-D //g'), ONE_RANK_FUSED=1" 1 "$f" $size --all-schedules
+            unset COCONET_ONE_RANK_FUSED
+        done ;;
+    esac
     for f in examples/adam.coco examples/lamb.coco examples/adam_scattered.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)

@@ -112,7 +112,7 @@ for x in tests/gen/fused/*.expect; do
     # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
     # with a kernel instance
     launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
-    peers=$(grep -c '_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, push, g, block, s, ' "$cu")
+    peers=$(grep -c '_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, push, !ctx->one_rank_fused, g, block, s, ' "$cu")
     vecs=$(grep -c 'int V = .*ctx->fused_vec' "$cu")
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
     u1=$(grep -c '&& U == 1 && PUSH == 0) {$' "$cu")
@@ -266,14 +266,17 @@ else bad "chunked MatMuls (tests/gen/overlap.expect): got $(printf '%s' "$got" |
 # its elements' coordinates has an instance without them (LIN), launched
 # when coco_lin_bcast / coco_lin_global allow, and every fused kernel that
 # needs them takes LIN as a template parameter too, its vector instances
-# launched with LIN = 1 under the same choice (`lin`); one rank's bare
-# AllReduce into a workspace value is its operand's buffer (no kernel).
+# launched with LIN = 1 under the same choice (`lin`), and so does each
+# one-rank elementwise form (<v>_f<f>_one, launched where FORM allows); one
+# rank's bare AllReduce into a workspace value is its operand's buffer (no
+# kernel).
 for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
     rm -rf "$TMP/lin"
     coco gen "$f" -o "$TMP/lin" --ranks 1 --all-schedules
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     cu=$(ls "$TMP"/lin/*.cu | head -n 1)
-    coords=$(awk '/^template <int V, int LIN>$/ { k = 1 } k && /coco_coords\(it, i0, c\)/ { n++; k = 0 }
+    coords=$(awk '/^template <int V, int LIN>$/ { t = 1; next } t && /^__global__ void v[0-9]+_k[0-9]+\(/ { k = 1 }
+                  { t = 0 } k && /coco_coords\(it, i0, c\)/ { n++; k = 0 }
                   /^}$/ { k = 0 } END { print n + 0 }' "$cu")
     guarded=$(grep -c '^        if (!LIN)$' "$cu")
     lin_launches=$(grep -c '^            v[0-9]*_k[0-9]*<[0-9]*, 1><<<' "$cu")
@@ -281,10 +284,20 @@ for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
                         k && /coco_coords\(it, i0, c\)/ { n++; k = 0 } /^}$/ { k = 0 } END { print n + 0 }' "$cu")
     fused_lin=$(grep -c '^template <int V, int P, int ONESHOT, int U, int PUSH, int LIN>$' "$cu")
     fused_lin_launches=$(grep -c '^ *v[0-9]*_f[0-9]*\(_b\)\{0,1\}<[0-9]*, [0-9]*, [01], [01], [01], 1><<<' "$cu")
+    forms=$(grep -c '^__global__ void __launch_bounds__(256) v[0-9]*_f[0-9]*_one(' "$cu")
+    form_coords=$(awk '/^__global__ void __launch_bounds__\(256\) v[0-9]+_f[0-9]+_one\(/ { k = 1 }
+                       k && /coco_coords\(it, i0, c\)/ { n++; k = 0 } /^}$/ { k = 0 } END { print n + 0 }' "$cu")
+    form_lin=$(awk '/^template <int V, int LIN>$/ { t = 1; next }
+                    t && /^__global__ void __launch_bounds__\(256\) v[0-9]+_f[0-9]+_one\(/ { n++ }
+                    { t = 0 } END { print n + 0 }' "$cu")
+    form_launches=$(grep -c '^    if (FORM && V == [0-9]* && P == 1 && ck.count == 1 && !ck.flag) {$' "$cu")
+    form_lin_launches=$(grep -c '^ *v[0-9]*_f[0-9]*_one<[0-9]*, 1><<<coco_grid_vec(nall, [0-9]*), 256, 0, st>>>(' "$cu")
     if [ "$coords" -gt 0 ] && [ "$guarded" -ge "$coords" ] && [ "$lin_launches" -eq "$coords" ] &&
         [ "$fused_lin" -eq "$fused_coords" ] &&
-        { [ "$fused_coords" -eq 0 ] || [ "$fused_lin_launches" -gt 0 ]; }; then ok
-    else bad "$f: $coords elementwise kernels with coordinates, $guarded guarded by LIN, $lin_launches LIN launches; $fused_coords fused kernels with coordinates, $fused_lin with LIN, $fused_lin_launches LIN = 1 launches"; fi
+        { [ "$fused_coords" -eq 0 ] || [ "$fused_lin_launches" -gt 0 ]; } &&
+        [ "$forms" -gt 0 ] && [ "$form_launches" -ge "$forms" ] && [ "$form_lin" -eq "$form_coords" ] &&
+        { [ "$form_coords" -eq 0 ] || [ "$form_lin_launches" -gt 0 ]; }; then ok
+    else bad "$f: $coords elementwise kernels with coordinates, $guarded guarded by LIN, $lin_launches LIN launches; $fused_coords fused kernels with coordinates, $fused_lin with LIN, $fused_lin_launches LIN = 1 launches; $forms one-rank forms, $form_launches of their launches, $form_coords with coordinates, $form_lin with LIN, $form_lin_launches LIN = 1 launches"; fi
 done
 rm -rf "$TMP/lin"
 coco gen examples/self_attention.coco -o "$TMP/lin" --ranks 1 --all-schedules
