@@ -823,8 +823,9 @@ static void emit_comment(Emitter *e, int f, const Lsa *l)
 }
 
 /* The one-rank elementwise form's launch for vector width v (lins: the
- * LIN instances), when the whole tensor goes at once and FORM (not
- * ctx->one_rank_fused) allows it. */
+ * LIN instances), when the whole tensor goes at once and FORM allows it:
+ * neither ctx->one_rank_fused nor an algorithm asked for (ctx->fused_algo,
+ * which at one rank takes the fused kernel's one instance). */
 static void emit_go_one_rank(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                              const int *zs, int nz, int v, int lins)
 {
@@ -1144,7 +1145,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     /* go(stream, push, grid, chunks): the kernels (chunks: emit_overlap.c's, or all at once) */
     fprintf(o, "        auto go = [&](cudaStream_t s, int push, dim3 g, CocoChunks ck) {\n"
                "            return %s_f%d_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, "
-               "push, !ctx->one_rank_fused, g, block, s, ", e->v, f);
+               "push, !ctx->one_rank_fused && ctx->fused_algo == COCO_FUSED_AUTO, g, block, s, ",
+            e->v, f);
     emit_params(e, &l, ins, nin, zs, nz, EMIT_HOST);
     fprintf(o, ");\n        };\n");
     const char *push = push_allowed(&l) ? arena_printf(e->p->arena, "fpush%d", l.rs) : "0";

@@ -27,8 +27,13 @@
  *     it picks one of the algorithms by size (the tuner times the program
  *     under it too, as the baseline: search.c);
  *   fused Sends only, P > 1: default (the peers' memory) and nccl;
- *   P = 1: default only. One rank's fused kernels are one instance whatever
- *     the algorithm (doc/gpu.md), and nccl is a copy. */
+ *   P = 1: default, and twoshot where some FusedAllReduce of it is one
+ *     kernel over contiguous operands (no cross-rank reduction, no
+ *     scattered operand): default runs it as its elementwise form, an
+ *     algorithm asked for as the fused kernel's one-rank instance (doc/gpu.md,
+ *     "One rank"; each is the faster on some programs). One rank's fused
+ *     kernels are one instance whatever the algorithm, so twoshot stands for
+ *     them all; nccl is a copy. */
 #define _DEFAULT_SOURCE /* setenv */
 #include "tune/tune.h"
 
@@ -126,8 +131,9 @@ static int oneshot_allowed(const Program *p, int f)
     return 1;
 }
 
-/* Push: contiguous operands, or no cross-rank reduction */
-static int push_allowed(const Program *p, int f)
+/* Does fusion f hold a cross-rank reduction (bit 1), read a scattered
+ * operand (bit 2)? */
+static int fusion_kind(const Program *p, int f)
 {
     int red = 0, scattered = 0;
     for (int i = 0; i < p->nnode; i++) {
@@ -138,7 +144,19 @@ static int push_allowed(const Program *p, int f)
         for (int k = 0; k < n->nin; k++)
             scattered |= p->node[n->in[k]].nmember > 0;
     }
-    return !red || !scattered;
+    return red | scattered << 1;
+}
+
+/* Push: contiguous operands, or no cross-rank reduction */
+static int push_allowed(const Program *p, int f)
+{
+    return fusion_kind(p, f) != 3;
+}
+
+/* The one-rank elementwise form: one kernel over contiguous operands */
+static int one_rank_form(const Program *p, int f)
+{
+    return fusion_kind(p, f) == 0;
 }
 
 static int live_fusion(const Program *p, int f)
@@ -166,12 +184,12 @@ int knob_chunked_overlap(const Program *v, int o)
 }
 
 typedef struct {
-    int allreduce, send, oneshot, push, chunks;
+    int allreduce, send, oneshot, push, chunks, form;
 } Fused;
 
 static Fused fused_of(const Program *v)
 {
-    Fused u = {0, 0, 0, 0, 0};
+    Fused u = {0, 0, 0, 0, 0, 0};
     for (int f = 0; f < v->nfusion; f++) {
         if (!live_fusion(v, f))
             continue;
@@ -179,6 +197,7 @@ static Fused fused_of(const Program *v)
             u.allreduce = 1;
             u.oneshot |= oneshot_allowed(v, f);
             u.push |= push_allowed(v, f);
+            u.form |= one_rank_form(v, f);
         } else if (v->fusion[f].kind == F_SEND) {
             u.send = 1;
         }
@@ -194,6 +213,8 @@ int knob_sets(const Program *v, int *sets)
     int n = 0;
     if (v->nranks == 1 || (!u.allreduce && !u.send)) {
         sets[n++] = KNOB_DEFAULT;
+        if (v->nranks == 1 && u.form)
+            sets[n++] = KNOB_TWOSHOT;
         return n;
     }
     if (!u.allreduce) {

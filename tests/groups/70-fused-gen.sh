@@ -112,7 +112,7 @@ for x in tests/gen/fused/*.expect; do
     # peers' loads in flight (ctx->fused_vec, ctx->fused_peers), each value
     # with a kernel instance
     launches=$(grep -c '^    { /\* line [0-9]*: FusedAllReduce ' "$cu")
-    peers=$(grep -c '_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, push, !ctx->one_rank_fused, g, block, s, ' "$cu")
+    peers=$(grep -c '_go(V, (int)G_WORLD, one, push ? 0 : ctx->fused_peers, push, !ctx->one_rank_fused \&\& ctx->fused_algo == COCO_FUSED_AUTO, g, block, s, ' "$cu")
     vecs=$(grep -c 'int V = .*ctx->fused_vec' "$cu")
     sends=$(grep -c '^// fused Send .* as one kernel' "$cu")
     u1=$(grep -c '&& U == 1 && PUSH == 0) {$' "$cu")

@@ -449,8 +449,11 @@ static void test_job(void)
         check(src && !strncmp(src, "#define COCO_ONLY_P 1 ", 22),
               "the runtime's source for one rank: its kernel instances alone");
         check(src && strstr(src, "(G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)") &&
-                  strstr(src, "#if COCO_HAS_P(1)\n    if (V == 4 && P == 1) {\n"),
-              "one rank: the fused collective's kernel has an instance for it");
+                  strstr(src, "#if COCO_HAS_P(1)\n    if (FORM && V == 4 && P == 1 && ck.count == 1 && "
+                              "!ck.flag) {\n") &&
+                  strstr(src, "    } else\n    if (V == 4 && P == 1) {\n"),
+              "one rank: the fused collective's kernel has an instance for it, and an elementwise "
+              "form");
         free(src);
     }
     coco_program_free(fused);

@@ -120,9 +120,18 @@ static void test_knobs(void)
     if (!p)
         return;
     enumerate_schedules(p);
-    expect_sets(p, "paper", "default");
-    expect_sets(p, "fuse_RS_AG_Opt", "default");
+    /* one rank: the elementwise form (default) or the fused kernel's instance */
+    expect_sets(p, "paper", "default,twoshot");
+    expect_sets(p, "fuse_RS_AG_Opt", "default,twoshot");
     program_free(p);
+    /* scattered operands: no elementwise form, default only */
+    cfg.nranks = 1;
+    q = coco_load_file("examples/adam_scattered.coco", &cfg, err, sizeof err);
+    if (q) {
+        enumerate_schedules(q);
+        expect_sets(q, "paper", "default");
+        program_free(q);
+    }
 }
 
 static void expect_cost(Program *v, int k, double mem, double link, int launches, int nccl,
