@@ -15,16 +15,9 @@
 #include <functional>
 #include <vector>
 
-#include COCO_PROBE_KERNELS
+#include "probe_util.cuh"
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_) {                                                                                  \
-            printf("%s: %s\n", #x, cudaGetErrorString(e_));                                        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+#include COCO_PROBE_KERNELS
 
 // The fused kernel's loop at one rank, with its reads through __restrict__
 // parameters (the read-only path, as the elementwise kernel's) and NSTEP
@@ -63,21 +56,11 @@ __global__ void __launch_bounds__(512, 2)
     }
 }
 
-static CocoShape shape(int nd, const long *d)
-{
-    CocoShape s;
-    memset(&s, 0, sizeof s);
-    s.nd = nd;
-    for (int k = 0; k < nd; k++)
-        s.dim[k] = s.gdim[k] = d[k];
-    return s;
-}
-
 int main()
 {
     const long B = 8, S = 1024, H = 3072, n = B * S * H;
     const long dims[3] = {B, S, H};
-    const CocoShape it = shape(3, dims), hb = shape(1, &H);
+    const CocoShape it = probe_shape(3, dims), hb = probe_shape(1, &H);
     const size_t bytes = n * 2;
     void *x, *r, *b, *y0, *y;
     CK(cudaMalloc(&x, bytes));

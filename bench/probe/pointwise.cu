@@ -1,14 +1,14 @@
 // bench/probe/pointwise.cu: where the model-parallel layer's pointwise kernel
 // (dropout(x + b, 0.1) + r, FP16, as coconet generates it) spends its time:
 // the generated form and variants, each timed alone on one GPU.
-//   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Irt/kernels bench/probe/pointwise.cu -o probe -lcublasLt
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Irt/kernels bench/probe/pointwise.cu -o probe -lcublasLt -lnccl
 #include "coco_device.cuh"
 #include "coco_vec.cuh"
+#include "probe_util.cuh"
 
 #include <algorithm>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
 
 // 0: as generated (src/cuda/emit_value.c)
 template <int V>
@@ -122,21 +122,11 @@ __global__ void k_copy(long n, const uint4 *a, const uint4 *b, uint4 *y)
     }
 }
 
-static CocoShape shape(int nd, const long *d)
-{
-    CocoShape s;
-    memset(&s, 0, sizeof s);
-    s.nd = nd;
-    for (int k = 0; k < nd; k++)
-        s.dim[k] = s.gdim[k] = d[k];
-    return s;
-}
-
 int main()
 {
     const long B = 8, S = 1024, H = 3072, n = B * S * H;
     const long d3[] = {B, S, H}, d1[] = {H};
-    CocoShape it = shape(3, d3), h1 = shape(1, d1);
+    CocoShape it = probe_shape(3, d3), h1 = probe_shape(1, d1);
     void *x, *b, *r, *y, *y0;
     CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&b, H * 2)); CK(cudaMalloc(&r, n * 2));
     CK(cudaMalloc(&y, n * 2)); CK(cudaMalloc(&y0, n * 2));
