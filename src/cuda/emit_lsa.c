@@ -384,9 +384,9 @@ static void emit_loads(Emitter *e, const Lsa *l, int kn, const int *ins, int nin
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         const char *t = emit_tname[n->type];
-        if (n->op == O_SLICE && (l->need[n->id] & bit))
-            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            coco_ldv%s<%sV, %s>("
-                       "%s, l%d);\n", t, n->id, l->scat >= 0 ? "_any" : "_in", l->scat >= 0 ? "" : "RO, ",
+        if (n->op == O_SLICE && (l->need[n->id] & bit)) /* coco_ldv_in: RO's loads */
+            fprintf(o, "            alignas(16) CocoRaw<%s> l%d[V];\n            %sV, %s>("
+                       "%s, l%d);\n", t, n->id, l->scat >= 0 ? "coco_ldv_any<" : "coco_ldv_in<RO, ",
                     t, at_slice(e, l, n->in[0], arena_printf(e->p->arena, "z%d", n->in[0])), n->id);
         else if (kn == 1 && l->carry[n->id])
             fprintf(o, "            alignas(16) CocoRaw<%s> q%d[V];\n            coco_ldv_any<V, %s>("
@@ -603,7 +603,8 @@ static void emit_loop(Emitter *e, const Lsa *l, int kn, int round, const int *in
                       const int *zs, int nz)
 {
     FILE *o = e->o;
-    fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); part++) {\n");
+    fprintf(o, "    for (int part = ONESHOT ? 0 : rank; part < (ONESHOT ? P : rank + 1); "
+               "part++) {\n");
     emit_part_bounds(e);
     emit_loop_head(e, l, round, zs, nz);
     emit_step(e, l, kn, ins, nin);
@@ -722,8 +723,9 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
             kn ? "_b" : "");
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n    CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), "
-               "dc.lsaBarrier, blockIdx.x};\n    constexpr int RO = 0; /* coco_ldv_in: coherent loads */\n"
-               "    (void)RO;\n    (void)seed;\n    (void)it;\n    (void)ck;\n");
+               "dc.lsaBarrier, blockIdx.x};\n"
+               "    constexpr int RO = 0; /* coco_ldv_in: coherent loads */\n    (void)RO;\n"
+               "    (void)seed;\n    (void)it;\n    (void)ck;\n");
     if (e->lin) /* the launch's choice (lsa_emit_launch), the instance's LIN */
         emit_lin_preamble(e, l, kn, ins, nin);
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
@@ -782,8 +784,10 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
  * path (RO, coco_ldv_in). Same operands, same statements, so the same
  * bits. Measured on one H100 (bench/probe/one_rank_fused.cu,
  * self-attention's chain at B = 8, S = 1024, H = 3072): the fused kernel's
- * one-rank instance 0.0667 ms, this form 0.0614 before RO, the elementwise
- * kernel of the same chain 0.0594 (bench/results/2026-11-27-h100-p1-e.md). */
+ * one-rank instance 0.0641 ms, this form 0.0601, the elementwise kernel of
+ * the same chain 0.0596; in place, the form is 9 to 10 % faster on the
+ * layers' chain and 1 to 3 % slower on the optimizers at 2^28
+ * (bench/results/2026-11-27-h100-p1-e.md), whence FORM. */
 static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                                  const int *zs, int nz)
 {
@@ -836,8 +840,8 @@ static void emit_go_one_rank(Emitter *e, int f, const Lsa *l, const int *ins, in
             fprintf(o, lin ? "        if (lin)\n    " : "        else\n    ");
         else if (lin)
             continue; /* V = 1: the coordinates, whatever lin says */
-        fprintf(o, "        %s_f%d_one<%d%s><<<coco_grid_vec(nall, %d), 256, 0, st>>>(", e->v, f, v,
-                lins == 2 ? (lin ? ", 1" : ", 0") : "", v);
+        fprintf(o, "        %s_f%d_one<%d%s><<<coco_grid_vec(nall, %d), 256, 0, st>>>(", e->v, f,
+                v, lins == 2 ? (lin ? ", 1" : ", 0") : "", v);
         emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
         fprintf(o, ");\n");
     }
@@ -851,8 +855,8 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
     FILE *o = e->o;
     int vmax = vector_width(e, l, ins, nin, zs, nz), one = oneshot_allowed(e, l, ins, nin);
     int lins = lin_param(e, l, ins, nin) ? 2 : 1; /* instances LIN = 0 and 1 */
-    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, int FORM, dim3 grid, "
-               "dim3 block, cudaStream_t st, ", e->v, f);
+    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, int FORM, "
+               "dim3 grid, dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
     static const int peers[] = {1, 2, 4, 8};
