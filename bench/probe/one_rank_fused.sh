@@ -4,9 +4,10 @@
 # paper schedule's one-rank FusedAllReduce kernel (v1_f0) and the MM_AR_C
 # elementwise kernel (v2_k0) out of `coconet gen --all-schedules` of
 # examples/self_attention.coco, and includes them. Prints a table.
-# Variable: OUT (a folder for the build; build/probe by default).
+# Variable: PROBE_DIR (the folder for the generated code and the build;
+# build/probe by default).
 set -e
-D=${OUT:-build/probe}
+D=${PROBE_DIR:-build/probe}
 mkdir -p "$D"
 ./coconet gen examples/self_attention.coco --ranks 1 -D B=8 -D S=1024 -D H=3072 \
     --all-schedules -o "$D/gen" >/dev/null
