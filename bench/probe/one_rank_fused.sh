@@ -1,9 +1,10 @@
 #!/bin/sh
 # bench/probe/one_rank_fused.sh: builds and runs bench/probe/one_rank_fused.cu
 # on a one-GPU machine, from the repository root after `make`: cuts the
-# paper schedule's one-rank FusedAllReduce kernel (v1_f0) and the MM_AR_C
-# elementwise kernel (v2_k0) out of `coconet gen --all-schedules` of
-# examples/self_attention.coco, and includes them. Prints a table.
+# paper schedule's one-rank FusedAllReduce kernel (v1_f0, and its elementwise
+# form v1_f0_one) and the MM_AR_C elementwise kernel (v2_k0) out of
+# `coconet gen --all-schedules` of examples/self_attention.coco, and includes
+# them. Prints a table.
 # Variable: PROBE_DIR (the folder for the generated code and the build;
 # build/probe by default).
 set -e
