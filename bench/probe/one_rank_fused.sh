@@ -18,8 +18,9 @@ awk '/^\/\/ =+ self_attention: paper =+$/ { on = 1 }
      /^static int v[0-9]+_(f|k)[0-9]+_go\(/ { on = 0 }
      /^\/\/ =+ self_attention: / && !/: (paper|MM_AR_C) =+$/ { on = 0 }
      on' "$D/gen/self_attention.cu" >"$D/kernels.inc"
-grep -q 'v1_f0(' "$D/kernels.inc" && grep -q 'v2_k0(' "$D/kernels.inc" ||
-    { echo "one_rank_fused.sh: the kernels v1_f0 and v2_k0 were not found"; exit 1; }
+grep -q 'v1_f0(' "$D/kernels.inc" && grep -q 'v1_f0_one(' "$D/kernels.inc" &&
+    grep -q 'v2_k0(' "$D/kernels.inc" ||
+    { echo "one_rank_fused.sh: the kernels v1_f0, v1_f0_one and v2_k0 were not found"; exit 1; }
 # the toolkit and NCCL that make chose (build/cuda.conf)
 . ./build/cuda.conf
 "$NVCC" -O3 -std=c++17 -arch=sm_90 -DCOCO_ONLY_P=1 -I"$D/gen" -I"$NCCL_INCLUDE" -L"$NCCL_LIB" \
