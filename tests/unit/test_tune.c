@@ -127,6 +127,7 @@ static void test_knobs(void)
     /* scattered operands: no elementwise form, default only */
     cfg.nranks = 1;
     q = coco_load_file("examples/adam_scattered.coco", &cfg, err, sizeof err);
+    check(q != NULL, "examples/adam_scattered.coco loads on one rank");
     if (q) {
         enumerate_schedules(q);
         expect_sets(q, "paper", "default");
