@@ -29,7 +29,9 @@
  *   fused Sends only, P > 1: default (the peers' memory) and nccl;
  *   P = 1: default, and twoshot where some FusedAllReduce of it is one
  *     kernel over contiguous operands (no cross-rank reduction, no
- *     scattered operand): default runs it as its elementwise form, an
+ *     scattered operand) with a computation besides its ReduceScatter and
+ *     AllGathers (a bare one is a copy or no kernel on one rank): default
+ *     runs it as its elementwise form, an
  *     algorithm asked for as the fused kernel's one-rank instance (doc/gpu.md,
  *     "One rank"; each is the faster on some programs). One rank's fused
  *     kernels are one instance whatever the algorithm, so twoshot stands for
@@ -153,10 +155,24 @@ static int push_allowed(const Program *p, int f)
     return fusion_kind(p, f) != 3;
 }
 
-/* The one-rank elementwise form: one kernel over contiguous operands */
+/* Does fusion f compute something besides its ReduceScatter and
+ * AllGathers? (On one rank a bare one is a copy, or no kernel.) */
+static int computes(const Program *p, int f)
+{
+    for (int i = 0; i < p->nnode; i++) {
+        const Node *n = &p->node[i];
+        if (is_member(p, n, f) && n->op != O_REDUCESCATTER && n->op != O_ALLGATHER)
+            return 1;
+    }
+    return 0;
+}
+
+/* The one-rank elementwise form, which differs from the fused kernel's
+ * one-rank instance in how it runs a computation: one kernel over
+ * contiguous operands that computes something */
 static int one_rank_form(const Program *p, int f)
 {
-    return fusion_kind(p, f) == 0;
+    return fusion_kind(p, f) == 0 && computes(p, f);
 }
 
 static int live_fusion(const Program *p, int f)

@@ -120,9 +120,12 @@ static void test_knobs(void)
     if (!p)
         return;
     enumerate_schedules(p);
-    /* one rank: the elementwise form (default) or the fused kernel's instance */
+    /* one rank: the elementwise form (default) or the fused kernel's
+     * instance, where a fusion computes; a bare fused AllReduce is a copy */
     expect_sets(p, "paper", "default,twoshot");
-    expect_sets(p, "fuse_RS_AG_Opt", "default,twoshot");
+    expect_sets(p, "fuse_RS_Opt_AG", "default,twoshot");
+    expect_sets(p, "fuse_RS_AG_Opt", "default");
+    expect_sets(p, "program", "default");
     program_free(p);
     /* scattered operands: no elementwise form, default only */
     cfg.nranks = 1;
