@@ -87,6 +87,7 @@ void knob_clear_env(void)
 {
     unsetenv("COCONET_FUSED");
     unsetenv("COCONET_OVERLAP_CHUNKS");
+    unsetenv("COCONET_ONE_RANK_FUSED"); /* at P = 1 `default` is the elementwise form */
 }
 
 /* ---- what a variant's fusions allow ---- */

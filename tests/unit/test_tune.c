@@ -1,5 +1,6 @@
 /* test_tune.c: unit tests of the autotuner's parts (src/tune/): the knob
- * sets each variant of Adam gets at P = 4 and P = 1, the cost model's
+ * sets each variant of Adam gets at P = 4 and P = 1 (and which knobs the
+ * tuner clears from its ranks' environment), the cost model's
  * counts for Adam at N = 2^20 against hand counts (and its prediction
  * against the formula), what each knob set gives the runtime, the search's
  * launches (every knob set of a variant in one) and pruning over an
@@ -136,6 +137,19 @@ static void test_knobs(void)
         expect_sets(q, "paper", "default");
         program_free(q);
     }
+}
+
+/* The tuner's ranks start from the runtime's defaults: every knob a set may
+ * change is cleared from their environment */
+static void test_knob_clear_env(void)
+{
+    setenv("COCONET_FUSED", "push", 1);
+    setenv("COCONET_OVERLAP_CHUNKS", "2", 1);
+    setenv("COCONET_ONE_RANK_FUSED", "1", 1);
+    knob_clear_env();
+    check(!getenv("COCONET_FUSED") && !getenv("COCONET_OVERLAP_CHUNKS") &&
+              !getenv("COCONET_ONE_RANK_FUSED"),
+          "knob_clear_env: COCONET_FUSED, COCONET_OVERLAP_CHUNKS and COCONET_ONE_RANK_FUSED unset");
 }
 
 static void expect_cost(Program *v, int k, double mem, double link, int launches, int nccl,
@@ -540,6 +554,7 @@ static void test_progress(void)
 int main(void)
 {
     test_knobs();
+    test_knob_clear_env();
     group_end("knob sets");
     test_cost();
     group_end("cost model");
