@@ -341,6 +341,15 @@ static int traced(const CocoRt *rt, const char *step, int rc, double *since)
     return rc;
 }
 
+/* One communicator, if open, destroyed (or aborted) and its time traced */
+static void close_comm(const CocoRt *rt, ncclComm_t comm, int abort, const char *what, double *t)
+{
+    if (!comm)
+        return;
+    abort ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+    traced(rt, what, 0, t);
+}
+
 static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
@@ -353,18 +362,9 @@ static void rt_close(CocoRt *rt, int abort)
     }
     /* each traced: at the end of a tune the three took 1.0 s together
      * (bench/results/2026-11-27-h200x4-b.md), the ranks' last cost */
-    if (rt->group) {
-        abort ? ncclCommAbort(rt->group) : ncclCommDestroy(rt->group);
-        traced(rt, "close: the GROUP communicator", 0, &t);
-    }
-    if (rt->world_window) {
-        abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
-        traced(rt, "close: the windows' communicator", 0, &t);
-    }
-    if (rt->world) {
-        abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
-        traced(rt, "close: the WORLD communicator", 0, &t);
-    }
+    close_comm(rt, rt->group, abort, "close: the GROUP communicator", &t);
+    close_comm(rt, rt->world_window, abort, "close: the windows' communicator", &t);
+    close_comm(rt, rt->world, abort, "close: the WORLD communicator", &t);
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */
         if (rt->lt)
             cublasLtDestroy(rt->lt);

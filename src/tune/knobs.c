@@ -134,8 +134,9 @@ static int oneshot_allowed(const Program *p, int f)
     return 1;
 }
 
-/* Does fusion f hold a cross-rank reduction (bit 1), read a scattered
- * operand (bit 2)? */
+enum { CROSS_RANK_REDUCTION = 1, SCATTERED_OPERAND = 2 };
+
+/* What fusion f holds of CROSS_RANK_REDUCTION and SCATTERED_OPERAND */
 static int fusion_kind(const Program *p, int f)
 {
     int red = 0, scattered = 0;
@@ -147,13 +148,13 @@ static int fusion_kind(const Program *p, int f)
         for (int k = 0; k < n->nin; k++)
             scattered |= p->node[n->in[k]].nmember > 0;
     }
-    return red | scattered << 1;
+    return (red ? CROSS_RANK_REDUCTION : 0) | (scattered ? SCATTERED_OPERAND : 0);
 }
 
 /* Push: contiguous operands, or no cross-rank reduction */
 static int push_allowed(const Program *p, int f)
 {
-    return fusion_kind(p, f) != 3;
+    return fusion_kind(p, f) != (CROSS_RANK_REDUCTION | SCATTERED_OPERAND);
 }
 
 /* Does fusion f compute something besides its ReduceScatter and
