@@ -360,6 +360,31 @@ __device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off
     }
 }
 
+// The same stores for elements [lo, hi) of every peer's part (chunk lo..hi
+// of the overlapped MatMul, emit_overlap.c): each thread visits the indices
+// the chunk's element loop visits on the peer (coco_lsa_span over the
+// chunk), so the barrier after them orders, for block b, exactly the
+// stores that block b of the peer reads.
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_push_chunk(ncclWindow_t win, size_t off, size_t stage,
+                                                    int rank, long cs, long nall, long lo, long hi)
+{
+    const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
+#pragma unroll 1
+    for (int k = 1; k < P; k++) {
+        const int q = (rank + k) % P; /* each rank starts with its next peer */
+        const long n = coco_lsa_part_n(q, cs, nall), end = n < hi ? n : hi;
+        CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
+        for (long j0 = lo + coco_lsa_first<V>(q * cs + lo); j0 < end; j0 += coco_lsa_stride<V>()) {
+            long i0, lim;
+            coco_lsa_span<V>(j0, lo, end, i0, lim);
+            alignas(16) CocoRaw<T> x[V];
+            coco_ldv<V, T>(in + q * cs, i0, lim, x);
+            coco_stv<V, T>(slot, i0, lim, x);
+        }
+    }
+}
+
 // acc[v] = the reduction over the ranks, in rank order, of element
 // base + i0 + v: this rank's own from its input, the others' from its
 // staging slots (all local loads). The same bits as coco_lsa_reduce.

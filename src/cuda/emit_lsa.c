@@ -731,10 +731,11 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     int x = nd(e, l->rs)->in[0], rounds = kn == 0 && push_rounds(l);
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
-        if (push_allowed(l) && !rounds) /* all of them, in one round */
-            fprintf(o, "    if constexpr (PUSH) { /* the reduce-scatter's stores into the peers' "
-                       "staging slots */\n        %s<V, %s, P>(win, %s%d, ost, rank, cs, nall%s);\n"
+        if (push_allowed(l) && !rounds) /* all of them, in one round (chunks: each after its MatMul) */
+            fprintf(o, "    if constexpr (PUSH) if (%s) { /* the reduce-scatter's stores into the "
+                       "peers' staging slots */\n        %s<V, %s, P>(win, %s%d, ost, rank, cs, nall%s);\n"
                        "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
+                    chunked(l) ? "!ck.flag" : "true",
                     l->scat >= 0 ? "coco_lsa_scat_push_parts" : "coco_lsa_push_parts",
                     emit_tname[nd(e, x)->type], l->scat >= 0 ? "sc, pb, mb" : "o", x,
                     l->scat >= 0 ? "" : ", 0, coco_lsa_steps<V>(cs)");
@@ -753,8 +754,12 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
         fprintf(o, "    for (int c = 0; c < ck.count; c++) {\n"
                    "    const long chunk_lo = coco_chunk_lo(ck, c), chunk_hi = coco_chunk_lo(ck, c + 1);\n"
                    "    if (ck.flag) { /* chunk c written here, then on every rank */\n"
-                   "        coco_chunk_wait(ck, c);\n"
-                   "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n");
+                   "        coco_chunk_wait(ck, c);\n");
+        if (push_allowed(l)) /* its parts into the peers' staging slots */
+            fprintf(o, "        if constexpr (PUSH)\n            coco_lsa_push_chunk<V, %s, P>(win, "
+                       "o%d, ost, rank, cs, nall, chunk_lo, chunk_hi);\n",
+                    emit_tname[nd(e, x)->type], x);
+        fprintf(o, "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n");
         emit_loop(e, l, kn, 0, ins, nin, zs, nz);
         fprintf(o, "    }\n");
     } else if (kn == 0 || loop_in_k1(l, e)) {

@@ -111,7 +111,7 @@ static void emit_sizes(Emitter *e, const Node *mm)
 /* The chunks of the MatMul and their signals on the main stream, then `go`
  * (the launch block's lambda): the kernel on the side stream, each block
  * waiting for each chunk's flag. */
-static void emit_chunks(Emitter *e, const Node *mm, int line)
+static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
 {
     FILE *o = e->o;
     size_t es = type_size(mm->type);
@@ -136,7 +136,7 @@ static void emit_chunks(Emitter *e, const Node *mm, int line)
                "            }\n"
                "            /* launched last: everything it waits for is enqueued (and its code\n"
                "               loaded: a lazy load while it spins could wait for it) */\n"
-               "            if (go(side, 0, coco_overlap_grid(ctx, grid), ck))\n"
+               "            if (go(side, %s && ctx->fused_algo == COCO_FUSED_PUSH, coco_overlap_grid(ctx, grid), ck))\n"
                "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
                "ranks\", G_WORLD);\n"
                "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
@@ -144,8 +144,8 @@ static void emit_chunks(Emitter *e, const Node *mm, int line)
                "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[1], 0));\n"
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
                "\"chunks\");\n",
-            l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line, line,
-            line, line);
+            l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, push, line, line,
+            line, line, line);
 }
 
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)
@@ -155,7 +155,7 @@ void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_s
     emit_sizes(e, m);
     fprintf(o, "        if (chunks > 1) { /* line %d: MatMul %s, chunk by chunk, overlapped */\n",
             m->pos.line, m->name);
-    emit_chunks(e, m, line);
+    emit_chunks(e, m, line, push);
     fprintf(o, "        } else {\n");
     e->emit_node(e, m, done_segment);
     fprintf(o, "            if (go(st, %s, grid, coco_chunks_all(cs)))\n"

@@ -297,18 +297,20 @@ part_knobs() {
 # algorithms, at a size whose slices are uneven at P = 2 and 4.
 tuning_knobs() {
     # overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c):
-    # 3 chunks of uneven rows, with and without an SM split
+    # 3 chunks of uneven rows, with and without an SM split, and by push
+    # (each chunk's parts stored into the peers' staging slots)
     for f in examples/self_attention.coco examples/mlp.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
-            for sms in 0 16; do
+            for sms in 0 16 push; do
                 COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$sms
+                [ "$sms" = push ] && COCONET_FUSED=push COCONET_OVERLAP_SMS=0 && export COCONET_FUSED
                 export COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS
                 run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, SMS=$sms" "$p" "$f" -D B=8 -D S=16 -D H=64 \
                     --all-schedules
-                unset COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS
+                unset COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS COCONET_FUSED
             done
         done
     done
@@ -546,6 +548,11 @@ part_torch() {
 
 # P beyond the GPUs of this machine cannot run: left out, and said so
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+# CUDA_VISIBLE_DEVICES, where set, names the GPUs coconet's ranks may see
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    seen=$(printf '%s\n' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+    [ "$seen" -lt "${ngpu:-0}" ] && ngpu=$seen
+fi
 if [ "${ngpu:-0}" -gt 0 ]; then
     kept=
     for p in $RANKS; do
