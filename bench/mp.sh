@@ -22,7 +22,7 @@
 # beside NCCL's all_reduce; pipeline_linear may be added: its MatMul is
 # K = H), PIPE_SIZES (B of the pipeline: "1 2"), PIPE_S
 # (2048), PIPE_H (12288), DTYPES ("fp16 bf16"), ITERS (timed runs, 20),
-# OL_CHUNKS ("2 4": ol_MM_fuse_RS_C_AG of self_attention and mlp run again
+# OL_CHUNKS ("1 4 8": ol_MM_fuse_RS_C_AG of self_attention and mlp run again
 # with COCONET_OVERLAP_CHUNKS at each value, checked as the others, its rows
 # named ol_MM_fuse_RS_C_AG/chunksC; the summary's ol column takes the
 # fastest of its chunk counts, as `coconet tune` would; "": none),
@@ -60,7 +60,7 @@ PIPE_H=${PIPE_H:-12288}
 DTYPES=${DTYPES:-fp16 bf16}
 ITERS=${ITERS:-20}
 REFERENCE=${REFERENCE:-program}
-OL_CHUNKS=${OL_CHUNKS-2 4}
+OL_CHUNKS=${OL_CHUNKS-1 4 8}
 OL=ol_MM_fuse_RS_C_AG
 DEADLINE=${DEADLINE:-450}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}

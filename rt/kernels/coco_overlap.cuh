@@ -4,19 +4,41 @@
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH
 
-// The default is no chunks: on 4 x H200 chunks made the paper's
-// self-attention slower and its MLP 5 % faster (doc/gpu.md, Overlap).
-// The flags' count bounds the chunks (COCONET_OVERLAP_CHUNKS: at most 64).
-enum { COCO_OVERLAP_DEFAULT_CHUNKS = 1, COCO_OVERLAP_MAX_CHUNKS = 64 };
+// The default (COCONET_OVERLAP_CHUNKS unset or 0): 4 chunks where the
+// MatMul's FLOPs per byte that each rank's collective moves (2 M N K over
+// 2 (P - 1) / P M N element bytes) lie in [2048, 4096): the MatMul about as
+// long as the collective, or up to twice (H200: about 660 TFLOP/s against
+// 340 GB/s of bus bandwidth, a balance of about 2000). Measured on
+// 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at P = 4 (2048
+// FLOP/B) 17 to 22 % faster with 4 chunks at B = 8 and 16, FP16 and BF16;
+// self-attention at P = 4 (512) and the MLP at P = 2 (6144) no faster with
+// any; self-attention at P = 2 (1536) faster in FP16, slower in BF16.
+// Elsewhere 1 (no chunks). The flags' count bounds the chunks (at most 64).
+enum {
+    COCO_OVERLAP_DEFAULT_CHUNKS = 4,
+    COCO_OVERLAP_MAX_CHUNKS = 64,
+    COCO_OVERLAP_FLOP_LO = 2048,
+    COCO_OVERLAP_FLOP_HI = 4096
+};
 
-// The chunks of each rank's part: ctx's knob (default 1), at most the
-// part's rows; 1 (no chunks) unless the MatMul's M rows of N part the
-// tensor the way the kernels do: P parts of M / P whole rows (cs elements
-// each, nall in all).
-static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, long P, long cs,
-                                      long nall)
+static inline long coco_overlap_default_chunks(long K, long P, long es)
 {
-    long want = ctx->overlap_chunks > 0 ? ctx->overlap_chunks : COCO_OVERLAP_DEFAULT_CHUNKS;
+    if (P < 2 || es <= 0)
+        return 1;
+    const double flop_per_byte = (double)K * P / ((double)(P - 1) * es);
+    return flop_per_byte >= COCO_OVERLAP_FLOP_LO && flop_per_byte < COCO_OVERLAP_FLOP_HI
+               ? COCO_OVERLAP_DEFAULT_CHUNKS
+               : 1;
+}
+
+// The chunks of each rank's part: ctx's knob, else the default above, at
+// most the part's rows; 1 (no chunks) unless the MatMul's M rows of N (K
+// deep, es-byte elements) part the tensor the way the kernels do: P parts
+// of M / P whole rows (cs elements each, nall in all).
+static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, long K, long es,
+                                      long P, long cs, long nall)
+{
+    long want = ctx->overlap_chunks > 0 ? ctx->overlap_chunks : coco_overlap_default_chunks(K, P, es);
     if (want < 2 || M <= 0 || N <= 0 || M % P || cs != M / P * N || nall != M * N)
         return 1;
     long rows = M / P, most = want < COCO_OVERLAP_MAX_CHUNKS ? want : COCO_OVERLAP_MAX_CHUNKS;

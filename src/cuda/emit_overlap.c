@@ -21,17 +21,23 @@
  * fused kernel, before chunk c, waits for flag c with a bounded spin
  * (coco_chunk_wait: 20 s, then it traps and the run fails), then syncs its
  * barrier with the same block of every peer: when it passes, chunk c is
- * written on every rank. The main stream waits for the side stream at the
- * end. Rank-staggered chunk orders (the paper's) are not needed here: at
- * each chunk every rank reads a different part, its own.
+ * written on every rank. With COCONET_FUSED=push the block first stores
+ * chunk c's rows of every peer's part into that peer's staging slots
+ * (coco_lsa_push_chunk), then syncs, and reduces from local memory; by
+ * default the kernel loads from the peers (on 4 x H200 the loads were as
+ * fast or faster in 17 of 24 settings of the two layers measured:
+ * bench/results/2026-11-27-h200x4-f.md). The main stream waits for the
+ * side stream at the end. Rank-staggered chunk orders (the paper's) are not
+ * needed here: at each chunk every rank reads a different part, its own.
  *
  * Knobs (ctx, COCONET_OVERLAP_CHUNKS and COCONET_OVERLAP_SMS): the chunk
- * count C (1, the default: no overlap, the MatMul then the kernel on one
- * stream), and the SMs the kernel keeps. Chunking needs rows that part the
- * same way as the tensor: M a multiple of P, each part Mp whole rows
- * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
- * fusions with cross-rank reductions (two kernels, the second needs every
- * element) or scattered operands. */
+ * count C (by default 4 or 1 by the MatMul's FLOPs per byte of the
+ * collective, coco_overlap_default_chunks; 1: no overlap, the MatMul then
+ * the kernel on one stream), and the SMs the kernel keeps. Chunking needs
+ * rows that part the same way as the tensor: M a multiple of P, each part
+ * Mp whole rows (coco_overlap_chunks decides at run time; else C = 1). Not
+ * chunked: fusions with cross-rank reductions (two kernels, the second
+ * needs every element) or scattered operands. */
 #include "cuda/emit_lsa.h"
 
 #include <string.h>
@@ -104,8 +110,8 @@ static void emit_sizes(Emitter *e, const Node *mm)
 {
     Node *a = nd(e, mm->in[0]), *b = nd(e, mm->in[1]);
     fprintf(e->o, "        const long mK = h%d.dim[%d], mN = h%d.dim[1], mM = mK ? coco_count(h%d) / mK : 0;\n"
-                  "        const int chunks = coco_overlap_chunks(ctx, mM, mN, G_WORLD, cs, nall);\n",
-            a->id, a->ndim - 1, b->id, a->id);
+                  "        const int chunks = coco_overlap_chunks(ctx, mM, mN, mK, %zu, G_WORLD, cs, nall);\n",
+            a->id, a->ndim - 1, b->id, a->id, type_size(mm->type));
 }
 
 /* The chunks of the MatMul and their signals on the main stream, then `go`

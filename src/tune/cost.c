@@ -26,10 +26,11 @@
  * bandwidth, GEMM FLOPs / GEMM rate, plus its latencies: a kernel launch
  * LAUNCH_US, an NCCL call NCCL_US (at P > 1), a barrier of the fused kernels
  * BARRIER_US. The steps of an overlap of a MatMul and a FusedAllReduce
- * chunked (chunks2, chunks4: src/cuda/emit_overlap.c) take the slowest of
- * their bandwidth times and their latencies once a chunk; every other
- * overlap runs in order (the backend's default). The variant's time: the
- * sum of its steps on the slowest rank. A variant is costed as the backend
+ * chunked (chunks4: src/cuda/emit_overlap.c) take the slowest of their
+ * bandwidth times and their latencies once a chunk; every other overlap
+ * runs in order (chunks1; default is costed so too, though the runtime
+ * chunks some shapes by default: rt/kernels/coco_overlap.cuh). The
+ * variant's time: the sum of its steps on the slowest rank. A variant is costed as the backend
  * runs it (lower_collectives applied: the callers pass that form). */
 #include "tune/tune.h"
 

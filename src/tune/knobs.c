@@ -21,11 +21,12 @@
  *     FusedAllReduce of it can take them (the kernels' own rules,
  *     src/cuda/emit_lsa.c: one-shot needs no Dropout, no cross-rank
  *     reduction and no tensor operand as large as the reduced one; push
- *     needs contiguous operands or no cross-rank reduction); and chunks2,
- *     chunks4 when it overlaps a MatMul with a FusedAllReduce
- *     (src/cuda/emit_overlap.c). `default` (auto) is not a set of its own:
- *     it picks one of the algorithms by size (the tuner times the program
- *     under it too, as the baseline: search.c);
+ *     needs contiguous operands or no cross-rank reduction); and chunks1
+ *     (no chunks), chunks4 when it overlaps a MatMul with a FusedAllReduce
+ *     (src/cuda/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
+ *     collective byte, 1 or 4: rt/kernels/coco_overlap.cuh). `default`
+ *     (auto) is not a set of its own: it picks one of the algorithms by size
+ *     (the tuner times the program under it too, as the baseline: search.c);
  *   fused Sends only, P > 1: default (the peers' memory) and nccl;
  *   P = 1: default, and twoshot where some FusedAllReduce of it is one
  *     kernel over contiguous operands (no cross-rank reduction, no
@@ -43,13 +44,13 @@
 #include <string.h>
 
 static const char *const names[NKNOB] = {"default", "oneshot", "twoshot", "push",
-                                         "nccl",    "chunks2", "chunks4"};
+                                         "nccl",    "chunks1", "chunks4"};
 static const char *const envs[NKNOB] = {"",
                                         "COCONET_FUSED=oneshot",
                                         "COCONET_FUSED=twoshot",
                                         "COCONET_FUSED=push",
                                         "COCONET_FUSED=nccl",
-                                        "COCONET_OVERLAP_CHUNKS=2",
+                                        "COCONET_OVERLAP_CHUNKS=1",
                                         "COCONET_OVERLAP_CHUNKS=4"};
 
 const char *knob_name(int k)
@@ -72,7 +73,7 @@ int knob_parse(const char *name)
 
 int knob_chunks(int k)
 {
-    return k == KNOB_CHUNKS2 ? 2 : k == KNOB_CHUNKS4 ? 4 : 1;
+    return k == KNOB_CHUNKS4 ? 4 : 1;
 }
 
 void knob_values(int k, int *fused_algo, int *overlap_chunks)
@@ -80,7 +81,7 @@ void knob_values(int k, int *fused_algo, int *overlap_chunks)
     /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL, 4 push */
     *fused_algo = k == KNOB_ONESHOT ? 1 : k == KNOB_TWOSHOT ? 2 : k == KNOB_NCCL ? 3
                   : k == KNOB_PUSH  ? 4 : 0;
-    *overlap_chunks = k == KNOB_CHUNKS2 || k == KNOB_CHUNKS4 ? knob_chunks(k) : 0;
+    *overlap_chunks = k == KNOB_CHUNKS1 || k == KNOB_CHUNKS4 ? knob_chunks(k) : 0;
 }
 
 void knob_clear_env(void)
@@ -247,7 +248,7 @@ int knob_sets(const Program *v, int *sets)
         sets[n++] = KNOB_PUSH;
     sets[n++] = KNOB_NCCL;
     if (u.chunks) {
-        sets[n++] = KNOB_CHUNKS2;
+        sets[n++] = KNOB_CHUNKS1;
         sets[n++] = KNOB_CHUNKS4;
     }
     return n;

@@ -18,7 +18,7 @@
  * variant as the CUDA backend runs it (lower_collectives applied, when it
  * lowers anything). */
 enum {
-    KNOB_DEFAULT, KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL, KNOB_CHUNKS2, KNOB_CHUNKS4,
+    KNOB_DEFAULT, KNOB_ONESHOT, KNOB_TWOSHOT, KNOB_PUSH, KNOB_NCCL, KNOB_CHUNKS1, KNOB_CHUNKS4,
     NKNOB
 };
 const char *knob_name(int k);             /* "default", "oneshot", ... */

@@ -70,6 +70,14 @@ if command -v nvcc >/dev/null 2>&1; then
             "$PYTHON" tests/gen/split_vectors.py "$dir/generated.ptx" >"$TMP/split.out" 2>&1; then ok
         else bad "vector accesses of $name (PTX, sm_90):"; head -n 5 "$dir/ptx.out" "$TMP/split.out" 2>/dev/null | sed 's/^/  /'; fi
     done
+    # the overlapped MatMul's chunk count (rt/kernels/coco_overlap.cuh), run
+    # on the host against a generated folder's headers (tests/gen/overlap_chunks.cu)
+    # shellcheck disable=SC1091 # written by make
+    ( . build/cuda.conf && "$NVCC" -std=c++17 -I"$TMP/gen/mlp" -I"$NCCL_INCLUDE" -L"$NCCL_LIB" \
+        tests/gen/overlap_chunks.cu -o "$TMP/overlap_chunks" -Xlinker -rpath="$NCCL_LIB" \
+        -lcublasLt $NCCL_LINK && "$TMP/overlap_chunks" ) >"$TMP/chunks.out" 2>&1
+    if [ $? -eq 0 ]; then ok
+    else bad "the overlapped MatMul's chunk count:"; head -n 10 "$TMP/chunks.out" | sed 's/^/  /'; fi
     # a source's variants compiled apart, at once, and linked into one object
     # (src/cuda/build_parts.c): tests/gpu/host.coco's two variants as two
     # parts (PTX for compute_90: no ptxas), every symbol once, no part left
