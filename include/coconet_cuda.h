@@ -94,7 +94,9 @@ typedef struct {
     void (*mark)(void *marks, int kind, const char *op, int line, const char *call);
     void *marks;
     /* overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c) */
-    int overlap_chunks; /* chunks of each rank's part: 0 the default (1), 1 no overlap */
+    int overlap_chunks; /* chunks of each rank's part: 0 the default (4 or 1 by the
+                           MatMul's FLOPs per collective byte: coco_overlap.cuh), 1 no
+                           overlap */
     int overlap_sms;    /* SMs the chunked kernels keep while the MatMul runs (the
                            MatMul's cuBLASLt SM target is the rest): 0 the default (32) */
 } coco_cuda_ctx;
