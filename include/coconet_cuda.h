@@ -99,6 +99,8 @@ typedef struct {
                            overlap */
     int overlap_sms;    /* SMs the chunked kernels keep while the MatMul runs (the
                            MatMul's cuBLASLt SM target is the rest): 0 the default (32) */
+    int overlap_tail;   /* 1: the last chunk's kernel runs after the MatMul on the whole
+                           grid, on `stream`; 0: with the others on the side stream */
 } coco_cuda_ctx;
 
 /* What a mark follows: a kernel of coconet's, an NCCL call, a CUDA copy or

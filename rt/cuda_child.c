@@ -247,7 +247,9 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
  * host waited for the ranks' line-up, the way runs were timed before they
  * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
- * L2 emptied before each timed run: run.c's clear_l2); and
+ * L2 emptied before each timed run: run.c's clear_l2); the overlapped
+ * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
+ * COCONET_OVERLAP_TAIL=1 (src/cuda/emit_overlap.c); and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
@@ -279,6 +281,7 @@ int rt_read_knobs(CocoRt *rt)
     return env_flag(rt, "COCONET_FUSED_VEC", &rt->fused_vec) ||
            env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
            env_flag(rt, "COCONET_ONE_RANK_FUSED", &rt->one_rank_fused) ||
+           env_flag(rt, "COCONET_OVERLAP_TAIL", &rt->overlap_tail) ||
            env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias) ||
            env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start) ||
            env_flag(rt, "COCONET_COLD_L2", &rt->cold_l2);

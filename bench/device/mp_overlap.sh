@@ -9,14 +9,15 @@
 #      keeping 16 SMs, and the default 32; then by push, COCONET_FUSED=push),
 #      then ol_MM_fuse_RS_C_AG of LAYERS2 (both) at B = SIZES, S=1024,
 #      H=3072 with chunks in CHUNKS x SMs kept in SMS x COCONET_FUSED in
-#      ALGOS ("auto": push at these sizes; "twoshot": by loads), unchecked
-#      (part 1 and the checks above checked the same code).
+#      ALGOS ("auto": loads; "push") x COCONET_OVERLAP_TAIL in TAILS ("0"),
+#      unchecked (part 1 and the checks above checked the same code).
 #   COMMIT=<sha> P=4 sh bench/device/mp_overlap.sh
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
 P=${P:-4}
 CHUNKS=${CHUNKS:-2 4 8}
 SMS=${SMS:-16 32}
 ALGOS=${ALGOS:-auto}
+TAILS=${TAILS:-0}
 lease_make
 [ "${SKIP_MP:-0}" = 1 ] || OUT=$OUT P=$P SIZES=${SIZES:-8} DTYPES=fp16 PIPE_SIZES=1 ITERS=20 DEADLINE=${MP_DEADLINE:-330} \
     LAYERS=${LAYERS:-self_attention mlp allreduce pipeline} sh bench/mp.sh >"$OUT/mp.out" 2>&1
@@ -33,12 +34,14 @@ run() { # run LOG ARGS...: one coconet run, its table appended to $T
     rm -f "$OUT/$log"
 }
 for f in examples/self_attention.coco examples/mlp.coco; do
-    for s in 16 0 push; do
-        a=auto
+    for s in 16 0 push tail; do
+        a=auto t=0
         [ "$s" = push ] && a=push s=0
-        COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$s run check.log ./coconet run "$f" \
-            -D B=8 -D S=16 -D H=64 --all-schedules --backend cuda --ranks "$P" --iters 3
-        echo "check $f chunks=3 sms=$s algo=$a" >>"$T"
+        [ "$s" = tail ] && t=1 s=0
+        COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$s COCONET_OVERLAP_TAIL=$t \
+            run check.log ./coconet run "$f" -D B=8 -D S=16 -D H=64 --all-schedules --backend cuda \
+            --ranks "$P" --iters 3
+        echo "check $f chunks=3 sms=$s algo=$a tail=$t" >>"$T"
     done
 done
 for n in ${LAYERS2:-self_attention mlp}; do
@@ -48,12 +51,15 @@ for n in ${LAYERS2:-self_attention mlp}; do
         for c in $CHUNKS; do
             for s in $SMS; do
                 for a in $ALGOS; do
-                    [ "$(left 15)" -gt 15 ] || break 5
-                    COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=$c COCONET_OVERLAP_SMS=$s run knob.log \
-                        ./coconet run "$f" -D B="$b" -D S=1024 -D H=3072 \
-                        --schedule-file "/tmp/$n-schedules.coco" --schedule ol_MM_fuse_RS_C_AG \
-                        --reference none --backend cuda --ranks "$P" --iters 20
-                    echo "knobs $n B=$b chunks=$c sms=$s algo=$a" >>"$T"
+                    for t in $TAILS; do
+                        [ "$(left 15)" -gt 15 ] || break 6
+                        COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=$c COCONET_OVERLAP_SMS=$s \
+                            COCONET_OVERLAP_TAIL=$t run knob.log ./coconet run "$f" -D B="$b" \
+                            -D S=1024 -D H=3072 --schedule-file "/tmp/$n-schedules.coco" \
+                            --schedule ol_MM_fuse_RS_C_AG --reference none --backend cuda \
+                            --ranks "$P" --iters 20
+                        echo "knobs $n B=$b chunks=$c sms=$s algo=$a tail=$t" >>"$T"
+                    done
                 done
             done
         done

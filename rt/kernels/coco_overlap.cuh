@@ -46,22 +46,25 @@ static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, 
     return (int)(most < rows ? most : rows);
 }
 
-// Which elements of each part a fused kernel takes, and when: `count`
-// chunks, chunk c being rows [rows*c/count, rows*(c+1)/count) of the
-// part's `rows` rows of `cols` elements; with `flag`, the kernel waits
-// before chunk c until flag[c] has reached `epoch` (the MatMul's chunk c is
-// written: coco_chunk_signal), then meets the peers at its barrier.
+// Which elements of each part a fused kernel takes, and when: chunks
+// [from, to) of `count`, chunk c being rows [rows*c/count, rows*(c+1)/count)
+// of the part's `rows` rows of `cols` elements; with `flag`, the kernel
+// waits before chunk c until flag[c] has reached `epoch` (the MatMul's
+// chunk c is written: coco_chunk_signal); with count > 1 it then meets the
+// peers at its barrier (without `flag`: a launch after the MatMul, whose
+// chunks its first barrier already found written on every rank).
 struct CocoChunks {
     int count;
     long rows, cols;
     const unsigned *flag;
     unsigned epoch;
+    int from, to;
 };
 
 // The whole part at once, no waits.
 static inline CocoChunks coco_chunks_all(long cs)
 {
-    CocoChunks c = {1, 1, cs, NULL, 0};
+    CocoChunks c = {1, 1, cs, NULL, 0, 0, 1};
     return c;
 }
 

@@ -735,7 +735,7 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
             fprintf(o, "    if constexpr (PUSH) if (%s) { /* the reduce-scatter's stores into the "
                        "peers' staging slots */\n        %s<V, %s, P>(win, %s%d, ost, rank, cs, nall%s);\n"
                        "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
-                    chunked(l) ? "!ck.flag" : "true",
+                    chunked(l) ? "ck.count == 1" : "true",
                     l->scat >= 0 ? "coco_lsa_scat_push_parts" : "coco_lsa_push_parts",
                     emit_tname[nd(e, x)->type], l->scat >= 0 ? "sc, pb, mb" : "o", x,
                     l->scat >= 0 ? "" : ", 0, coco_lsa_steps<V>(cs)");
@@ -751,10 +751,10 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     if (rounds)
         emit_rounds(e, l, ins, nin, zs, nz);
     if (kn == 0 && chunked(l)) { /* emit_overlap.c: chunk by chunk, each after its MatMul */
-        fprintf(o, "    for (int c = 0; c < ck.count; c++) {\n"
+        fprintf(o, "    for (int c = ck.from; c < ck.to; c++) {\n"
                    "    const long chunk_lo = coco_chunk_lo(ck, c), chunk_hi = coco_chunk_lo(ck, c + 1);\n"
-                   "    if (ck.flag) { /* chunk c written here, then on every rank */\n"
-                   "        coco_chunk_wait(ck, c);\n");
+                   "    if (ck.count > 1) { /* chunk c written here (its flag), then on every rank */\n"
+                   "        if (ck.flag)\n            coco_chunk_wait(ck, c);\n");
         if (push_allowed(l)) /* its parts into the peers' staging slots */
             fprintf(o, "        if constexpr (PUSH)\n            coco_lsa_push_chunk<V, %s, P>(win, "
                        "o%d, ost, rank, cs, nall, chunk_lo, chunk_hi);\n",

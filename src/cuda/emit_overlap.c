@@ -30,14 +30,18 @@
  * side stream at the end. Rank-staggered chunk orders (the paper's) are not
  * needed here: at each chunk every rank reads a different part, its own.
  *
- * Knobs (ctx, COCONET_OVERLAP_CHUNKS and COCONET_OVERLAP_SMS): the chunk
- * count C (by default 4 or 1 by the MatMul's FLOPs per byte of the
- * collective, coco_overlap_default_chunks; 1: no overlap, the MatMul then
- * the kernel on one stream), and the SMs the kernel keeps. Chunking needs
- * rows that part the same way as the tensor: M a multiple of P, each part
- * Mp whole rows (coco_overlap_chunks decides at run time; else C = 1). Not
- * chunked: fusions with cross-rank reductions (two kernels, the second
- * needs every element) or scattered operands. */
+ * Knobs (ctx, COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
+ * COCONET_OVERLAP_TAIL): the chunk count C (by default 4 or 1 by the
+ * MatMul's FLOPs per byte of the collective, coco_overlap_default_chunks;
+ * 1: no overlap, the MatMul then the kernel on one stream), the SMs the
+ * kernel keeps, and where the last chunk goes (the tail: with the others
+ * on the side stream, or, with TAIL, a second launch of the kernel on the
+ * main stream after the MatMul and the side kernel, on the whole grid, with
+ * no flag to wait for: its first barrier finds the MatMul done on every
+ * rank). Chunking needs rows that part the same way as the tensor: M a
+ * multiple of P, each part Mp whole rows (coco_overlap_chunks decides at
+ * run time; else C = 1). Not chunked: fusions with cross-rank reductions
+ * (two kernels, the second needs every element) or scattered operands. */
 #include "cuda/emit_lsa.h"
 
 #include <string.h>
@@ -128,7 +132,10 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "            unsigned epoch;\n"
                "            const unsigned *flag = ev ? coco_overlap_flags(ctx, &epoch) : NULL;\n"
                "            if (!flag)\n                return 1;\n"
-               "            CocoChunks ck = {chunks, mP, mN, flag, epoch};\n"
+               "            /* the side kernel's chunks: all, or all but the last (COCONET_OVERLAP_TAIL) */\n"
+               "            const int tail = ctx->overlap_tail ? 1 : 0;\n"
+               "            const int by_push = %s && ctx->fused_algo == COCO_FUSED_PUSH;\n"
+               "            CocoChunks ck = {chunks, mP, mN, flag, epoch, 0, chunks - tail};\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
@@ -142,16 +149,23 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "            }\n"
                "            /* launched last: everything it waits for is enqueued (and its code\n"
                "               loaded: a lazy load while it spins could wait for it) */\n"
-               "            if (go(side, %s && ctx->fused_algo == COCO_FUSED_PUSH, coco_overlap_grid(ctx, grid), ck))\n"
+               "            if (go(side, by_push, coco_overlap_grid(ctx, grid), ck))\n"
                "                COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
                "ranks\", G_WORLD);\n"
                "            COCO_LAUNCH_CHECK(ctx, \"FusedAllReduce\", %d);\n"
                "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaEventRecord(ev[1], side));\n"
                "            COCO_CUDA_QUIET(ctx, \"FusedAllReduce\", %d, cudaStreamWaitEvent(st, ev[1], 0));\n"
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
-               "\"chunks\");\n",
-            l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, push, line, line,
-            line, line, line);
+               "\"chunks\");\n"
+               "            if (tail) { /* the last chunk on the whole grid, after the MatMul */\n"
+               "                const CocoChunks last = {chunks, mP, mN, NULL, 0, chunks - 1, chunks};\n"
+               "                if (go(st, by_push, grid, last))\n"
+               "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
+               "ranks\", G_WORLD);\n"
+               "                COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n"
+               "            }\n",
+            push, l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line,
+            line, line, line, line, line);
 }
 
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)

@@ -297,20 +297,19 @@ part_knobs() {
 # algorithms, at a size whose slices are uneven at P = 2 and 4.
 tuning_knobs() {
     # overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c):
-    # 3 chunks of uneven rows, with and without an SM split, and by push
-    # (each chunk's parts stored into the peers' staging slots)
+    # 3 chunks of uneven rows, with and without an SM split, by push (each
+    # chunk's parts stored into the peers' staging slots), and with the last
+    # chunk on the whole grid after the MatMul (COCONET_OVERLAP_TAIL=1)
     for f in examples/self_attention.coco examples/mlp.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
-            for sms in 0 16 push; do
-                COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$sms
-                [ "$sms" = push ] && COCONET_FUSED=push COCONET_OVERLAP_SMS=0 && export COCONET_FUSED
-                export COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS
-                run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, SMS=$sms" "$p" "$f" -D B=8 -D S=16 -D H=64 \
+            for knob in OVERLAP_SMS=0 OVERLAP_SMS=16 FUSED=push OVERLAP_TAIL=1; do
+                export COCONET_OVERLAP_CHUNKS=3 "COCONET_$knob"
+                run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, $knob" "$p" "$f" -D B=8 -D S=16 -D H=64 \
                     --all-schedules
-                unset COCONET_OVERLAP_CHUNKS COCONET_OVERLAP_SMS COCONET_FUSED
+                unset COCONET_OVERLAP_CHUNKS "COCONET_${knob%%=*}"
             done
         done
     done

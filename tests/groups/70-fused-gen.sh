@@ -228,13 +228,14 @@ fi
 rm -rf "$TMP/linear"
 # overlap(MatMul, FusedAllReduce): the variants whose MatMul runs in chunks
 # (tests/gen/overlap.expect); the fused kernel launched once on the side
-# stream with the chunks (each block waiting for each chunk's flag, then,
+# stream with its chunks (each block waiting for each chunk's flag, then,
 # where the instance pushes, storing the chunk's parts into the peers'
 # staging slots, then its barrier; the push of every part at once only
 # without chunks), by push only when asked (COCONET_FUSED=push); each chunk
 # a strided batched MatMul of every part's rows then its flag's signal; the
-# main stream waits for the side stream at the end; and the one-stream path
-# (chunks = 1) beside it
+# main stream waits for the side stream at the end, then, with
+# COCONET_OVERLAP_TAIL, launches the last chunk on the whole grid; and the
+# one-stream path (chunks = 1) beside it
 got=""
 for f in examples/self_attention.coco examples/mlp.coco; do
     name=$(basename "$f" .coco)
@@ -245,24 +246,35 @@ for f in examples/self_attention.coco examples/mlp.coco; do
 "
     blocks=$(grep -c 'chunk by chunk, overlapped \*/$' "$cu")
     batched=$(grep -c 'coco_matmul_on(ctx, [0-9]*, COCO_[A-Z0-9]*, (const char \*)b[0-9]* + row0 \* mK \* [0-9]*, b[0-9]*, (char \*)b[0-9]* + row0 \* mN \* [0-9]*, row1 - row0, mN, mK, G_WORLD, mP \* mK, 0, mP \* mN, sms, st))$' "$cu")
-    sides=$(grep -c '^            if (go(side, fpush[0-9]* && ctx->fused_algo == COCO_FUSED_PUSH, coco_overlap_grid(ctx, grid), ck))$' "$cu")
+    sides=$(grep -c '^            if (go(side, by_push, coco_overlap_grid(ctx, grid), ck))$' "$cu")
+    by_push=$(grep -c '^            const int by_push = fpush[0-9]* && ctx->fused_algo == COCO_FUSED_PUSH;$' "$cu")
+    side_chunks=$(grep -c '^            CocoChunks ck = {chunks, mP, mN, flag, epoch, 0, chunks - tail};$' "$cu")
+    tails=$(awk '/^            if \(tail\) \{ \/\* the last chunk on the whole grid, after the MatMul \*\/$/ { t = NR }
+                 t && NR == t + 1 && /^                const CocoChunks last = \{chunks, mP, mN, NULL, 0, chunks - 1, chunks\};$/ { l = NR }
+                 l && NR == l + 1 && /^                if \(go\(st, by_push, grid, last\)\)$/ { n++; t = 0; l = 0 }
+                 END { print n + 0 }' "$cu")
+    loops=$(grep -c '^    for (int c = ck.from; c < ck.to; c++) {$' "$cu")
     signals=$(grep -c '^                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned \*)flag, c, epoch);$' "$cu")
     waits=$(awk '/^__global__ void .*_f[0-9]+\(/ { on = 1 } on && /^}/ { on = 0 }
-                 on && /^        coco_chunk_wait\(ck, c\);$/ { w = NR }
+                 on && /^    if \(ck.count > 1\) \{ \/\* chunk c written here/ { g = NR }
+                 on && g && NR == g + 1 && /^        if \(ck.flag\)$/ { f = NR; g = 0 }
+                 on && f && NR == f + 1 && /^            coco_chunk_wait\(ck, c\);$/ { w = NR; f = 0 }
                  on && w && NR == w + 1 && /^        if constexpr \(PUSH\)$/ { p = NR }
                  on && p && NR == p + 1 && /^            coco_lsa_push_chunk<V, COCO_[A-Z0-9]+, P>\(win, o[0-9]+, ost, rank, cs, nall, chunk_lo, chunk_hi\);$/ { w = NR; p = 0 }
                  on && w && NR == w + 1 && /bar.sync\(ncclCoopCta\(\), cuda::memory_order_acq_rel\);$/ { n++; w = 0 }
                  END { print n + 0 }' "$cu")
     pushes=$(grep -c '^            coco_lsa_push_chunk<' "$cu")
-    guards=$(grep -c '^    if constexpr (PUSH) if (!ck.flag) { /\* the reduce-scatter' "$cu")
+    guards=$(grep -c '^    if constexpr (PUSH) if (ck.count == 1) { /\* the reduce-scatter' "$cu")
     kernels=$(awk '/^__global__ void .*_f[0-9]+\(/ { n++ } END { print n + 0 }' "$cu")
     joins=$(grep -c 'cudaStreamWaitEvent(st, ev\[1\], 0));$' "$cu")
     whole=$(awk '/chunk by chunk, overlapped/ { on = 1 } on && /^        } else {$/ { e = NR }
                  on && e && NR == e + 1 && /= MatMul \*\/$/ { n++; on = 0; e = 0 } END { print n + 0 }' "$cu")
     if [ "$blocks" -gt 0 ] && [ "$batched" -eq "$blocks" ] && [ "$sides" -eq "$blocks" ] &&
-        [ "$signals" -eq "$blocks" ] && [ "$waits" -eq "$kernels" ] && [ "$pushes" -eq "$kernels" ] &&
-        [ "$guards" -eq "$kernels" ] && [ "$joins" -eq "$blocks" ] && [ "$whole" -eq "$blocks" ]; then ok
-    else bad "$f: $blocks chunked MatMuls, $batched batched chunks, $sides kernels on the side stream, $signals signals, $waits of $kernels kernels waiting for each chunk, $pushes pushing each chunk, $guards pushing all at once only without chunks, $joins joins, $whole one-stream paths"; fi
+        [ "$by_push" -eq "$blocks" ] && [ "$side_chunks" -eq "$blocks" ] && [ "$tails" -eq "$blocks" ] &&
+        [ "$signals" -eq "$blocks" ] && [ "$waits" -eq "$kernels" ] && [ "$loops" -eq "$kernels" ] &&
+        [ "$pushes" -eq "$kernels" ] && [ "$guards" -eq "$kernels" ] && [ "$joins" -eq "$blocks" ] &&
+        [ "$whole" -eq "$blocks" ]; then ok
+    else bad "$f: $blocks chunked MatMuls, $batched batched chunks, $sides kernels on the side stream ($by_push by push only when asked, $side_chunks with the chunks but the tail's), $tails tail launches, $signals signals, $waits of $kernels kernels waiting for each chunk ($loops over their launch's chunks), $pushes pushing each chunk, $guards pushing all at once only without chunks, $joins joins, $whole one-stream paths"; fi
     rm -rf "$TMP/ovl"
 done
 want=$(grep -v '^#' tests/gen/overlap.expect)
