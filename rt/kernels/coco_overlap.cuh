@@ -13,8 +13,8 @@
 // FLOP/B) 17 to 22 % faster with 4 chunks at B = 8 and 16, FP16 and BF16;
 // self-attention at P = 4 (512) and the MLP at P = 2 (6144) at most 3 %
 // faster with any count; self-attention at P = 2 (1536) faster in FP16,
-// slower in BF16.
-// Elsewhere 1 (no chunks). The flags' count bounds the chunks (at most 64).
+// slower in BF16. Elsewhere 1 (no chunks). The flags' count bounds the
+// chunks (at most 64).
 enum {
     COCO_OVERLAP_DEFAULT_CHUNKS = 4,
     COCO_OVERLAP_MAX_CHUNKS = 64,
