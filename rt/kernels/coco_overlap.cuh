@@ -8,7 +8,9 @@
 // MatMul's FLOPs per byte that each rank's collective moves (2 M N K over
 // 2 (P - 1) / P M N element bytes) lie in [2048, 4096): the MatMul about as
 // long as the collective, or up to twice (H200: about 660 TFLOP/s against
-// 340 GB/s of bus bandwidth, a balance of about 2000). Measured on
+// 340 GB/s of bus bandwidth, a balance of about 2000), and each chunk has
+// at least 512 rows of each part (M >= 2048 P: the smallest measured; a
+// smaller MatMul's chunks would be mostly launches). Measured on
 // 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at P = 4 (2048
 // FLOP/B) 17 to 22 % faster with 4 chunks at B = 8 and 16, FP16 and BF16;
 // self-attention at P = 4 (512) and the MLP at P = 2 (6144) at most 3 %
@@ -19,12 +21,13 @@ enum {
     COCO_OVERLAP_DEFAULT_CHUNKS = 4,
     COCO_OVERLAP_MAX_CHUNKS = 64,
     COCO_OVERLAP_FLOP_LO = 2048,
-    COCO_OVERLAP_FLOP_HI = 4096
+    COCO_OVERLAP_FLOP_HI = 4096,
+    COCO_OVERLAP_MIN_ROWS = 512
 };
 
-static inline long coco_overlap_default_chunks(long K, long P, long es)
+static inline long coco_overlap_default_chunks(long M, long K, long P, long es)
 {
-    if (P < 2 || es <= 0)
+    if (P < 2 || es <= 0 || M / P / COCO_OVERLAP_DEFAULT_CHUNKS < COCO_OVERLAP_MIN_ROWS)
         return 1;
     const double flop_per_byte = (double)K * P / ((double)(P - 1) * es);
     return flop_per_byte >= COCO_OVERLAP_FLOP_LO && flop_per_byte < COCO_OVERLAP_FLOP_HI
@@ -39,7 +42,8 @@ static inline long coco_overlap_default_chunks(long K, long P, long es)
 static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, long K, long es,
                                       long P, long cs, long nall)
 {
-    long want = ctx->overlap_chunks > 0 ? ctx->overlap_chunks : coco_overlap_default_chunks(K, P, es);
+    long want =
+        ctx->overlap_chunks > 0 ? ctx->overlap_chunks : coco_overlap_default_chunks(M, K, P, es);
     if (want < 2 || M <= 0 || N <= 0 || M % P || cs != M / P * N || nall != M * N)
         return 1;
     long rows = M / P, most = want < COCO_OVERLAP_MAX_CHUNKS ? want : COCO_OVERLAP_MAX_CHUNKS;

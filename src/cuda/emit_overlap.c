@@ -32,9 +32,9 @@
  *
  * Knobs (ctx, COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
  * COCONET_OVERLAP_TAIL): the chunk count C (by default 4 or 1 by the
- * MatMul's FLOPs per byte of the collective, coco_overlap_default_chunks;
- * 1: no overlap, the MatMul then the kernel on one stream), the SMs the
- * kernel keeps, and where the last chunk goes (the tail: with the others
+ * MatMul's FLOPs per byte of the collective and its rows,
+ * coco_overlap_default_chunks; 1: no overlap, the MatMul then the kernel on
+ * one stream), the SMs the kernel keeps, and where the last chunk goes (the tail: with the others
  * on the side stream, or, with TAIL, a second launch of the kernel on the
  * main stream after the MatMul and the side kernel, on the whole grid, with
  * no flag to wait for: its first barrier finds the MatMul done on every

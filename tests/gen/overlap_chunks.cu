@@ -36,6 +36,10 @@ int main(void)
     expect("just below 4096 FLOP/B", chunks(0, 8192, 3072, 3071, 1, 4), 4);
     expect("4096 FLOP/B", chunks(0, 8192, 3072, 4096, 2, 2), 1);
     expect("one rank", chunks(0, 8192, 3072, 3072, 2, 1), 1);
+    // fewer than 512 rows of a part a chunk: none (B = 8, above, has 512)
+    expect("MLP, P = 4, B = 4 (256 rows a chunk)", chunks(0, 4096, 3072, 3072, 2, 4), 1);
+    expect("MLP, P = 4, B = 1 (64 rows a chunk)", chunks(0, 1024, 3072, 3072, 2, 4), 1);
+    expect("MLP, P = 4, B = 16", chunks(0, 16384, 3072, 3072, 2, 4), 4);
     // the knob wins over the default, both ways, bounded by the part's rows
     expect("knob 1 where the default chunks", chunks(1, 8192, 3072, 3072, 2, 4), 1);
     expect("knob 8 where the default does not", chunks(8, 8192, 3072, 768, 2, 4), 8);
