@@ -6,7 +6,8 @@
 #      (left out with SKIP_MP=1);
 #   2. overlap(MatMul, FusedAllReduce) chunk by chunk: correctness of every
 #      schedule of both layers at B=8 S=16 H=64 with 3 chunks (the kernel
-#      keeping 16 SMs, and the default 32; then by push, COCONET_FUSED=push),
+#      keeping 16 SMs, and the default 32; by push, COCONET_FUSED=push; and
+#      the last chunk on the whole grid, COCONET_OVERLAP_TAIL=1),
 #      then ol_MM_fuse_RS_C_AG of LAYERS2 (both) at B = SIZES, S=1024,
 #      H=3072 with chunks in CHUNKS x SMs kept in SMS x COCONET_FUSED in
 #      ALGOS ("auto": loads; "push") x COCONET_OVERLAP_TAIL in TAILS ("0"),

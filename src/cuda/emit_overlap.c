@@ -34,14 +34,15 @@
  * COCONET_OVERLAP_TAIL): the chunk count C (by default 4 or 1 by the
  * MatMul's FLOPs per byte of the collective and its rows,
  * coco_overlap_default_chunks; 1: no overlap, the MatMul then the kernel on
- * one stream), the SMs the kernel keeps, and where the last chunk goes (the tail: with the others
- * on the side stream, or, with TAIL, a second launch of the kernel on the
- * main stream after the MatMul and the side kernel, on the whole grid, with
- * no flag to wait for: its first barrier finds the MatMul done on every
- * rank). Chunking needs rows that part the same way as the tensor: M a
- * multiple of P, each part Mp whole rows (coco_overlap_chunks decides at
- * run time; else C = 1). Not chunked: fusions with cross-rank reductions
- * (two kernels, the second needs every element) or scattered operands. */
+ * one stream), the SMs the kernel keeps, and where the last chunk goes
+ * (with the others on the side stream, or, with TAIL, a second launch of
+ * the kernel on the main stream after the MatMul and the side kernel, on
+ * the whole grid, with no flag to wait for: its first barrier finds the
+ * MatMul done on every rank). Chunking needs rows that part the same way
+ * as the tensor: M a multiple of P, each part Mp whole rows
+ * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
+ * fusions with cross-rank reductions (two kernels, the second needs every
+ * element) or scattered operands. */
 #include "cuda/emit_lsa.h"
 
 #include <string.h>
@@ -120,7 +121,8 @@ static void emit_sizes(Emitter *e, const Node *mm)
 
 /* The chunks of the MatMul and their signals on the main stream, then `go`
  * (the launch block's lambda): the kernel on the side stream, each block
- * waiting for each chunk's flag. */
+ * waiting for each chunk's flag; with the tail, the last chunk's launch on
+ * the main stream after it. */
 static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
 {
     FILE *o = e->o;
