@@ -329,53 +329,29 @@ __device__ __forceinline__ CocoRaw<T> *coco_lsa_slot(ncclWindow_t win, size_t st
            from * coco_lsa_slot_elems(cs, es) + coco_lsa_slot_shift(part * cs, es);
 }
 
-// The push algorithm's reduce-scatter stores of round r (coco_lsa_rounds;
-// r = 0 and steps = coco_lsa_steps: all of them): each peer q's part of
-// this rank's input (type T, at window offset off) into slot `rank` of q's
-// staging buffer (window offset stage; coco_lsa_slot). Each thread visits
-// the same indices as the element loop of round r on the peer (the same
-// steps: coco_lsa_round_span), which a barrier after these stores
-// precedes, so block b's barrier orders exactly the stores that block b
-// of the peer reads.
+// The push algorithm's reduce-scatter stores: elements [lo, hi) of each
+// peer q's part of this rank's input (type T, at window offset off) into
+// slot `rank` of q's staging buffer (window offset stage; coco_lsa_slot),
+// round r of them (this thread's steps r * steps to (r + 1) * steps over
+// the range: coco_lsa_rounds). Each thread visits the same indices as the
+// element loop over that range and round on the peer (coco_lsa_span, the
+// same steps), which a barrier after these stores precedes, so block b's
+// barrier orders exactly the stores that block b of the peer reads.
 template <int V, int T, int P>
-__device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
-                                                    int rank, long cs, long nall, long r,
-                                                    long steps)
+__device__ __forceinline__ void coco_lsa_push_range(ncclWindow_t win, size_t off, size_t stage,
+                                                    int rank, long cs, long nall, long lo, long hi,
+                                                    long r, long steps)
 {
     const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
-#pragma unroll 1
-    for (int k = 1; k < P; k++) {
-        const int q = (rank + k) % P; /* each rank starts with its next peer */
-        const long n = coco_lsa_part_n(q, cs, nall);
-        CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        long jb, je;
-        coco_lsa_round_span<V>(q * cs, n, r, steps, jb, je);
-        for (long j0 = jb; j0 < je; j0 += coco_lsa_stride<V>()) {
-            long i0, lim;
-            coco_lsa_step<V>(j0, n, i0, lim);
-            alignas(16) CocoRaw<T> x[V];
-            coco_ldv<V, T>(in + q * cs, i0, lim, x);
-            coco_stv<V, T>(slot, i0, lim, x);
-        }
-    }
-}
-
-// The same stores for elements [lo, hi) of every peer's part (chunk lo..hi
-// of the overlapped MatMul, emit_overlap.c): each thread visits the indices
-// the chunk's element loop visits on the peer (coco_lsa_span over the
-// chunk), so the barrier after them orders, for block b, exactly the
-// stores that block b of the peer reads.
-template <int V, int T, int P>
-__device__ __forceinline__ void coco_lsa_push_chunk(ncclWindow_t win, size_t off, size_t stage,
-                                                    int rank, long cs, long nall, long lo, long hi)
-{
-    const CocoRaw<T> *in = (const CocoRaw<T> *)ncclGetLsaPointer(win, off, rank);
+    const long stride = coco_lsa_stride<V>();
 #pragma unroll 1
     for (int k = 1; k < P; k++) {
         const int q = (rank + k) % P; /* each rank starts with its next peer */
         const long n = coco_lsa_part_n(q, cs, nall), end = n < hi ? n : hi;
         CocoRaw<T> *slot = coco_lsa_slot<T>(win, stage, q, rank, q, cs);
-        for (long j0 = lo + coco_lsa_first<V>(q * cs + lo); j0 < end; j0 += coco_lsa_stride<V>()) {
+        const long jb = lo + coco_lsa_first<V>(q * cs + lo) + r * steps * stride;
+        const long je = jb + steps * stride < end ? jb + steps * stride : end;
+        for (long j0 = jb; j0 < je; j0 += stride) {
             long i0, lim;
             coco_lsa_span<V>(j0, lo, end, i0, lim);
             alignas(16) CocoRaw<T> x[V];
@@ -383,6 +359,25 @@ __device__ __forceinline__ void coco_lsa_push_chunk(ncclWindow_t win, size_t off
             coco_stv<V, T>(slot, i0, lim, x);
         }
     }
+}
+
+// Round r of the whole parts (coco_lsa_round_span's steps; r = 0 and
+// steps = coco_lsa_steps: all of them)
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_push_parts(ncclWindow_t win, size_t off, size_t stage,
+                                                    int rank, long cs, long nall, long r,
+                                                    long steps)
+{
+    coco_lsa_push_range<V, T, P>(win, off, stage, rank, cs, nall, 0, cs, r, steps);
+}
+
+// Elements [lo, hi) of every part, all at once (chunk lo..hi of the
+// overlapped MatMul, emit_overlap.c): every step of the chunk's loop
+template <int V, int T, int P>
+__device__ __forceinline__ void coco_lsa_push_chunk(ncclWindow_t win, size_t off, size_t stage,
+                                                    int rank, long cs, long nall, long lo, long hi)
+{
+    coco_lsa_push_range<V, T, P>(win, off, stage, rank, cs, nall, lo, hi, 0, coco_lsa_steps<V>(cs));
 }
 
 // acc[v] = the reduction over the ranks, in rank order, of element

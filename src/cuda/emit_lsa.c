@@ -732,10 +732,10 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
     if (kn == 0) {
         fprintf(o, "    bar.sync(ncclCoopCta(), cuda::memory_order_acquire);\n");
         if (push_allowed(l) && !rounds) /* all of them, in one round (chunks: each after its MatMul) */
-            fprintf(o, "    if constexpr (PUSH) if (%s) { /* the reduce-scatter's stores into the "
+            fprintf(o, "    if constexpr (PUSH)%s { /* the reduce-scatter's stores into the "
                        "peers' staging slots */\n        %s<V, %s, P>(win, %s%d, ost, rank, cs, nall%s);\n"
                        "        bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n    }\n",
-                    chunked(l) ? "ck.count == 1" : "true",
+                    chunked(l) ? " if (ck.count == 1)" : "",
                     l->scat >= 0 ? "coco_lsa_scat_push_parts" : "coco_lsa_push_parts",
                     emit_tname[nd(e, x)->type], l->scat >= 0 ? "sc, pb, mb" : "o", x,
                     l->scat >= 0 ? "" : ", 0, coco_lsa_steps<V>(cs)");

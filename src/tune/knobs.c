@@ -24,17 +24,18 @@
  *     needs contiguous operands or no cross-rank reduction); and chunks1
  *     (no chunks), chunks4 when it overlaps a MatMul with a FusedAllReduce
  *     (src/cuda/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
- *     collective byte and rows, 1 or 4: rt/kernels/coco_overlap.cuh). `default`
- *     (auto) is not a set of its own: it picks one of the algorithms by size
- *     (the tuner times the program under it too, as the baseline: search.c);
+ *     collective byte and rows, 1 or 4: rt/kernels/coco_overlap.cuh).
+ *     `default` (auto) is not a set of its own: it picks one of the
+ *     algorithms by size (the tuner times the program under it too, as the
+ *     baseline: search.c);
  *   fused Sends only, P > 1: default (the peers' memory) and nccl;
  *   P = 1: default, and twoshot where some FusedAllReduce of it is one
  *     kernel over contiguous operands (no cross-rank reduction, no
  *     scattered operand) with a computation besides its ReduceScatter and
  *     AllGathers (a bare one is a copy or no kernel on one rank): default
- *     runs it as its elementwise form, an
- *     algorithm asked for as the fused kernel's one-rank instance (doc/gpu.md,
- *     "One rank"; each is the faster on some programs). One rank's fused
+ *     runs it as its elementwise form, an algorithm asked for as the fused
+ *     kernel's one-rank instance (doc/gpu.md, "One rank"; each is the
+ *     faster on some programs). One rank's fused
  *     kernels are one instance whatever the algorithm, so twoshot stands for
  *     them all; nccl is a copy. */
 #define _DEFAULT_SOURCE /* setenv */
