@@ -14,8 +14,11 @@
 #          the loss curves compared (coconet vs fused, foreach vs fused, the
 #          LAMBs), then the largest micro-batch of coconet Adam and of DDP;
 #          train.md (the comparisons and each run's last line);
-#   infer  examples/torch/infer_tp.py at P, at GPT-2 small's width (768) and
-#          at WIDE (3072, the paper's layer: 12 layers, 24 heads): infer.md.
+#   infer  examples/torch/infer_tp.py at P, at the widths WIDTHS (GPT-2
+#          small's 768 and the paper's layer's 3072: 12 layers, 24 heads) and
+#          batches BATCHES (1 2 4 8 16): infer.md; with PROFILE=1 also
+#          torch.profiler's kernel tables at the largest batch,
+#          infer-profile-WIDTH.txt.
 # The ranks start with LD_PRELOAD= the runtime's NCCL (tests/gpu/torch.sh
 # says why). Tables under $OUT: torch-tests-p1.md, torch-tests-pP.md,
 # torch-optim.md; logs in
@@ -28,7 +31,7 @@
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
 # Variables: P (1), PHASES, ITERS (20), STEPS (200), TRAIN_RUNS (train's optimizers, all five),
-# MAXB (1: train's largest micro-batches; 0: not), WIDE (3072), JOBS (nvcc builds at once, 12),
+# MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES, PROFILE, JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
@@ -100,11 +103,13 @@ case " $PHASES " in *" train "*)
     done ;;
 esac
 case " $PHASES " in *" infer "*)
-    for w in 768 "${WIDE:-3072}"; do
+    for w in ${WIDTHS:-768 3072}; do
         heads=$((w / 64 > 12 ? w / 128 : 12))
-        # shellcheck disable=SC2086 # TR: a command and its arguments
+        prof=
+        [ "${PROFILE:-0}" = 1 ] && prof="--profile $OUT/infer-profile-$w.txt"
+        # shellcheck disable=SC2086 # TR: a command and its arguments; prof: an option or none
         LD_PRELOAD=$PRELOAD timeout "$(left 20)" $TR examples/torch/infer_tp.py --width "$w" \
-            --heads "$heads" --batches 1 2 4 8 16 >"$W/infer-$w.out" 2>&1
+            --heads "$heads" --batches ${BATCHES:-1 2 4 8 16} $prof >"$W/infer-$w.out" 2>&1
         { echo "## width $w (exit $?)"; grep -v '^\*\|OMP_NUM_THREADS\|UserWarning\|warnings.warn' "$W/infer-$w.out"; } >>"$OUT/infer.md"
     done ;;
 esac

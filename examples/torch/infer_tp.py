@@ -8,7 +8,7 @@ bias + residual. FP16, eval mode (no dropout), the same weights on both.
 
     torchrun --nproc_per_node=P examples/torch/infer_tp.py [--batches 1 2 4 8 16]
         [--seq 1024] [--iters 10] [--schedule paper|fused|program]
-        [--width 768 --layers 12 --heads 12] [--arena-gib G]
+        [--width 768 --layers 12 --heads 12] [--arena-gib G] [--profile FILE]
 
 Prints, for each batch size, the forward pass's (prefill: B x seq tokens)
 time and tokens per second with each implementation, the speed-up, and how
@@ -19,6 +19,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -99,7 +100,12 @@ class TPModel(torch.nn.Module):
         return F.linear(self.ln_f(x), self.wte.weight)
 
 
-def timed(fn, iters):
+def timed(fn, iters, calls=1):
+    """The median over iters of the time between CUDA events around `calls`
+    calls of fn (after a synchronisation and a barrier), per call; the
+    slowest rank's. calls=1: a call's latency, its host work included;
+    more: calls enqueued back to back, the GPU's time (the host's hidden
+    where it is shorter)."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ms = []
     for i in range(3 + iters):
@@ -107,15 +113,52 @@ def timed(fn, iters):
         if dist.is_initialized():
             dist.barrier()
         s.record()
-        fn()
+        for _ in range(calls):
+            fn()
         e.record()
         e.synchronize()
         if i >= 3:
-            ms.append(s.elapsed_time(e))
+            ms.append(s.elapsed_time(e) / calls)
     m = torch.tensor([statistics.median(ms)], device="cuda", dtype=torch.float64)
     if dist.is_initialized():
         dist.all_reduce(m, op=dist.ReduceOp.MAX)
     return float(m)
+
+
+def host_ms(fn, iters):
+    """The median host time of one call of fn (the GPU drained first)."""
+    ms = []
+    for i in range(3 + iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ms[3:])
+
+
+def profile(model, layer, x, r, idx, path, rank):
+    """torch.profiler's GPU kernel table (rank 0's) of 3 forwards of the
+    model and of 10 calls of the layer, with each implementation, to path."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    out = []
+    for what, fn in (("model", lambda impl: model(idx, impl)),
+                     ("layer", lambda impl: [row(layer, x, r, impl) for _ in range(10)])):
+        for impl in ("torch", "coconet"):
+            fn(impl)
+            torch.cuda.synchronize()
+            if dist.is_initialized():
+                dist.barrier()
+            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                for _ in range(3 if what == "model" else 1):
+                    fn(impl)
+                torch.cuda.synchronize()
+            out.append("## %s, %s (%s)\n\n%s\n" % (
+                what, impl, "3 forwards" if what == "model" else "10 calls back to back",
+                p.key_averages().table(sort_by="cuda_time_total", row_limit=18,
+                                       max_name_column_width=70)))
+    if rank == 0:
+        with open(path, "w") as f:
+            f.write("\n".join(out))
 
 
 def main(a):
@@ -157,9 +200,12 @@ def main(a):
             say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e |"
                 % (B, t_torch, t_coco, tok / t_torch * 1e3, tok / t_coco * 1e3,
                    t_torch / t_coco, diff), flush=True)
-        say("\nThe row-parallel layer alone (first block's), ms:")
-        say("| batch | layer | K | torch | coconet | speed-up |")
-        say("|---|---|---|---|---|---|")
+        say("\nThe row-parallel layer alone (first block's), ms: one call's latency (from a "
+            "synchronised start: its host work included), and a call's share of 10 enqueued "
+            "back to back (the GPU's time); coconet's host time of a call:")
+        say("| batch | layer | K | torch | coconet | speed-up | torch, 10 calls | "
+            "coconet, 10 calls | speed-up | coconet host |")
+        say("|---|---|---|---|---|---|---|---|---|---|")
         blk = model.h[0]
         for B in a.batches:
             r = model.x0[:B * a.seq * a.width].view(B, a.seq, a.width)
@@ -168,8 +214,21 @@ def main(a):
                                 dtype=torch.float16)
                 tt = timed(lambda: row(layer, x, r, "torch"), a.iters)
                 tc = timed(lambda: row(layer, x, r, "coconet"), a.iters)
-                say("| %d | %s | %d | %.3f | %.3f | %.2f x |"
-                    % (B, name, layer.in_features, tt, tc, tt / tc), flush=True)
+                tt10 = timed(lambda: row(layer, x, r, "torch"), a.iters, calls=10)
+                tc10 = timed(lambda: row(layer, x, r, "coconet"), a.iters, calls=10)
+                hc = host_ms(lambda: row(layer, x, r, "coconet"), a.iters)
+                say("| %d | %s | %d | %.3f | %.3f | %.2f x | %.3f | %.3f | %.2f x | %.3f |"
+                    % (B, name, layer.in_features, tt, tc, tt / tc, tt10, tc10, tt10 / tc10,
+                       hc), flush=True)
+        if a.profile:
+            B = max(a.batches)
+            idx = torch.randint(0, cfg["vocab"], (B, a.seq), generator=g).cuda()
+            r = model.x0[:B * a.seq * a.width].view(B, a.seq, a.width)
+            x = torch.randn(B, a.seq, blk.mlp_out.weight.shape[0], device="cuda",
+                            dtype=torch.float16)
+            profile(model, blk.mlp_out, x, r, idx, a.profile, rank)
+            say("\nthe profile of batch %d (the model, the MLP's row-parallel layer): %s"
+                % (B, a.profile))
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -184,6 +243,8 @@ if __name__ == "__main__":
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", metavar="FILE",
+                    help="torch.profiler's kernel tables at the largest batch, to FILE (rank 0's)")
     ap.add_argument("--arena-gib", type=float, default=0,
                     help="coconet's arena (default: the layers' outputs and 4 GiB)")
     main(ap.parse_args())

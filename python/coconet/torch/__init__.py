@@ -424,17 +424,22 @@ class Bound:
         by_name, self._results = f._fill(self._call, given, out, scalars_later=True)
         self._scalars = {s.name: i for i, s in enumerate(f.spec.inputs) if s.kind == "scalar"}
         self._unset = {n for n, i in self._scalars.items() if i not in by_name}
-        self._ptrs = []  # (tensor, its address, what it is): each call's guard
+        guard = []  # (tensor, its address, what it is): each call's guard
         for i, value in by_name.items():
             spec = f.spec.inputs[i]
             if spec.kind == "scattered":
-                self._ptrs += [(t, t.data_ptr(), "input '%s' member %d" % (spec.name, k))
-                               for k, t in enumerate(value)]
+                guard += [(t, t.data_ptr(), "input '%s' member %d" % (spec.name, k))
+                          for k, t in enumerate(value)]
             elif spec.kind == "tensor":
-                self._ptrs.append((value, value.data_ptr(), "input '%s'" % spec.name))
+                guard.append((value, value.data_ptr(), "input '%s'" % spec.name))
         for o, t in zip(f.spec.outputs, self._results):
             if isinstance(t, torch.Tensor):
-                self._ptrs.append((t, t.data_ptr(), "output '%s'" % o.name))
+                guard.append((t, t.data_ptr(), "output '%s'" % o.name))
+        # kept as parallel lists: a call compares the addresses in one list
+        # comparison (a hot step binds hundreds of members)
+        self._guarded = [t for t, _, _ in guard]
+        self._addresses = [a for _, a, _ in guard]
+        self._what = [w for _, _, w in guard]
 
     def __repr__(self):
         return "<coconet.torch.Bound %r>" % self.compiled
@@ -454,11 +459,13 @@ class Bound:
             raise CocoError("'%s' (rank %d) needs Scalar %s (not given to bind, nor here)"
                             % (f.variant, f.group.rank,
                                ", ".join("'%s'" % m for m in sorted(missing))))
-        for t, ptr, what in self._ptrs:
-            if t.data_ptr() != ptr:
-                raise CocoError("%s of '%s' (rank %d) moved since bind (its storage is now at "
-                                "0x%x, not 0x%x): bind the tensors again"
-                                % (what, f.variant, f.group.rank, t.data_ptr(), ptr))
+        now = [t.data_ptr() for t in self._guarded]
+        if now != self._addresses:
+            k = next(k for k, (a, b) in enumerate(zip(now, self._addresses)) if a != b)
+            raise CocoError("%s of '%s' (rank %d) moved since bind (its storage is now at "
+                            "0x%x, not 0x%x): bind the tensors again"
+                            % (self._what[k], f.variant, f.group.rank, now[k],
+                               self._addresses[k]))
         return f._launch(self._call, seed, self._results)
 
 

@@ -182,7 +182,11 @@ class _Fused(torch.optim.Optimizer):
                         p.grad = g
 
     def _gather_grads(self, st):
-        for i, (p, g) in enumerate(zip(st.params, st.grads)):
+        # the usual step: every .grad is still the arena tensor it was given
+        # (backward accumulates into it in place); one identity test each
+        if all(p.grad is g for p, g in zip(st.params, st.grads)):
+            return
+        for p, g in zip(st.params, st.grads):
             if p.grad is not None and p.grad.data_ptr() == g.data_ptr():
                 continue
             if not self._warned:
