@@ -74,6 +74,28 @@ def timed(torch, fn, iters):
     return statistics.median(ms), statistics.median(host)
 
 
+def host_parts(torch, opt, iters):
+    """The host's share of coconet's step, piece by piece (median ms of
+    each, the GPU drained before): the gradients' identity check, the bound
+    call's address guard, the runtime's call (its C side and the launch)."""
+    st = opt._coco[0]
+    b = st.bound
+    stream = torch.cuda.current_stream().cuda_stream
+    pieces = {"gradients checked": lambda: opt._gather_grads(st),
+              "addresses guarded": lambda: [t.data_ptr() for t in b._guarded],
+              "runtime call and launch": lambda: b._call(1, stream)}
+    got = {}
+    for name, fn in pieces.items():
+        ms = []
+        for _ in range(iters + 3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            ms.append((time.perf_counter() - t0) * 1e3)
+        got[name] = statistics.median(ms[3:])
+    return got
+
+
 def main(iters, out):
     import torch
     import torch.distributed as dist
@@ -98,6 +120,7 @@ def main(iters, out):
     for p in pc:
         p.grad.copy_(torch.randn(p.shape, device="cuda", generator=g))
     coco = timed(torch, opt.step, iters)
+    parts = host_parts(torch, opt, iters)
     st = opt._coco[0]  # the same step as a plain call, every tensor checked at each call
     args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, p=st.params, lr=1e-4, t=1.0, beta1=0.9,
                 beta2=0.999, eps=1e-8, wd=0.01, gscale=1.0 / P)
@@ -149,6 +172,8 @@ def main(iters, out):
             % (both, both_h, torch_state / 2 ** 20), "",
             "Speed-up of coconet over all_reduce + AdamW: %.2f x; its state: 1/%.2f of AdamW's."
             % (both / coco, torch_state / max(coco_state, 1)),
+            "The host's share of coconet's step on rank 0, ms: %s."
+            % "; ".join("%s %.3f" % kv for kv in parts.items()),
             "ms: between CUDA events around the step; host ms: the call's own time on the CPU "
             "(near ms: the step waits on the CPU's launches).", ""]
         text = "\n".join(lines)

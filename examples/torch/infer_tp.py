@@ -8,13 +8,22 @@ bias + residual. FP16, eval mode (no dropout), the same weights on both.
 
     torchrun --nproc_per_node=P examples/torch/infer_tp.py [--batches 1 2 4 8 16]
         [--seq 1024] [--iters 10] [--schedule paper|fused|program]
-        [--width 768 --layers 12 --heads 12] [--arena-gib G] [--profile FILE]
+        [--width 768 --layers 12 --heads 12] [--arena-gib G] [--all-logits]
+        [--profile FILE]
 
 Prints, for each batch size, the forward pass's (prefill: B x seq tokens)
 time and tokens per second with each implementation, the speed-up, and how
-far coconet's logits are from torch's (relative to their largest); then the
+far coconet's results are from torch's (relative to their largest): the
+final hidden states at every position and the logits; then the
 row-parallel layer alone at each batch size (attention's, K = width, and the
-MLP's, K = 4 width)."""
+MLP's, K = 4 width).
+
+The head (tied to the token embedding, not split over the ranks) computes
+the logits of the last position only, as a prefill for generation does:
+over every position (--all-logits) its MatMul, B x seq x 50257 wide with a
+vocabulary that is not a multiple of 8, ran on a slow GEMM kernel of torch's
+and took half the forward's time on both implementations (torch.profiler,
+--profile)."""
 import argparse
 import os
 import statistics
@@ -90,14 +99,21 @@ class TPModel(torch.nn.Module):
         # collectives reach the peers' copies
         self.x0 = ct.empty([max_tokens * C], full.wte.weight.dtype)
 
-    def forward(self, idx, impl):
+    def hidden(self, idx, impl):
+        """The final LayerNorm's output at every position."""
         B, T = idx.shape
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         if impl == "coconet":
             x = self.x0[:x.numel()].view(x.shape).copy_(x)
         for b in self.h:
             x = b(x, impl)
-        return F.linear(self.ln_f(x), self.wte.weight)
+        return self.ln_f(x)
+
+    def forward(self, idx, impl, all_logits=False):
+        """The prefill's logits: of the last position (what generation
+        samples the next token from), or of every position."""
+        h = self.hidden(idx, impl)
+        return F.linear(h if all_logits else h[:, -1], self.wte.weight)
 
 
 def timed(fn, iters, calls=1):
@@ -136,12 +152,12 @@ def host_ms(fn, iters):
     return statistics.median(ms[3:])
 
 
-def profile(model, layer, x, r, idx, path, rank):
+def profile(model, layer, x, r, idx, path, rank, all_logits):
     """torch.profiler's GPU kernel table (rank 0's) of 3 forwards of the
     model and of 10 calls of the layer, with each implementation, to path."""
     from torch.profiler import ProfilerActivity, profile as prof
     out = []
-    for what, fn in (("model", lambda impl: model(idx, impl)),
+    for what, fn in (("model", lambda impl: model(idx, impl, all_logits)),
                      ("layer", lambda impl: [row(layer, x, r, impl) for _ in range(10)])):
         for impl in ("torch", "coconet"):
             fn(impl)
@@ -182,24 +198,28 @@ def main(a):
     model = TPModel(full, P, rank, a.heads, a.schedule, max_tokens).eval()
     del full.h
     say = print if rank == 0 else (lambda *x, **k: None)
-    say("GPT-2-style model: width %d, %d layers, %d heads; P = %d; FP16; seq %d; schedule %s; %s"
-        % (a.width, a.layers, a.heads, P, a.seq, a.schedule, torch.cuda.get_device_name()))
+    say("GPT-2-style model: width %d, %d layers, %d heads; P = %d; FP16; seq %d; schedule %s; "
+        "logits of %s; %s" % (a.width, a.layers, a.heads, P, a.seq, a.schedule,
+                              "every position" if a.all_logits else "the last position",
+                              torch.cuda.get_device_name()))
     say("| batch | torch ms | coconet ms | torch tokens/s | coconet tokens/s | speed-up | "
-        "logits rel. diff |")
-    say("|---|---|---|---|---|---|---|")
+        "hidden states rel. diff | logits rel. diff |")
+    say("|---|---|---|---|---|---|---|---|")
     g = torch.Generator(device="cpu").manual_seed(a.seed)
     with torch.no_grad():
         for B in a.batches:
             idx = torch.randint(0, cfg["vocab"], (B, a.seq), generator=g).cuda()
-            ref = model(idx, "torch").float()
-            got = model(idx, "coconet").float()
-            diff = float((got - ref).abs().max() / ref.abs().max())
-            t_torch = timed(lambda: model(idx, "torch"), a.iters)
-            t_coco = timed(lambda: model(idx, "coconet"), a.iters)
+            diff = []
+            for fn in (model.hidden, model):  # every position's state, the logits
+                ref = fn(idx, "torch").float()
+                got = fn(idx, "coconet").float()
+                diff.append(float((got - ref).abs().max() / ref.abs().max()))
+            t_torch = timed(lambda: model(idx, "torch", a.all_logits), a.iters)
+            t_coco = timed(lambda: model(idx, "coconet", a.all_logits), a.iters)
             tok = B * a.seq
-            say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e |"
+            say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e | %.1e |"
                 % (B, t_torch, t_coco, tok / t_torch * 1e3, tok / t_coco * 1e3,
-                   t_torch / t_coco, diff), flush=True)
+                   t_torch / t_coco, diff[0], diff[1]), flush=True)
         say("\nThe row-parallel layer alone (first block's), ms: one call's latency (from a "
             "synchronised start: its host work included), and a call's share of 10 enqueued "
             "back to back (the GPU's time); coconet's host time of a call:")
@@ -226,7 +246,7 @@ def main(a):
             r = model.x0[:B * a.seq * a.width].view(B, a.seq, a.width)
             x = torch.randn(B, a.seq, blk.mlp_out.weight.shape[0], device="cuda",
                             dtype=torch.float16)
-            profile(model, blk.mlp_out, x, r, idx, a.profile, rank)
+            profile(model, blk.mlp_out, x, r, idx, a.profile, rank, a.all_logits)
             say("\nthe profile of batch %d (the model, the MLP's row-parallel layer): %s"
                 % (B, a.profile))
     if dist.is_initialized():
@@ -243,6 +263,9 @@ if __name__ == "__main__":
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--all-logits", action="store_true",
+                    help="the head over every position (default: the last one's, as generation "
+                    "needs)")
     ap.add_argument("--profile", metavar="FILE",
                     help="torch.profiler's kernel tables at the largest batch, to FILE (rank 0's)")
     ap.add_argument("--arena-gib", type=float, default=0,
