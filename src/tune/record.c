@@ -113,14 +113,16 @@ static const char *field(const char *line, const char *name, char *out, size_t l
     return out;
 }
 
-static int parse_entry(const char *line, RecordEntry *e)
+/* 0, or -1 for a malformed line, or -2 for a knob set this coconet does
+ * not know (its name in `knob`: a record of another version) */
+static int parse_entry(const char *line, RecordEntry *e, char *knob, size_t knob_len)
 {
-    char knob[32], ms[64], pms[64];
+    char ms[64], pms[64];
     memset(e, 0, sizeof *e);
     if (!field(line, "sizes", e->sizes, sizeof e->sizes) ||
         !field(line, "tuned", e->tuned, sizeof e->tuned) ||
         !field(line, "schedule", e->schedule, sizeof e->schedule) ||
-        !field(line, "knobs", knob, sizeof knob) || !field(line, "ms", ms, sizeof ms) ||
+        !field(line, "knobs", knob, knob_len) || !field(line, "ms", ms, sizeof ms) ||
         !field(line, "program_ms", pms, sizeof pms))
         return -1;
     if (!strcmp(e->sizes, "-"))
@@ -130,7 +132,9 @@ static int parse_entry(const char *line, RecordEntry *e)
     e->knob = knob_parse(knob);
     e->ms = atof(ms);
     e->program_ms = atof(pms);
-    return e->knob < 0 || !e->schedule[0] ? -1 : 0;
+    if (!e->schedule[0])
+        return -1;
+    return e->knob < 0 ? -2 : 0;
 }
 
 void record_put(Record *r, const RecordEntry *e)
@@ -154,7 +158,7 @@ int record_read(Record *r, char *err, size_t errlen)
                  strerror(errno));
         return -1;
     }
-    char line[2048], key[RECORD_TEXT] = "";
+    char line[2048], key[RECORD_TEXT] = "", knob[32], unknown[32] = "";
     int bad = 0;
     r->n = 0;
     while (fgets(line, sizeof line, f)) {
@@ -162,9 +166,12 @@ int record_read(Record *r, char *err, size_t errlen)
             append(key, sizeof key, "%s", line + 4);
         } else if (!strncmp(line, "entry ", 6)) {
             RecordEntry e;
-            if (parse_entry(line + 5, &e))
+            int got = parse_entry(line + 5, &e, knob, sizeof knob);
+            if (got == -2 && !unknown[0])
+                snprintf(unknown, sizeof unknown, "%s", knob);
+            if (got == -1)
                 bad = 1;
-            else
+            else if (got == 0)
                 record_put(r, &e);
         }
     }
@@ -176,6 +183,15 @@ int record_read(Record *r, char *err, size_t errlen)
     if (bad) {
         snprintf(err, errlen, "coconet: the tuning record %s has a malformed entry line (remove "
                  "the file, or run coconet tune again)\n", r->path);
+        return -1;
+    }
+    if (unknown[0]) {
+        char sets[256] = "";
+        for (int k = 0; k < NKNOB; k++)
+            append(sets, sizeof sets, "%s%s", k ? ", " : "", knob_name(k));
+        snprintf(err, errlen, "coconet: the tuning record %s names the knob set '%s', which this "
+                 "coconet does not have (its sets: %s): it was tuned by another version; run "
+                 "coconet tune again\n", r->path, unknown, sets);
         return -1;
     }
     return 0;

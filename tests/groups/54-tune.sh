@@ -188,6 +188,19 @@ tune_refused "another NCCL" 1 "NCCL 22900"
 echo "Schedule extra { fuse(m_, v_, m1, v1, p_, ComputationFuse); }" >"$TMP/extra.sched"
 coco run examples/adam.coco --ranks 4 --schedule tuned --schedule-file "$TMP/extra.sched"
 tune_refused "a schedule file added" 1 "no tuning record"
+# a record naming a knob set this coconet does not have (one of an older
+# version: chunks2, now chunks1) is refused, naming it; the file is kept
+for rec in "$tune_cache"/tune-*.txt; do
+    cp "$rec" "$TMP/record.kept"
+    sed 's/ knobs=[a-z0-9]* / knobs=chunks2 /' "$TMP/record.kept" >"$rec"
+    coco run examples/adam.coco --ranks 4 --schedule tuned
+    grep -q "knob set 'chunks2'" "$TMP/err" && break
+    cp "$TMP/record.kept" "$rec" # another key's record
+done
+tune_refused "a knob set of another version" 1 "names the knob set 'chunks2', which this coconet does not have (its sets: default, oneshot, twoshot, push, nccl, chunks1, chunks4): it was tuned by another version; run coconet tune again"
+cp "$TMP/record.kept" "$rec"
+coco run examples/adam.coco --ranks 4 --schedule tuned
+tune_expect "the record restored" "^coconet: tuned: schedule" err
 unset COCONET_TUNE_FAKE
 
 # the command line
