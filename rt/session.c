@@ -160,7 +160,8 @@ static int open_handles(coco_session *s)
 {
     CocoRt *rt = &s->rt;
     CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking));
-    CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking));
+    if (rt_open_side(rt))
+        return -1;
     LT_OK(rt, cublasLtCreate(&rt->lt));
     CUDA_OK(rt, cudaMalloc(&rt->lt_workspace, LT_WORKSPACE));
     return 0;
