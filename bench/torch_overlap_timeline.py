@@ -4,16 +4,16 @@ model-parallel layer goes, kernel by kernel, under torchrun.
 Runs coconet's row-parallel layer (coconet.programs.row_parallel, FP16,
 out = AllReduce(x @ W) + b + r; the `paper` schedule, ol(MM,fuse(RS-C-AG)))
 at B x 1024 tokens, input width K (sliced over the ranks), output width H,
-and records a few calls with torch.profiler (CUPTI: every kernel of the
-process, coconet's included). Prints, for each rank, the last call's
-kernels in start order: stream, start and end in microseconds from the
+and records one call, after a few, with torch.profiler (CUPTI: every
+kernel of the process, coconet's included). Prints, for each rank, the
+call's kernels in start order: stream, start and end in microseconds from the
 call's first kernel, duration and name (the MatMul's chunks, the chunk
 signals, the fused collective), then the call's span. The overlap's knobs
 come from the environment as coconet reads it (COCONET_OVERLAP_CHUNKS,
 COCONET_OVERLAP_SMS, COCONET_OVERLAP_TAIL, COCONET_FUSED).
 
     torchrun --nproc_per_node=P bench/torch_overlap_timeline.py [--batch 8]
-        [--k 12288] [--h 3072] [--calls 3] [--out FILE]
+        [--k 12288] [--h 3072] [--out FILE]
     python3 bench/torch_overlap_timeline.py --build-only --ranks P   (its program, into the cache)"""
 import argparse
 import json
@@ -77,20 +77,13 @@ def main(a):
     if dist.is_initialized():
         dist.barrier()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(a.calls):
-            fn(args, out={"out": out})
-            torch.cuda.synchronize()
-            if dist.is_initialized():
-                dist.barrier()
+        fn(args, out={"out": out})
+        torch.cuda.synchronize()
     trace = os.path.join(tempfile.mkdtemp(), "trace-%d.json" % rank)
     prof.export_chrome_trace(trace)
-    ks = [k for k in kernels(trace) if "nccl" not in k[3].lower() or "v1_" in k[3]]
-    # a call's kernels: those after the last gap of more than 200 us
-    start = 0
-    for i in range(1, len(ks)):
-        if ks[i][0] - (ks[i - 1][0] + ks[i - 1][1]) > 200:
-            start = i
-    call = ks[start:]
+    call = kernels(trace)
+    if not call:
+        raise SystemExit("rank %d: the profiler recorded no kernel" % rank)
     t0 = call[0][0]
     knobs = " ".join("%s=%s" % (k, os.environ[k]) for k in sorted(os.environ)
                      if k.startswith("COCONET_OVERLAP") or k == "COCONET_FUSED")
@@ -122,7 +115,6 @@ if __name__ == "__main__":
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--k", type=int, default=12288, help="the input's width (all ranks')")
     ap.add_argument("--h", type=int, default=3072, help="the output's width")
-    ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--out", help="appends the tables to FILE")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--ranks", type=int, default=1, help="with --build-only")

@@ -101,10 +101,6 @@ typedef struct {
                            MatMul's cuBLASLt SM target is the rest): 0 the default (32) */
     int overlap_tail;   /* 1: the last chunk's kernel runs after the MatMul on the whole
                            grid, on `stream`; 0: with the others on the side stream */
-    int overlap_launches; /* 1: each chunk's kernel is a launch of its own after the
-                             chunk (the MatMul on every SM, the side stream's launches on
-                             overlap_sms' grid, the last on `stream`'s whole grid); 0: one
-                             kernel on the side stream waits for each chunk's flag */
 } coco_cuda_ctx;
 
 /* What a mark follows: a kernel of coconet's, an NCCL call, a CUDA copy or

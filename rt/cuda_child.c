@@ -248,9 +248,8 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * host waited for the ranks' line-up, the way runs were timed before they
  * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
  * L2 emptied before each timed run: run.c's clear_l2); the overlapped
- * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS,
- * COCONET_OVERLAP_TAIL=1 and COCONET_OVERLAP_LAUNCHES=1
- * (src/cuda/emit_overlap.c); and
+ * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
+ * COCONET_OVERLAP_TAIL=1 (src/cuda/emit_overlap.c); and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
@@ -283,7 +282,6 @@ int rt_read_knobs(CocoRt *rt)
            env_flag(rt, "COCONET_FUSED_PEERS", &rt->fused_peers) ||
            env_flag(rt, "COCONET_ONE_RANK_FUSED", &rt->one_rank_fused) ||
            env_flag(rt, "COCONET_OVERLAP_TAIL", &rt->overlap_tail) ||
-           env_flag(rt, "COCONET_OVERLAP_LAUNCHES", &rt->overlap_launches) ||
            env_flag(rt, "COCONET_NO_ALIAS", &rt->no_alias) ||
            env_flag(rt, "COCONET_TIME_HOST_START", &rt->host_start) ||
            env_flag(rt, "COCONET_COLD_L2", &rt->cold_l2);
@@ -322,22 +320,10 @@ static void close_lsa(CocoRt *rt)
     rt->lsa = NULL;
 }
 
-/* The side stream of the overlapped MatMul's collective (emit_overlap.c),
- * at the device's highest priority: where its kernel and a chunk of the
- * MatMul wait for SMs together, the kernel's blocks go first. */
-int rt_open_side(CocoRt *rt)
-{
-    int least = 0, greatest = 0;
-    CUDA_OK(rt, cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    CUDA_OK(rt, cudaStreamCreateWithPriority(&rt->side, cudaStreamNonBlocking, greatest));
-    return 0;
-}
-
 static int open_handles(CocoRt *rt)
 {
     CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking));
-    if (rt_open_side(rt))
-        return -1;
+    CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking));
     LT_OK(rt, cublasLtCreate(&rt->lt));
     CUDA_OK(rt, cudaMalloc(&rt->lt_workspace, LT_WORKSPACE));
     CUDA_OK(rt, cudaMalloc((void **)&rt->barrier, sizeof(float)));

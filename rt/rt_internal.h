@@ -59,7 +59,6 @@ struct CocoRt {
     int one_rank_fused;  /* COCONET_ONE_RANK_FUSED (coconet_cuda.h) */
     long overlap_chunks, overlap_sms; /* COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS */
     int overlap_tail;    /* COCONET_OVERLAP_TAIL (coconet_cuda.h) */
-    int overlap_launches; /* COCONET_OVERLAP_LAUNCHES (coconet_cuda.h) */
     long fused_oneshot_bytes, fused_push_bytes, fused_push_round;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int host_start;      /* COCONET_TIME_HOST_START=1: a timed run starts after the host's wait */
@@ -147,7 +146,6 @@ RT_INTERNAL int rt_select_device(CocoRt *rt, int index); /* index modulo the vis
 RT_INTERNAL int rt_load_so(CocoRt *rt, const char *path, void **so);
 RT_INTERNAL const char *rt_nccl_library_path(char *buf, size_t len);
 RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c) */
-RT_INTERNAL int rt_open_side(CocoRt *rt);  /* the overlap's side stream (cuda_child.c) */
 /* this rank's GROUP split from WORLD, none for group_size 0 (cuda_child.c) */
 RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);
 /* a variant's context from the runtime's state and knobs (run.c) */

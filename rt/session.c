@@ -160,8 +160,7 @@ static int open_handles(coco_session *s)
 {
     CocoRt *rt = &s->rt;
     CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking));
-    if (rt_open_side(rt))
-        return -1;
+    CUDA_OK(rt, cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking));
     LT_OK(rt, cublasLtCreate(&rt->lt));
     CUDA_OK(rt, cudaMalloc(&rt->lt_workspace, LT_WORKSPACE));
     return 0;

@@ -7,12 +7,10 @@
 #   2. overlap(MatMul, FusedAllReduce) chunk by chunk: correctness of every
 #      schedule of both layers at B=8 S=16 H=64 with 3 chunks (the kernel
 #      keeping 16 SMs, and the default 32; by push, COCONET_FUSED=push; and
-#      the last chunk on the whole grid, COCONET_OVERLAP_TAIL=1; and a
-#      launch a chunk, COCONET_OVERLAP_LAUNCHES=1),
+#      the last chunk on the whole grid, COCONET_OVERLAP_TAIL=1),
 #      then ol_MM_fuse_RS_C_AG of LAYERS2 (both) at B = SIZES, S=1024,
 #      H=3072 with chunks in CHUNKS x SMs kept in SMS x COCONET_FUSED in
-#      ALGOS ("auto": loads; "push") x TAILS ("0"; "1": the tail;
-#      "launches": a launch a chunk),
+#      ALGOS ("auto": loads; "push") x COCONET_OVERLAP_TAIL in TAILS ("0"),
 #      unchecked (part 1 and the checks above checked the same code).
 #   COMMIT=<sha> P=4 sh bench/device/mp_overlap.sh
 . bench/device/lease.sh # T0, left, lease_logs, lease_make
@@ -37,15 +35,14 @@ run() { # run LOG ARGS...: one coconet run, its table appended to $T
     rm -f "$OUT/$log"
 }
 for f in examples/self_attention.coco examples/mlp.coco; do
-    for s in 16 0 push tail launches; do
-        a=auto t=0 l=0
+    for s in 16 0 push tail; do
+        a=auto t=0
         [ "$s" = push ] && a=push s=0
         [ "$s" = tail ] && t=1 s=0
-        [ "$s" = launches ] && l=1 s=0
         COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=3 COCONET_OVERLAP_SMS=$s COCONET_OVERLAP_TAIL=$t \
-            COCONET_OVERLAP_LAUNCHES=$l run check.log ./coconet run "$f" -D B=8 -D S=16 -D H=64 \
-            --all-schedules --backend cuda --ranks "$P" --iters 3
-        echo "check $f chunks=3 sms=$s algo=$a tail=$t launches=$l" >>"$T"
+            run check.log ./coconet run "$f" -D B=8 -D S=16 -D H=64 --all-schedules --backend cuda \
+            --ranks "$P" --iters 3
+        echo "check $f chunks=3 sms=$s algo=$a tail=$t" >>"$T"
     done
 done
 for n in ${LAYERS2:-self_attention mlp}; do
@@ -57,16 +54,12 @@ for n in ${LAYERS2:-self_attention mlp}; do
                 for a in $ALGOS; do
                     for t in $TAILS; do
                         [ "$(left 15)" -gt 15 ] || break 6
-                        # t: 0, 1 (the tail) or launches (a launch a chunk)
-                        l=0
-                        [ "$t" = launches ] && l=1 t=0
                         COCONET_FUSED=$a COCONET_OVERLAP_CHUNKS=$c COCONET_OVERLAP_SMS=$s \
-                            COCONET_OVERLAP_TAIL=$t COCONET_OVERLAP_LAUNCHES=$l run knob.log \
-                            ./coconet run "$f" -D B="$b" \
+                            COCONET_OVERLAP_TAIL=$t run knob.log ./coconet run "$f" -D B="$b" \
                             -D S=1024 -D H=3072 --schedule-file "/tmp/$n-schedules.coco" \
                             --schedule ol_MM_fuse_RS_C_AG --reference none --backend cuda \
                             --ranks "$P" --iters 20
-                        echo "knobs $n B=$b chunks=$c sms=$s algo=$a tail=$t launches=$l" >>"$T"
+                        echo "knobs $n B=$b chunks=$c sms=$s algo=$a tail=$t" >>"$T"
                     done
                 done
             done

@@ -119,46 +119,6 @@ static void emit_sizes(Emitter *e, const Node *mm)
             a->id, a->ndim - 1, b->id, a->id, type_size(mm->type));
 }
 
-/* Chunk c's MatMul, rows [row0, row1) of each part, on the main stream st
- * (on the SMs `sms`: 0 all). */
-static void emit_chunk_matmul(Emitter *e, const Node *mm, const char *sms)
-{
-    size_t es = type_size(mm->type);
-    fprintf(e->o, "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
-                  "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
-                  "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, %s, st))\n"
-                  "                    return 1;\n",
-            mm->pos.line, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, sms);
-}
-
-/* COCONET_OVERLAP_LAUNCHES=1: the MatMul's chunks on the whole GPU, each
- * followed by its own launch of the kernel over that chunk on the side
- * stream (which waits for it: no flags), on the grid of the SMs the kernel
- * would keep; the last chunk's launch on the main stream, after the side
- * stream's, on the whole grid. One launch at a time uses the blocks'
- * barriers: the side stream runs its launches in order, and the main
- * stream's waits for them. The persistent kernel's branch follows as the
- * else. */
-static void emit_launches(Emitter *e, const Node *mm, int line)
-{
-    FILE *o = e->o;
-    int l = mm->pos.line;
-    fprintf(o, "            if (ctx->overlap_launches) {\n"
-               "            for (int c = 0; c < chunks; c++) {\n");
-    emit_chunk_matmul(e, mm, "0");
-    fprintf(o, "                const CocoChunks one = {chunks, mP, mN, NULL, 0, c, c + 1};\n"
-               "                const int last = c == chunks - 1;\n"
-               "                COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], last ? side : st));\n"
-               "                COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(last ? st : side, ev[0], 0));\n"
-               "                if (go(last ? st : side, by_push, last ? grid : coco_overlap_grid(ctx, grid), one))\n"
-               "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
-               "ranks\", G_WORLD);\n"
-               "                COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n"
-               "            }\n"
-               "            } else {\n",
-            l, l, line, line);
-}
-
 /* The chunks of the MatMul and their signals on the main stream, then `go`
  * (the launch block's lambda): the kernel on the side stream, each block
  * waiting for each chunk's flag; with the tail, the last chunk's launch on
@@ -166,27 +126,27 @@ static void emit_launches(Emitter *e, const Node *mm, int line)
 static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
 {
     FILE *o = e->o;
+    size_t es = type_size(mm->type);
     int l = mm->pos.line;
     fprintf(o, "            const long mP = mM / G_WORLD;\n"
                "            cudaStream_t side = (cudaStream_t)ctx->side_stream;\n"
                "            cudaEvent_t *ev = coco_overlap_events(ctx);\n"
-               "            if (!ev)\n                return 1;\n"
-               "            const int by_push = %s && ctx->fused_algo == COCO_FUSED_PUSH;\n",
-            push);
-    emit_launches(e, mm, line);
-    fprintf(o, "            unsigned epoch;\n"
-               "            const unsigned *flag = coco_overlap_flags(ctx, &epoch);\n"
+               "            unsigned epoch;\n"
+               "            const unsigned *flag = ev ? coco_overlap_flags(ctx, &epoch) : NULL;\n"
                "            if (!flag)\n                return 1;\n"
                "            /* the side kernel's chunks: all, or all but the last (COCONET_OVERLAP_TAIL) */\n"
                "            const int tail = ctx->overlap_tail ? 1 : 0;\n"
+               "            const int by_push = %s && ctx->fused_algo == COCO_FUSED_PUSH;\n"
                "            CocoChunks ck = {chunks, mP, mN, flag, epoch, 0, chunks - tail};\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
-               "            for (int c = 0; c < chunks; c++) {\n",
-            l, l);
-    emit_chunk_matmul(e, mm, "sms");
-    fprintf(o, "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
+               "            for (int c = 0; c < chunks; c++) {\n"
+               "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
+               "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
+               "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, sms, st))\n"
+               "                    return 1;\n"
+               "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
                "                COCO_LAUNCH_CHECK(ctx, \"MatMul\", %d);\n"
                "            }\n"
                "            /* launched last: everything it waits for is enqueued (and its code\n"
@@ -205,9 +165,9 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
                "ranks\", G_WORLD);\n"
                "                COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n"
-               "            }\n"
                "            }\n",
-            l, line, line, line, line, line, line, line);
+            push, l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line,
+            line, line, line, line, line);
 }
 
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)

@@ -298,15 +298,14 @@ part_knobs() {
 tuning_knobs() {
     # overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c):
     # 3 chunks of uneven rows, with and without an SM split, by push (each
-    # chunk's parts stored into the peers' staging slots), with the last
-    # chunk on the whole grid after the MatMul (COCONET_OVERLAP_TAIL=1), and
-    # with a launch of the kernel a chunk (COCONET_OVERLAP_LAUNCHES=1)
+    # chunk's parts stored into the peers' staging slots), and with the last
+    # chunk on the whole grid after the MatMul (COCONET_OVERLAP_TAIL=1)
     for f in examples/self_attention.coco examples/mlp.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
             allowed "$f" "$p" || continue
-            for knob in OVERLAP_SMS=0 OVERLAP_SMS=16 FUSED=push OVERLAP_TAIL=1 OVERLAP_LAUNCHES=1; do
+            for knob in OVERLAP_SMS=0 OVERLAP_SMS=16 FUSED=push OVERLAP_TAIL=1; do
                 export COCONET_OVERLAP_CHUNKS=3 "COCONET_$knob"
                 run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, $knob" "$p" "$f" -D B=8 -D S=16 -D H=64 \
                     --all-schedules
