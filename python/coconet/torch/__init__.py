@@ -230,6 +230,7 @@ class Compiled:
             self._knobs, self.module, self._shapes = _base._knobs, _base.module, _base._shapes
             self._window, self._nccl_path = _base._window, _base._nccl_path
         self.spec = S.VariantSpec(self.program, self.variant, g.rank)
+        self._device_index = g.device.index  # _matches
         self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
         self._overlap = S.uses_overlap(self.path, self.variant)
         self._seed = int(seed)
@@ -251,7 +252,23 @@ class Compiled:
         return "<coconet.torch.Compiled %s [%s] rank %d of %d>" % (
             self.path, self.variant, self.group.rank, self.group.nranks)
 
+    def _matches(self, spec, t, member=None):
+        """Is tensor t what argument `spec` (its member `member`) must be:
+        element type, shape (a member: element count), contiguous, on this
+        rank's GPU? A few comparisons, a call's usual case; the worded check
+        (spec.check_tensor) runs only on a mismatch."""
+        if t.dtype is not TORCH_TYPES.get(spec.type):
+            return False
+        if member is None:
+            if t.shape != tuple(spec.shape):
+                return False
+        elif t.numel() != spec.members[member]:
+            return False
+        return t.is_contiguous() and t.get_device() == self._device_index
+
     def _tensor(self, spec, t, member=None):
+        if isinstance(t, torch.Tensor) and self._matches(spec, t, member):
+            return t.data_ptr()
         if not isinstance(t, torch.Tensor):
             raise CocoError("input '%s' of '%s' (rank %d): expected %s; given %s"
                             % (spec.name, self.variant, self.group.rank, self.spec.expect(spec),
@@ -295,17 +312,19 @@ class Compiled:
                             "to_arena), or compile with nccl_path=True and pass every rank's "
                             "alike (that collective then takes its NCCL path)"
                             % (what, self.variant, self.group.rank))
+        def inside(t):
+            return self.group.session.in_arena(t.data_ptr(), t.numel() * t.element_size())
         inputs, outputs = self._window
         for i in sorted(inputs):
             spec, value = self.spec.inputs[i], by_name[i]
             tensors = value if spec.kind == "scattered" else [value]
             for k, t in enumerate(tensors):
-                if not in_arena(t, self.group.group):
+                if not inside(t):
                     refuse("input '%s'%s" % (spec.name, " (member %d)" % k
                                              if spec.kind == "scattered" else ""))
         for k in sorted(outputs):
             t = results[k]
-            if isinstance(t, torch.Tensor) and not in_arena(t, self.group.group):
+            if isinstance(t, torch.Tensor) and not inside(t):
                 refuse("output '%s'" % self.spec.outputs[k].name)
 
     def _output_tensor(self, k, o, out):
@@ -314,6 +333,8 @@ class Compiled:
         if out is not None and o.name in out:
             t = out[o.name]
             spec = S.InputSpec(o.name, "tensor", o.type, o.shape, ())
+            if isinstance(t, torch.Tensor) and self._matches(spec, t):
+                return t
             if not isinstance(t, torch.Tensor):
                 raise CocoError("output '%s' of '%s': expected a tensor; given %s"
                                 % (o.name, self.variant, type(t).__name__))

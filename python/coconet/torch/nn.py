@@ -99,6 +99,8 @@ class RowParallelLinear(torch.nn.Module):
         with torch.no_grad():
             self.weight.uniform_(-bound, bound)
         self._out = None
+        self._views = {}  # (B, S) -> the output's view of _out
+        self._calls = {}  # (B, S, p, residual) -> the program at those sizes
         if max_tokens:
             self._out = empty([int(max_tokens) * out_features], dtype, group)
 
@@ -115,23 +117,36 @@ class RowParallelLinear(torch.nn.Module):
             layer.bias.copy_(bias)
         return layer
 
-    def _out_buffer(self, n):
+    def _out_buffer(self, B, S_):
+        """The output's view of this layer's buffer for B x S_ tokens (the
+        buffer grown when a call needs more; the views kept per shape)."""
+        view = self._views.get((B, S_))
+        if view is not None:
+            return view
+        n = B * S_ * self.out_features
         if self._out is None or self._out.numel() < n:
             self._out = empty([n], self.dtype, self.group)
-        return self._out[:n]
+            self._views = {}
+        view = self._views[(B, S_)] = self._out[:n].view(B, S_, self.out_features)
+        return view
 
     def _run(self, x, residual, p_drop, with_residual):
         if x.dim() != 3:
             raise CocoError("RowParallelLinear: x must be [B, S, K/P]; given shape %s"
                             % list(x.shape))
         B, S_, k = x.shape
-        fn = _program(TYPE_NAMES[self.dtype], p_drop, with_residual, self.schedule, self.group)
-        fn = fn.at({"B": B, "S": S_, "K": self.in_features, "H": self.out_features})
-        args = {"w": self.weight.detach(), "x": x.detach(), "b": self.bias.detach()}
+        key = (B, S_, p_drop, with_residual)
+        fn = self._calls.get(key)  # the compiled program at these sizes
+        if fn is None:
+            fn = _program(TYPE_NAMES[self.dtype], p_drop, with_residual, self.schedule, self.group)
+            fn = self._calls[key] = fn.at({"B": B, "S": S_, "K": self.in_features,
+                                           "H": self.out_features})
+        # the tensors as they are (the call reads their storage only; the
+        # backward is _RowParallel's)
+        args = {"w": self.weight, "x": x, "b": self.bias}
         if with_residual:
-            args["r"] = residual.detach()
-        out = self._out_buffer(B * S_ * self.out_features).view(B, S_, self.out_features)
-        return fn(args, out={"out": out})
+            args["r"] = residual
+        return fn(args, out={"out": self._out_buffer(B, S_)})
 
     def forward(self, x, residual=None):
         if self.residual and residual is None:
