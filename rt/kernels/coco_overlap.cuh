@@ -4,38 +4,11 @@
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH
 
-// The default (COCONET_OVERLAP_CHUNKS unset or 0): 4 chunks where the
-// MatMul's FLOPs per byte that each rank's collective moves (2 M N K over
-// 2 (P - 1) / P M N element bytes) lie in [2048, 4096): the MatMul about as
-// long as the collective, or up to twice (H200: about 660 TFLOP/s against
-// 340 GB/s of bus bandwidth, a balance of about 2000), and each chunk has
-// at least 512 rows of each part (M >= 2048 P: the smallest measured; a
-// smaller MatMul's chunks would be mostly launches). Measured on
-// 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at P = 4 (2048
-// FLOP/B) 17 to 22 % faster with 4 chunks at B = 8 and 16, FP16 and BF16;
-// self-attention at P = 4 (512) and the MLP at P = 2 (6144) at most 3 %
-// faster with any count; self-attention at P = 2 (1536) faster in FP16,
-// slower in BF16. Elsewhere 1 (no chunks). The flags' count bounds the
-// chunks (at most 64).
-enum {
-    COCO_OVERLAP_DEFAULT_CHUNKS = 4,
-    COCO_OVERLAP_MAX_CHUNKS = 64,
-    COCO_OVERLAP_FLOP_LO = 2048,
-    COCO_OVERLAP_FLOP_HI = 4096,
-    COCO_OVERLAP_MIN_ROWS = 512
-};
+// The flags' count bounds the chunks (at most 64). The default count:
+// coco_overlap_default_chunks (include/coconet_cuda.h).
+enum { COCO_OVERLAP_MAX_CHUNKS = 64 };
 
-static inline long coco_overlap_default_chunks(long M, long K, long P, long es)
-{
-    if (P < 2 || es <= 0 || M / P / COCO_OVERLAP_DEFAULT_CHUNKS < COCO_OVERLAP_MIN_ROWS)
-        return 1;
-    const double flop_per_byte = (double)K * P / ((double)(P - 1) * es);
-    return flop_per_byte >= COCO_OVERLAP_FLOP_LO && flop_per_byte < COCO_OVERLAP_FLOP_HI
-               ? COCO_OVERLAP_DEFAULT_CHUNKS
-               : 1;
-}
-
-// The chunks of each rank's part: ctx's knob, else the default above, at
+// The chunks of each rank's part: ctx's knob, else the default, at
 // most the part's rows; 1 (no chunks) unless the MatMul's M rows of N (K
 // deep, es-byte elements) part the tensor the way the kernels do: P parts
 // of M / P whole rows (cs elements each, nall in all).

@@ -26,13 +26,16 @@
  * bandwidth, GEMM FLOPs / GEMM rate, plus its latencies: a kernel launch
  * LAUNCH_US, an NCCL call NCCL_US (at P > 1), a barrier of the fused kernels
  * BARRIER_US. The steps of an overlap of a MatMul and a FusedAllReduce
- * chunked (chunks4: src/cuda/emit_overlap.c) take the slowest of their
- * bandwidth times and their latencies once a chunk; every other overlap
- * runs in order (chunks1; default is costed so too, though the runtime
- * chunks some shapes by default: rt/kernels/coco_overlap.cuh). The
+ * run in chunks (src/cuda/emit_overlap.c: 4 under chunks4; under the other
+ * kernel knob sets the runtime's default for the MatMul's shape,
+ * coco_overlap_default_chunks of include/coconet_cuda.h; none under
+ * chunks1 and nccl) take the slowest of their bandwidth times and their
+ * latencies once a chunk; every other overlap runs in order. The
  * variant's time: the sum of its steps on the slowest rank. A variant is costed as the backend
  * runs it (lower_collectives applied: the callers pass that form). */
 #include "tune/tune.h"
+
+#include "coconet_cuda.h" /* coco_overlap_default_chunks */
 
 #include <stdlib.h>
 #include <string.h>
@@ -268,11 +271,38 @@ static int overlap_of(const Program *p, int f, int one)
     return -1;
 }
 
+/* The runtime's default chunks of overlap o on `rank` (its MatMul's rows M
+ * and depth K there: coco_overlap_chunks, rt/kernels/coco_overlap.cuh);
+ * 1 where its rows do not part evenly over the ranks. */
+static int default_chunks(const Program *v, int o, int rank)
+{
+    for (int i = 0; i < v->overlap[o].nitem; i++) {
+        Ref r = v->overlap[o].item[i];
+        if (REF_IS_FUSION(r) || v->node[r].op != O_MATMUL)
+            continue;
+        const Node *mm = &v->node[r], *a = &v->node[mm->in[0]];
+        long shape[MAXDIM], offset[MAXDIM];
+        local_shape(v, a, rank, shape, offset);
+        long K = a->ndim ? shape[a->ndim - 1] : 0, M = K ? local_count(v, a, rank) / K : 0;
+        if (M <= 0 || M % v->nranks)
+            return 1;
+        return (int)coco_overlap_default_chunks(M, K, v->nranks, (long)type_size(mm->type));
+    }
+    return 1;
+}
+
+/* The chunks overlap o runs in under knob set k (1: in order) */
+static int overlap_chunks(const Program *v, int o, int k, int rank)
+{
+    if (o < 0 || !knob_chunked_overlap(v, o) || k == KNOB_CHUNKS1 || k == KNOB_NCCL)
+        return 1;
+    return k == KNOB_CHUNKS4 ? knob_chunks(k) : default_chunks(v, o, rank);
+}
+
 /* One rank's time: steps summed; those of a chunked overlap by their
  * slowest, plus each chunk's launches and barrier */
 static double rank_ms(const Program *v, int k, int rank, const TuneLimits *l)
 {
-    int chunks = knob_chunks(k);
     double total = 0, *over = xcalloc((size_t)v->noverlap + 1, sizeof *over);
     int n = v->nfusion + v->nnode;
     for (int i = 0; i < n; i++) {
@@ -284,8 +314,8 @@ static double rank_ms(const Program *v, int k, int rank, const TuneLimits *l)
         TuneCost c;
         memset(&c, 0, sizeof c);
         add_step(&c, &s);
-        int o = overlap_of(v, f, one);
-        if (o >= 0 && (chunks == 1 || !knob_chunked_overlap(v, o)))
+        int o = overlap_of(v, f, one), chunks = overlap_chunks(v, o, k, rank);
+        if (chunks == 1)
             o = -1; /* in order, on one stream */
         total += latency_ms(&c, v->nranks) * (o >= 0 ? chunks : 1);
         if (o >= 0)

@@ -212,6 +212,35 @@ static void test_cost(void)
     program_free(p);
 }
 
+/* The overlapped MatMul's chunks as the runtime chooses them: default is
+ * costed as chunks4 where coco_overlap_default_chunks chunks (the MLP at
+ * P = 4: 2048 FLOP/B) and as chunks1 where it does not (P = 2: 6144) */
+static void test_cost_chunks(void)
+{
+    const char *defs[] = {"B=8", "S=1024", "H=3072"};
+    TuneLimits l = {3000, 350, 800, 1};
+    for (int nranks = 2; nranks <= 4; nranks += 2) {
+        char err[4096], msg[256];
+        coco_config cfg = {defs, 3, nranks, 0};
+        Program *p = coco_load_file("examples/mlp.coco", &cfg, err, sizeof err);
+        check(p != NULL, "examples/mlp.coco loads at B=8 S=1024 H=3072");
+        if (p)
+            enumerate_schedules(p);
+        Program *v = p ? as_run(p, "ol_MM_fuse_RS_C_AG") : NULL;
+        check(v != NULL, "mlp's ol_MM_fuse_RS_C_AG, as run");
+        if (v) {
+            double dflt = tune_predict_ms(v, KNOB_DEFAULT, &l);
+            double one = tune_predict_ms(v, KNOB_CHUNKS1, &l);
+            double four = tune_predict_ms(v, KNOB_CHUNKS4, &l);
+            snprintf(msg, sizeof msg, "mlp ol(MM,fuse(RS-C-AG)) at P = %d: default %.6f ms, chunks1 %.6f, "
+                     "chunks4 %.6f", nranks, dflt, one, four);
+            check(four < one && dflt == (nranks == 4 ? four : one), msg);
+            program_free(v);
+        }
+        program_free(p);
+    }
+}
+
 /* ---- the search over a table in memory ---- */
 
 typedef struct {
@@ -557,6 +586,7 @@ int main(void)
     test_knob_clear_env();
     group_end("knob sets");
     test_cost();
+    test_cost_chunks();
     group_end("cost model");
     test_search();
     group_end("search");
