@@ -18,7 +18,8 @@
 #          small's 768 and the paper's layer's 3072: 12 layers, 24 heads) and
 #          batches BATCHES (1 2 4 8 16): infer.md; with PROFILE=1 also
 #          torch.profiler's kernel tables at the largest batch,
-#          infer-profile-WIDTH.txt.
+#          infer-profile-WIDTH.txt; with GRAPHS=1 the forwards timed as
+#          CUDA graphs' replays (--graphs).
 # The ranks start with LD_PRELOAD= the runtime's NCCL (tests/gpu/torch.sh
 # says why). Tables under $OUT: torch-tests-p1.md, torch-tests-pP.md,
 # torch-optim.md; logs in
@@ -31,7 +32,7 @@
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
 # Variables: P (1), PHASES, ITERS (20), STEPS (200), TRAIN_RUNS (train's optimizers, all five),
-# MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES, PROFILE, JOBS (nvcc builds at once, 12),
+# MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES, PROFILE, GRAPHS, JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
@@ -107,6 +108,7 @@ case " $PHASES " in *" infer "*)
         heads=$((w / 64 > 12 ? w / 128 : 12))
         prof=
         [ "${PROFILE:-0}" = 1 ] && prof="--profile $OUT/infer-profile-$w.txt"
+        [ "${GRAPHS:-0}" = 1 ] && prof="$prof --graphs"
         # shellcheck disable=SC2086 # TR: a command and its arguments; prof: an option or none
         LD_PRELOAD=$PRELOAD timeout "$(left 20)" $TR examples/torch/infer_tp.py --width "$w" \
             --heads "$heads" --batches ${BATCHES:-1 2 4 8 16} $prof >"$W/infer-$w.out" 2>&1

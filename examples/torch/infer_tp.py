@@ -9,14 +9,17 @@ bias + residual. FP16, eval mode (no dropout), the same weights on both.
     torchrun --nproc_per_node=P examples/torch/infer_tp.py [--batches 1 2 4 8 16]
         [--seq 1024] [--iters 10] [--schedule paper|fused|program]
         [--width 768 --layers 12 --heads 12] [--arena-gib G] [--all-logits]
-        [--profile FILE]
+        [--graphs] [--profile FILE]
 
 Prints, for each batch size, the forward pass's (prefill: B x seq tokens)
 time and tokens per second with each implementation, the speed-up, and how
 far coconet's results are from torch's (relative to their largest): the
 final hidden states at every position and the logits; then the
 row-parallel layer alone at each batch size (attention's, K = width, and the
-MLP's, K = 4 width).
+MLP's, K = 4 width). With --graphs each forward is captured once in a CUDA
+graph per implementation and batch, and timed as its replays (checked equal
+to the eager forward): the GPU's time, where eager forwards at small batches
+are bound by the host's launches.
 
 The head (tied to the token embedding, not split over the ranks) computes
 the logits of the last position only, as a prefill for generation does:
@@ -141,6 +144,22 @@ def timed(fn, iters, calls=1):
     return float(m)
 
 
+def graphed(fn):
+    """fn captured in a CUDA graph (after a warm-up call on a side stream,
+    as torch asks): (the graph's replay, the output tensor it writes)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay, out
+
+
 def host_ms(fn, iters):
     """The median host time of one call of fn (the GPU drained first)."""
     ms = []
@@ -199,9 +218,10 @@ def main(a):
     del full.h
     say = print if rank == 0 else (lambda *x, **k: None)
     say("GPT-2-style model: width %d, %d layers, %d heads; P = %d; FP16; seq %d; schedule %s; "
-        "logits of %s; %s" % (a.width, a.layers, a.heads, P, a.seq, a.schedule,
-                              "every position" if a.all_logits else "the last position",
-                              torch.cuda.get_device_name()))
+        "logits of %s; %s; %s" % (a.width, a.layers, a.heads, P, a.seq, a.schedule,
+                                  "every position" if a.all_logits else "the last position",
+                                  "forwards replayed from CUDA graphs" if a.graphs
+                                  else "eager forwards", torch.cuda.get_device_name()))
     say("| batch | torch ms | coconet ms | torch tokens/s | coconet tokens/s | speed-up | "
         "hidden states rel. diff | logits rel. diff |")
     say("|---|---|---|---|---|---|---|---|")
@@ -214,8 +234,18 @@ def main(a):
                 ref = fn(idx, "torch").float()
                 got = fn(idx, "coconet").float()
                 diff.append(float((got - ref).abs().max() / ref.abs().max()))
-            t_torch = timed(lambda: model(idx, "torch", a.all_logits), a.iters)
-            t_coco = timed(lambda: model(idx, "coconet", a.all_logits), a.iters)
+            run = {impl: (lambda impl=impl: model(idx, impl, a.all_logits))
+                   for impl in ("torch", "coconet")}
+            if a.graphs:  # each forward captured once, timed as its replays
+                for impl in run:
+                    want = run[impl]().float()
+                    run[impl], got = graphed(run[impl])
+                    replay = float((got.float() - want).abs().max())
+                    if replay != 0.0:
+                        say("%s's replay differs from its eager forward by %.2e at batch %d"
+                            % (impl, replay, B))
+            t_torch = timed(run["torch"], a.iters)
+            t_coco = timed(run["coconet"], a.iters)
             tok = B * a.seq
             say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e | %.1e |"
                 % (B, t_torch, t_coco, tok / t_torch * 1e3, tok / t_coco * 1e3,
@@ -266,6 +296,9 @@ if __name__ == "__main__":
     ap.add_argument("--all-logits", action="store_true",
                     help="the head over every position (default: the last one's, as generation "
                     "needs)")
+    ap.add_argument("--graphs", action="store_true",
+                    help="time each forward as the replay of a CUDA graph captured once (both "
+                    "implementations): the GPU's time, without the host's launches")
     ap.add_argument("--profile", metavar="FILE",
                     help="torch.profiler's kernel tables at the largest batch, to FILE (rank 0's)")
     ap.add_argument("--arena-gib", type=float, default=0,

@@ -84,20 +84,6 @@ def build(program, schedule="program", cuda_source=None, nccl_home=None, timeout
     return Built(*[x.value.decode() for x in bufs])
 
 
-def uses_overlap(path, variant):
-    """Does the schedule named `variant` in the file overlap a MatMul with
-    a collective (overlap(...))? Read from its text."""
-    if variant == "program":
-        return False
-    try:
-        with open(path) as f:
-            text = re.sub(r"//[^\n]*", "", f.read())
-    except OSError:
-        return False
-    m = re.search(r"\bSchedule\s+%s\s*\{([^}]*)\}" % re.escape(variant), text)
-    return bool(m and re.search(r"\boverlap\s*\(", m.group(1)))
-
-
 # ---- what one rank passes ----
 
 InputSpec = collections.namedtuple("InputSpec", "name kind type shape members")

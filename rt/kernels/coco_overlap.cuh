@@ -26,22 +26,21 @@ static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, 
 // Which elements of each part a fused kernel takes, and when: chunks
 // [from, to) of `count`, chunk c being rows [rows*c/count, rows*(c+1)/count)
 // of the part's `rows` rows of `cols` elements; with `flag`, the kernel
-// waits before chunk c until flag[c] has reached `epoch` (the MatMul's
-// chunk c is written: coco_chunk_signal); with count > 1 it then meets the
-// peers at its barrier (without `flag`: a launch after the MatMul, whose
-// chunks its first barrier already found written on every rank).
+// waits before chunk c until flag[c] is set (the MatMul's chunk c is
+// written: coco_chunk_signal); with count > 1 it then meets the peers at
+// its barrier (without `flag`: a launch after the MatMul, whose chunks its
+// first barrier already found written on every rank).
 struct CocoChunks {
     int count;
     long rows, cols;
     const unsigned *flag;
-    unsigned epoch;
     int from, to;
 };
 
 // The whole part at once, no waits.
 static inline CocoChunks coco_chunks_all(long cs)
 {
-    CocoChunks c = {1, 1, cs, NULL, 0, 0, 1};
+    CocoChunks c = {1, 1, cs, NULL, 0, 1};
     return c;
 }
 
@@ -59,7 +58,7 @@ __device__ __forceinline__ void coco_chunk_wait(const CocoChunks &ck, int c)
     if (threadIdx.x == 0) {
         unsigned long long t0, t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        while ((int)(*(const volatile unsigned *)&ck.flag[c] - ck.epoch) < 0) {
+        while (*(const volatile unsigned *)&ck.flag[c] == 0) {
             __nanosleep(200);
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
             if (t - t0 > COCO_CHUNK_WAIT_NS) {
@@ -73,10 +72,10 @@ __device__ __forceinline__ void coco_chunk_wait(const CocoChunks &ck, int c)
 }
 
 // Stream-ordered after chunk c of the MatMul: its flag.
-static __global__ void coco_chunk_signal(unsigned *flag, int c, unsigned epoch)
+static __global__ void coco_chunk_signal(unsigned *flag, int c)
 {
     __threadfence();
-    *(volatile unsigned *)&flag[c] = epoch;
+    *(volatile unsigned *)&flag[c] = 1;
     __threadfence();
 }
 
@@ -96,12 +95,13 @@ static inline cudaEvent_t *coco_overlap_events(coco_cuda_ctx *ctx)
     return ev;
 }
 
-// The chunks' flags of this process (COCO_OVERLAP_MAX_CHUNKS, zeroed once
-// and kept), or NULL with ctx->err; and a new epoch for each overlapped
-// launch, so that no flag is ever reset.
-static inline unsigned *coco_overlap_flags(coco_cuda_ctx *ctx, unsigned *epoch)
+// The chunks' flags of this process (COCO_OVERLAP_MAX_CHUNKS, made once
+// and kept), or NULL with ctx->err. Each overlapped launch clears its
+// chunks' flags on its stream first (emit_overlap.c), so that a launch
+// replayed from a CUDA graph waits as the first did.
+static inline unsigned *coco_overlap_flags(coco_cuda_ctx *ctx)
 {
-    static unsigned *flags, last;
+    static unsigned *flags;
     if (!flags) {
         cudaError_t e = cudaMalloc((void **)&flags, COCO_OVERLAP_MAX_CHUNKS * sizeof(unsigned));
         if (e == cudaSuccess)
@@ -113,7 +113,6 @@ static inline unsigned *coco_overlap_flags(coco_cuda_ctx *ctx, unsigned *epoch)
             return NULL;
         }
     }
-    *epoch = ++last ? last : ++last; /* never 0, the flags' first value */
     return flags;
 }
 

@@ -131,13 +131,14 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
     fprintf(o, "            const long mP = mM / G_WORLD;\n"
                "            cudaStream_t side = (cudaStream_t)ctx->side_stream;\n"
                "            cudaEvent_t *ev = coco_overlap_events(ctx);\n"
-               "            unsigned epoch;\n"
-               "            const unsigned *flag = ev ? coco_overlap_flags(ctx, &epoch) : NULL;\n"
+               "            unsigned *flag = ev ? coco_overlap_flags(ctx) : NULL;\n"
                "            if (!flag)\n                return 1;\n"
+               "            /* the chunks' flags cleared on this launch's stream: a replay waits too */\n"
+               "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaMemsetAsync(flag, 0, chunks * sizeof(unsigned), st));\n"
                "            /* the side kernel's chunks: all, or all but the last (COCONET_OVERLAP_TAIL) */\n"
                "            const int tail = ctx->overlap_tail ? 1 : 0;\n"
                "            const int by_push = %s && ctx->fused_algo == COCO_FUSED_PUSH;\n"
-               "            CocoChunks ck = {chunks, mP, mN, flag, epoch, 0, chunks - tail};\n"
+               "            CocoChunks ck = {chunks, mP, mN, flag, 0, chunks - tail};\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
@@ -146,7 +147,7 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
                "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, sms, st))\n"
                "                    return 1;\n"
-               "                coco_chunk_signal<<<1, 1, 0, st>>>((unsigned *)flag, c, epoch);\n"
+               "                coco_chunk_signal<<<1, 1, 0, st>>>(flag, c);\n"
                "                COCO_LAUNCH_CHECK(ctx, \"MatMul\", %d);\n"
                "            }\n"
                "            /* launched last: everything it waits for is enqueued (and its code\n"
@@ -160,13 +161,13 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
                "\"chunks\");\n"
                "            if (tail) { /* the last chunk on the whole grid, after the MatMul */\n"
-               "                const CocoChunks last = {chunks, mP, mN, NULL, 0, chunks - 1, chunks};\n"
+               "                const CocoChunks last = {chunks, mP, mN, NULL, chunks - 1, chunks};\n"
                "                if (go(st, by_push, grid, last))\n"
                "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
                "ranks\", G_WORLD);\n"
                "                COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n"
                "            }\n",
-            push, l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line,
+            l, push, l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line,
             line, line, line, line, line);
 }
 

@@ -124,19 +124,6 @@ def test_spec_messages():
     assert "not contiguous" in msg and "on cpu" in msg
 
 
-def test_uses_overlap(tmp_path):
-    sa = example("self_attention.coco")
-    assert S.uses_overlap(sa, "paper")  # layerWithAR = overlap(layer, fuseAR)
-    assert not S.uses_overlap(sa, "program") and not S.uses_overlap(example("adam.coco"), "paper")
-    f = tmp_path / "c.coco"
-    f.write_text("Schedule a { x = fuse(y, z); // overlap(q, r)\n}\nSchedule b {\n"
-                 "  ol = overlap(l, f);\n}\n")
-    assert not S.uses_overlap(str(f), "a") and S.uses_overlap(str(f), "b")
-    text = programs.row_parallel()
-    f.write_text(text)
-    assert S.uses_overlap(str(f), "paper") and not S.uses_overlap(str(f), "fused")
-
-
 def test_build_errors():
     p = coconet.load(example("adam.coco"), ranks=2)
     with pytest.raises(coconet.CocoError, match="no schedule named 'nope'"):

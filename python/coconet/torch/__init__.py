@@ -32,11 +32,11 @@ says so once).
 CUDA graphs: a call enqueues only kernels, NCCL and cuBLASLt calls on the
 current stream (and on a side stream joined by events), so it can be
 captured, once a first call with the same sizes has made its workspace and
-tables (a call during capture before that is refused). Two limits: the seed
-of Dropout is fixed at capture (every replay draws the same masks), and a
-variant that overlaps a MatMul with a collective (schedules with overlap)
-passes each launch a new epoch for its chunk flags, which a replay would
-repeat: capturing one is refused.
+tables (a call during capture before that is refused). A variant that
+overlaps a MatMul with a collective in chunks clears its chunks' flags on
+the stream at each launch, so a replay waits for each chunk as the call
+did. One limit: the seed of Dropout is fixed at capture (every replay draws
+the same masks).
 
 Which NCCL: PyTorch loads its own libnccl.so.2 (2.28.9 in torch 2.11's
 wheels) when imported; the runtime and the generated code, loaded after it,
@@ -232,7 +232,6 @@ class Compiled:
         self.spec = S.VariantSpec(self.program, self.variant, g.rank)
         self._device_index = g.device.index  # _matches
         self._call = S.Call(g.session, self.module, self.spec, *self._knobs)
-        self._overlap = S.uses_overlap(self.path, self.variant)
         self._seed = int(seed)
         self._warm = False
         self._warned = False
@@ -392,13 +391,11 @@ class Compiled:
         """Enqueues call c (its arrays filled) on the current stream; the
         result as __call__ returns it."""
         capturing = torch.cuda.is_current_stream_capturing()
-        if capturing and (self._overlap or not self._warm):
+        if capturing and not self._warm:
             raise CocoError(
-                "'%s' cannot be captured in a CUDA graph: %s" % (self.variant, (
-                    "its overlapped MatMul passes each launch a new epoch for its chunk flags, "
-                    "which a replay would repeat") if self._overlap else
-                    "call it once with these sizes before capturing (its first call makes its "
-                    "workspace and bucket tables)"))
+                "'%s' cannot be captured in a CUDA graph yet: call it once with these sizes "
+                "before capturing (its first call makes its workspace and bucket tables)"
+                % self.variant)
         if seed is None:
             self._seed += 1
             seed = self._seed

@@ -8,8 +8,8 @@ products are summed over the ranks. The forward runs the schedule given
 (default `paper`: ol(MM,fuse(RS-C-AG)), the MatMul overlapped with one
 FusedAllReduce that adds the bias, applies dropout and adds the residual on
 each rank's slice and gathers the result; `fused`: the same without the
-overlap, which CUDA graphs can capture; `program`: MatMul, AllReduce and a
-pointwise kernel). Which program runs:
+overlap; `program`: MatMul, AllReduce and a pointwise kernel; each can be
+captured in a CUDA graph after a first call at its shape). Which program runs:
   - eval mode (or p = 0): out = AllReduce(x @ W) + b + r, all fused;
   - training mode, gradients off: the same with dropout inside (its mask
     from the call's seed);
