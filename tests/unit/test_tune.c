@@ -232,8 +232,8 @@ static void test_cost_chunks(void)
             double dflt = tune_predict_ms(v, KNOB_DEFAULT, &l);
             double one = tune_predict_ms(v, KNOB_CHUNKS1, &l);
             double four = tune_predict_ms(v, KNOB_CHUNKS4, &l);
-            snprintf(msg, sizeof msg, "mlp ol(MM,fuse(RS-C-AG)) at P = %d: default %.6f ms, chunks1 %.6f, "
-                     "chunks4 %.6f", nranks, dflt, one, four);
+            snprintf(msg, sizeof msg, "mlp ol(MM,fuse(RS-C-AG)) at P = %d: default %.6f ms, "
+                     "chunks1 %.6f, chunks4 %.6f", nranks, dflt, one, four);
             check(four < one && dflt == (nranks == 4 ? four : one), msg);
             program_free(v);
         }
