@@ -128,7 +128,8 @@ typedef struct {
     void *marks;
     /* overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c) */
     int overlap_chunks; /* chunks of each rank's part: 0 the default (4 or 1 by the
-                           MatMul's FLOPs per collective byte and rows: coco_overlap.cuh),
+                           MatMul's FLOPs per collective byte and rows:
+                           coco_overlap_default_chunks above),
                            1 no overlap */
     int overlap_sms;    /* SMs the chunked kernels keep while the MatMul runs (the
                            MatMul's cuBLASLt SM target is the rest): 0 the default (32) */

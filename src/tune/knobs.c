@@ -24,7 +24,7 @@
  *     needs contiguous operands or no cross-rank reduction); and chunks1
  *     (no chunks), chunks4 when it overlaps a MatMul with a FusedAllReduce
  *     (src/cuda/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
- *     collective byte and rows, 1 or 4: rt/kernels/coco_overlap.cuh).
+ *     collective byte and rows, 1 or 4: include/coconet_cuda.h).
  *     `default` (auto) is not a set of its own: it picks one of the
  *     algorithms by size (the tuner times the program under it too, as the
  *     baseline: search.c);
