@@ -50,17 +50,23 @@ enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL,
  * that each rank's collective moves (2 M N K over 2 (P - 1) / P M N element
  * bytes) lie in [2048, 4096): the MatMul about as long as the collective,
  * or up to twice (H200: about 660 TFLOP/s against 340 GB/s of bus
- * bandwidth, a balance of about 2000), and each chunk has at least 512 rows
- * of each part (M >= 2048 P: the smallest measured; a smaller MatMul's
- * chunks would be mostly launches). Measured on 4 x H200
- * (bench/results/2026-11-27-h200x4-f.md): the MLP at P = 4 (2048 FLOP/B)
- * 17 to 22 % faster with 4 chunks at B = 8 and 16, FP16 and BF16;
- * self-attention at P = 4 (512) and the MLP at P = 2 (6144) at most 3 %
- * faster with any count; self-attention at P = 2 (1536) faster in FP16,
- * slower in BF16. Elsewhere 1 (no chunks). M: the MatMul's rows, K: its
- * depth on a rank, P: the ranks, es: the element's bytes. Shared by the
- * runtime's launch (rt/kernels/coco_overlap.cuh) and the autotuner's cost
- * model (src/tune/cost.c). */
+ * bandwidth, a balance of about 2000), and each chunk is large enough that
+ * its launches and waits are small beside it: at least 512 rows of each
+ * part and 16 GFLOP (a chunk is M / 4 rows over all the parts: 2 M N K / 4).
+ * Measured on 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at
+ * P = 4 (2048 FLOP/B, 39 GFLOP a chunk at B = 8) 17 to 22 % faster with 4
+ * chunks at B = 8 and 16, FP16 and BF16; self-attention at P = 4 (512) and
+ * the MLP at P = 2 (6144) at most 3 % faster with any count; self-attention
+ * at P = 2 (1536) faster in FP16, slower in BF16. On 2 x H200
+ * (2026-11-27-h200x2-i.md):
+ * the MLP at B = 8, S = 512, H = 1024 (2048 FLOP/B, 4.3 GFLOP a chunk) 0.119
+ * ms in 4 chunks against 0.073 in one; self-attention at H = 4096 (2048,
+ * 17 GFLOP a chunk) 0.209 against 0.207. Elsewhere 1 (no chunks). M: the
+ * MatMul's rows, N: its columns, K: its depth on a rank, P: the ranks, es:
+ * the element's bytes. Shared by the runtime's launch
+ * (rt/kernels/coco_overlap.cuh) and the autotuner's cost model
+ * (src/tune/cost.c). */
+#define COCO_OVERLAP_MIN_CHUNK_FLOP 16e9
 enum {
     COCO_OVERLAP_DEFAULT_CHUNKS = 4,
     COCO_OVERLAP_FLOP_LO = 2048,
@@ -68,12 +74,14 @@ enum {
     COCO_OVERLAP_MIN_ROWS = 512
 };
 
-static inline long coco_overlap_default_chunks(long M, long K, long P, long es)
+static inline long coco_overlap_default_chunks(long M, long N, long K, long P, long es)
 {
     if (P < 2 || es <= 0 || M / P / COCO_OVERLAP_DEFAULT_CHUNKS < COCO_OVERLAP_MIN_ROWS)
         return 1;
+    const double chunk_flop = 2.0 * M * N * K / COCO_OVERLAP_DEFAULT_CHUNKS;
     const double flop_per_byte = (double)K * P / ((double)(P - 1) * es);
-    return flop_per_byte >= COCO_OVERLAP_FLOP_LO && flop_per_byte < COCO_OVERLAP_FLOP_HI
+    return chunk_flop >= COCO_OVERLAP_MIN_CHUNK_FLOP && flop_per_byte >= COCO_OVERLAP_FLOP_LO &&
+                   flop_per_byte < COCO_OVERLAP_FLOP_HI
                ? COCO_OVERLAP_DEFAULT_CHUNKS
                : 1;
 }

@@ -1,18 +1,20 @@
 #!/bin/sh
 # bench/device/chunk_rule.sh: the overlap's default chunk count
 # (coco_overlap_default_chunks, include/coconet_cuda.h: 4 chunks where the
-# MatMul does 2048 to 4095 FLOP per collective byte and each rank's part
-# has at least 4 x 512 rows, else 1) against the CPU reference, at shapes
-# where the rule chunks. The CLI's other checks force the count
-# (COCONET_OVERLAP_CHUNKS); here it is left to the rule.
+# MatMul does 2048 to 4095 FLOP per collective byte, each rank's part has at
+# least 4 x 512 rows and a chunk 16 GFLOP, else 1) against the CPU
+# reference, at shapes at the rule's edges. The CLI's other checks force
+# the count (COCONET_OVERLAP_CHUNKS); here it is left to the rule.
 #
 # At P ranks, FP16, B = 8: examples/mlp.coco's ol_MM_fuse_RS_C_AG with K a
-# rank = 4H/P (P = 2: H = 1024, S = 512; P = 4: H = 3072, S = 1024) and, at
-# P = 2, examples/self_attention.coco's `paper` (K a rank = H/2: H = 4096,
-# S = 512). Each runs twice, checked against the program's CPU run
-# (--reference program) with --breakdown: with the rule's count
-# (COCONET_OVERLAP_CHUNKS=0, the default; the breakdown's "overlap(MatMul,
-# FusedAllReduce)" row says the chunked path ran) and with COCONET_OVERLAP_CHUNKS=1 (one MatMul, then one kernel).
+# rank = 4H/P (P = 2: H = 1024, S = 512, 2048 FLOP/B and 512 rows a chunk
+# but 4.3 GFLOP: one chunk; P = 4: H = 3072, S = 1024, 39 GFLOP: 4 chunks)
+# and, at P = 2, examples/self_attention.coco's `paper` (K a rank = H/2:
+# H = 4096, S = 512, 17 GFLOP a chunk: 4 chunks). Each runs twice, checked
+# against the program's CPU run (--reference program) with --breakdown:
+# with the rule's count (COCONET_OVERLAP_CHUNKS=0, the default; the
+# breakdown's "overlap(MatMul, FusedAllReduce)" row says the chunked path
+# ran) and with COCONET_OVERLAP_CHUNKS=1 (one MatMul, then one kernel).
 # After `make`. Output: OUT/chunk-rule.txt (every run's output), and a
 # table on stdout: layer, chunks, the check, the chunked row's presence, ms.
 #

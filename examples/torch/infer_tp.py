@@ -146,7 +146,7 @@ def timed(fn, iters, calls=1):
 
 def graphed(fn):
     """fn captured in a CUDA graph (after a warm-up call on a side stream,
-    as torch asks): (the graph's replay, the output tensor it writes)."""
+    as torch asks): (the graph, the output tensor it writes)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -157,7 +157,7 @@ def graphed(fn):
         out = fn()
     graph.replay()
     torch.cuda.synchronize()
-    return graph.replay, out
+    return graph, out
 
 
 def host_ms(fn, iters):
@@ -236,16 +236,23 @@ def main(a):
                 diff.append(float((got - ref).abs().max() / ref.abs().max()))
             run = {impl: (lambda impl=impl: model(idx, impl, a.all_logits))
                    for impl in ("torch", "coconet")}
+            graphs = []
             if a.graphs:  # each forward captured once, timed as its replays
                 for impl in run:
                     want = run[impl]().float()
-                    run[impl], got = graphed(run[impl])
+                    graph, got = graphed(run[impl])
+                    graphs.append(graph)
+                    run[impl] = graph.replay
                     replay = float((got.float() - want).abs().max())
                     if replay != 0.0:
                         say("%s's replay differs from its eager forward by %.2e at batch %d"
                             % (impl, replay, B))
             t_torch = timed(run["torch"], a.iters)
             t_coco = timed(run["coconet"], a.iters)
+            # a live graph holding torch's all_reduce makes NCCL's communicator
+            # destruction wait forever (destroy_process_group at the end)
+            for graph in graphs:
+                graph.reset()
             tok = B * a.seq
             say("| %d | %.3f | %.3f | %.0f | %.0f | %.2f x | %.1e | %.1e |"
                 % (B, t_torch, t_coco, tok / t_torch * 1e3, tok / t_coco * 1e3,

@@ -16,7 +16,7 @@ static inline int coco_overlap_chunks(const coco_cuda_ctx *ctx, long M, long N, 
                                       long P, long cs, long nall)
 {
     long want =
-        ctx->overlap_chunks > 0 ? ctx->overlap_chunks : coco_overlap_default_chunks(M, K, P, es);
+        ctx->overlap_chunks > 0 ? ctx->overlap_chunks : coco_overlap_default_chunks(M, N, K, P, es);
     if (want < 2 || M <= 0 || N <= 0 || M % P || cs != M / P * N || nall != M * N)
         return 1;
     long rows = M / P, most = want < COCO_OVERLAP_MAX_CHUNKS ? want : COCO_OVERLAP_MAX_CHUNKS;

@@ -271,22 +271,25 @@ static int overlap_of(const Program *p, int f, int one)
     return -1;
 }
 
-/* The runtime's default chunks of overlap o on `rank` (its MatMul's rows M
- * and depth K there: coco_overlap_chunks, rt/kernels/coco_overlap.cuh);
- * 1 where its rows do not part evenly over the ranks. */
+/* The runtime's default chunks of overlap o on `rank` (its MatMul's rows M,
+ * columns N and depth K there: coco_overlap_chunks,
+ * rt/kernels/coco_overlap.cuh); 1 where its rows do not part evenly over
+ * the ranks. */
 static int default_chunks(const Program *v, int o, int rank)
 {
     for (int i = 0; i < v->overlap[o].nitem; i++) {
         Ref r = v->overlap[o].item[i];
         if (REF_IS_FUSION(r) || v->node[r].op != O_MATMUL)
             continue;
-        const Node *mm = &v->node[r], *a = &v->node[mm->in[0]];
+        const Node *mm = &v->node[r], *a = &v->node[mm->in[0]], *b = &v->node[mm->in[1]];
         long shape[MAXDIM], offset[MAXDIM];
         local_shape(v, a, rank, shape, offset);
         long K = a->ndim ? shape[a->ndim - 1] : 0, M = K ? local_count(v, a, rank) / K : 0;
-        if (M <= 0 || M % v->nranks)
+        local_shape(v, b, rank, shape, offset);
+        long N = b->ndim == 2 ? shape[1] : 0;
+        if (M <= 0 || N <= 0 || M % v->nranks)
             return 1;
-        return (int)coco_overlap_default_chunks(M, K, v->nranks, (long)type_size(mm->type));
+        return (int)coco_overlap_default_chunks(M, N, K, v->nranks, (long)type_size(mm->type));
     }
     return 1;
 }

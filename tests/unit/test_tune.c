@@ -214,16 +214,24 @@ static void test_cost(void)
 
 /* The overlapped MatMul's chunks as the runtime chooses them: default is
  * costed as chunks4 where coco_overlap_default_chunks chunks (the MLP at
- * P = 4: 2048 FLOP/B) and as chunks1 where it does not (P = 2: 6144) */
+ * P = 4, B=8 S=1024 H=3072: 2048 FLOP/B, 39 GFLOP a chunk) and as chunks1
+ * where it does not (the same at P = 2: 6144 FLOP/B; at P = 2, B=8 S=512
+ * H=1024: 2048 FLOP/B but 4.3 GFLOP a chunk, under the rule's 16) */
 static void test_cost_chunks(void)
 {
-    const char *defs[] = {"B=8", "S=1024", "H=3072"};
+    static const struct {
+        int nranks;
+        const char *S, *H;
+        int chunked;
+    } cases[] = {{4, "S=1024", "H=3072", 1}, {2, "S=1024", "H=3072", 0}, {2, "S=512", "H=1024", 0}};
     TuneLimits l = {3000, 350, 800, 1};
-    for (int nranks = 2; nranks <= 4; nranks += 2) {
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char err[4096], msg[256];
-        coco_config cfg = {defs, 3, nranks, 0};
+        const char *defs[] = {"B=8", cases[c].S, cases[c].H};
+        coco_config cfg = {defs, 3, cases[c].nranks, 0};
         Program *p = coco_load_file("examples/mlp.coco", &cfg, err, sizeof err);
-        check(p != NULL, "examples/mlp.coco loads at B=8 S=1024 H=3072");
+        snprintf(msg, sizeof msg, "examples/mlp.coco loads at B=8 %s %s", cases[c].S, cases[c].H);
+        check(p != NULL, msg);
         if (p)
             enumerate_schedules(p);
         Program *v = p ? as_run(p, "ol_MM_fuse_RS_C_AG") : NULL;
@@ -232,9 +240,10 @@ static void test_cost_chunks(void)
             double dflt = tune_predict_ms(v, KNOB_DEFAULT, &l);
             double one = tune_predict_ms(v, KNOB_CHUNKS1, &l);
             double four = tune_predict_ms(v, KNOB_CHUNKS4, &l);
-            snprintf(msg, sizeof msg, "mlp ol(MM,fuse(RS-C-AG)) at P = %d: default %.6f ms, "
-                     "chunks1 %.6f, chunks4 %.6f", nranks, dflt, one, four);
-            check(four < one && dflt == (nranks == 4 ? four : one), msg);
+            snprintf(msg, sizeof msg, "mlp ol(MM,fuse(RS-C-AG)) at P = %d, %s %s: default "
+                     "%.6f ms, chunks1 %.6f, chunks4 %.6f", cases[c].nranks, cases[c].S,
+                     cases[c].H, dflt, one, four);
+            check(four != one && dflt == (cases[c].chunked ? four : one), msg);
             program_free(v);
         }
         program_free(p);
