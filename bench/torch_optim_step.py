@@ -27,6 +27,13 @@ os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"
 os.environ.setdefault("COCONET_HOME", ROOT)
 
 
+def bucket_label():
+    """The scattered tensors' bucket size this run asks for
+    (COCONET_SCATTER_BUCKET; unset or 0: the runtime's 1024)."""
+    v = os.environ.get("COCONET_SCATTER_BUCKET", "")
+    return v if v not in ("", "0") else "1024 (the default)"
+
+
 def gpt2_shapes(V=50257, T=1024, C=768, L=12):
     """GPT-2's parameters in nn.Module order (transformers' GPT2LMHeadModel;
     nn.Linear weights, [out, in])."""
@@ -157,8 +164,10 @@ def main(iters, out):
         lines = [
             "# Optimizer step, GPT-2 124M parameter shapes (%d tensors, %d elements), P = %d"
             % (len(shapes), N, P), "",
-            "%s, torch %s; FP32; median of %d steps after 3, slowest rank; ms." % (
-                dev, torch.__version__, iters), "",
+            "%s, torch %s; FP32; median of %d steps after 3, slowest rank; ms; "
+            "scattered buckets of %s elements." % (
+                dev, torch.__version__, iters,
+                bucket_label()), "",
             "| step | ms | host ms (the call) | optimizer state on each rank |",
             "|---|---|---|---|",
             "| coconet.torch.optim.Adam (fuse(RS-Opt-AG), scattered) | %.3f | %.3f | %.1f MiB |"

@@ -143,6 +143,9 @@ typedef struct {
                            MatMul's cuBLASLt SM target is the rest): 0 the default (32) */
     int overlap_tail;   /* 1: the last chunk's kernel runs after the MatMul on the whole
                            grid, on `stream`; 0: with the others on the side stream */
+    /* scattered tensors (rt/kernels/coco_scatter.cuh) */
+    long scatter_bucket; /* elements a bucket holds at most (a warp's unit of work):
+                            0 the default, COCO_BUCKET */
 } coco_cuda_ctx;
 
 /* What a mark follows: a kernel of coconet's, an NCCL call, a CUDA copy or

@@ -221,9 +221,11 @@ static int env_number(CocoRt *rt, const char *name, long fallback, long lo, long
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi || x % step)
-        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld%s", name, v, lo, hi,
-                        step > 1 ? ", a multiple of 32 (whole warps)" : "");
+    if ((errno || *end || x < lo || x > hi || x % step) && step > 1)
+        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld, a multiple of %ld",
+                        name, v, lo, hi, step);
+    if (errno || *end || x < lo || x > hi)
+        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld", name, v, lo, hi);
     *out = x;
     return 0;
 }
@@ -249,7 +251,9 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
  * L2 emptied before each timed run: run.c's clear_l2); the overlapped
  * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
- * COCONET_OVERLAP_TAIL=1 (src/cuda/emit_overlap.c); and
+ * COCONET_OVERLAP_TAIL=1 (src/cuda/emit_overlap.c); COCONET_SCATTER_BUCKET
+ * (the elements of a scattered tensor's bucket, rt/kernels/coco_scatter.cuh);
+ * and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
@@ -274,7 +278,8 @@ int rt_read_knobs(CocoRt *rt)
         env_number(rt, "COCONET_NCCL_WINDOW_BYTES", WINDOW_BYTES, 0, LONG_MAX, 1,
                    &rt->nccl_window_bytes) ||
         env_number(rt, "COCONET_OVERLAP_CHUNKS", 0, 0, 64, 1, &rt->overlap_chunks) ||
-        env_number(rt, "COCONET_OVERLAP_SMS", 0, 0, 1024, 1, &rt->overlap_sms))
+        env_number(rt, "COCONET_OVERLAP_SMS", 0, 0, 1024, 1, &rt->overlap_sms) ||
+        env_number(rt, "COCONET_SCATTER_BUCKET", 0, 0, 1L << 24, 64, &rt->scatter_bucket))
         return -1;
     rt->fused_blocks = (int)blocks; /* 0: the runtime's choice */
     rt->fused_threads = (int)threads;

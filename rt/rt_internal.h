@@ -59,6 +59,7 @@ struct CocoRt {
     int one_rank_fused;  /* COCONET_ONE_RANK_FUSED (coconet_cuda.h) */
     long overlap_chunks, overlap_sms; /* COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS */
     int overlap_tail;    /* COCONET_OVERLAP_TAIL (coconet_cuda.h) */
+    long scatter_bucket; /* COCONET_SCATTER_BUCKET (coconet_cuda.h) */
     long fused_oneshot_bytes, fused_push_bytes, fused_push_round;
     int no_alias;        /* COCONET_NO_ALIAS=1: outputs never share an input's buffer */
     int host_start;      /* COCONET_TIME_HOST_START=1: a timed run starts after the host's wait */

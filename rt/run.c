@@ -68,6 +68,7 @@ void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
     c->overlap_chunks = (int)rt->overlap_chunks;
     c->overlap_sms = (int)rt->overlap_sms;
     c->overlap_tail = rt->overlap_tail;
+    c->scatter_bucket = rt->scatter_bucket;
 }
 
 /* The variant's own knobs over the runtime's (c is this variant's context

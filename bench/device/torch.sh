@@ -7,7 +7,9 @@
 #   testsP the same at P (its builds begin in the background with tests1);
 #   optim  bench/torch_optim_step.py at P: coconet.torch.optim.Adam's step
 #          against all_reduce + torch.optim.AdamW(fused=True) on GPT-2 124M's
-#          parameter shapes (its program built in the background from the start);
+#          parameter shapes (its program built in the background from the
+#          start), once for each bucket size in BUCKETS (COCONET_SCATTER_BUCKET;
+#          default 0: the runtime's);
 #   train  examples/torch/train_dp.py at P, STEPS steps (200) each: coconet
 #          Adam, DDP + AdamW(fused), DDP + AdamW(foreach) (the control: how
 #          far two correct runs drift apart), coconet LAMB, DDP + torch LAMB;
@@ -31,7 +33,7 @@
 #   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
-# Variables: P (1), PHASES, ITERS (20), STEPS (200), TRAIN_RUNS (train's optimizers, all five),
+# Variables: P (1), PHASES, ITERS (20), BUCKETS (0), STEPS (200), TRAIN_RUNS (train's optimizers, all five),
 # MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES, PROFILE, GRAPHS, JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
@@ -74,10 +76,15 @@ case " $PHASES " in *" testsP "*)
 esac
 case " $PHASES " in *" optim "*)
     wait "$ahead"
-    LD_PRELOAD=$PRELOAD timeout "$(left 10)" python3 -m torch.distributed.run --standalone \
-        --nproc_per_node="$P" bench/torch_optim_step.py --iters "$ITERS" \
-        --out "$OUT/torch-optim.md" >"$W/torch-optim.out" 2>&1
-    echo "bench/torch_optim_step.py: exit status $?" ;;
+    : >"$OUT/torch-optim.md"
+    for bk in ${BUCKETS:-0}; do # COCONET_SCATTER_BUCKET (0: the default)
+        COCONET_SCATTER_BUCKET=$bk LD_PRELOAD=$PRELOAD timeout "$(left 10)" \
+            python3 -m torch.distributed.run --standalone --nproc_per_node="$P" \
+            bench/torch_optim_step.py --iters "$ITERS" --out "$W/torch-optim-$bk.md" \
+            >"$W/torch-optim-$bk.out" 2>&1
+        echo "bench/torch_optim_step.py (buckets: $bk): exit status $?"
+        cat "$W/torch-optim-$bk.md" >>"$OUT/torch-optim.md" 2>/dev/null
+    done ;;
 esac
 TR="python3 -m torch.distributed.run --standalone --nproc_per_node=$P"
 case " $PHASES " in *" train "*)

@@ -1,7 +1,8 @@
 // coco_scatter.cuh: scattered tensors on the GPU. A scattered tensor is a
 // list of member buffers (each its own allocation) whose value is their 1-D
 // concatenation. The host splits the members once into buckets of at most
-// COCO_BUCKET elements, each inside one member; a bucket is 12 bytes: the
+// COCO_BUCKET elements (ctx->scatter_bucket, COCONET_SCATTER_BUCKET, decides
+// instead), each inside one member; a bucket is 12 bytes: the
 // flat index of its first element (two 32-bit halves) and its member. The
 // table has one more entry, whose flat index is the total (so bucket b
 // holds flat [flat(b), flat(b + 1))). Kernels give each warp a bucket
@@ -47,6 +48,7 @@ __device__ __forceinline__ long coco_bflat(const CocoBucket &b)
 // ---- host: the tables, built once ----
 struct CocoScatLayout {
     long nm, *size;           // the member sizes this layout is for
+    long per;                 // elements a bucket holds at most
     CocoBucket *bucket;       // device
     long nbucket;
     long *start;              // device
@@ -61,17 +63,26 @@ struct CocoScatPtrs {
 static CocoScatLayout *coco_scat_layouts;
 static CocoScatPtrs *coco_scat_ptrs;
 
+// Elements a bucket holds at most: ctx's knob (a multiple of 64 elements,
+// so that a bucket starts at a member's start plus whole 16-byte vectors),
+// else COCO_BUCKET.
+static inline long coco_scat_per(const coco_cuda_ctx *ctx)
+{
+    return ctx->scatter_bucket > 0 ? ctx->scatter_bucket : COCO_BUCKET;
+}
+
 static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long nm,
                             CocoScatLayout **out)
 {
+    const long per = coco_scat_per(ctx);
     for (CocoScatLayout *l = coco_scat_layouts; l; l = l->next)
-        if (l->nm == nm && !memcmp(l->size, size, (size_t)nm * sizeof *size)) {
+        if (l->nm == nm && l->per == per && !memcmp(l->size, size, (size_t)nm * sizeof *size)) {
             *out = l;
             return 0;
         }
     long nb = 0;
     for (long m = 0; m < nm; m++)
-        nb += (size[m] + COCO_BUCKET - 1) / COCO_BUCKET;
+        nb += (size[m] + per - 1) / per;
     CocoBucket *hb = (CocoBucket *)malloc((size_t)(nb + 1) * sizeof *hb);
     long *hs = (long *)malloc((size_t)(nm + 1) * sizeof *hs);
     long *hk = (long *)malloc((size_t)(nm + 1) * sizeof *hk);
@@ -85,7 +96,7 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
     for (long m = 0; m < nm; m++) {
         hs[m] = flat;
         hk[m] = b;
-        for (long o = 0; o < size[m]; o += COCO_BUCKET, b++) {
+        for (long o = 0; o < size[m]; o += per, b++) {
             unsigned long long f = (unsigned long long)(flat + o);
             hb[b].flat_lo = (unsigned)f;
             hb[b].flat_hi = (unsigned)(f >> 32);
@@ -112,6 +123,7 @@ static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long
     }
     memcpy(sz, size, (size_t)nm * sizeof *sz);
     l->nm = nm;
+    l->per = per;
     l->size = sz;
     l->hstart = hs;
     l->hbucket = hk;
@@ -289,7 +301,7 @@ static long coco_scat_bucket_of(const CocoScat &d, long f)
         else
             hi = mid - 1;
     }
-    return l->hbucket[lo] + (f - l->hstart[lo]) / COCO_BUCKET;
+    return l->hbucket[lo] + (f - l->hstart[lo]) / l->per;
 }
 
 static CocoLsaParts coco_lsa_parts(const CocoScat &d, long cs, long nparts)

@@ -407,7 +407,8 @@ tuning_knobs() {
 # through the bucket table), two-shot: at W = 41 (P = 4: uneven parts whose
 # edges cut members and buckets; member starts at odd offsets, so vector
 # and single-element paths), and at W = 401 on one block of 3 warps (every
-# warp takes many buckets); push (COCONET_FUSED=push: the stores into the
+# warp takes many buckets) and with buckets of 64 elements
+# (COCONET_SCATTER_BUCKET); push (COCONET_FUSED=push: the stores into the
 # peers' staging slots walk the buckets as the element loop does) at both;
 # their NCCL paths at W = 41 (COCONET_FUSED=nccl: the members gathered into
 # one buffer where NCCL needs it); and at W = 41 an output buffer for the
@@ -438,7 +439,16 @@ scattered_fused() {
             run "$name" "W=401, twoshot, 1 block of 96" "$p" "$f" -D W=401 --all-schedules
             COCONET_FUSED=push
             run "$name" "W=401, push, 1 block of 96" "$p" "$f" -D W=401 --all-schedules
-            unset COCONET_FUSED COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
+            unset COCONET_FUSED_BLOCKS COCONET_FUSED_THREADS
+            # buckets of 64 elements (COCONET_SCATTER_BUCKET): many a
+            # member, many a warp, parts cutting them
+            COCONET_SCATTER_BUCKET=64
+            export COCONET_SCATTER_BUCKET
+            COCONET_FUSED=twoshot
+            run "$name" "W=401, twoshot, buckets of 64" "$p" "$f" -D W=401 --all-schedules
+            COCONET_FUSED=push
+            run "$name" "W=401, push, buckets of 64" "$p" "$f" -D W=401 --all-schedules
+            unset COCONET_FUSED COCONET_SCATTER_BUCKET
         done
     done
 }
