@@ -21,108 +21,21 @@
  * stuck peer gives an error here, never a hang; the caller then closes with
  * abort = 1 (ncclCommAbort). Interface: include/coconet_rt.h.
  *
- * This file: errors, bounded waits, opening and closing (device,
- * communicators, handles, the generated code) and the API table; the
- * buffers of a variant are in slab.c, running it in run.c, the events of
- * --breakdown in breakdown.c, the machine's limits in limits.c. */
+ * This file: opening and closing (device, communicators, handles, the
+ * generated code), the knobs and the API table; errors and bounded waits
+ * are in wait.c, the buffers of a variant in slab.c, running it in run.c,
+ * the events of --breakdown in breakdown.c, the machine's limits in
+ * limits.c. */
 #define _GNU_SOURCE /* dladdr */
 #include "rt_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ---- errors ---- */
-
-int rt_fail(CocoRt *rt, const char *call, const char *file, int line, const char *why)
-{
-    snprintf(rt->err, rt->errlen, "rank %d: %s failed at %s:%d: %s", rt->rank, call, file, line,
-             why);
-    return -1;
-}
-
-int rt_error(CocoRt *rt, const char *fmt, ...)
-{
-    int n = snprintf(rt->err, rt->errlen, "rank %d: ", rt->rank);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < rt->errlen)
-        vsnprintf(rt->err + n, rt->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-const char *nccl_why(ncclResult_t r, char *buf, size_t len)
-{
-    const char *last = ncclGetLastError(NULL);
-    snprintf(buf, len, "%s%s%s", ncclGetErrorString(r), last && *last ? ": " : "",
-             last ? last : "");
-    return buf;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void pause_us(long us)
-{
-    struct timespec ts = {0, us * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* ---- bounded waits ---- */
-
-static int comm_error(CocoRt *rt, ncclComm_t comm, const char *name)
-{
-    ncclResult_t async = ncclSuccess;
-    if (!comm)
-        return 0;
-    NCCL_OK(rt, ncclCommGetAsyncError(comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-        char why[512];
-        return rt_error(rt, "NCCL reports an error on %s: %s", name,
-                        nccl_why(async, why, sizeof why));
-    }
-    return 0;
-}
-
-/* Waits until `event` (or, when NULL, `stream`) has completed, polling the
- * communicators' error state; fails after the time limit. */
-int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what)
-{
-    double deadline = now_s() + rt->timeout_s;
-    long us = 10;
-    for (;;) {
-        cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
-        if (q == cudaSuccess)
-            return 0;
-        if (q != cudaErrorNotReady)
-            return rt_error(rt, "%s: %s", what, cudaGetErrorString(q));
-        if (comm_error(rt, rt->world, "WORLD") || comm_error(rt, rt->world_window, "WORLD") ||
-            comm_error(rt, rt->group, "GROUP"))
-            return -1;
-        if (now_s() > deadline)
-            return rt_error(rt, "%s: no completion after %.0f s (a peer failed or hangs; "
-                            "--timeout sets the limit)", what, rt->timeout_s);
-        pause_us(us);
-        us = us < 1000 ? us * 2 : 1000;
-    }
-}
-
-int wait_streams(CocoRt *rt, const char *what)
-{
-    if (wait_gpu(rt, rt->stream, NULL, what))
-        return -1;
-    return wait_gpu(rt, rt->side, NULL, what);
-}
 
 /* ---- opening: device, communicators, handles, the generated code ---- */
 
@@ -341,7 +254,7 @@ static int open_handles(CocoRt *rt)
  * since *since, on stderr; *since moves to now; rc passes through */
 static int traced(const CocoRt *rt, const char *step, int rc, double *since)
 {
-    double now = now_s();
+    double now = rt_now_s();
     if (getenv("COCONET_TRACE"))
         fprintf(stderr, "coconet trace: rank %d: runtime: %s %.3f s\n", rt->rank, step,
                 now - *since);
@@ -362,7 +275,7 @@ static void rt_close(CocoRt *rt, int abort)
 {
     if (!rt)
         return;
-    double t = now_s();
+    double t = rt_now_s();
     if (!abort) {
         held_free(rt); /* its window before the communicators */
         close_lsa(rt);
@@ -423,7 +336,7 @@ static CocoRt *rt_open(const CocoRtConfig *cfg, char *err, size_t errlen)
     rt->err = err;
     rt->errlen = errlen;
     /* the version check comes before NCCL init, so a mismatch fails fast */
-    double t = now_s();
+    double t = rt_now_s();
     if (traced(rt, "open: the knobs and the device", rt_read_knobs(rt) || open_device(rt, cfg),
                &t) ||
         traced(rt, "open: the generated code loaded", load_generated(rt, cfg->so_path), &t) ||

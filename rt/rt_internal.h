@@ -106,7 +106,7 @@ typedef struct {
     unsigned char *guard_want, *guard_got; /* 2 * GUARD bytes per guarded buffer */
 } Buffers;
 
-/* ---- errors (cuda_child.c): each returns -1 after writing rt->err ---- */
+/* ---- errors (wait.c): each returns -1 after writing rt->err ---- */
 RT_INTERNAL int rt_fail(CocoRt *rt, const char *call, const char *file, int line,
                         const char *why);
 RT_INTERNAL int rt_error(CocoRt *rt, const char *fmt, ...)
@@ -135,11 +135,12 @@ RT_INTERNAL int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size
             return rt_fail(rt, #call, __FILE__, __LINE__, cublasLtGetStatusString(e_));        \
     } while (0)
 
-/* ---- bounded waits (cuda_child.c) ---- */
+/* ---- bounded waits (wait.c) ---- */
 /* until `event` (or, when NULL, `stream`) has completed, polling NCCL's
  * error state; fails after the time limit */
 RT_INTERNAL int wait_gpu(CocoRt *rt, cudaStream_t stream, cudaEvent_t event, const char *what);
 RT_INTERNAL int wait_streams(CocoRt *rt, const char *what); /* both streams */
+RT_INTERNAL double rt_now_s(void); /* a monotonic clock, in seconds */
 
 /* ---- opening, shared with sessions (cuda_child.c) ---- */
 RT_INTERNAL int rt_select_device(CocoRt *rt, int index); /* index modulo the visible ones */
