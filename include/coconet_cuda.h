@@ -58,10 +58,10 @@ enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL,
  * chunks at B = 8 and 16, FP16 and BF16; self-attention at P = 4 (512) and
  * the MLP at P = 2 (6144) at most 3 % faster with any count; self-attention
  * at P = 2 (1536) faster in FP16, slower in BF16. On 2 x H200
- * (2026-11-27-h200x2-i.md):
- * the MLP at B = 8, S = 512, H = 1024 (2048 FLOP/B, 4.3 GFLOP a chunk) 0.119
- * ms in 4 chunks against 0.073 in one; self-attention at H = 4096 (2048,
- * 17 GFLOP a chunk) 0.209 against 0.207. Elsewhere 1 (no chunks). M: the
+ * (2026-11-27-h200x2-i.md): the MLP at B = 8, S = 512, H = 1024 (2048
+ * FLOP/B, 4.3 GFLOP a chunk) 0.119 ms in 4 chunks against 0.073 in one;
+ * self-attention at H = 4096 (2048, 17 GFLOP a chunk) 0.209 against 0.207
+ * and 0.234 (two runs). Elsewhere 1 (no chunks). M: the
  * MatMul's rows, N: its columns, K: its depth on a rank, P: the ranks, es:
  * the element's bytes. Shared by the runtime's launch
  * (rt/kernels/coco_overlap.cuh) and the autotuner's cost model

@@ -223,7 +223,9 @@ static void test_cost_chunks(void)
         int nranks;
         const char *S, *H;
         int chunked;
-    } cases[] = {{4, "S=1024", "H=3072", 1}, {2, "S=1024", "H=3072", 0}, {2, "S=512", "H=1024", 0}};
+    } cases[] = {{4, "S=1024", "H=3072", 1},
+                 {2, "S=1024", "H=3072", 0},
+                 {2, "S=512", "H=1024", 0}};
     TuneLimits l = {3000, 350, 800, 1};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char err[4096], msg[256];
