@@ -134,11 +134,11 @@ static int env_number(CocoRt *rt, const char *name, long fallback, long lo, long
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if ((errno || *end || x < lo || x > hi || x % step) && step > 1)
-        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld, a multiple of %ld",
-                        name, v, lo, hi, step);
-    if (errno || *end || x < lo || x > hi)
-        return rt_error(rt, "%s=%s: expected a whole number from %ld to %ld", name, v, lo, hi);
+    if (errno || *end || x < lo || x > hi || x % step)
+        return step > 1 ? rt_error(rt, "%s=%s: expected a whole number from %ld to %ld, a "
+                                       "multiple of %ld", name, v, lo, hi, step)
+                        : rt_error(rt, "%s=%s: expected a whole number from %ld to %ld", name, v,
+                                   lo, hi);
     *out = x;
     return 0;
 }

@@ -38,7 +38,8 @@ while read -r layer sched B S H; do
     for chunks in 0 1; do # 0: the rule's
         COCONET_OVERLAP_CHUNKS=$chunks ./coconet run "examples/$layer.coco" -D B="$B" \
             -D S="$S" -D H="$H" --ranks "$P" --backend cuda --all-schedules \
-            --schedule "$sched" --reference program --iters 10 --breakdown >"$OUT/run.out" 2>&1 || status=1
+            --schedule "$sched" --reference program --iters 10 --breakdown \
+            >"$OUT/run.out" 2>&1 || status=1
         { echo "==== $layer B=$B S=$S H=$H, chunks: $chunks"; cat "$OUT/run.out"; } >>"$LOG"
         row=$(grep -E "^$sched +" "$OUT/run.out" | head -n 1)
         check=$(echo "$row" | awk '{print $2}')
