@@ -110,11 +110,14 @@ def train(args):
     vocab = model.wte.weight.shape[0]
     data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
     amp = args.amp == "bf16"
+    if not amp:  # FP32 throughout: no TF32 rounding of the MatMuls' inputs
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     nparam = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print("model: %d parameters; optimizer %s; P = %d, micro-batch %d x %d tokens, %s"
               % (nparam, args.optimizer, P, args.batch, args.seq,
-                 "bf16 autocast" if amp else "fp32"), flush=True)
+                 "bf16 autocast" if amp else "fp32, no TF32"), flush=True)
     rows = []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     for step in range(1, args.steps + 1):
