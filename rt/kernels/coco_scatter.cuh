@@ -66,14 +66,16 @@ static CocoScatPtrs *coco_scat_ptrs;
 
 // Elements a bucket holds at most: ctx's knob (a multiple of 64 elements,
 // so that a bucket starts at a member's start plus whole 16-byte vectors),
-// else the largest of COCO_BUCKET, COCO_BUCKET / 2, ... down to
-// COCO_BUCKET_MIN that gives each warp of a fused kernel at least
-// COCO_BUCKETS_A_WARP buckets of a rank's part (of `total` elements over
-// ctx->nranks parts). A warp takes whole buckets, so where a part holds few
-// a warp its last round leaves most warps idle: GPT-2 124M's parameters at
-// P = 4 are 7.2 buckets of 1024 a warp, and the warps with 8 end last. The
-// sizes and the context are the same on every rank, so is the bucket.
-enum { COCO_BUCKET_MIN = 256, COCO_BUCKETS_A_WARP = 16 };
+// else COCO_BUCKET, halved down to COCO_BUCKET_MIN while a fused kernel's
+// warps would get fewer than COCO_BUCKETS_A_WARP buckets each of a rank's
+// part (of `total` elements over ctx->nranks parts). A warp takes whole
+// buckets, so where a part holds few a warp its last round leaves most
+// warps idle: GPT-2 124M's parameters at P = 4 are 7.2 buckets of 1024 a
+// warp, and the warps with 8 end last. Smaller buckets cost more lookups:
+// the fused Adam step there took 2.522 / 2.506 / 2.645 / 2.664 ms with
+// buckets of 1024 / 512 / 256 / 128 (4 x H200, bench/results/2026-11-27-h200x4-j.md).
+// The sizes and the context are the same on every rank, so is the bucket.
+enum { COCO_BUCKET_MIN = 512, COCO_BUCKETS_A_WARP = 8 };
 static inline long coco_scat_per(const coco_cuda_ctx *ctx, long total)
 {
     if (ctx->scatter_bucket > 0)
