@@ -29,10 +29,9 @@ os.environ.setdefault("COCONET_HOME", ROOT)
 
 def bucket_label():
     """The scattered tensors' bucket size this run asks for
-    (COCONET_SCATTER_BUCKET; unset or 0: the runtime's rule, 1024 or 512 by
-    the buckets a warp, rt/kernels/coco_scatter.cuh)."""
+    (COCONET_SCATTER_BUCKET; unset or 0: the runtime's 1024)."""
     v = os.environ.get("COCONET_SCATTER_BUCKET", "")
-    return v if v not in ("", "0") else "the runtime's rule's (1024 or 512)"
+    return v if v not in ("", "0") else "1024 (the default)"
 
 
 def gpt2_shapes(V=50257, T=1024, C=768, L=12):

@@ -1,9 +1,8 @@
 // coco_scatter.cuh: scattered tensors on the GPU. A scattered tensor is a
 // list of member buffers (each its own allocation) whose value is their 1-D
 // concatenation. The host splits the members once into buckets of at most
-// COCO_BUCKET elements, fewer where a rank's part would give a fused
-// kernel's warps few buckets each (coco_scat_per; ctx->scatter_bucket,
-// COCONET_SCATTER_BUCKET, decides instead), each inside one member; a bucket is 12 bytes: the
+// COCO_BUCKET elements (ctx->scatter_bucket, COCONET_SCATTER_BUCKET, decides
+// instead), each inside one member; a bucket is 12 bytes: the
 // flat index of its first element (two 32-bit halves) and its member. The
 // table has one more entry, whose flat index is the total (so bucket b
 // holds flat [flat(b), flat(b + 1))). Kernels give each warp a bucket
@@ -66,40 +65,16 @@ static CocoScatPtrs *coco_scat_ptrs;
 
 // Elements a bucket holds at most: ctx's knob (a multiple of 64 elements,
 // so that a bucket starts at a member's start plus whole 16-byte vectors),
-// else COCO_BUCKET, halved down to COCO_BUCKET_MIN while a fused kernel's
-// warps would get fewer than COCO_BUCKETS_A_WARP buckets each of a rank's
-// part (of `total` elements over ctx->nranks parts). A warp takes whole
-// buckets, so where a part holds few a warp its last round leaves most
-// warps idle: GPT-2 124M's parameters at P = 4 are 7.2 buckets of 1024 a
-// warp, and the warps with 8 end last. Smaller buckets cost more lookups:
-// the fused Adam step there took 2.522 / 2.506 / 2.645 / 2.664 ms with
-// buckets of 1024 / 512 / 256 / 128 (4 x H200, bench/results/2026-11-27-h200x4-j.md).
-// The sizes and the context are the same on every rank, so is the bucket.
-enum { COCO_BUCKET_MIN = 512, COCO_BUCKETS_A_WARP = 8 };
-static inline long coco_scat_per(const coco_cuda_ctx *ctx, long total)
+// else COCO_BUCKET.
+static inline long coco_scat_per(const coco_cuda_ctx *ctx)
 {
-    if (ctx->scatter_bucket > 0)
-        return ctx->scatter_bucket;
-    coco_cuda_ctx c = *ctx; /* the grid of coco_lsa_scat_grid at its largest */
-    c.fused_threads = c.fused_threads >= 32 && c.fused_threads <= 512 ? c.fused_threads / 32 * 32
-                                                                       : 512;
-    dim3 grid, block;
-    coco_lsa_grid(&c, 1L << 40, 1, &grid, &block);
-    const long warps = (long)grid.x * block.x / 32;
-    const long part = (total + ctx->nranks - 1) / (ctx->nranks > 0 ? ctx->nranks : 1);
-    long per = COCO_BUCKET;
-    while (per > COCO_BUCKET_MIN && part / per < COCO_BUCKETS_A_WARP * warps)
-        per /= 2;
-    return per;
+    return ctx->scatter_bucket > 0 ? ctx->scatter_bucket : COCO_BUCKET;
 }
 
 static int coco_scat_layout(coco_cuda_ctx *ctx, int line, const long *size, long nm,
                             CocoScatLayout **out)
 {
-    long total = 0;
-    for (long m = 0; m < nm; m++)
-        total += size[m];
-    const long per = coco_scat_per(ctx, total);
+    const long per = coco_scat_per(ctx);
     for (CocoScatLayout *l = coco_scat_layouts; l; l = l->next)
         if (l->nm == nm && l->per == per && !memcmp(l->size, size, (size_t)nm * sizeof *size)) {
             *out = l;
