@@ -9,9 +9,10 @@ head tied to the token embedding), under torchrun:
             flat buffer here, its best case, and the average taken), then
             AdamW's fused multi-tensor step.
 
-FP32 parameters, gradients and state. CUDA events around each step, 3
-warm-up steps, the median of ITERS steps, the slowest rank's; the
-optimizer state each rank holds. A markdown table to --out (and stdout).
+FP32 parameters, gradients and state. coconet's first step is checked
+against all_reduce + torch.optim.AdamW (exit status 1 where it differs).
+CUDA events around each step, 3 warm-up steps, the median of ITERS steps,
+the slowest rank's; the optimizer state each rank holds. A markdown table to --out (and stdout).
 
     torchrun --nproc_per_node=P bench/torch_optim_step.py [--iters 20] [--out FILE]
     python3 bench/torch_optim_step.py --build-only --ranks P   (its program, into the cache)"""
@@ -20,6 +21,9 @@ import os
 import statistics
 import sys
 import time
+
+LR, WD = 1e-4, 0.01
+TOLERANCE = 1e-6  # the new parameters' largest difference from torch's, relative
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -81,6 +85,23 @@ def timed(torch, fn, iters):
     return statistics.median(ms), statistics.median(host)
 
 
+def check_first_step(torch, dist, opt, params, P):
+    """coconet's first step against all_reduce + torch.optim.AdamW (FP32,
+    the same hyperparameters, one tensor at a time) from the same parameters
+    (alike on every rank) and gradients: the largest difference of the new
+    parameters, relative to their largest magnitude."""
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for r, p in zip(ref, params):
+        r.grad = p.grad.detach().clone()
+        if dist.is_initialized():
+            dist.all_reduce(r.grad)
+        r.grad.div_(P)
+    torch.optim.AdamW(ref, lr=LR, weight_decay=WD, foreach=False).step()
+    opt.step()
+    diff = max(float((p.detach() - r.detach()).abs().max()) for p, r in zip(params, ref))
+    return diff / max(float(r.detach().abs().max()) for r in ref)
+
+
 def host_parts(torch, opt, iters):
     """The host's share of coconet's step, piece by piece (median ms of
     each, the GPU drained before): the gradients' identity check, the bound
@@ -115,22 +136,28 @@ def main(iters, out):
     rank = dist.get_rank() if dist.is_initialized() else 0
     shapes = gpt2_shapes()
     N = sum(count(s) for s in shapes)
-    g = torch.Generator(device="cuda").manual_seed(1 + rank)
+    g = torch.Generator(device="cuda").manual_seed(1 + rank)  # the gradients: a rank's own
+    gp = torch.Generator(device="cuda").manual_seed(1)  # the parameters: alike on every rank
 
     def params():
-        return [torch.nn.Parameter(torch.randn(s, device="cuda", generator=g) * 0.02)
+        return [torch.nn.Parameter(torch.randn(s, device="cuda", generator=gp) * 0.02)
                 for s in shapes]
 
     # coconet
     pc = params()
-    opt = optim.Adam(pc, lr=1e-4, weight_decay=0.01)
+    opt = optim.Adam(pc, lr=LR, weight_decay=WD)
+    # each rank's gradient: a part the ranks share, at least 0.5 from 0, and its
+    # own; the sign of their mean (Adam's first update) then never rounds away
     for p in pc:
-        p.grad.copy_(torch.randn(p.shape, device="cuda", generator=g))
+        shared = torch.randn(p.shape, device="cuda", generator=gp)
+        own = torch.randn(p.shape, device="cuda", generator=g)
+        p.grad.copy_(shared.sign() * (0.5 + shared.abs()) + 0.1 * own)
+    error = check_first_step(torch, dist, opt, pc, P)
     coco = timed(torch, opt.step, iters)
     parts = host_parts(torch, opt, iters)
     st = opt._coco[0]  # the same step as a plain call, every tensor checked at each call
-    args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, p=st.params, lr=1e-4, t=1.0, beta1=0.9,
-                beta2=0.999, eps=1e-8, wd=0.01, gscale=1.0 / P)
+    args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, p=st.params, lr=LR, t=1.0, beta1=0.9,
+                beta2=0.999, eps=1e-8, wd=WD, gscale=1.0 / P)
     checked = timed(torch, lambda: st.fn(args), iters)
     coco_state = sum(st.m.numel() + st.v.numel() for st in opt._coco) * 4
 
@@ -141,7 +168,7 @@ def main(iters, out):
     for p in pt:
         p.grad = flat[at:at + p.numel()].view(p.shape)
         at += p.numel()
-    ropt = torch.optim.AdamW(pt, lr=1e-4, weight_decay=0.01, fused=True)
+    ropt = torch.optim.AdamW(pt, lr=LR, weight_decay=WD, fused=True)
 
     def allreduce():
         if dist.is_initialized():
@@ -154,11 +181,12 @@ def main(iters, out):
     torch_state = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel()
                       for s in ropt.state.values()) * 4
 
-    vals = torch.tensor([coco, checked, ar, adamw, both], device="cuda", dtype=torch.float64)
+    vals = torch.tensor([coco, checked, ar, adamw, both, (error, 0)], device="cuda",
+                        dtype=torch.float64)
     if dist.is_initialized():
         dist.all_reduce(vals, op=dist.ReduceOp.MAX)
-    (coco, coco_h), (checked, checked_h), (ar, ar_h), (adamw, adamw_h), (both, both_h) = \
-        [tuple(r) for r in vals.tolist()]
+    (coco, coco_h), (checked, checked_h), (ar, ar_h), (adamw, adamw_h), (both, both_h), \
+        (error, _) = [tuple(r) for r in vals.tolist()]
     if rank == 0:
         dev = torch.cuda.get_device_name()
         lines = [
@@ -181,6 +209,10 @@ def main(iters, out):
             % (both, both_h, torch_state / 2 ** 20), "",
             "Speed-up of coconet over all_reduce + AdamW: %.2f x; its state: 1/%.2f of AdamW's."
             % (both / coco, torch_state / max(coco_state, 1)),
+            "coconet's first step against all_reduce + torch.optim.AdamW (one tensor at a time):"
+            " new parameters within %.1e of the largest, on every rank (%s)."
+            % (error, "within %.0e" % TOLERANCE if error <= TOLERANCE else "FAILED: over %.0e"
+               % TOLERANCE),
             "The host's share of coconet's step on rank 0, ms: %s."
             % "; ".join("%s %.3f" % kv for kv in parts.items()),
             "ms: between CUDA events around the step; host ms: the call's own time on the CPU "
@@ -193,6 +225,7 @@ def main(iters, out):
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+    return 0 if error <= TOLERANCE else 1
 
 
 if __name__ == "__main__":
@@ -205,4 +238,4 @@ if __name__ == "__main__":
     if a.build_only:
         build_only(a.ranks)
     else:
-        main(a.iters, a.out)
+        sys.exit(main(a.iters, a.out))

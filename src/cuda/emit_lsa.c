@@ -120,8 +120,8 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
  * has no gathered stores, and pushing everything first would serialise
  * its NVLink traffic and its local work (LAMB at P = 2, 2^28 FP32: 3.48 ms
  * by loads, 4.87 ms by push in one round;
- * bench/results/archive/2026-11-22-h200x2-lamb.md); the run takes it there only
- * when asked (COCONET_FUSED=push; push_choice). */
+ * bench/results/archive/2026-11-22-h200x2-lamb.md). When the run takes
+ * it: push_choice. */
 static int push_allowed(const Lsa *l)
 {
     return !l->nred || l->scat < 0;
@@ -139,14 +139,18 @@ static int push_rounds(const Lsa *l)
 }
 
 /* coco_lsa_pushes' `allowed`: one kernel over contiguous operands by
- * size; two kernels (cross-rank reductions) and scattered operands on
- * request: at P = 2 LAMB by loads took 3.52 ms at 2^28 (FP32), by push
- * 4.01 in rounds of 16 steps (bench/results/2026-11-23-h200x2-c.md);
- * scattered Adam by push 25 % longer than by loads
- * (bench/results/2026-11-23-h200x2.md). */
+ * size; one kernel over scattered operands by size at P >= 4 (GPT-2 124M's
+ * Adam step at P = 4: 2.460 ms by push against 2.52 to 2.68 by loads,
+ * bench/results/2026-11-27-h200x4-j.md), on request at P = 2 (there 25 %
+ * longer by push, bench/results/2026-11-23-h200x2.md); two kernels
+ * (cross-rank reductions) on request: at P = 2 LAMB by loads took 3.52 ms
+ * at 2^28 (FP32), by push 4.01 in rounds of 16 steps
+ * (bench/results/2026-11-23-h200x2-c.md). */
 static const char *push_choice(const Lsa *l)
 {
-    return l->scat < 0 && !l->nred ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH";
+    if (l->nred)
+        return "ctx->fused_algo == COCO_FUSED_PUSH";
+    return l->scat < 0 ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH || ctx->nranks >= 4";
 }
 
 /* V, the elements a thread takes a step: 16 bytes of the widest vector
