@@ -138,19 +138,16 @@ static int push_rounds(const Lsa *l)
     return l->scat < 0 && l->nred > 0;
 }
 
-/* coco_lsa_pushes' `allowed`: one kernel over contiguous operands by
- * size; one kernel over scattered operands by size at P >= 4 (GPT-2 124M's
- * Adam step at P = 4: 2.460 ms by push against 2.52 to 2.68 by loads,
- * bench/results/2026-11-27-h200x4-j.md), on request at P = 2 (there 25 %
- * longer by push, bench/results/2026-11-23-h200x2.md); two kernels
- * (cross-rank reductions) on request: at P = 2 LAMB by loads took 3.52 ms
- * at 2^28 (FP32), by push 4.01 in rounds of 16 steps
+/* coco_lsa_pushes' `allowed`: one kernel, over contiguous or scattered
+ * operands, by size (GPT-2 124M's scattered Adam step: 2.488 ms by push
+ * against 2.735 by loads at P = 4, 1.656 against 1.755 at P = 2;
+ * bench/results/2026-11-27-h200x4-j.md); two kernels (cross-rank
+ * reductions) on request: at P = 2 LAMB by loads took 3.52 ms at 2^28
+ * (FP32), by push 4.01 in rounds of 16 steps
  * (bench/results/2026-11-23-h200x2-c.md). */
 static const char *push_choice(const Lsa *l)
 {
-    if (l->nred)
-        return "ctx->fused_algo == COCO_FUSED_PUSH";
-    return l->scat < 0 ? "1" : "ctx->fused_algo == COCO_FUSED_PUSH || ctx->nranks >= 4";
+    return l->nred ? "ctx->fused_algo == COCO_FUSED_PUSH" : "1";
 }
 
 /* V, the elements a thread takes a step: 16 bytes of the widest vector

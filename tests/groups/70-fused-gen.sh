@@ -124,13 +124,12 @@ for x in tests/gen/fused/*.expect; do
     # size, two-kernel ones (cross-rank reductions) when asked
     # (COCONET_FUSED=push) and then in rounds (their steps passed:
     # coco_lsa_push_round; the next round's stores before a round's
-    # elements, the barrier after); over scattered operands by size at
-    # P >= 4 and when asked, and not with cross-rank reductions
+    # elements, the barrier after); over scattered operands by size, and
+    # not with cross-rank reductions
     pushes=$(grep -c 'if (go(st, fpush[0-9]*, grid, coco_chunks_all(cs)))$' "$cu")
     instances=$(grep -c '&& PUSH == 1) {$' "$cu")
     by_size=$(grep -c 'coco_lsa_pushes(ctx, 1, ' "$cu")
     asked=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH, ' "$cu")
-    by_p4=$(grep -c 'coco_lsa_pushes(ctx, ctx->fused_algo == COCO_FUSED_PUSH || ctx->nranks >= 4, ' "$cu")
     rounds=$(grep -c '^    coco_lsa_rounds<V>(cs, rsteps, steps, rounds);$' "$cu")
     knobs=$(grep -c ', coco_lsa_push_round(ctx)[,)]' "$cu")
     ahead=$(awk '/^    if \(r \+ 1 < rounds\) \/\* round r \+ 1.s stores, while round r computes \*\/$/ { s = NR }
@@ -139,14 +138,13 @@ for x in tests/gen/fused/*.expect; do
                  /^        bar.sync\(ncclCoopCta\(\), cuda::memory_order_acq_rel\);$/ && b == NR - 1 { q++ }
                  END { print (p < q ? p : q) + 0 }' "$cu")
     case $f in
-    *scattered*) want=$((launches - two)) want_asked=0 want_p4=$want want_rounds=0 ;;
-    *) want=$launches want_asked=$two want_p4=0 want_rounds=$two ;;
+    *scattered*) want=$((launches - two)) want_asked=0 want_rounds=0 ;;
+    *) want=$launches want_asked=$two want_rounds=$two ;;
     esac
     if [ "$pushes" -eq "$want" ] && { [ "$want" -eq 0 ] || [ "$instances" -gt 0 ]; } &&
-        [ "$asked" -eq "$want_asked" ] && [ "$by_p4" -eq "$want_p4" ] &&
-        [ "$by_size" -eq $((want - want_asked - want_p4)) ] &&
+        [ "$asked" -eq "$want_asked" ] && [ "$by_size" -eq $((want - want_asked)) ] &&
         [ "$rounds" -eq "$want_rounds" ] && [ "$knobs" -eq "$want_rounds" ] && [ "$ahead" -eq "$want_rounds" ]; then ok
-    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $by_p4 by size at P >= 4 (expected $want_p4), $asked when asked (expected $want_asked), $rounds in rounds, $knobs given the round, $ahead pipelined (expected $want_rounds)"; fi
+    else bad "$f: $launches fused launches, $pushes able to push (expected $want), $instances push instances, $by_size by size, $asked when asked (expected $want_asked), $rounds in rounds, $knobs given the round, $ahead pipelined (expected $want_rounds)"; fi
     ws_rules "$cu" "$f"
     # every one-kernel Send syncs before and after its stores, and keeps its
     # NCCL lowering (the run-time fallback) in the same entry point
