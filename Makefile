@@ -13,7 +13,7 @@ LDLIBS  += -lm -pthread -ldl
 
 SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c)))
 OBJ     := $(SRC:src/%.c=build/%.o)
-HDR     := $(wildcard src/*.h src/*/*.h) include/coconet.h include/coconet_rt.h include/coconet_cuda.h
+HDR     := $(wildcard src/*.h src/*/*.h) src/ops.def include/coconet.h include/coconet_rt.h include/coconet_cuda.h
 UNIT    := $(patsubst tests/unit/%.c,build/tests/%,$(wildcard tests/unit/*.c))
 
 # ---- CUDA: the toolkit, and the NCCL the runtime and generated code use ----

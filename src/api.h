@@ -8,9 +8,4 @@
 /* ---- api.c ---- */
 char *read_source_file(const char *path, char *err, size_t errlen);
 
-/* ---- api_mem.c ---- */
-/* The bytes this process may still use, and which limit says so. */
-double memory_limit(const char **why);
-
-
 #endif

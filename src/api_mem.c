@@ -8,12 +8,14 @@
  * the program's run, each schedule's run beside the values kept from it
  * and from the FP64 evaluation, and that evaluation itself. */
 #define _DEFAULT_SOURCE /* sysconf(_SC_AVPHYS_PAGES) */
-#include "api.h"
+#include "api_mem.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "cpu/cpu.h"
 
 /* ---- the limit ---- */
 

@@ -43,12 +43,12 @@ typedef struct {
     int line, col; /* 1-based; line 0 means "no position" */
 } Pos;
 
-/* ---- operations: one row each in core/ops.def ---- */
+/* ---- operations: one row each in ops.def ---- */
 /* O_INPUT is a Tensor declaration, O_SCALAR a Scalar's (an input, or a
  * constant when it has a value), O_CONST a numeric literal */
 typedef enum {
 #define OP(id, name, kind, nin, elementwise, keyword, paper) id,
-#include "core/ops.def"
+#include "ops.def"
 #undef OP
     NOP
 } Op;
@@ -57,7 +57,7 @@ typedef enum {
     K_LEAF, K_UNARY, K_BINARY, K_TERNARY, K_LAYER, K_REDUCTION, K_UPDATE, K_COMM
 } OpKind;
 
-typedef struct {              /* a row of core/ops.def */
+typedef struct {              /* a row of ops.def */
     const char *name;        /* in messages and printed programs */
     OpKind kind;
     int nin;                 /* number of tensor inputs */

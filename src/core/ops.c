@@ -1,4 +1,4 @@
-/* ops.c: the facts of each operation (made from core/ops.def), and names of
+/* ops.c: the facts of each operation (made from src/ops.def), and names of
  * reduction operators, layouts and groups. Every pass asks here instead of
  * switching on names. */
 #include "coco.h"
@@ -9,7 +9,7 @@
 static const OpInfo ops[NOP] = {
 #define OP(id, name, kind, nin, elementwise, keyword, paper) \
     [id] = {name, kind, nin, elementwise, keyword, paper},
-#include "core/ops.def"
+#include "ops.def"
 #undef OP
 };
 

@@ -26,7 +26,7 @@ typedef struct {
 } Parser;
 
 /* The words of the language that are not operations; the operations'
- * keywords (core/ops.def) and Recv are reserved too. */
+ * keywords (src/ops.def) and Recv are reserved too. */
 static const char *const reserved[] = {
     "Tensor", "Var", "Scalar", "Size", "Group", "Execute", "Schedule", "WORLD", "GROUP",
     "RANK", "GroupRank", "FP16", "BF16", "FP32", "FP64", "Sliced", "Replicated", "Local",

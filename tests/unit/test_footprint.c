@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "api_mem.h"
 
 #include "unit_check.h"
 
