@@ -12,7 +12,8 @@ head tied to the token embedding), under torchrun:
 FP32 parameters, gradients and state. coconet's first step is checked
 against all_reduce + torch.optim.AdamW (exit status 1 where it differs).
 CUDA events around each step, 3 warm-up steps, the median of ITERS steps,
-the slowest rank's; the optimizer state each rank holds. A markdown table to --out (and stdout).
+the slowest rank's; the optimizer state each rank holds. A markdown table
+to --out (and stdout).
 
     torchrun --nproc_per_node=P bench/torch_optim_step.py [--iters 20] [--out FILE]
     python3 bench/torch_optim_step.py --build-only --ranks P   (its program, into the cache)"""

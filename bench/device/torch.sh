@@ -33,9 +33,11 @@
 #   COMMIT=<sha> P=2 PHASES=testsP sh bench/device/torch.sh
 #   COMMIT=<sha> P=2 PHASES=optim sh bench/device/torch.sh
 #
-# Variables: P (1), PHASES, ITERS (20), BUCKETS (0), STEPS (200), BATCH (train's micro-batch, 8),
-# AMP (train's --amp: bf16, or none: FP32 without TF32), TRAIN_ARGS (more of train_dp.py's options), TRAIN_RUNS (train's optimizers, all five),
-# MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES, PROFILE, GRAPHS, JOBS (nvcc builds at once, 12),
+# Variables: P (1), PHASES, ITERS (20), BUCKETS (0), STEPS (200), BATCH (train's
+# micro-batch, 8), AMP (train's --amp: bf16, or none: FP32 without TF32),
+# TRAIN_ARGS (more of train_dp.py's options), TRAIN_RUNS (train's optimizers,
+# all five), MAXB (1: train's largest micro-batches; 0: not), WIDTHS, BATCHES,
+# PROFILE, GRAPHS, JOBS (nvcc builds at once, 12),
 # TORCH_PRELOAD (what LD_PRELOAD names; "" for none: PyTorch's own NCCL),
 # COMMIT, DEADLINE (565).
 # shellcheck source=bench/device/lease.sh
@@ -90,12 +92,13 @@ esac
 TR="python3 -m torch.distributed.run --standalone --nproc_per_node=$P"
 case " $PHASES " in *" train "*)
     T=$OUT/train.md
-    echo "# examples/torch/train_dp.py at P = $P, ${STEPS:-200} steps, micro-batch ${BATCH:-8}, --amp ${AMP:-bf16} ${TRAIN_ARGS:-} (commit ${COMMIT:-?})" >"$T"
+    echo "# examples/torch/train_dp.py at P = $P, ${STEPS:-200} steps, micro-batch ${BATCH:-8}," \
+        "--amp ${AMP:-bf16} ${TRAIN_ARGS:-} (commit ${COMMIT:-?})" >"$T"
     for o in ${TRAIN_RUNS:-coconet torch torch-foreach coconet-lamb torch-lamb}; do
         # shellcheck disable=SC2086 # TR: a command and its arguments; TRAIN_ARGS: options
         LD_PRELOAD=$PRELOAD timeout "$(left 60)" $TR examples/torch/train_dp.py --optimizer "$o" \
-            ${TRAIN_ARGS:-} --steps "${STEPS:-200}" --batch "${BATCH:-8}" --amp "${AMP:-bf16}" --csv "$W/$o.csv" \
-            >"$W/train-$o.out" 2>&1
+            ${TRAIN_ARGS:-} --steps "${STEPS:-200}" --batch "${BATCH:-8}" --amp "${AMP:-bf16}" \
+            --csv "$W/$o.csv" >"$W/train-$o.out" 2>&1
         echo "- $o (exit $?): $(tail -n 1 "$W/train-$o.out")" >>"$T"
     done
     for pair in "coconet torch" "torch-foreach torch" "coconet-lamb torch-lamb"; do
