@@ -114,12 +114,11 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 
 /* Is the push algorithm generated (coco_lsa.cuh)? Over contiguous
  * operands always (two kernels: in rounds, push_rounds). Over scattered
- * operands its
- * stores walk the buckets as the element loop does, in one round
- * (coco_lsa_scat_push_parts), so not with cross-rank reductions: kernel 0
- * has no gathered stores, and pushing everything first would serialise
- * its NVLink traffic and its local work (LAMB at P = 2, 2^28 FP32: 3.48 ms
- * by loads, 4.87 ms by push in one round;
+ * operands its stores walk the buckets as the element loop does, in one
+ * round (coco_lsa_scat_push_parts), so not with cross-rank reductions:
+ * kernel 0 has no gathered stores, and pushing everything first would
+ * serialise its NVLink traffic and its local work (LAMB at P = 2, 2^28
+ * FP32: 3.48 ms by loads, 4.87 ms by push in one round;
  * bench/results/archive/2026-11-22-h200x2-lamb.md). When the run takes
  * it: push_choice. */
 static int push_allowed(const Lsa *l)
