@@ -2,11 +2,11 @@
 """layers.py: checks that the compiler's files point one way.
 
 The layers, bottom to top (src/coco.h says the same):
-    0 core   src/coco.h, src/core/         (and the public headers, include/)
+    0 core   src/coco.h, src/ops.def, src/core/   (and the public headers, include/)
     1 front  src/front/
     2 sched  src/sched/
     3 cpu    src/cpu/
-    4 api    src/api.h, src/api.c, src/api_sched.c, src/api_mem.c
+    4 api    src/api.h, src/api.c, src/api_sched.c, src/api_mem.h, src/api_mem.c
     5 cuda   src/cuda/
     6 tune   src/tune/          (the autotuner: above the backend it times)
     7 main   src/main.c
@@ -31,13 +31,13 @@ LAYERS = ["core", "front", "sched", "cpu", "api", "cuda", "tune", "main"]
 def layer_of(path):
     """The layer index of a file under src/ or include/, or None."""
     parts = path.split("/")
-    if parts[0] == "include" or path == "src/coco.h":
+    if parts[0] == "include" or path in ("src/coco.h", "src/ops.def"):
         return 0
     if parts[0] != "src":
         return None
     if len(parts) == 3 and parts[1] in LAYERS:
         return LAYERS.index(parts[1])
-    if path in ("src/api.h", "src/api.c", "src/api_sched.c", "src/api_mem.c"):
+    if path in ("src/api.h", "src/api.c", "src/api_sched.c", "src/api_mem.h", "src/api_mem.c"):
         return LAYERS.index("api")
     if path == "src/main.c":
         return LAYERS.index("main")
