@@ -3,7 +3,8 @@
 # CUDA: the CUDA runtime build/libcoconet_cuda.so (rt/) is added only when
 # nvcc is found, and the MPI bootstrap (src/cuda/cuda_mpi.c) only when mpicc is.
 # Sources are in layers, src/core, front, sched, cpu, then src/api*.c, then
-# src/cuda, src/tune and src/main.c; objects go to build/ under the same folders.
+# src/gen (code generation), src/cuda (build and run), src/tune and
+# src/main.c; objects go to build/ under the same folders.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \

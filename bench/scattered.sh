@@ -16,7 +16,7 @@
 # its own, with no copy into one buffer. In `program` and `fusedComp` the
 # scattered side's AllReduce, which no schedule fuses, is generated as a
 # FusedAllReduce with no computation over the members (one kernel, no copy:
-# src/cuda/lower_collectives.c) and the contiguous side's is NCCL's; then the
+# src/gen/lower_collectives.c) and the contiguous side's is NCCL's; then the
 # elementwise kernels run over buckets on one side, over elements on the
 # other.
 #

@@ -134,7 +134,7 @@ typedef struct {
        and the runtime records an event there; NULL (the timed runs): no call */
     void (*mark)(void *marks, int kind, const char *op, int line, const char *call);
     void *marks;
-    /* overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c) */
+    /* overlap(MatMul, FusedAllReduce) chunk by chunk (src/gen/emit_overlap.c) */
     int overlap_chunks; /* chunks of each rank's part: 0 the default (4 or 1 by the
                            MatMul's FLOPs per collective byte and rows:
                            coco_overlap_default_chunks above),

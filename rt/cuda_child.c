@@ -164,7 +164,7 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
  * L2 emptied before each timed run: run.c's clear_l2); the overlapped
  * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
- * COCONET_OVERLAP_TAIL=1 (src/cuda/emit_overlap.c); COCONET_SCATTER_BUCKET
+ * COCONET_OVERLAP_TAIL=1 (src/gen/emit_overlap.c); COCONET_SCATTER_BUCKET
  * (the elements of a scattered tensor's bucket, rt/kernels/coco_scatter.cuh);
  * and
  * COCONET_NCCL_WINDOW_BYTES (NCCL calls over WORLD on smaller values use the

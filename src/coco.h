@@ -5,8 +5,9 @@
  *
  * Each layer above has its own header, which includes the one below it:
  * core (coco.h) <- front/front.h <- sched/sched.h <- cpu/cpu.h <- api.h
- * <- cuda/cuda.h <- tune/tune.h. A file includes its own layer's header and nothing from
- * a layer above it (tests/layers.py checks this).
+ * <- gen/gen.h <- cuda/cuda.h <- tune/tune.h. A file includes its own
+ * layer's header and nothing from a layer above it (tests/layers.py checks
+ * this).
  * Everything a program owns lives in its arena and is freed with it. */
 #ifndef COCO_H
 #define COCO_H

@@ -7,9 +7,10 @@ The layers, bottom to top (src/coco.h says the same):
     2 sched  src/sched/
     3 cpu    src/cpu/
     4 api    src/api.h, src/api.c, src/api_sched.c, src/api_mem.h, src/api_mem.c
-    5 cuda   src/cuda/
-    6 tune   src/tune/          (the autotuner: above the backend it times)
-    7 main   src/main.c
+    5 gen    src/gen/           (the CUDA code generator: source out, nothing run)
+    6 cuda   src/cuda/          (building and running the generated code)
+    7 tune   src/tune/          (the autotuner: above the backend it times)
+    8 main   src/main.c
 A file may include and call only files of its own layer or of a layer below,
 and no two files may depend on each other, even through others (no circles).
 Includes are read from the sources; calls from the symbols the objects under
@@ -25,7 +26,7 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["core", "front", "sched", "cpu", "api", "cuda", "tune", "main"]
+LAYERS = ["core", "front", "sched", "cpu", "api", "gen", "cuda", "tune", "main"]
 
 
 def layer_of(path):

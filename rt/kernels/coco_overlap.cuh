@@ -1,5 +1,5 @@
 // coco_overlap.cuh: the host side of overlap(MatMul, FusedAllReduce) chunk
-// by chunk (src/cuda/emit_overlap.c says how the chunks and the kernels
+// by chunk (src/gen/emit_overlap.c says how the chunks and the kernels
 // meet), included by coco_device.cuh after coco_lsa.cuh.
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH

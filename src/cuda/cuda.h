@@ -1,30 +1,13 @@
-/* cuda.h: the CUDA backend's host side: lowering, code generation, the
- * build, and running on GPUs with one process per rank. It may include every
+/* cuda.h: the CUDA backend's host side: the build of generated code (gen/)
+ * and running it on GPUs with one process per rank. It may include every
  * layer below it; no file below src/cuda/ includes it. */
 #ifndef COCO_CUDA_H
 #define COCO_CUDA_H
 
 #include "api.h"
+#include "gen/gen.h"
 
 #include <sys/types.h> /* pid_t */
-
-/* ---- lower_collectives.c: collectives the CUDA backend generates as FusedAllReduces ---- */
-Program *lower_collectives(Program *p); /* a lowered clone, or NULL: nothing to lower */
-
-/* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
-/* Its parts, each line alone: a prologue (the includes), then each
- * variant's code after CUDA_PART_VARIANT, then the shared tables after
- * CUDA_PART_TABLES (a build may compile the variants apart:
- * cuda_build_parts) */
-#define CUDA_PART_VARIANT "// @coconet part: a variant"
-#define CUDA_PART_TABLES "// @coconet part: the tables"
-void emit_cuda(Program **variants, Program **lowered, int n, FILE *out);
-
-/* ---- compile.c: the backend's passes: lower, emit, write ---- */
-/* The CUDA source of variants[0..n) (variants[0]: the program) to out,
- * preceded, when only_p > 0, by COCO_ONLY_P (kernel instances for that many
- * ranks alone). 0, or 1 with the user error in err. */
-int cuda_compile(Program **variants, int n, int only_p, FILE *out, char *err, size_t errlen);
 
 /* ---- cuda_build.c (toolchain, build cache) and nvcc.c (the nvcc commands,
  * running a tool with a time limit); no CUDA ---- */

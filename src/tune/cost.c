@@ -26,7 +26,7 @@
  * bandwidth, GEMM FLOPs / GEMM rate, plus its latencies: a kernel launch
  * LAUNCH_US, an NCCL call NCCL_US (at P > 1), a barrier of the fused kernels
  * BARRIER_US. The steps of an overlap of a MatMul and a FusedAllReduce
- * run in chunks (src/cuda/emit_overlap.c: 4 under chunks4; under the other
+ * run in chunks (src/gen/emit_overlap.c: 4 under chunks4; under the other
  * kernel knob sets the runtime's default for the MatMul's shape,
  * coco_overlap_default_chunks of include/coconet_cuda.h; none under
  * chunks1 and nccl) take the slowest of their bandwidth times and their

@@ -19,11 +19,11 @@
  *     nothing in it);
  *   a FusedAllReduce, P > 1: twoshot, nccl, and oneshot and push where some
  *     FusedAllReduce of it can take them (the kernels' own rules,
- *     src/cuda/emit_lsa.c: one-shot needs no Dropout, no cross-rank
+ *     src/gen/emit_lsa.c: one-shot needs no Dropout, no cross-rank
  *     reduction and no tensor operand as large as the reduced one; push
  *     needs contiguous operands or no cross-rank reduction); and chunks1
  *     (no chunks), chunks4 when it overlaps a MatMul with a FusedAllReduce
- *     (src/cuda/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
+ *     (src/gen/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
  *     collective byte and rows, 1 or 4: include/coconet_cuda.h).
  *     `default` (auto) is not a set of its own: it picks one of the
  *     algorithms by size (the tuner times the program under it too, as the

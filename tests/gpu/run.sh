@@ -296,7 +296,7 @@ part_knobs() {
 # instead of all (COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1), in both
 # algorithms, at a size whose slices are uneven at P = 2 and 4.
 tuning_knobs() {
-    # overlap(MatMul, FusedAllReduce) chunk by chunk (src/cuda/emit_overlap.c):
+    # overlap(MatMul, FusedAllReduce) chunk by chunk (src/gen/emit_overlap.c):
     # 3 chunks of uneven rows, with and without an SM split, by push (each
     # chunk's parts stored into the peers' staging slots), and with the last
     # chunk on the whole grid after the MatMul (COCONET_OVERLAP_TAIL=1)
@@ -314,7 +314,7 @@ tuning_knobs() {
         done
     done
     # one rank: the fused kernels' own instance where their elementwise form
-    # runs by default (COCONET_ONE_RANK_FUSED=1, src/cuda/emit_lsa.c)
+    # runs by default (COCONET_ONE_RANK_FUSED=1, src/gen/emit_lsa.c)
     case " $RANKS " in *" 1 "*)
         for f in examples/adam.coco examples/sgd_momentum.coco examples/self_attention.coco \
                  examples/mlp.coco; do

@@ -7,7 +7,7 @@
 # over FP16 and BF16 values, nearly every variant has one: an AllReduce no
 # schedule fused, or a ReduceScatter whose only reader is an AllGather, is
 # generated as a FusedAllReduce with no computation
-# (src/cuda/lower_collectives.c).
+# (src/gen/lower_collectives.c).
 group fused-gen
 fused_kinds() {
     awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }

@@ -1,7 +1,7 @@
 # ---- layers: the compiler's files include and call one way ----
 # tests/layers.py reads the includes of src/, include/ and rt/ and the calls
 # between build/'s objects (nm): a file may use only its own layer and those
-# below (core, front, sched, cpu, api, cuda, main), and no two files may use
+# below (core, front, sched, cpu, api, gen, cuda, tune, main), and no two files may use
 # each other. The check is also shown to fail: on a copy of the sources where
 # the front end includes the CUDA header, and on objects that call each other.
 group layers
@@ -15,6 +15,13 @@ if command -v "$PYTHON" >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
         bad "tests/layers.py passes src/front/lex.c including cuda/cuda.h"
     elif grep -q 'src/front/lex.c:[0-9]*: src/front/lex.c (front) includes src/cuda/cuda.h (cuda), a layer above it' "$TMP/layers.out"; then ok
     else bad "tests/layers.py on an upward include: $(head -n 1 "$TMP/layers.out")"; fi
+    # the code generator reaching up into the backend that builds and runs
+    rm -rf "$TMP/tree" && mkdir -p "$TMP/tree" && cp -r src include rt "$TMP/tree/"
+    printf '#include "cuda/cuda.h"\n' >>"$TMP/tree/src/gen/compile.c"
+    if "$PYTHON" tests/layers.py build --root "$TMP/tree" >"$TMP/layers.out" 2>&1; then
+        bad "tests/layers.py passes src/gen/compile.c including cuda/cuda.h"
+    elif grep -q 'src/gen/compile.c (gen) includes src/cuda/cuda.h (cuda), a layer above it' "$TMP/layers.out"; then ok
+    else bad "tests/layers.py on gen including cuda: $(head -n 1 "$TMP/layers.out")"; fi
     # two files of one layer that call each other
     rm -rf "$TMP/objs" && mkdir -p "$TMP/objs/front"
     printf 'int pong(int);\nint ping(int n) { return n ? pong(n - 1) : 0; }\n' >"$TMP/objs/ping.c"

@@ -5,7 +5,7 @@
  * copy, which segment kernels and fusions iterate over members, and the
  * ReduceScatters and AllGathers over members that run as one kernel where
  * the peers reach each other's memory (coco_lsa_scat_launch). */
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * (16-byte loads and stores where every flat buffer allows), computes each
  * operation as emit_value.c says (the CPU executor's bits) and stores the
  * sent values and the members needed later. */
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -43,7 +43,7 @@
  * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
  * fusions with cross-rank reductions (two kernels, the second needs every
  * element) or scattered operands. */
-#include "cuda/emit_lsa.h"
+#include "gen/emit_lsa.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * FusedAllReduces, lower_collectives.c), emit (the CUDA source, emit_cuda.c),
  * write (to the caller's stream; a user error comes back in err). The one
  * entry of `coconet gen` (coco_gen_cuda) and of the build (cuda_source). */
-#include "cuda/cuda.h"
+#include "gen/gen.h"
 
 #include <stdlib.h>
 

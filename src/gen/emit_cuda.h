@@ -9,7 +9,7 @@
 #ifndef COCO_EMIT_CUDA_H
 #define COCO_EMIT_CUDA_H
 
-#include "cuda/cuda.h"
+#include "gen/gen.h"
 
 typedef struct Emitter Emitter;
 struct Emitter {

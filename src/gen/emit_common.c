@@ -3,7 +3,7 @@
  * lists of node ids,
  * sizes and workspace room as C, the kernels' parameter lists, and the copy
  * of a new value into its tensor. It calls no other part of the generator. */
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <ctype.h>
 #include <stdlib.h>

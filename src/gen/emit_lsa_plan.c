@@ -21,7 +21,7 @@
  * whose value lives in a scattered tensor's members (stored into the
  * peers' members), all with the same members, whose buckets the kernels
  * then take. Any other scattered operand keeps the NCCL path. */
-#include "cuda/emit_lsa.h"
+#include "gen/emit_lsa.h"
 
 #include <stdlib.h>
 #include <string.h>

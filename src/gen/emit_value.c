@@ -19,7 +19,7 @@
  * is FP32 instructions, not conversions between float and double and FP64
  * divisions: the GPU converts to and from 64-bit types at an eighth of its
  * FP32 rate. */
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <math.h>
 

@@ -17,7 +17,7 @@
  * elsewhere its run-time fallback is the NCCL ReduceScatter and AllGather.
  * The values are the program's (a FusedAllReduce reduces in rank order, as
  * the CPU executor does), so the variant keeps its name. */
-#include "cuda/cuda.h"
+#include "gen/gen.h"
 
 #include <limits.h>
 #include <string.h>

@@ -15,7 +15,7 @@
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
  * comment naming the program statements it computes. */
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <ctype.h>
 #include <stdlib.h>

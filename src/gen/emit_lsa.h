@@ -4,7 +4,7 @@
 #ifndef COCO_EMIT_LSA_H
 #define COCO_EMIT_LSA_H
 
-#include "cuda/emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 enum { LSA_MAXRED = 8 };        /* cross-rank reductions in one fusion */
 enum { LSA_K0 = 1, LSA_K1 = 2 }; /* need[] bits: computed in kernel 0, in kernel 1 */

@@ -57,7 +57,7 @@
  * one rank (<v>_f<f>_one), which the launch takes when the whole tensor
  * goes at once (no overlap chunks): the same step over every element,
  * launched as the elementwise kernels are (emit_one_rank_kernel). */
-#include "cuda/emit_lsa.h"
+#include "gen/emit_lsa.h"
 
 #include <stdlib.h>
 #include <string.h>
