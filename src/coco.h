@@ -100,6 +100,8 @@ typedef struct Node {
     const Dim *member;
     RedOp redop;     /* collectives, O_REDUCE_TENSOR */
     int axis;        /* O_SLICE, O_REDUCESCATTER, O_NORM/O_REDUCE_TENSOR (-1: all) */
+    int keepdim;     /* O_NORM/O_REDUCE_TENSOR/O_PARTIAL_REDUCE along axis: written
+                        with Keep, the reduced dimension stays with extent 1 */
     int root;        /* O_REDUCE, O_BROADCAST: rank within the group */
     int shift;       /* O_SEND: destination group = group + shift (mod groups) */
     int is_recv;     /* O_SEND written as Recv(x, GroupRank(GROUP-k, RANK)) */

@@ -38,6 +38,9 @@ int is_reserved(const char *s);                    /* a keyword of the language 
 
 /* ---- infer.c: type, shape and layout of one node from its inputs ---- */
 void infer_node(Program *p, Node *n);      /* user error on a violated rule */
+/* dimension argument `written` of operation `what` on x (negative: counted
+ * from the last, -1), as an index of x; a user error at pos if x has none */
+int infer_dim_argument(Program *p, Pos pos, const Node *x, int written, const char *what);
 int same_members(const Node *a, const Node *b); /* scattered alike (both contiguous: 1) */
 
 /* ---- shape.c: where each rank's part of a value lies ---- */

@@ -191,11 +191,25 @@ static void infer_ternary(Program *p, Node *n)
     n->layout = elementwise_layout(p, n, x, 3);
 }
 
+static _Noreturn void no_such_dim(Program *p, Pos pos, const Node *x, int written,
+                                  const char *what)
+{
+    error_at(pos, "%s: dimension %d does not exist in %s, which has %d dimension%s", what,
+             written, desc(p, x), x->ndim, x->ndim == 1 ? "" : "s");
+}
+
+int infer_dim_argument(Program *p, Pos pos, const Node *x, int written, const char *what)
+{
+    int d = written < 0 ? written + x->ndim : written;
+    if (d < 0 || d >= x->ndim)
+        no_such_dim(p, pos, x, written, what);
+    return d;
+}
+
 static void check_axis(Program *p, Node *n, const Node *x, int axis, const char *what)
 {
     if (axis < 0 || axis >= x->ndim)
-        error_at(n->pos, "%s: dimension %d does not exist in %s, which has %d dimension%s", what,
-                 axis, desc(p, x), x->ndim, x->ndim == 1 ? "" : "s");
+        no_such_dim(p, n->pos, x, axis, what);
 }
 
 static void infer_unary(Program *p, Node *n)
@@ -348,7 +362,12 @@ static void infer_reduction(Program *p, Node *n)
         error_at(n->pos, "%s over the sliced dimension of %s needs communication: AllGather it "
                  "first (a schedule's reorder does this rewrite itself)", what, desc(p, x));
     if (n->axis < 0) {
+        ASSERT(!n->keepdim);
         n->ndim = 0;
+        return;
+    }
+    if (n->keepdim) { /* extent 1 in place: the layout is x's (or Local, above) */
+        n->dim[n->axis] = (Dim){1, "1"};
         return;
     }
     for (int i = n->axis; i + 1 < x->ndim; i++)

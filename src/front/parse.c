@@ -796,11 +796,6 @@ static int call_with_attr(Parser *ps, Op op, Pos pos)
         expect_punct(ps, ',');
         tmp.axis = expect_int(ps, "a dimension");
         break;
-    case O_NORM:
-        tmp.axis = opt_int(ps, -1, "a dimension");
-        break;
-    case O_CONV2D:
-        break;
     default:
         BUG("op %d has no attributes", op);
     }
@@ -870,19 +865,54 @@ static int call_conv(Parser *ps, Pos pos)
     return id;
 }
 
-/* ReduceTensor "(" STR "," expr [ "," INT ] ")"   (PartialReduce likewise) */
-static int call_reduce_tensor(Parser *ps, Op op, Pos pos)
+/* The keep flag of a reduction: Keep, the word written after its dimension. */
+static const char keep_word[] = "Keep";
+
+/* [ "," ["-"] INT [ "," "Keep" ] ] after the reduced value x of reduction
+ * op: the dimension as an index of x (-1: all of them), and whether Keep
+ * keeps it with extent 1 */
+static int reduction_dim(Parser *ps, Op op, Pos pos, int x, int *keep)
 {
-    RedOp r = expect_redop(ps, op == O_PARTIAL_REDUCE);
-    expect_punct(ps, ',');
-    int x = expr(ps);
-    int axis = opt_int(ps, -1, "a dimension");
+    *keep = 0;
+    if (!is_punct(ps, ','))
+        return -1;
+    advance(ps);
+    if (is_word(ps, keep_word))
+        error_at(ps->tok.pos, "Keep follows the reduced dimension: write %s(..., d, Keep)",
+                 op_info(op)->name);
+    int neg = is_punct(ps, '-');
+    if (neg)
+        advance(ps);
+    int written = expect_int(ps, "a dimension");
+    if (is_punct(ps, ',')) {
+        advance(ps);
+        if (!is_word(ps, keep_word))
+            expected(ps, "'Keep' (the reduced dimension kept, with extent 1)");
+        advance(ps);
+        *keep = 1;
+    }
+    return infer_dim_argument(ps->p, pos, node_of(ps->p, x), neg ? -written : written,
+                              op_info(op)->name);
+}
+
+/* ReduceTensor "(" STR "," expr [ "," ["-"] INT [ "," "Keep" ] ] ")"
+ * (PartialReduce likewise; Norm without the STR) */
+static int call_reduction(Parser *ps, Op op, Pos pos)
+{
+    RedOp r = R_SUM;
+    if (op != O_NORM) {
+        r = expect_redop(ps, op == O_PARTIAL_REDUCE);
+        expect_punct(ps, ',');
+    }
+    int x = expr(ps), keep;
+    int axis = reduction_dim(ps, op, pos, x, &keep);
     expect_punct(ps, ')');
     Node *n = node_new(ps->p, op, pos);
     n->nin = 1;
     n->in[0] = x;
     n->redop = r;
     n->axis = axis;
+    n->keepdim = keep;
     int id = n->id;
     infer_node(ps->p, n);
     return id;
@@ -915,10 +945,9 @@ static int call(Parser *ps)
         return call_conv(ps, pos);
     case O_ITE:
         return call_ite(ps, pos);
-    case O_REDUCE_TENSOR:
-    case O_PARTIAL_REDUCE:
-        return call_reduce_tensor(ps, op, pos);
-    case O_DROPOUT: case O_CAST: case O_SLICE: case O_NORM:
+    case O_REDUCE_TENSOR: case O_PARTIAL_REDUCE: case O_NORM:
+        return call_reduction(ps, op, pos);
+    case O_DROPOUT: case O_CAST: case O_SLICE:
         return call_with_attr(ps, op, pos);
     case O_MATMUL: case O_POW: {
         int a = expr(ps);

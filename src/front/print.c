@@ -91,7 +91,7 @@ static void print_call(Printer *pr, const Node *n)
     case O_REDUCE_TENSOR:
     case O_PARTIAL_REDUCE:
         if (n->axis >= 0)
-            fprintf(o, ", %d", n->axis);
+            fprintf(o, ", %d%s", n->axis, n->keepdim ? ", Keep" : "");
         break;
     case O_REDUCE:
     case O_BROADCAST:

@@ -214,6 +214,7 @@ static int rewrite_reduction(Reorder *r, int old, int xin, int fusion)
     int pr = new_node(r, O_PARTIAL_REDUCE, old, xin, fusion, n.seq - 0.2);
     node_of(r->p, pr)->redop = n.op == O_NORM ? R_SUMSQ : n.redop;
     node_of(r->p, pr)->axis = n.axis;
+    node_of(r->p, pr)->keepdim = n.keepdim;
     check_node(r->x, node_of(r->p, pr));
     int ar = new_node(r, O_ALLREDUCE, old, pr, fusion, n.seq - 0.1);
     node_of(r->p, ar)->redop = n.op == O_NORM ? R_SUM : n.redop;
