@@ -608,6 +608,44 @@ __device__ __forceinline__ double coco_pow(double x, double y)
     return pow(x, y);
 }
 
+// Exp, Log and Erf likewise in double.
+__device__ __forceinline__ double coco_exp(double x)
+{
+    return exp(x);
+}
+
+__device__ __forceinline__ double coco_log(double x)
+{
+    return log(x);
+}
+
+__device__ __forceinline__ double coco_erf(double x)
+{
+    return erf(x);
+}
+
+// Max(a, b) and Min(a, b) as the CPU's fold of a then b: b where it is
+// larger (smaller) or NaN, else a (a where they are equal, +0 and -0 too).
+__device__ __forceinline__ double coco_max(double a, double b)
+{
+    return (b > a || b != b) ? b : a;
+}
+
+__device__ __forceinline__ double coco_min(double a, double b)
+{
+    return (b < a || b != b) ? b : a;
+}
+
+__device__ __forceinline__ float coco_maxf(float a, float b)
+{
+    return (b > a || b != b) ? b : a;
+}
+
+__device__ __forceinline__ float coco_minf(float a, float b)
+{
+    return (b < a || b != b) ? b : a;
+}
+
 // ---- whole-tensor reductions in two deterministic passes ----
 enum { COCO_RED_BLOCKS = 1024 };
 

@@ -3,8 +3,11 @@
  * This is the language's reference arithmetic.  All shapes are LOCAL shapes
  * (local_shape()); the checker guarantees they fit together.
  *  - Pointwise ops compute in double from their (already rounded) inputs and
- *    round once to the node's type.  Binary ops broadcast as PyTorch does
+ *    round once to the node's type (Tanh, Exp, Log, Erf: the C library's
+ *    double functions).  Binary ops broadcast as PyTorch does
  *    (right-aligned; missing or size-1 dimensions repeat); scalars broadcast.
+ *    Max(a, b) and Min(a, b) are the "max" and "min" reductions' step
+ *    folding b into a: b where larger (smaller) or NaN, else a.
  *  - Update(t, v) is evaluated as the binary op (t, v) -> v: the new value
  *    broadcast to the tensor's shape and rounded to its type.
  *  - Comparisons give 1 or 0 (C's comparisons of doubles: false with a NaN
@@ -27,7 +30,8 @@
  *    float in the order c, r, s; padded positions are skipped (for finite
  *    weights this equals adding 0 * w).
  *  - Reductions (Norm, ReduceTensor) accumulate in double in index order,
- *    starting from the first element, and round once.
+ *    starting from the first element, and round once; with Keep (extent 1
+ *    along the reduced dimension) the values are the same.
  * Assumes the build uses -ffp-contract=off (no fused multiply-add). */
 #include <math.h>
 #include <stdlib.h>
@@ -123,6 +127,10 @@ static double unary_value(Op op, double x)
     case O_SQRT: return sqrt(x);
     case O_TANH: return tanh(x);
     case O_RELU: return x > 0 ? x : 0.0;
+    case O_EXP: return exp(x);
+    case O_LOG: return log(x);
+    case O_ERF: return erf(x);
+    case O_ABS: return fabs(x);
     case O_CAST: return x;
     default: BUG("not a simple unary op: %d", (int)op);
     }
@@ -136,6 +144,8 @@ static double binary_value(Op op, double a, double b)
     case O_MUL: return a * b;
     case O_DIV: return a / b;
     case O_POW: return pow(a, b);
+    case O_MAX: return reduce_step(R_MAX, a, b); /* as the reduction's fold of a, b */
+    case O_MIN: return reduce_step(R_MIN, a, b);
     case O_LT: return a < b;
     case O_LE: return a <= b;
     case O_GT: return a > b;
@@ -293,8 +303,8 @@ void eval_pointwise(Exec *e, const Node *n, int rank)
     switch (n->op) {
     case O_DROPOUT: eval_dropout(e, n, rank); break;
     case O_SLICE: eval_slice(e, n, rank); break;
-    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_UPDATE:
-    case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE: case O_ITE:
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_MAX: case O_MIN:
+    case O_UPDATE: case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE: case O_ITE:
         eval_operands(e, n, rank);
         break;
     default: eval_unary(e, n, rank); break;

@@ -949,7 +949,7 @@ static int call(Parser *ps)
         return call_reduction(ps, op, pos);
     case O_DROPOUT: case O_CAST: case O_SLICE:
         return call_with_attr(ps, op, pos);
-    case O_MATMUL: case O_POW: {
+    case O_MATMUL: case O_POW: case O_MAX: case O_MIN: {
         int a = expr(ps);
         expect_punct(ps, ',');
         int b = expr(ps);

@@ -7,13 +7,17 @@
  *     or through float, of an operation on p-bit operands is innocuous when
  *     the wider format has at least 2p + 2 bits: 53 >= 2 * 24 + 2 and
  *     24 >= 2 * 11 + 2; tests/unit/test_float_rule.c checks it), and the
- *     exact operations (Neg, ReLU, Cast, Update, the comparisons, Ite) of
- *     floats; the intrinsics are never contracted into fused multiply-adds;
+ *     exact operations (Neg, ReLU, Abs, Cast, Update, the comparisons, Max,
+ *     Min, Ite) of floats; the intrinsics are never contracted into fused
+ *     multiply-adds;
  *   - double arithmetic rounded to the type (coco_round, coco_narrow)
  *     otherwise: mixed FP32/FP16 operands rounded to FP16, BF16 results,
- *     FP64, Pow, Tanh, Dropout, constants that are not floats. A comparison
- *     or an Ite's condition compares the operands' values exactly, each in
- *     its own register type (a condition 1e-300 is not zero).
+ *     FP64, Pow, Tanh, Exp, Log, Erf, Dropout, constants that are not
+ *     floats. A comparison or an Ite's condition compares the operands'
+ *     values exactly, each in its own register type (a condition 1e-300 is
+ *     not zero). CUDA's double Pow, Tanh, Exp, Log and Erf are within an
+ *     ulp or two of the C library's: their FP64 results may differ from
+ *     the CPU's in the last bit, narrower ones very rarely.
  * Values of FP16, BF16 and FP32 type live in float registers (they are
  * floats exactly), FP64 ones in double registers. So a fused optimizer step
  * is FP32 instructions, not conversions between float and double and FP64
@@ -51,11 +55,12 @@ static int float_arithmetic(Emitter *e, const Node *n)
     if (n->type == T_FP64)
         return 0;
     switch (n->op) {
-    case O_NEG: case O_RELU: case O_CAST: /* exact, then one rounding to n's type */
+    case O_NEG: case O_RELU: case O_CAST: case O_ABS: /* exact, then one rounding to n's type */
         return is_float_value(node_of(e->p, n->in[0]));
     case O_UPDATE:
         return is_float_value(node_of(e->p, n->in[1]));
     case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE:
+    case O_MAX: case O_MIN: /* a comparison, then a selection of an operand */
         return is_float_value(node_of(e->p, n->in[0])) &&
                is_float_value(node_of(e->p, n->in[1]));
     case O_ITE: /* a selection; the condition is read in its own type */
@@ -129,11 +134,13 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
     FILE *o = e->o;
     static const char *const dbl[] = {[O_ADD] = "__dadd_rn", [O_SUB] = "__dsub_rn",
                                       [O_MUL] = "__dmul_rn", [O_DIV] = "__ddiv_rn",
-                                      [O_POW] = "coco_pow"};
+                                      [O_POW] = "coco_pow", [O_MAX] = "coco_max",
+                                      [O_MIN] = "coco_min"};
     static const char *const flt[] = {[O_ADD] = "__fadd_rn", [O_SUB] = "__fsub_rn",
-                                      [O_MUL] = "__fmul_rn", [O_DIV] = "__fdiv_rn"};
+                                      [O_MUL] = "__fmul_rn", [O_DIV] = "__fdiv_rn",
+                                      [O_MAX] = "coco_maxf", [O_MIN] = "coco_minf"};
     switch (n->op) {
-    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW:
+    case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_MAX: case O_MIN:
         fprintf(o, "%s(", in_float ? flt[n->op] : dbl[n->op]);
         emit_operand(e, seg, n->in[0], in_float);
         fputs(", ", o);
@@ -152,6 +159,10 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
     case O_NEG: fputs("-", o); break;
     case O_SQRT: fputs(in_float ? "__fsqrt_rn" : "__dsqrt_rn", o); break;
     case O_TANH: fputs("coco_tanh", o); break;
+    case O_EXP: fputs("coco_exp", o); break;
+    case O_LOG: fputs("coco_log", o); break;
+    case O_ERF: fputs("coco_erf", o); break;
+    case O_ABS: fputs(in_float ? "fabsf" : "fabs", o); break;
     case O_RELU: fputs(in_float ? "coco_reluf" : "coco_relu", o); break;
     case O_CAST: break;
     case O_DROPOUT:
