@@ -405,6 +405,18 @@ static __global__ void coco_slice_kernel(const void *in, int t, CocoShape i, voi
     }
 }
 
+// out [mats][rows][cols] = in [mats][cols][rows] with each matrix
+// transposed: a Transpose that no MatMul reads in place (n elements).
+static __global__ void coco_transpose_kernel(const void *in, int t, void *out, long rows,
+                                             long cols, long n)
+{
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
+         e += (long)gridDim.x * blockDim.x) {
+        long per = rows * cols, m = e / per, r = e % per / cols, c = e % cols;
+        coco_st(out, e, t, coco_ld(in, m * per + c * rows + r, t));
+    }
+}
+
 // parts[p] holds part p of full (shape f) along dim d: rows [p*chunk,
 // min(f.dim[d], (p+1)*chunk)), laid out as a tensor of that many rows at the
 // start of a block of chunk rows (the last parts' blocks end in padding);

@@ -2,7 +2,9 @@
 //
 // Row-major C[batch][M][N] = A[batch][M][K] * B[batch or 1][K][N], done as
 // the column-major product C^T = B^T A^T. FP16/BF16 use tensor cores with
-// FP32 accumulation; FP32 accumulates in FP32 (no TF32); FP64 in FP64.
+// FP32 accumulation; FP32 accumulates in FP32 (no TF32); FP64 in FP64. An
+// operand given transposed (a Transpose the MatMul reads in place: A stored
+// [K][M], B stored [N][K]) is read through cuBLASLt's transpose flag.
 //
 // Each shape's plan (the operation and layout descriptors and the
 // algorithm cuBLASLt's heuristic ranks first for them with the runtime's
@@ -17,6 +19,7 @@
 struct CocoMatmulKey {
     int t, sms, align; // align: the largest power of two up to 256 dividing every address
     long M, N, K, batch, sa, sb, sc;
+    int ta, tb; // A, B stored transposed
 };
 
 struct CocoMatmulPlan {
@@ -32,7 +35,8 @@ enum { COCO_MATMUL_PLANS = 64 };
 static bool coco_matmul_same(const CocoMatmulKey &a, const CocoMatmulKey &b)
 {
     return a.t == b.t && a.sms == b.sms && a.align == b.align && a.M == b.M && a.N == b.N && a.K == b.K &&
-           a.batch == b.batch && a.sa == b.sa && a.sb == b.sb && a.sc == b.sc;
+           a.batch == b.batch && a.sa == b.sa && a.sb == b.sb && a.sc == b.sc && a.ta == b.ta &&
+           a.tb == b.tb;
 }
 
 static void coco_matmul_plan_free(CocoMatmulPlan *p)
@@ -52,6 +56,14 @@ static cublasStatus_t coco_matmul_batched(cublasLtMatrixLayout_t l, int32_t coun
         s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                              &stride, sizeof stride);
     return s;
+}
+
+// Sets operand attribute `which` of op to "transposed" where `on`.
+static cublasStatus_t coco_matmul_transposed(cublasLtMatmulDesc_t op,
+                                             cublasLtMatmulDescAttributes_t which, int on)
+{
+    cublasOperation_t t = CUBLAS_OP_T;
+    return on ? cublasLtMatmulDescSetAttribute(op, which, &t, sizeof t) : CUBLAS_STATUS_SUCCESS;
 }
 
 // Asks the heuristic for algorithms that take addresses aligned to `align`.
@@ -88,9 +100,16 @@ static cublasStatus_t coco_matmul_plan_make(const coco_cuda_ctx *ctx, const Coco
                                            sizeof sms);
     }
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->la, dt, k.N, k.K, k.N);
+        s = coco_matmul_transposed(p->op, CUBLASLT_MATMUL_DESC_TRANSA, k.tb);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->lb, dt, k.K, k.M, k.K);
+        s = coco_matmul_transposed(p->op, CUBLASLT_MATMUL_DESC_TRANSB, k.ta);
+    // stored as they lie: B^T is N x K (ld N), or K x N (ld K) when B is [N][K]
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = k.tb ? cublasLtMatrixLayoutCreate(&p->la, dt, k.K, k.N, k.K)
+                 : cublasLtMatrixLayoutCreate(&p->la, dt, k.N, k.K, k.N);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = k.ta ? cublasLtMatrixLayoutCreate(&p->lb, dt, k.M, k.K, k.M)
+                 : cublasLtMatrixLayoutCreate(&p->lb, dt, k.K, k.M, k.K);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&p->lc, dt, k.N, k.M, k.N);
     if (s == CUBLAS_STATUS_SUCCESS && k.batch > 1)
@@ -143,10 +162,11 @@ static CocoMatmulPlan *coco_matmul_plan(const coco_cuda_ctx *ctx, const CocoMatm
 
 // C = A * B on stream `stream`: `batch` products, A, B and C of product j
 // at j * strideA, j * strideB (0: one B for all), j * strideC elements;
-// sms > 0 asks cuBLASLt to use that many SMs.
-static int coco_matmul_on(coco_cuda_ctx *ctx, int line, int t, const void *A, const void *B,
-                          void *Cm, long M, long N, long K, long batch, long strideA,
-                          long strideB, long strideC, int sms, cudaStream_t stream)
+// sms > 0 asks cuBLASLt to use that many SMs; ta, tb: A, B stored
+// transposed.
+static int coco_matmul_op(coco_cuda_ctx *ctx, int line, int t, const void *A, int ta,
+                          const void *B, int tb, void *Cm, long M, long N, long K, long batch,
+                          long strideA, long strideB, long strideC, int sms, cudaStream_t stream)
 {
     float f1 = 1, f0 = 0;
     double d1 = 1, d0 = 0;
@@ -154,7 +174,7 @@ static int coco_matmul_on(coco_cuda_ctx *ctx, int line, int t, const void *A, co
     const void *zero = t == COCO_FP64 ? (const void *)&d0 : (const void *)&f0;
     size_t bits = (size_t)A | (size_t)B | (size_t)Cm | 256;
     CocoMatmulKey k = {t, sms, (int)(bits & (~bits + 1)), M, N, K, batch, strideA, strideB,
-                       strideC};
+                       strideC, ta, tb};
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     CocoMatmulPlan *p = coco_matmul_plan(ctx, k, &s);
     if (p)
@@ -164,6 +184,28 @@ static int coco_matmul_on(coco_cuda_ctx *ctx, int line, int t, const void *A, co
     if (s != CUBLAS_STATUS_SUCCESS)
         COCO_FAIL(ctx, "MatMul", line, "cublasLtMatmul (M=%ld N=%ld K=%ld batch=%ld): status %d",
                   M, N, K, batch, (int)s);
+    return 0;
+}
+
+// The same with both operands as they lie.
+static int coco_matmul_on(coco_cuda_ctx *ctx, int line, int t, const void *A, const void *B,
+                          void *Cm, long M, long N, long K, long batch, long strideA,
+                          long strideB, long strideC, int sms, cudaStream_t stream)
+{
+    return coco_matmul_op(ctx, line, t, A, 0, B, 0, Cm, M, N, K, batch, strideA, strideB,
+                          strideC, sms, stream);
+}
+
+// The program's MatMul of operands read transposed where ta, tb (a
+// Transpose read in place): contiguous batches of A and C, on ctx->stream.
+static int coco_matmul_t(coco_cuda_ctx *ctx, int line, int t, const void *A, int ta,
+                         const void *B, int tb, void *Cm, long M, long N, long K, long batch,
+                         long strideB)
+{
+    if (coco_matmul_op(ctx, line, t, A, ta, B, tb, Cm, M, N, K, batch, M * K, strideB, M * N, 0,
+                       (cudaStream_t)ctx->stream))
+        return 1;
+    COCO_MARK(ctx, COCO_MARK_CUBLAS, "MatMul", line, "cublasLtMatmul");
     return 0;
 }
 

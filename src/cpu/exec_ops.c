@@ -32,6 +32,8 @@
  *  - Reductions (Norm, ReduceTensor) accumulate in double in index order,
  *    starting from the first element, and round once; with Keep (extent 1
  *    along the reduced dimension) the values are the same.
+ *  - Transpose copies each rank's block with its last two dimensions
+ *    swapped.
  * Assumes the build uses -ffp-contract=off (no fused multiply-add). */
 #include <math.h>
 #include <stdlib.h>
@@ -228,6 +230,35 @@ static void eval_slice(Exec *e, const Node *n, int rank)
     parallel_ranges(exec_threads(e, count), count, slice_copy_range, &j);
 }
 
+/* Transpose: output element (m, r, c) of its matrices [rows][cols] is
+ * element (m, c, r) of the input's [cols][rows] (local shapes: a Sliced
+ * value's block is the transpose of the input's block). */
+typedef struct {
+    const double *x;
+    double *y;
+    long rows, cols;
+} TransposeJob;
+
+static void transpose_range(void *ctx, long lo, long hi)
+{
+    const TransposeJob *j = ctx;
+    long per = j->rows * j->cols;
+    for (long i = lo; i < hi; i++) {
+        long m = i / per, r = i % per / j->cols, c = i % j->cols;
+        j->y[i] = j->x[m * per + c * j->rows + r];
+    }
+}
+
+static void eval_transpose(Exec *e, const Node *n, int rank)
+{
+    long os[MAXDIM], count;
+    local_shape(e->prog, n, rank, os, NULL);
+    const double *x = input_data(e, n, 0, rank, &count);
+    ASSERT(n->ndim >= 2 && count == shape_count(os, n->ndim));
+    TransposeJob j = {x, exec_alloc(e, n->id, rank, count), os[n->ndim - 2], os[n->ndim - 1]};
+    parallel_ranges(exec_threads(e, count), count, transpose_range, &j);
+}
+
 /* An elementwise operation of NIN operands (binary ones, Update, Ite). */
 enum { NOPERAND = 3 };
 typedef struct {
@@ -303,6 +334,7 @@ void eval_pointwise(Exec *e, const Node *n, int rank)
     switch (n->op) {
     case O_DROPOUT: eval_dropout(e, n, rank); break;
     case O_SLICE: eval_slice(e, n, rank); break;
+    case O_TRANSPOSE: eval_transpose(e, n, rank); break;
     case O_ADD: case O_SUB: case O_MUL: case O_DIV: case O_POW: case O_MAX: case O_MIN:
     case O_UPDATE: case O_LT: case O_LE: case O_GT: case O_GE: case O_EQ: case O_NE: case O_ITE:
         eval_operands(e, n, rank);

@@ -212,12 +212,28 @@ static void check_axis(Program *p, Node *n, const Node *x, int axis, const char 
         no_such_dim(p, n->pos, x, axis, what);
 }
 
+/* Transpose: the last two dimensions swapped, and a slicing along one of
+ * them moved to the other. */
+static void infer_transpose(Program *p, Node *n, const Node *x)
+{
+    if (x->ndim < 2)
+        error_at(n->pos, "Transpose swaps the last two dimensions, but %s has only %d "
+                 "dimension%s", desc(p, x), x->ndim, x->ndim == 1 ? "" : "s");
+    int last = x->ndim - 1;
+    n->dim[last - 1] = x->dim[last];
+    n->dim[last] = x->dim[last - 1];
+    if (x->layout.kind == L_SLICED && x->layout.dim >= last - 1)
+        n->layout.dim = 2 * last - 1 - x->layout.dim;
+}
+
 static void infer_unary(Program *p, Node *n)
 {
     Node *x = input(p, n, 0);
     copy_facts(n, x);
     if (n->op == O_CAST)
         n->type = n->to;
+    if (n->op == O_TRANSPOSE)
+        infer_transpose(p, n, x);
     if (n->op == O_SLICE) {
         check_axis(p, n, x, n->axis, "Slice");
         if (x->layout.kind != L_REPLICATED)

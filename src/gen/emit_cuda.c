@@ -504,6 +504,46 @@ static int redop_code(RedOp r)
     return r == R_SUM ? 0 : r == R_PROD ? 1 : r == R_MAX ? 2 : r == R_MIN ? 3 : 4;
 }
 
+/* Is n a Transpose that the MatMuls reading it read in place (cuBLASLt's
+ * transpose flag, no copy)? So it is when it is read only as MatMul
+ * operands and is no output; MatMuls with a Transpose operand are not
+ * overlapped (emit_overlap.c), so their launch reads the Transpose's input. */
+static int transpose_in_place(Emitter *e, const Node *n)
+{
+    if (n->op != O_TRANSPOSE || e->out_index[n->id] >= 0)
+        return 0;
+    for (int j = n->id + 1; j < e->p->nnode; j++) {
+        const Node *u = &e->p->node[j];
+        for (int k = 0; !u->dead && k < u->nin; k++)
+            if (u->in[k] == n->id && u->op != O_MATMUL)
+                return 0;
+    }
+    return 1;
+}
+
+/* The buffer a MatMul reads for operand x: x's, or for a Transpose read in
+ * place its input's (*trans set). */
+static int matmul_source(Emitter *e, const Node *x, int *trans)
+{
+    *trans = transpose_in_place(e, x);
+    return *trans ? x->in[0] : x->id;
+}
+
+/* The cuBLASLt call of a MatMul with an operand read transposed: A stored
+ * [K][M] cannot merge its batches into rows, B is [N][K] (per batch). */
+static void emit_matmul_transposed(Emitter *e, const Node *n, const Node *a)
+{
+    int ta, tb, sa = matmul_source(e, a, &ta), sb = matmul_source(e, node_of(e->p, n->in[1]), &tb);
+    if (ta)
+        fprintf(e->o, "        long M = h%d.dim[%d], batch = rows / M;\n", a->id, a->ndim - 2);
+    else
+        fprintf(e->o, "        long M = bmats > 1 ? h%d.dim[%d] : rows, batch = bmats > 1 ? rows / M : 1;\n",
+                a->id, a->ndim - 2);
+    fprintf(e->o, "        if (coco_matmul_t(ctx, %d, %s, b%d, %d, b%d, %d, b%d, M, N, K, batch, "
+                  "bmats > 1 ? K * N : 0))\n            return 1;\n    }\n    }\n",
+            n->pos.line, emit_tname[n->type], sa, ta, sb, tb, n->id);
+}
+
 static void emit_matmul(Emitter *e, const Node *n)
 {
     Program *p = e->p;
@@ -523,6 +563,10 @@ static void emit_matmul(Emitter *e, const Node *n)
     fprintf(e->o, "        long K = h%d.dim[%d], N = h%d.dim[%d];\n", a->id, ka, b->id, b->ndim - 1);
     fprintf(e->o, "        long rows = coco_count(h%d) / K, bmats = coco_count(h%d) / (K * N);\n",
             a->id, b->id);
+    if (a->op == O_TRANSPOSE || b->op == O_TRANSPOSE) {
+        emit_matmul_transposed(e, n, a);
+        return;
+    }
     fprintf(e->o, "        long M = bmats > 1 ? h%d.dim[%d] : rows, batch = bmats > 1 ? rows / M : 1;\n",
             a->id, a->ndim - 2);
     fprintf(e->o, "        if (coco_matmul(ctx, %d, %s, b%d, b%d, b%d, M, N, K, batch, "
@@ -560,6 +604,17 @@ static void emit_reduction(Emitter *e, const Node *n)
     fprintf(e->o, "        if (coco_reduce(ctx, %d, b%d, %s, b%d, %s, outer, len, inner, %d, %d, t%d))\n"
                   "            return 1;\n    }\n",
             n->pos.line, x->id, emit_tname[x->type], n->id, emit_tname[n->type], op, n->op == O_NORM, n->id);
+}
+
+/* A Transpose not read in place: a copy, its matrices transposed. */
+static void emit_transpose(Emitter *e, const Node *n)
+{
+    int r = n->ndim - 2;
+    fprintf(e->o, "    { /* line %d: %s = Transpose */\n        long n = coco_count(h%d);\n"
+                  "        coco_transpose_kernel<<<coco_grid(n), 256, 0, st>>>(b%d, %s, b%d, h%d.dim[%d], "
+                  "h%d.dim[%d], n);\n        COCO_LAUNCHED(ctx, \"Transpose\", %d);\n    }\n",
+            n->pos.line, n->name, n->id, n->in[0], emit_tname[n->type], n->id, n->id, r, n->id,
+            r + 1, n->pos.line);
 }
 
 static void emit_slice(Emitter *e, const Node *n)
@@ -802,6 +857,10 @@ static void emit_node(Emitter *e, const Node *n, int *done_segment)
         emit_reduction(e, n);
     } else if (n->op == O_SLICE) {
         emit_slice(e, n);
+    } else if (n->op == O_TRANSPOSE) {
+        if (transpose_in_place(e, n))
+            return;
+        emit_transpose(e, n);
     } else if (op_info(n->op)->kind == K_COMM) {
         emit_comm(e, n);
     } else {
@@ -848,7 +907,7 @@ static void emit_body(Emitter *e, const char *entry)
             continue;
         emit_shape(e, n);
         int in_registers = e->segment[i] >= 0 && !emit_stored(e, i);
-        if (!in_registers)
+        if (!in_registers && !transpose_in_place(e, n))
             emit_buffer(e, n);
         emit_scratch(e, n);
     }

@@ -95,7 +95,9 @@ int ovl_matmul(Emitter *e, int f)
     Node *rs = nd(e, l.rs), *a = nd(e, nd(e, mm)->in[0]), *b = nd(e, nd(e, mm)->in[1]);
     /* the MatMul moves to the fusion's launch: no new value of its operands
      * may be written in between (an Update of A or B: none at all) */
+    /* (an operand read transposed is not cut into chunks of rows) */
     int ok = rs->in[0] == mm && !l.nred && l.scat < 0 && a->type == b->type && b->ndim == 2 &&
+             a->op != O_TRANSPOSE && b->op != O_TRANSPOSE &&
              a->ndim >= 2 && a->nmember == 0 && b->nmember == 0 && !updated(a) && !updated(b) &&
              !read_elsewhere(e, mm, rs->id);
     lsa_free(e, &l);

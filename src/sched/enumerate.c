@@ -432,7 +432,7 @@ static const char *token(Program *q, const Node *n, int *comp)
         return NULL; /* a Norm's sum across ranks, part of the computation */
     if (op_info(n->op)->paper)
         return op_info(n->op)->paper;
-    if (!is_comp(n) || n->op == O_SLICE)
+    if (!is_comp(n) || n->op == O_SLICE || n->op == O_TRANSPOSE) /* moves, not computes */
         return NULL;
     *comp = 1;
     return "C";

@@ -111,6 +111,13 @@ static void check_set(Reorder *r)
         refuse(r->x, "none of the computations reads %s", value_desc(p, r->ag));
 }
 
+/* Dimension d of n's output as a dimension of n's input, or the reverse:
+ * the same, but for the last two of a Transpose. */
+static int swapped_dim(const Node *n, int d)
+{
+    return n->op == O_TRANSPOSE && d >= n->ndim - 2 ? 2 * n->ndim - 3 - d : d;
+}
+
 /* The dimension of n's output that its sliced inputs (already mapped) cut. */
 static int sliced_dim(Reorder *r, const Node *n, const int *in)
 {
@@ -121,7 +128,7 @@ static int sliced_dim(Reorder *r, const Node *n, const int *in)
     for (int k = 0; k < n->nin; k++) {
         Node *y = node_of(r->p, in[k]);
         if (y->layout.kind == L_SLICED && !(n->op == O_UPDATE && k == 0))
-            return y->layout.dim + (n->ndim - y->ndim);
+            return swapped_dim(n, y->layout.dim + (n->ndim - y->ndim));
     }
     return -1;
 }
@@ -247,7 +254,7 @@ static void slice_node(Reorder *r, int old)
     }
     for (int k = 0; k < n.nin; k++)
         if (!(n.op == O_UPDATE && k == 0) && in[k] == n.in[k] && !r->in_set[n.in[k]])
-            in[k] = slice_input(r, in[k], d, old, fusion);
+            in[k] = slice_input(r, in[k], swapped_dim(&n, d), old, fusion);
     if (op_info(n.op)->kind == K_REDUCTION) {
         int rw = rewrite_reduction(r, old, in[0], fusion);
         if (rw >= 0) {
