@@ -12,8 +12,9 @@
                            the same seed gives another program
 
 Each program is one of four shapes seen in distributed training, with random
-sizes, element types, pointwise chains (arithmetic, comparisons, Ite),
-scalars and constants:
+sizes, element types, pointwise chains (arithmetic, comparisons, Ite, Exp,
+Log, Erf, Abs, Max, Min, GELU, SiLU), reductions that keep their dimension,
+Transposes, scalars and constants:
   data-parallel  Local gradients, AllReduce, Updates of Replicated state
                  (optionally with a Norm, as LAMB does);
   model-parallel a MatMul of operands sliced on the contraction dimension,
@@ -60,7 +61,7 @@ class Gen:
             return x
         y = self.pointwise(x, others, depth - 1)
         o = self.pick(others) if others else self.const()
-        form = self.r.randrange(12)
+        form = self.r.randrange(17)
         if form == 0:
             return "(%s + %s)" % (y, o)
         if form == 1:
@@ -83,7 +84,25 @@ class Gen:
             return "Ite(%s %s %s, %s, %s * %s)" % (y, self.comparison(), o, y, o, self.const())
         if form == 11:  # a condition of any type, compared with nothing
             return "Ite(ReLU(%s), %s, %s)" % (o, y, self.const())
+        if form == 12:  # bounded: no overflow to Inf
+            return self.pick(["Exp(-Abs(%s))", "Log(1 + Abs(%s))", "Erf(%s)"]) % y
+        if form == 13:
+            return "%s(%s, %s)" % (self.pick(["Max", "Min"]), y, o)
+        if form == 14:  # GELU
+            return "(0.5 * %s * (1 + Erf(%s * 0.7071067811865476)))" % (y, y)
+        if form == 15:  # SiLU
+            return "(%s / (1 + Exp(-Abs(%s))))" % (y, y)
+        if form == 16:
+            return "Abs(%s)" % y
         return "-%s" % y
+
+    def row_reduction(self, v, dim):
+        """v less a reduction of v that keeps its dimension dim or the last
+        (written -1): a LayerNorm's centring, a softmax's, a norm's scaling."""
+        d = self.pick(["-1", str(dim)])
+        return self.pick(['(%s - ReduceTensor("+", %s, %s, Keep) * 0.25)',
+                          '(%s - ReduceTensor("max", %s, %s, Keep))',
+                          '(%s / (1 + Norm(%s, %s, Keep)))']) % (v, v, d)
 
     def comparison(self):
         return self.pick(["<", "<=", ">", ">=", "==", "!="])
@@ -136,8 +155,13 @@ class Gen:
         mm = self.var("MatMul(x, w)")
         red = self.var('AllReduce("+", %s)' % mm)
         c1 = self.var(self.pointwise("(%s + bias)" % red, ["bias", "res"], self.r.randint(1, 3)))
+        if self.r.random() < 0.3:
+            c1 = self.var(self.row_reduction(c1, 2))
         c2 = self.var(self.pointwise(c1, ["res", "bias"], self.r.randint(1, 2)))
         outs = [c2] + ([c1] if self.r.random() < 0.3 else [])
+        if self.r.random() < 0.3:  # a sum over the sliced dimension: per rank, then added
+            m = self.var('AllReduce("+", PartialReduce("+", x, -1, Keep))')
+            outs.append(self.var("x - %s * 0.125" % m))
         self.execute(["w", "x", "bias", "res"], outs)
 
     def pipeline(self):
@@ -174,6 +198,10 @@ class Gen:
         outs = [c2]
         if self.r.random() < 0.5:
             outs.append(self.var("ReduceTensor(\"+\", %s, 1)" % c1))
+        if self.r.random() < 0.3:
+            outs.append(self.var(self.row_reduction(c2, self.pick([0, 1]))))
+        if self.r.random() < 0.3:  # transposed: a copy, or read by a MatMul
+            outs.append(self.var(self.pick(["Transpose(%s) * 2", "MatMul(Transpose(%s), r)"]) % c1))
         self.execute(["a", "r", "c", "k"], outs)
 
     def execute(self, ins, outs):

@@ -11,7 +11,9 @@
 #             the program alone: AllReduces over scattered tensors, one inline,
 #             as kernels over the members; tests/gpu/send.coco: fused
 #             Sends; tests/gpu/arith.coco: elementwise arithmetic over every
-#             pairing of types; tests/oracle/programs/ragged.coco: uneven slices along
+#             pairing of types; tests/gpu/transformer_ops.coco: reductions that
+#             keep their dimension, Exp, Erf..., Transposes read in place by
+#             cuBLASLt; tests/oracle/programs/ragged.coco: uneven slices along
 #             dimensions 0 and 1) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
@@ -252,7 +254,8 @@ part_selftest() {
 part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-             tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/oracle/programs/ragged.coco; do
+             tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/gpu/transformer_ops.coco \
+             tests/oracle/programs/ragged.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do

@@ -43,7 +43,8 @@ Two checks, each written from the language's definition, not from the C code:
         the other ranks; Send moves group j's value to group j+shift (mod;
         Linear: only where that group exists, a group no one sends to
         keeps its own value);
-      - Norm / ReduceTensor: float64 fold in index order, rounded once;
+      - Norm / ReduceTensor / PartialReduce: float64 fold in index order,
+        rounded once (with Keep the reduced dimension stays, extent 1);
       - Dropout: keep iff uniform(seed, 2^63 | dropout_id, logical index) >= p,
         then x * (1 / (1 - p)) rounded, else 0.
     Since this follows the same arithmetic order, outputs must be EXACTLY
@@ -374,6 +375,57 @@ def ite(cond, a, b, typ):
 
 def ltanh(x):
     return np.vectorize(math.tanh, otypes=[np.float64])(x) if np.ndim(x) else np.float64(math.tanh(x))
+
+
+def _libm(fn, x):
+    """fn (a math function: the C library's) elementwise, in float64."""
+    x = np.asarray(x, np.float64)
+    return np.vectorize(fn, otypes=[np.float64])(x) if x.ndim else np.float64(fn(float(x)))
+
+
+def _exp(v):
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
+def _log(v):
+    """C's log: -Inf at 0, NaN below (math.log raises there)"""
+    if v == 0:
+        return -math.inf
+    return math.nan if v < 0 else math.log(v)
+
+
+def lexp(x):
+    return _libm(_exp, x)
+
+
+def llog(x):
+    return _libm(_log, x)
+
+
+def lerf(x):
+    """math.erf: the C library's from Python 3.11 (older ones had their own)"""
+    return _libm(math.erf, x)
+
+
+def vmax(a, b):
+    """Max(a, b): b where it is larger or NaN, else a (the fold of a then b)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.where((b > a) | np.isnan(b), b, a)
+
+
+def vmin(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.where((b < a) | np.isnan(b), b, a)
+
+
+def fold_dim(x, axis, op="+"):
+    """A reduction along axis that keeps it (Keep): a float64 fold in index
+    order, starting from the first element."""
+    x = np.asarray(x, np.float64)
+    return np.expand_dims(fold([np.take(x, i, axis=axis) for i in range(x.shape[axis])], op), axis)
 
 
 def lpow(a, b):

@@ -4,7 +4,9 @@ These programs exercise what the examples do not: every reduction operator,
 uneven ReduceScatter slices, AllGather, Reduce/Broadcast with a non-zero
 root, MatMul and Conv2D in each allowed layout and in every type, casts,
 Slice, Dropout of a Sliced value, Norm and ReduceTensor along a dimension,
-every comparison and Ite in every type, and groups with Send/Recv offsets that wrap around. Each function is written
+every comparison and Ite in every type, groups with Send/Recv offsets that
+wrap around, reductions that keep their dimension, Exp, Log, Erf, Abs, Max
+and Min (LayerNorm, softmax, GELU, SiLU), and Transpose. Each function is written
 from its .coco text with the building blocks of check.py (C below), which
 states the language's rounding rules. Outputs must agree exactly.
 """
@@ -198,5 +200,91 @@ def oracles(C):
         out["leaky"] = c.everywhere(ite(cmp(">", sg, 0, "FP32"), sg, r32(0.01 * sg), "FP32"))
         return out, None
 
+    # ---- rows.coco ----
+    def rows(c):
+        P = c.P
+        g, b, h, f, d = (c.replicated(n) for n in "gbhfd")
+        fd = C.fold_dim
+        ln, silu = {}, {}
+        for r in range(P):                                 # each rank's whole rows
+            x = c.rank_data("x", r)
+            mean = r32(r32(fd(x, 1)) / 8)
+            xc = r32(x - mean)
+            var = r32(r32(fd(r32(xc * xc), 1)) / 8)
+            ln[r] = r32(r32(r32(xc / r32(np.sqrt(r32(var + 0.00001)))) * g) + b)
+            silu[r] = r32(x / r32(1 + r32(C.lexp(-x))))
+        e = r16(C.lexp(r16(h - r16(fd(h, 1, "max")))))
+        sm = r16(e / r16(fd(e, 1)))
+        gelu = rbf(rbf(0.5 * f) * rbf(1 + rbf(C.lerf(rbf(f * 0.7071067811865476)))))
+        # Min(f, -0.25): -0.25 is a computed 0-d FP64 value, so BF16 (rule 2)
+        lg = r64(r64(r64(C.llog(np.abs(d) + 0.5)) + C.vmin(d, C.llog(d))) + r32(C.vmax(h, f)))
+        lg = r64(lg - rbf(np.abs(rbf(C.vmin(f, -0.25)))))
+        nh = r16(np.sqrt(C.seq_sum(h * h, 0)))[None, :]     # Norm(h, 0, Keep)
+        cols = r64(fd(d, 0, "min") + r32(nh * rbf(fd(f, 0, "*"))))
+        ys = [c.rank_data("y", r) for r in range(P)]
+        ym = r32(r32(C.fold([r32(fd(y, 1)) for y in ys])) / 24)
+        yc = [r32(y - ym) for y in ys]
+        sq = [r32(C.seq_sum(v * v, 1)[:, None]) for v in yc]  # "sumsq" folds squares
+        yv = r32(r32(C.fold(sq)) / 24)
+        out = {
+            "ln": ln, "silu": silu, "sm": c.everywhere(sm), "gelu": c.everywhere(gelu),
+            "lg": c.everywhere(lg), "cols": c.everywhere(cols),
+            "yln": {r: r32(yc[r] / r32(np.sqrt(r32(yv + 0.00001)))) for r in range(P)},
+            "part": {r: r32(fd(r32(C.lexp(ys[r])), 1, "max")) for r in range(P)},
+        }
+        return out, rows_formulas(c, g, b, h, f)
+
+    def rows_formulas(c, g, b, h, f):
+        """LayerNorm, softmax, GELU and SiLU by their float64 formulas (numpy's
+        own sums, scipy-free GELU), within a few roundings of each type."""
+        P, plain, tols = c.P, {"ln": {}, "silu": {}}, {"ln": {}, "silu": {}}
+        for r in range(P):
+            x = c.rank_data("x", r)
+            z = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 0.00001)
+            plain["ln"][r], tols["ln"][r] = z * g + b, 2.0 ** -22 * (np.abs(z * g) + np.abs(b) + 1)
+            sig = 1 / (1 + np.exp(-x))
+            plain["silu"][r], tols["silu"][r] = x * sig, 2.0 ** -21 * (np.abs(x * sig) + 1e-30)
+        ex = np.exp(h - h.max(1, keepdims=True))
+        gel = 0.5 * f * (1 + C.lerf(f / np.sqrt(2)))
+        plain.update(sm=c.everywhere(ex / ex.sum(1, keepdims=True)), gelu=c.everywhere(gel))
+        # FP16: 2^-11 a rounding, five of them; BF16: 2^-8, four
+        tols.update(sm=c.everywhere(2.0 ** -8 * np.abs(plain["sm"][0]) + 2.0 ** -24),
+                    gelu=c.everywhere(2.0 ** -5 * np.abs(gel) + 2.0 ** -133))
+        return plain, tols
+
+    # ---- transpose.coco ----
+    def transpose(c):
+        P = c.P
+        a, q = c.replicated("a"), c.replicated("q")
+        tr = lambda v: np.swapaxes(v, -1, -2)               # noqa: E731
+        x = [c.rank_data("x", r) for r in range(P)]
+        dy = [c.rank_data("dy", r) for r in range(P)]
+        w = [c.rank_data("w", r) for r in range(P)]
+        dz = [c.rank_data("dz", r) for r in range(P)]
+        # each rank's product of its slices (on the contraction dimension)
+        dw = r32(C.fold([C.matmul(tr(x[r]), dy[r], "FP32") for r in range(P)]))
+        dx = r16(C.fold([C.matmul(dz[r], tr(w[r]), "FP16") for r in range(P)]))
+        out = {
+            "dw": c.everywhere(dw),
+            "dx": per_rank_sliced(dx, 0, P),
+            "tx": {r: r32(tr(x[r]) * 2) for r in range(P)},  # Sliced(0) -> Sliced(1)
+            "tw": {r: r16(tr(w[r]) - 1) for r in range(P)},  # Sliced(1) -> Sliced(0)
+            "ta": c.everywhere(rbf(tr(a) + 1)),
+            "bm": c.everywhere(C.matmul(tr(a), a, "BF16")),
+            "qq": c.everywhere(C.matmul(q, tr(q), "FP64")),
+            "tt": c.everywhere(np.zeros_like(q)),
+        }
+        # plain: the whole products, which the slices must add up to
+        xs, dys = c.gathered("x", range(P)), c.gathered("dy", range(P))
+        ws, dzs = c.gathered("w", range(P)), c.gathered("dz", range(P))
+        plain = {"dw": c.everywhere(tr(xs) @ dys), "dx": per_rank_sliced(dzs @ tr(ws), 0, P)}
+        mags = {"dw": c.everywhere(np.abs(tr(xs)) @ np.abs(dys)),
+                "dx": per_rank_sliced(np.abs(dzs) @ np.abs(tr(ws)), 0, P)}
+        # FP32: sums of 24 terms (2^-18 covers them); FP16 partials over P
+        # ranks: plain_tolerance's bound with nothing after the sum
+        tols = {"dw": {r: 2.0 ** -18 * m + 1e-300 for r, m in mags["dw"].items()},
+                "dx": {r: C.plain_tolerance(m, 0) for r, m in mags["dx"].items()}}
+        return out, (plain, tols)
+
     return {"collectives": collectives, "compare": compare, "layers": layers, "pointwise": pointwise, "groups": groups,
-            "ragged": ragged}
+            "ragged": ragged, "rows": rows, "transpose": transpose}

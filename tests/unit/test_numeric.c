@@ -408,6 +408,45 @@ static void test_pointwise_reduce(void)
     program_free(p);
 }
 
+/* Max and Min: b where larger (smaller) or NaN, else a (a on a tie, +0
+ * and -0 too); Exp and Erf in double, rounded once; Transpose; a
+ * reduction that keeps its dimension gives the values of one that does not. */
+static void test_max_min_transpose(void)
+{
+    Program *p = new_prog(1, 0);
+    long d[1] = {5}, dm[2] = {2, 3}, dt[2] = {3, 2}, dk[2] = {2, 1};
+    int a = mk(p, O_INPUT, T_FP32, 1, d, REPL, G_WORLD);
+    int b = mk(p, O_INPUT, T_FP32, 1, d, REPL, G_WORLD);
+    int mx = mk2(p, O_MAX, T_FP32, 1, d, REPL, a, b), mn = mk2(p, O_MIN, T_FP32, 1, d, REPL, a, b);
+    int ex = mk2(p, O_EXP, T_FP16, 1, d, REPL, a, -1), ef = mk2(p, O_ERF, T_BF16, 1, d, REPL, a, -1);
+    int m = mk(p, O_INPUT, T_FP32, 2, dm, REPL, G_WORLD);
+    int t = mk2(p, O_TRANSPOSE, T_FP32, 2, dt, REPL, m, -1);
+    int k = mk2(p, O_REDUCE_TENSOR, T_FP32, 2, dk, REPL, m, -1);
+    node_of(p, k)->axis = 1;
+    node_of(p, k)->keepdim = 1;
+    Exec *e = exec_new(p, 1, 1);
+    set_data(e, a, 0, (double[]){1, NAN, 0.0, -0.0, 0.5}, 5);
+    set_data(e, b, 0, (double[]){2, 3, -0.0, 0.0, NAN}, 5);
+    set_data(e, m, 0, (double[]){1, 2, 3, 4, 5, 6}, 6);
+    for (int id = mx; id <= t; id++)
+        if (id != m)
+            eval_pointwise(e, node_of(p, id), 0);
+    eval_reduction(e, node_of(p, k), 0);
+    double *x = exec_data(e, mx, 0, NULL), *n = exec_data(e, mn, 0, NULL);
+    check(x[0] == 2 && isnan(x[1]) && isnan(x[4]) && n[0] == 1 && isnan(n[1]) && isnan(n[4]),
+          "Max/Min: the larger/smaller, NaN wins");
+    check(!signbit(x[2]) && signbit(x[3]) && !signbit(n[2]) && signbit(n[3]),
+          "Max/Min: a where equal (+0, -0)");
+    check(exec_data(e, ex, 0, NULL)[4] == half_to_double(double_to_half(exp(0.5))), "Exp to FP16");
+    check(exec_data(e, ef, 0, NULL)[4] == bf16_to_double(double_to_bf16(erf(0.5))), "Erf to BF16");
+    double *tv = exec_data(e, t, 0, NULL), *kv = exec_data(e, k, 0, NULL);
+    check(tv[0] == 1 && tv[1] == 4 && tv[2] == 2 && tv[3] == 5 && tv[4] == 3 && tv[5] == 6,
+          "Transpose of [2,3]");
+    check(kv[0] == 6 && kv[1] == 15, "ReduceTensor with Keep: [2,1] of the rows' sums");
+    exec_free(e);
+    program_free(p);
+}
+
 static void test_comm(void)
 {
     Program *p = new_prog(4, 2);
@@ -514,6 +553,7 @@ int main(void)
     test_conv();
     group_end("matmul/conv");
     test_pointwise_reduce();
+    test_max_min_transpose();
     test_comm();
     test_update();
     test_exec_run();
