@@ -6,7 +6,8 @@ root, MatMul and Conv2D in each allowed layout and in every type, casts,
 Slice, Dropout of a Sliced value, Norm and ReduceTensor along a dimension,
 every comparison and Ite in every type, groups with Send/Recv offsets that
 wrap around, reductions that keep their dimension, Exp, Log, Erf, Abs, Max
-and Min (LayerNorm, softmax, GELU, SiLU), and Transpose. Each function is written
+and Min (LayerNorm, softmax, GELU, SiLU), a LayerNorm's backward, and
+Transpose. Each function is written
 from its .coco text with the building blocks of check.py (C below), which
 states the language's rounding rules. Outputs must agree exactly.
 """
@@ -286,5 +287,47 @@ def oracles(C):
                 "dx": {r: C.plain_tolerance(m, 0) for r, m in mags["dx"].items()}}
         return out, (plain, tols)
 
+    # ---- layernorm.coco ----
+    def layernorm(c):
+        P, g, b, fd = c.P, c.replicated("g"), c.replicated("b"), C.fold_dim
+        out = {"y": {}, "dx": {}}
+        dgs, dbs = [], []
+        for r in range(P):                                 # each rank's whole rows
+            x, dy = c.rank_data("x", r), c.rank_data("dy", r)
+            xc = r32(x - r32(r32(fd(x, 1)) / 8))
+            rstd = r32(1 / r32(np.sqrt(r32(r32(r32(fd(r32(xc * xc), 1)) / 8) + 0.00001))))
+            xh = r32(xc * rstd)
+            out["y"][r] = r32(r32(xh * g) + b)
+            dxh = r32(dy * g)
+            m1 = r32(r32(fd(dxh, 1)) / 8)
+            m2 = r32(r32(fd(r32(dxh * xh), 1)) / 8)
+            out["dx"][r] = r32(r32(r32(dxh - m1) - r32(xh * m2)) * rstd)
+            dgs.append(r32(fd(r32(dy * xh), 0)))           # PartialReduce: the rank's tokens
+            dbs.append(r32(C.seq_sum(dy, 0)))
+        out["dg"], out["db"] = c.everywhere(r32(C.fold(dgs))), c.everywhere(r32(C.fold(dbs)))
+        return out, layernorm_formulas(c, g, b)
+
+    def layernorm_formulas(c, g, b):
+        """The forward and backward by their float64 formulas on the whole
+        tensors: y = xh g + b, dx = (dxh - mean(dxh) - xh mean(dxh xh)) / sd,
+        dg = sum(dy xh), db = sum(dy) over the tokens."""
+        P, ranks = c.P, range(c.P)
+        x, dy = c.gathered("x", ranks), c.gathered("dy", ranks)
+        sd = np.sqrt(x.var(1, keepdims=True) + 0.00001)
+        xh = (x - x.mean(1, keepdims=True)) / sd
+        dxh = dy * g
+        dx = (dxh - dxh.mean(1, keepdims=True) - xh * (dxh * xh).mean(1, keepdims=True)) / sd
+        plain = {"y": per_rank_sliced(xh * g + b, 0, P), "dx": per_rank_sliced(dx, 0, P),
+                 "dg": c.everywhere((dy * xh).sum(0, keepdims=True)), "db": c.everywhere(dy.sum(0))}
+        # FP32: a few roundings of each term; the row sums of 8 terms and the
+        # column sums over T: 2^-19 of the magnitudes
+        mags = {"y": per_rank_sliced(np.abs(xh * g) + np.abs(b), 0, P),
+                "dx": per_rank_sliced((np.abs(dxh) + np.abs(dxh).mean(1, keepdims=True) + np.abs(xh) *
+                                       np.abs(dxh * xh).mean(1, keepdims=True)) / sd, 0, P),
+                "dg": c.everywhere(np.abs(dy * xh).sum(0, keepdims=True)),
+                "db": c.everywhere(np.abs(dy).sum(0))}
+        tols = {n: {r: 2.0 ** -19 * m + 1e-30 for r, m in v.items()} for n, v in mags.items()}
+        return plain, tols
+
     return {"collectives": collectives, "compare": compare, "layers": layers, "pointwise": pointwise, "groups": groups,
-            "ragged": ragged, "rows": rows, "transpose": transpose}
+            "ragged": ragged, "rows": rows, "transpose": transpose, "layernorm": layernorm}
