@@ -48,23 +48,14 @@ enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL,
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
  * that each rank's collective moves (2 M N K over 2 (P - 1) / P M N element
- * bytes) lie in [2048, 4096): the MatMul about as long as the collective,
- * or up to twice (H200: about 660 TFLOP/s against 340 GB/s of bus
- * bandwidth, a balance of about 2000), and each chunk is large enough that
- * its launches and waits are small beside it: at least 512 rows of each
- * part and 16 GFLOP (a chunk is M / 4 rows over all the parts: 2 M N K / 4).
- * Measured on 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at
- * P = 4 (2048 FLOP/B, 39 GFLOP a chunk at B = 8) 17 to 22 % faster with 4
- * chunks at B = 8 and 16, FP16 and BF16; self-attention at P = 4 (512) and
- * the MLP at P = 2 (6144) at most 3 % faster with any count; self-attention
- * at P = 2 (1536) faster in FP16, slower in BF16. On 2 x H200
- * (2026-11-27-h200x2-i.md): the MLP at B = 8, S = 512, H = 1024 (2048
- * FLOP/B, 4.3 GFLOP a chunk) 0.119 ms in 4 chunks against 0.073 in one;
- * self-attention at H = 4096 (2048, 17 GFLOP a chunk) 0.209 against 0.207
- * and 0.234 (two runs). Elsewhere 1 (no chunks). M: the
- * MatMul's rows, N: its columns, K: its depth on a rank, P: the ranks, es:
- * the element's bytes. Shared by the runtime's launch
- * (rt/kernels/coco_overlap.cuh) and the autotuner's cost model
+ * bytes) lie in [2048, 4096), where the MatMul takes about as long as the
+ * collective, or up to twice, and where each chunk is large enough that its
+ * launches and waits are small beside it: at least 512 rows of each part
+ * and 16 GFLOP (a chunk is M / 4 rows over all the parts: 2 M N K / 4).
+ * Elsewhere 1 (no chunks). The rule follows measurements: doc/gpu.md, The
+ * generated code. M: the MatMul's rows, N: its columns, K: its depth on a
+ * rank, P: the ranks, es: the element's bytes. Shared by the runtime's
+ * launch (rt/kernels/coco_overlap.cuh) and the autotuner's cost model
  * (src/tune/cost.c). */
 #define COCO_OVERLAP_MIN_CHUNK_FLOP 16e9
 enum {

@@ -160,8 +160,8 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own);
  * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
- * host waited for the ranks' line-up, the way runs were timed before they
- * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
+ * host waited for the ranks' line-up, so that the launch's latency and a
+ * late rank's host are timed too: run.c's timed_run); COCONET_COLD_L2=1 (the
  * L2 emptied before each timed run: run.c's clear_l2); the overlapped
  * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
  * COCONET_OVERLAP_TAIL=1 (src/gen/emit_overlap.c); COCONET_SCATTER_BUCKET
@@ -209,8 +209,8 @@ int rt_read_knobs(CocoRt *rt)
  * generated code (NCCL's device API is C++), when every rank of WORLD can
  * load and store every other's memory. It and the slab's window belong to
  * a twin of WORLD (world_window): NCCL runs its symmetric kernels on
- * buffers of a window, which are slower than its ring and tree kernels for
- * large values (bench/results/2026-11-22-h200x2-probe.md), so the
+ * buffers of a window, which measured slower than its ring and tree
+ * kernels for large values (doc/design.md, The CUDA backend), so the
  * generated code sends those through WORLD itself (coco_world). One rank
  * needs none of them: its fused kernels run over its own memory, with no
  * barrier (coco_lsa_usable, rt/kernels/coco_lsa.cuh). */
@@ -281,8 +281,8 @@ static void rt_close(CocoRt *rt, int abort)
         close_lsa(rt);
         traced(rt, "close: the slab, its window and the device communicator", 0, &t);
     }
-    /* each traced: at the end of a tune the three took 1.0 s together
-     * (bench/results/2026-11-27-h200x4-b.md), the ranks' last cost */
+    /* each traced: together the ranks' last cost at the end of a tune
+     * (doc/cli.md, coconet tune) */
     close_comm(rt, rt->group, abort, "close: the GROUP communicator", &t);
     close_comm(rt, rt->world_window, abort, "close: the windows' communicator", &t);
     close_comm(rt, rt->world, abort, "close: the WORLD communicator", &t);

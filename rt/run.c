@@ -144,9 +144,8 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
  * made at the first call, kept in rt). The run then finds its inputs in
  * memory, not in the L2 where the restore left them, as a step of a longer
  * program would; its time no longer depends on where in the L2 they landed
- * (at P = 1 and 2^20 one variant's time moved up to 17 % from process to
- * process with them there: bench/results/2026-11-27-h200x4-b.md).
- * `coconet tune` sets it. */
+ * (which measured a spread from process to process: doc/cli.md, coconet
+ * tune). `coconet tune` sets it. */
 static int clear_l2(CocoRt *rt)
 {
     if (!rt->l2_buffer) {
@@ -181,7 +180,7 @@ static int clear_l2(CocoRt *rt)
  * same moment on every rank, its launch already queued. So neither one
  * rank's host arriving late nor the launch's latency is timed.
  * COCONET_TIME_HOST_START=1 (rt->host_start): the host waits for the
- * line-up before it records the start, the way runs were timed before. */
+ * line-up before it records the start, so both are timed. */
 static int timed_run(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, float *ms)
 {
     if (restore_inputs(rt, v, b) || (rt->cold_l2 && clear_l2(rt)))

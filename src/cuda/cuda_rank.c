@@ -103,8 +103,8 @@ static void convert_range(void *ctx, long lo, long hi)
     }
 }
 
-/* n values into type t, on threads of this rank (an input of 2^28 elements
- * took over a second on one) */
+/* n values into type t, on threads of this rank (one thread is slow for
+ * large inputs) */
 static void to_type(Type t, const double *x, long n, void *out, int threads)
 {
     Conversion c = {t, x, out};
@@ -181,7 +181,8 @@ typedef struct {
 
 /* Host buffers the GPU's results are copied into, kept from one variant to
  * the next: pages a copy writes for the first time fault in one by one,
- * which took 3.5 s of each variant's 6.5 s at N = 2^28 (Adam, 2 ranks). The
+ * which took most of a variant's time at large sizes (doc/design.md, The
+ * CUDA backend). The
  * runtime copies every byte of each result, so nothing of the variant
  * before can remain. A request takes the smallest free buffer that fits;
  * when none fits, the largest free one is let go first, so the pool holds
@@ -297,8 +298,8 @@ static size_t local_bytes(Program *p, const Node *n, int rank)
 
 /* The rank's inputs in their element types, laid out as the program lays
  * them out, made once and shared by every variant that lays them out the
- * same way (the runtime only reads them): at N = 2^28 converting every
- * input again for each of a dozen variants cost seconds each. Indexed by
+ * same way (the runtime only reads them): converting large inputs again
+ * for each variant is slow. Indexed by
  * the program's node id; freed by input_cache_free. */
 typedef struct {
     void **buf;

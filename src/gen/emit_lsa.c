@@ -117,10 +117,9 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
  * operands its stores walk the buckets as the element loop does, in one
  * round (coco_lsa_scat_push_parts), so not with cross-rank reductions:
  * kernel 0 has no gathered stores, and pushing everything first would
- * serialise its NVLink traffic and its local work (LAMB at P = 2, 2^28
- * FP32: 3.48 ms by loads, 4.87 ms by push in one round;
- * bench/results/archive/2026-11-22-h200x2-lamb.md). When the run takes
- * it: push_choice. */
+ * serialise its NVLink traffic and its local work (LAMB measured slower
+ * so: doc/design.md, The CUDA backend). When the run takes it:
+ * push_choice. */
 static int push_allowed(const Lsa *l)
 {
     return !l->nred || l->scat < 0;
@@ -130,20 +129,17 @@ static int push_allowed(const Lsa *l)
  * (coco_lsa_rounds, pipelined: emit_rounds; the instances that load keep
  * the plain loop)? In kernel 0 of two over contiguous operands, which has
  * no gathered stores to overlap its pushes with. One kernel pushes
- * everything first: its gathered stores overlap its local work (in rounds
- * at P = 2, no clear gain: bench/results/2026-11-23-h200x2-c.md). */
+ * everything first: its gathered stores overlap its local work (rounds
+ * measured no clear gain there: doc/design.md, The CUDA backend). */
 static int push_rounds(const Lsa *l)
 {
     return l->scat < 0 && l->nred > 0;
 }
 
 /* coco_lsa_pushes' `allowed`: one kernel, over contiguous or scattered
- * operands, by size (GPT-2 124M's scattered Adam step: 2.488 ms by push
- * against 2.735 by loads at P = 4, 1.656 against 1.755 at P = 2;
- * bench/results/2026-11-27-h200x4-j.md); two kernels (cross-rank
- * reductions) on request: at P = 2 LAMB by loads took 3.52 ms at 2^28
- * (FP32), by push 4.01 in rounds of 16 steps
- * (bench/results/2026-11-23-h200x2-c.md). */
+ * operands, by size (push measured faster on large scattered operands:
+ * doc/gpu.md, Scattered tensors); two kernels (cross-rank reductions) on
+ * request only (loads measured faster: doc/design.md, The CUDA backend). */
 static const char *push_choice(const Lsa *l)
 {
     return l->nred ? "ctx->fused_algo == COCO_FUSED_PUSH" : "1";
@@ -153,14 +149,10 @@ static const char *push_choice(const Lsa *l)
  * operand (4 elements beside FP32 state). The kernels are built for two
  * blocks of 512 threads per SM (__launch_bounds__(512, 2), coco_lsa.cuh's
  * COCO_LSA_MIN_BLOCKS; LSA_BLOCKS is that many blocks of an H200, all
- * resident at once), so at most 64 registers a thread. 16 bytes of the narrowest (8 elements of FP16
- * gradients beside FP32 parameters and state) needs more: mixed-precision
- * Adam's instances took 79 to 86 registers (ptxas, sm_90), one block per
- * SM, and at P = 4 the kernel moved its bytes at 2/3 of the all-FP32
- * kernel's rate (5.40 ms at 2^28 where mixed LAMB, 4 elements a step and
- * two blocks per SM, took 3.94; bench/results/2026-11-22-h200x4-p4.md);
- * mixed LAMB at P = 2 and 2^28 took 5.28 ms at V = 8 against 3.78 at V = 1
- * (bench/results/archive/2026-11-22-h200x2-lamb.md). */
+ * resident at once), so at most 64 registers a thread. 16 bytes of the
+ * narrowest (8 elements of FP16 gradients beside FP32 parameters and
+ * state) needs more registers than that, one block an SM, and measured
+ * slower: doc/gpu.md, Fused collectives in one kernel. */
 static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
     size_t size = type_size(nd(e, nd(e, l->rs)->in[0])->type);
@@ -227,10 +219,10 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
 
 /* Do the kernels take LIN (linear indices, emit_cuda.h)? Over a
  * contiguous part, where some kernel needs coordinates. The launch's
- * choice (lin) picks an instance with LIN a template parameter: with a
- * run-time LIN the coordinate path's arrays stayed in every instance (a
- * 272-byte stack frame, spills at 64 registers; ptxas, sm_90), a constant
- * one leaves them out. Only the vector instances have a LIN = 1 twin
+ * choice (lin) picks an instance with LIN a template parameter: a
+ * run-time LIN keeps the coordinate path's arrays in every instance, which
+ * spill at 64 registers (doc/design.md, The CUDA backend); a constant one
+ * leaves them out. Only the vector instances have a LIN = 1 twin
  * (emit_go): the others take the coordinates, which serve every shape. */
 static int lin_param(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
@@ -713,10 +705,9 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
-    /* two blocks per SM (vector_width), over scattered operands too: with
-     * coco_lsa_scat_walk taking one bucket at a time, BERT-large's Adam
-     * needs 71 to 83 registers unbounded and spills at most 76 bytes at 64
-     * (its default instance 32; ptxas, sm_90) */
+    /* two blocks per SM (vector_width), over scattered operands too:
+     * coco_lsa_scat_walk takes one bucket at a time, which keeps them near
+     * 64 registers, with little spilling (doc/design.md, The CUDA backend) */
     e->lin = lin_param(e, l, ins, nin);
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH%s>\n__global__ void "
                "__launch_bounds__(512, COCO_LSA_MIN_BLOCKS(P)) %s_f%d%s(", e->lin ? ", int LIN" : "", e->v, f,
@@ -787,12 +778,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
  * grid, without the fused kernels' bound of two blocks of 512 an SM and
  * without their aligned-step arithmetic, its reads through the read-only
  * path (RO, coco_ldv_in). Same operands, same statements, so the same
- * bits. Measured on one H100 (bench/probe/one_rank_fused.cu,
- * self-attention's chain at B = 8, S = 1024, H = 3072): the fused kernel's
- * one-rank instance 0.0641 ms, this form 0.0601, the elementwise kernel of
- * the same chain 0.0596; in place, the form is 9 to 10 % faster on the
- * layers' chain and 1 to 3 % slower on the optimizers at 2^28
- * (bench/results/2026-11-27-h100-p1-e.md), whence FORM. */
+ * bits. It measured faster than the fused instance on the layers' chain
+ * and slower on the optimizers (doc/gpu.md, One rank), whence FORM. */
 static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                                  const int *zs, int nz)
 {

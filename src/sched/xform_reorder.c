@@ -192,7 +192,8 @@ static int new_cast(Reorder *r, int like, int a, Type to, int fusion, double seq
 /* Does reduction n fold in FP32 when sliced? A 16-bit sum, product or Norm:
  * in its own type each rank's partial and the AllReduce would each round
  * where the program rounds once (its double accumulator, doc/language.md
- * 8.6): at BF16, 14 % off (tests/fuzz/regressions/bf16_norm_sliced.coco).
+ * 8.6): at BF16 far outside the tolerance
+ * (tests/fuzz/regressions/bf16_norm_sliced.coco).
  * A max or min is exact in any type. */
 static int folds_wide(const Node *n)
 {

@@ -30,24 +30,19 @@
 enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
 #define INPLACE_ELEMENTS (1L << 24)
 /* What a candidate costs beyond its runs, seconds, when a launch is
- * weighed (--launch-cost; search_costs): 0.03 s of buffers and copies
- * (self_attention at B=8 S=1024 H=3072, P = 2), and where it is checked in
- * place, CHECK_COST_S for each value its rank compares with the CPU
- * reference (33 more adam candidates at 2^20, about 4.2 M values a rank,
- * added 3.6 s at P = 4: bench/results/2026-11-26-h200x4-e.md; before the
- * checks ran on the rank's threads, a6c0081). By default
- * no launch is weighed: a slot's ranks stay up from one round to the next
- * (timer_cuda.c), so a second round costs its candidates alone. */
+ * weighed (--launch-cost; search_costs): CAND_COST_S of buffers and
+ * copies, and where it is checked in place, CHECK_COST_S for each value its
+ * rank compares with the CPU reference; both measured (doc/cli.md, coconet
+ * tune). By default no launch is weighed: a slot's ranks stay up from one
+ * round to the next (timer_cuda.c), so a second round costs its candidates
+ * alone. */
 #define CAND_COST_S 0.03
 #define CHECK_COST_S 25e-9
-/* The best confirmed (search_confirm): the candidates within 5 % of it, or
- * within 2 us, at most 6, timed twice more. Two tunes of adam at 2^24 on
- * one H100 timed one candidate 4 % apart (0.1644 and 0.1572 ms) while the
- * others agreed within 0.5 % (bench/results/2026-11-27-h100x4.md); at
- * 2^20 and one H200 rank (14 us a step), one exhaustive tune timed the
- * same fused kernel 0.0140 and 0.0158 ms as two candidates, 1.8 us apart,
- * and left the second unconfirmed (bench/results/2026-11-27-h200x4-b.md):
- * a pick on one such time is made again on three. */
+/* The best confirmed (search_confirm): the candidates within
+ * CONFIRM_MARGIN of it, or within CONFIRM_FLOOR_MS, at most CONFIRM_MOST,
+ * timed CONFIRM_ROUNDS more times, since one time of a candidate can stray
+ * beyond the others' spread (doc/cli.md, coconet tune): a pick on one such
+ * time is made again on three. */
 #define CONFIRM_MARGIN 0.05
 #define CONFIRM_FLOOR_MS 0.002
 enum { CONFIRM_ROUNDS = 2, CONFIRM_MOST = 6 };
