@@ -2,7 +2,7 @@
  * schedule fused but that run better as a FusedAllReduce with no
  * computation are generated as one:
  *   - an AllReduce over a scattered tensor (language.md 7.1), whose kernel
- *     reads the members directly (src/emit_lsa.c over buckets), with no
+ *     reads the members directly (src/gen/emit_lsa.c over buckets), with no
  *     copy into a contiguous buffer;
  *   - an AllReduce of FP16 or BF16 values, whose kernel moves 16-bit
  *     elements between the GPUs and sums them in registers at higher
