@@ -42,8 +42,16 @@
 extern "C" {
 #endif
 
-/* coco_cuda_ctx.fused_algo (COCONET_FUSED) */
-enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+/* The fused collectives' algorithms, X(NAME, spelling) in the order of
+ * their values: coco_cuda_ctx.fused_algo is COCO_FUSED_NAME, COCONET_FUSED
+ * takes the spelling. The one list: the runtime (rt/cuda_child.c) and the
+ * autotuner (src/tune/knobs.c) expand it, and tests/python checks the
+ * Python package's table (python/coconet/_session.py) against it. */
+#define COCO_FUSED_ALGOS(X)                                                                    \
+    X(AUTO, "auto") X(ONESHOT, "oneshot") X(TWOSHOT, "twoshot") X(NCCL, "nccl") X(PUSH, "push")
+#define COCO_FUSED_ENUMERATOR(name, spelling) COCO_FUSED_##name,
+#define COCO_FUSED_SPELLING(name, spelling) spelling,
+enum { COCO_FUSED_ALGOS(COCO_FUSED_ENUMERATOR) COCO_FUSED_COUNT };
 
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
@@ -116,7 +124,7 @@ typedef struct {
     void *lsa_base;    /* the window's local address, and its size */
     size_t lsa_bytes;
     int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
-    int fused_algo;    /* COCO_FUSED_*: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
+    int fused_algo;    /* COCO_FUSED_* (COCO_FUSED_ALGOS) */
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */

@@ -75,10 +75,11 @@ void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
  * alone: the runtime's stay as they are for the next variant) */
 static int variant_knobs(CocoRt *rt, const CocoRtVariant *v, coco_cuda_ctx *c)
 {
-    if (v->fused_algo < COCO_RT_KNOB_UNSET || v->fused_algo > 4 ||
+    if (v->fused_algo < COCO_RT_KNOB_UNSET || v->fused_algo >= COCO_FUSED_COUNT ||
         v->overlap_chunks < COCO_RT_KNOB_UNSET || v->overlap_chunks > 64)
-        return rt_error(rt, "%s: knobs fused_algo %d, overlap_chunks %d: expected -1 to 4 and "
-                        "-1 to 64", v->name, v->fused_algo, v->overlap_chunks);
+        return rt_error(rt, "%s: knobs fused_algo %d, overlap_chunks %d: expected -1 to %d and "
+                        "-1 to 64", v->name, v->fused_algo, v->overlap_chunks,
+                        COCO_FUSED_COUNT - 1);
     if (v->fused_algo != COCO_RT_KNOB_UNSET)
         c->fused_algo = v->fused_algo;
     if (v->overlap_chunks != COCO_RT_KNOB_UNSET)

@@ -142,7 +142,7 @@ static int open_arena(coco_session *s, size_t bytes)
     s->arena_bytes = bytes ? (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN
                            : (size_t)DEFAULT_ARENA;
     CUDA_OK(rt, cudaMalloc((void **)&s->agree, 3 * sizeof *s->agree));
-    if (rt->nranks > 1 && rt->fused_algo != 3) {
+    if (rt->nranks > 1 && rt->fused_algo != COCO_FUSED_NCCL) {
         NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
         NCCL_OK(rt, ncclMemAlloc((void **)&s->arena, s->arena_bytes));
         s->nccl_mem = 1;
