@@ -53,6 +53,20 @@ extern "C" {
 #define COCO_FUSED_SPELLING(name, spelling) spelling,
 enum { COCO_FUSED_ALGOS(COCO_FUSED_ENUMERATOR) COCO_FUSED_COUNT };
 
+/* The rank counts the one-kernel fused collectives have instances for,
+ * X(P) in increasing order: the generator emits the instances and the
+ * launch's condition from it (src/gen/emit_lsa.c), and the kernels' host
+ * side asks coco_lsa_has_instance (rt/kernels/coco_lsa.cuh). */
+#define COCO_LSA_RANKS(X) X(1) X(2) X(4) X(8)
+#define COCO_LSA_RANK_ITEM(p) p,
+#define COCO_LSA_RANK_TEST_(p) || nranks == (p)
+
+/* Is there a fused kernel instance for nranks ranks? */
+static inline int coco_lsa_has_instance(long nranks)
+{
+    return 0 COCO_LSA_RANKS(COCO_LSA_RANK_TEST_);
+}
+
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
  * that each rank's collective moves (2 M N K over 2 (P - 1) / P M N element
