@@ -193,6 +193,14 @@ typedef struct {
     void *const *const *members;
 } coco_cuda_args;
 
+/* The entry points' symbols: each prefix, then the variant's name (S at the
+ * top). The generator writes them (src/gen/emit_cuda.c, and `gen`'s header,
+ * src/main.c); the runtime finds them (rt_find_entry, rt/run.c). */
+#define COCO_RUN_PREFIX "coco_run__"
+#define COCO_WORKSPACE_PREFIX "coco_workspace__"
+#define COCO_WINDOW_INPUTS_PREFIX "coco_window_inputs__"
+#define COCO_WINDOW_OUTPUTS_PREFIX "coco_window_outputs__"
+
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);
 typedef size_t (*coco_cuda_workspace_fn)(const coco_cuda_ctx *ctx, const long *size);
 typedef int (*coco_lsa_open_fn)(void *world, int blocks, void **devcomm, char *err, size_t errlen);

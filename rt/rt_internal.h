@@ -152,6 +152,18 @@ RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c)
 RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);
 /* a variant's context from the runtime's state and knobs (run.c) */
 RT_INTERNAL void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len);
+/* A variant's entry points in a generated object (include/coconet_cuda.h) */
+typedef struct {
+    coco_cuda_run_fn run;
+    coco_cuda_workspace_fn workspace;
+    /* the arguments its one-kernel collectives reach in the peers' windows
+     * (-1 ends), or both NULL in an object without them (then every
+     * argument counts) */
+    const int *window_in, *window_out;
+} RtEntry;
+/* variant `name`'s entry points in the object `so`; -1 with a message
+ * naming the missing symbol when it has no run or workspace entry (run.c) */
+RT_INTERNAL int rt_find_entry(CocoRt *rt, void *so, const char *name, RtEntry *e);
 
 /* ---- memory held from variant to variant (held.c) ---- */
 /* b's slab of at least `bytes`: the held one (ranks lined up, zeroed) or a
