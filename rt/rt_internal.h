@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "coconet_cuda.h"
+#include "kernels/coco_check.cuh"
 
 /* shared between the runtime's files, not exported from the library */
 #define RT_INTERNAL __attribute__((visibility("hidden")))
@@ -115,25 +116,15 @@ RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
 /* ncclGetUniqueId's bytes, on the rank that makes them (the launcher's ranks, a session) */
 RT_INTERNAL int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen);
 
-#define CUDA_OK(rt, call)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return rt_fail(rt, #call, __FILE__, __LINE__, cudaGetErrorString(e_));             \
-    } while (0)
-#define NCCL_OK(rt, call)                                                                      \
-    do {                                                                                       \
-        ncclResult_t e_ = (call);                                                              \
-        char why_[512];                                                                        \
-        if (e_ != ncclSuccess)                                                                 \
-            return rt_fail(rt, #call, __FILE__, __LINE__, nccl_why(e_, why_, sizeof why_));    \
-    } while (0)
-#define LT_OK(rt, call)                                                                        \
-    do {                                                                                       \
-        cublasStatus_t e_ = (call);                                                            \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                       \
-            return rt_fail(rt, #call, __FILE__, __LINE__, cublasLtGetStatusString(e_));        \
-    } while (0)
+/* Checks of library calls (kernels/coco_check.cuh): on failure, return
+ * rt_fail's -1 with the call, file, line and the library's words; NCCL's
+ * words with its last error (nccl_why) */
+#define COCO_CHECK_NCCL_LAST_T ncclResult_t
+#define COCO_CHECK_NCCL_LAST_OK ncclSuccess
+#define COCO_CHECK_NCCL_LAST_WHY(e, buf, len) nccl_why(e, buf, len)
+#define CUDA_OK(rt, call) COCO_CHECK_RET(CUDA, call, #call, rt_fail, rt)
+#define NCCL_OK(rt, call) COCO_CHECK_RET(NCCL_LAST, call, #call, rt_fail, rt)
+#define LT_OK(rt, call) COCO_CHECK_RET(LT, call, #call, rt_fail, rt)
 
 /* ---- bounded waits (wait.c) ---- */
 /* until `event` (or, when NULL, `stream`) has completed, polling NCCL's
