@@ -80,8 +80,8 @@ build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a $(HDR) 
 # The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
 RT_OBJ := build/rt/wait.o build/rt/cuda_child.o build/rt/slab.o build/rt/held.o build/rt/run.o \
           build/rt/limits.o build/rt/breakdown.o build/rt/session.o
-build/rt/%.o: rt/%.c rt/rt_internal.h include/coconet_rt.h include/coconet_cuda.h \
-              include/coconet_session.h | build
+build/rt/%.o: rt/%.c rt/rt_internal.h rt/kernels/coco_check.cuh include/coconet_rt.h \
+              include/coconet_cuda.h include/coconet_session.h | build
 	@mkdir -p build/rt
 	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
 

@@ -42,8 +42,30 @@
 extern "C" {
 #endif
 
-/* coco_cuda_ctx.fused_algo (COCONET_FUSED) */
-enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+/* The fused collectives' algorithms, X(NAME, spelling) in the order of
+ * their values: coco_cuda_ctx.fused_algo is COCO_FUSED_NAME, COCONET_FUSED
+ * takes the spelling. The one list: the runtime (rt/cuda_child.c) and the
+ * autotuner (src/tune/knobs.c) expand it, and tests/python checks the
+ * Python package's table (python/coconet/_session.py) against it. */
+#define COCO_FUSED_ALGOS(X)                                                                    \
+    X(AUTO, "auto") X(ONESHOT, "oneshot") X(TWOSHOT, "twoshot") X(NCCL, "nccl") X(PUSH, "push")
+#define COCO_FUSED_ENUMERATOR(name, spelling) COCO_FUSED_##name,
+#define COCO_FUSED_SPELLING(name, spelling) spelling,
+enum { COCO_FUSED_ALGOS(COCO_FUSED_ENUMERATOR) COCO_FUSED_COUNT };
+
+/* The rank counts the one-kernel fused collectives have instances for,
+ * X(P) in increasing order: the generator emits the instances and the
+ * launch's condition from it (src/gen/emit_lsa.c), and the kernels' host
+ * side asks coco_lsa_has_instance (rt/kernels/coco_lsa.cuh). */
+#define COCO_LSA_RANKS(X) X(1) X(2) X(4) X(8)
+#define COCO_LSA_RANK_ITEM(p) p,
+#define COCO_LSA_RANK_TEST_(p) || nranks == (p)
+
+/* Is there a fused kernel instance for nranks ranks? */
+static inline int coco_lsa_has_instance(long nranks)
+{
+    return 0 COCO_LSA_RANKS(COCO_LSA_RANK_TEST_);
+}
 
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
@@ -107,7 +129,7 @@ typedef struct {
     void *lsa_base;    /* the window's local address, and its size */
     size_t lsa_bytes;
     int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
-    int fused_algo;    /* COCO_FUSED_*: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
+    int fused_algo;    /* COCO_FUSED_* (COCO_FUSED_ALGOS) */
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
@@ -161,6 +183,14 @@ typedef struct {
      * when the program has no scattered tensor */
     void *const *const *members;
 } coco_cuda_args;
+
+/* The entry points' symbols: each prefix, then the variant's name (S at the
+ * top). The generator writes them (src/gen/emit_cuda.c, and `gen`'s header,
+ * src/main.c); the runtime finds them (rt_find_entry, rt/run.c). */
+#define COCO_RUN_PREFIX "coco_run__"
+#define COCO_WORKSPACE_PREFIX "coco_workspace__"
+#define COCO_WINDOW_INPUTS_PREFIX "coco_window_inputs__"
+#define COCO_WINDOW_OUTPUTS_PREFIX "coco_window_outputs__"
 
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);
 typedef size_t (*coco_cuda_workspace_fn)(const coco_cuda_ctx *ctx, const long *size);

@@ -63,8 +63,8 @@ typedef struct {
      * several knob sets of a variant in one launch of the ranks); each
      * COCO_RT_KNOB_UNSET: the runtime's, from its environment at open
      * (doc/gpu.md, "Fused-collective knobs") */
-    int fused_algo;       /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot,
-                             3 NCCL calls, 4 push (as COCONET_FUSED) */
+    int fused_algo;       /* coco_cuda_ctx.fused_algo: COCO_FUSED_* (as COCONET_FUSED,
+                             include/coconet_cuda.h) */
     int overlap_chunks;   /* coco_cuda_ctx.overlap_chunks: 0 to 64 (as
                              COCONET_OVERLAP_CHUNKS) */
     /* per input (or NULL): an id of its host bytes, equal for two variants'

@@ -153,7 +153,11 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
     return 0;
 }
 
-/* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|push|nccl,
+/* ": auto oneshot ...", for the message on a wrong COCONET_FUSED */
+#define FUSED_WORD(name, spelling) " " spelling
+#define FUSED_WORDS ":" COCO_FUSED_ALGOS(FUSED_WORD)
+
+/* The fused-collective knobs: COCONET_FUSED (COCO_FUSED_ALGOS' spellings),
  * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
  * COCONET_FUSED_PUSH_BYTES, COCONET_FUSED_PUSH_ROUND,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
@@ -171,14 +175,14 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
 {
-    static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl", "push"};
+    static const char *const algo[] = {COCO_FUSED_ALGOS(COCO_FUSED_SPELLING)};
     const char *v = getenv("COCONET_FUSED");
     rt->fused_algo = -1;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < COCO_FUSED_COUNT; k++)
         if (!v || !*v || !strcmp(v, algo[k]))
-            rt->fused_algo = v && *v ? k : 0;
+            rt->fused_algo = v && *v ? k : COCO_FUSED_AUTO;
     if (rt->fused_algo < 0)
-        return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot, push or nccl", v);
+        return rt_error(rt, "COCONET_FUSED=%s: expected one of" FUSED_WORDS, v);
     long blocks, threads;
     if (env_number(rt, "COCONET_FUSED_BLOCKS", 0, 0, LSA_BLOCKS, 1, &blocks) ||
         env_number(rt, "COCONET_FUSED_THREADS", 0, 0, 512, 32, &threads) ||
@@ -217,7 +221,7 @@ int rt_read_knobs(CocoRt *rt)
 static int open_lsa(CocoRt *rt)
 {
     coco_lsa_open_fn open = (coco_lsa_open_fn)(size_t)dlsym(rt->so, "coco_lsa_open");
-    if (!open || rt->fused_algo == 3 || rt->nranks == 1)
+    if (!open || rt->fused_algo == COCO_FUSED_NCCL || rt->nranks == 1)
         return 0;
     NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
     char why[512] = "";
@@ -368,7 +372,8 @@ static void rt_describe(CocoRt *rt, char *buf, size_t len)
     snprintf(buf, len, "%s, NCCL %d.%d.%d, fused collectives: %s", rt->gpu,
              rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100,
              rt->lsa ? "one kernel over the peers' memory"
-             : rt->nranks == 1 && rt->fused_algo != 3 && dlsym(rt->so, "coco_lsa_open")
+             : rt->nranks == 1 && rt->fused_algo != COCO_FUSED_NCCL &&
+                       dlsym(rt->so, "coco_lsa_open")
                  ? "one kernel over local memory (one rank)"
                  : "NCCL calls");
 }

@@ -3,6 +3,7 @@
  * status: 0 success, 1 the program (or a run) failed, 2 bad command line. */
 #define _DEFAULT_SOURCE
 #include "coconet.h"
+#include "coconet_cuda.h" /* COCO_RUN_PREFIX, COCO_WORKSPACE_PREFIX */
 
 #include <dirent.h>
 #include <errno.h>
@@ -651,8 +652,9 @@ static void write_header(FILE *h, coco_program *p, const char *const *names, int
             coco_program_name(p));
     for (int i = -1; i < n; i++) {
         const char *s = i < 0 ? "program" : names[i];
-        fprintf(h, "int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args);\n"
-                   "size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size);\n", s, s);
+        fprintf(h, "int " COCO_RUN_PREFIX "%s(coco_cuda_ctx *ctx, const coco_cuda_args *args);\n"
+                   "size_t " COCO_WORKSPACE_PREFIX "%s(const coco_cuda_ctx *ctx, "
+                   "const long *size);\n", s, s);
     }
     fprintf(h, "#ifdef __cplusplus\n}\n#endif\n");
 }

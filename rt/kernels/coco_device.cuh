@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "coco_check.cuh"
 #include "coconet_cuda.h"
 
 enum { COCO_FP16, COCO_BF16, COCO_FP32, COCO_FP64 };
@@ -113,45 +114,43 @@ static inline int coco_nccl_direct(const CocoShape &s, int d, long g, size_t es)
         if ((ctx)->mark)                                                                \
             (ctx)->mark((ctx)->marks, kind, op, line, call);                            \
     } while (0)
+// A library call's failure as COCO_FAIL writes it: the call and the
+// library's words after rank, operation and program line (the program line
+// names the place; the generated file's own is not kept); 1
+static inline int coco_call_failed(const coco_cuda_ctx *ctx, const char *op, int line,
+                                   const char *call, const char *file, int at, const char *why)
+{
+    (void)file;
+    (void)at;
+    COCO_FAIL(ctx, op, line, "%s: %s", call, why);
+}
+// The checks (coco_check.cuh), then the mark; _QUIET: no mark, for calls on
+// or between other streams than ctx->stream
+#define COCO_CHECKED(kind, ctx, op, line, call, text) \
+    COCO_CHECK_RET(kind, call, text, coco_call_failed, ctx, op, line)
 #define COCO_CUDA(ctx, op, line, call)                                                  \
     do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess)                                                          \
-            COCO_FAIL(ctx, op, line, "%s: %s", #call, cudaGetErrorString(e_));         \
+        COCO_CHECKED(CUDA, ctx, op, line, call, #call);                                 \
         COCO_MARK(ctx, COCO_MARK_CUDA, op, line, #call);                                \
     } while (0)
 #define COCO_NCCL(ctx, op, line, call)                                                  \
     do {                                                                                \
-        ncclResult_t e_ = (call);                                                       \
-        if (e_ != ncclSuccess)                                                          \
-            COCO_FAIL(ctx, op, line, "%s: %s", #call, ncclGetErrorString(e_));         \
+        COCO_CHECKED(NCCL, ctx, op, line, call, #call);                                 \
         COCO_MARK(ctx, COCO_MARK_NCCL, op, line, #call);                                \
     } while (0)
 #define COCO_LT(ctx, op, line, call)                                                    \
     do {                                                                                \
-        cublasStatus_t e_ = (call);                                                     \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                \
-            COCO_FAIL(ctx, op, line, "%s: cuBLAS status %d", #call, (int)e_);           \
+        COCO_CHECKED(LT, ctx, op, line, call, #call);                                   \
         COCO_MARK(ctx, COCO_MARK_CUBLAS, op, line, #call);                              \
     } while (0)
 #define COCO_LAUNCH_CHECK(ctx, op, line)                                                \
-    do {                                                                                \
-        cudaError_t e_ = cudaGetLastError();                                            \
-        if (e_ != cudaSuccess)                                                          \
-            COCO_FAIL(ctx, op, line, "%s: %s", "cudaGetLastError()", cudaGetErrorString(e_)); \
-    } while (0)
+    COCO_CHECKED(CUDA, ctx, op, line, cudaGetLastError(), "cudaGetLastError()")
 #define COCO_LAUNCHED(ctx, op, line)                                                    \
     do {                                                                                \
         COCO_LAUNCH_CHECK(ctx, op, line);                                               \
         COCO_MARK(ctx, COCO_MARK_KERNEL, op, line, "kernel");                           \
     } while (0)
-// COCO_CUDA with no mark: calls on or between other streams than ctx->stream
-#define COCO_CUDA_QUIET(ctx, op, line, call)                                            \
-    do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess)                                                          \
-            COCO_FAIL(ctx, op, line, "%s: %s", #call, cudaGetErrorString(e_));         \
-    } while (0)
+#define COCO_CUDA_QUIET(ctx, op, line, call) COCO_CHECKED(CUDA, ctx, op, line, call, #call)
 
 // ---- elements ----
 __device__ __forceinline__ double coco_ld(const void *p, long i, int t)

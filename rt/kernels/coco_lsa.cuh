@@ -59,7 +59,7 @@
 // Are the kernel instances for p ranks built? The runtime builds the code
 // of a run for its number of ranks alone (cuda_source defines COCO_ONLY_P:
 // a third of the instances, a shorter build: doc/gpu.md, What a run does);
-// without it, as `coconet gen` writes the source, for 2, 4 and 8.
+// without it, as `coconet gen` writes the source, for each of COCO_LSA_RANKS.
 #ifdef COCO_ONLY_P
 #define COCO_HAS_P(p) ((p) == COCO_ONLY_P)
 #else
@@ -505,8 +505,7 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
 // knows.
 static inline int coco_lsa_possible(const coco_cuda_ctx *ctx, long nranks)
 {
-    return coco_lsa_reachable(ctx, nranks) &&
-           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8);
+    return coco_lsa_reachable(ctx, nranks) && coco_lsa_has_instance(nranks);
 }
 
 // The workspace a variant asks: its buffers from the start (used), and the

@@ -523,13 +523,13 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
 
 // Does this run take coco_lsa_scat_collective for the members of d
 // (elements of esize bytes) on a group of nranks: what coco_lsa_usable asks
-// of any kernel over the peers' memory, 1, 2, 4 or 8 ranks, the members in
-// the window? Otherwise the generated NCCL path.
+// of any kernel over the peers' memory, a rank count with kernel instances
+// (coco_lsa_has_instance), the members in the window? Otherwise the
+// generated NCCL path.
 static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, const CocoScat &d,
                                        size_t esize)
 {
-    return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) &&
-           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8) &&
+    return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) && coco_lsa_has_instance(nranks) &&
            coco_lsa_members_usable(ctx, d, esize);
 }
 
@@ -558,14 +558,11 @@ static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs
                             int op, void *local, cudaStream_t st)
 {
     switch (ctx->nranks) {
-    case 1:
-        return coco_lsa_scat_go_p<V, TI, TO, 1, RS>(ctx, d, cs, nall, op, local, st);
-    case 2:
-        return coco_lsa_scat_go_p<V, TI, TO, 2, RS>(ctx, d, cs, nall, op, local, st);
-    case 4:
-        return coco_lsa_scat_go_p<V, TI, TO, 4, RS>(ctx, d, cs, nall, op, local, st);
-    case 8:
-        return coco_lsa_scat_go_p<V, TI, TO, 8, RS>(ctx, d, cs, nall, op, local, st);
+#define COCO_SCAT_GO_CASE(p)                                                                \
+    case p:                                                                                 \
+        return coco_lsa_scat_go_p<V, TI, TO, p, RS>(ctx, d, cs, nall, op, local, st);
+        COCO_LSA_RANKS(COCO_SCAT_GO_CASE)
+#undef COCO_SCAT_GO_CASE
     default:
         return 1;
     }

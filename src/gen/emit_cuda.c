@@ -17,6 +17,8 @@
  * comment naming the program statements it computes. */
 #include "gen/emit_cuda.h"
 
+#include "coconet_cuda.h" /* COCO_RUN_PREFIX, ... */
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -886,9 +888,11 @@ static void emit_body(Emitter *e, const char *entry)
     emit_free(e, done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
-    fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
+    fprintf(o, "extern \"C\" int " COCO_RUN_PREFIX "%s(coco_cuda_ctx *ctx, "
+               "const coco_cuda_args *args)\n{\n"
                "    return %s_body(ctx, args, args->size, NULL);\n}\n\n", entry, e->v);
-    fprintf(o, "extern \"C\" size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size)\n{\n"
+    fprintf(o, "extern \"C\" size_t " COCO_WORKSPACE_PREFIX "%s(const coco_cuda_ctx *ctx, "
+               "const long *size)\n{\n"
                "    size_t need = 0;\n    coco_cuda_ctx c = *ctx;\n    char msg[256];\n"
                "    c.err = msg;\n    c.errlen = sizeof msg;\n"
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
@@ -909,9 +913,9 @@ static void mark_argument(Emitter *e, int id, char *in, char *out)
         in[e->in_index[e->state_of[id]]] = 1;
 }
 
-static void emit_index_list(FILE *o, const char *what, const char *entry, const char *mark, int n)
+static void emit_index_list(FILE *o, const char *prefix, const char *entry, const char *mark, int n)
 {
-    fprintf(o, "extern \"C\" const int coco_window_%s__%s[] = {", what, entry);
+    fprintf(o, "extern \"C\" const int %s%s[] = {", prefix, entry);
     for (int i = 0; i < n; i++)
         if (mark[i])
             fprintf(o, "%d, ", i);
@@ -947,8 +951,8 @@ static void emit_window_args(Emitter *e, const char *entry)
             mark_argument(e, p->node[i].in[0], in, out);
             mark_argument(e, i, in, out);
         }
-    emit_index_list(e->o, "inputs", entry, in, p->nexec_in);
-    emit_index_list(e->o, "outputs", entry, out, p->nexec_out);
+    emit_index_list(e->o, COCO_WINDOW_INPUTS_PREFIX, entry, in, p->nexec_in);
+    emit_index_list(e->o, COCO_WINDOW_OUTPUTS_PREFIX, entry, out, p->nexec_out);
     fputc('\n', e->o);
     emit_free(e, ids);
     emit_free(e, out);

@@ -59,8 +59,14 @@
  * launched as the elementwise kernels are (emit_one_rank_kernel). */
 #include "gen/emit_lsa.h"
 
+#include "coconet_cuda.h" /* COCO_LSA_RANKS */
+
 #include <stdlib.h>
 #include <string.h>
+
+/* The rank counts that get kernel instances, increasing */
+static const int lsa_ranks[] = {COCO_LSA_RANKS(COCO_LSA_RANK_ITEM)};
+enum { NLSA_RANKS = sizeof lsa_ranks / sizeof *lsa_ranks };
 
 static Node *nd(Emitter *e, int id)
 {
@@ -851,27 +857,26 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                "dim3 grid, dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
-    static const int peers[] = {1, 2, 4, 8};
     /* V: vmax, or 1 (misaligned buffers, or ctx->fused_vec); U: every
      * peer's loads in flight, or one's (ctx->fused_peers); push: two-shot
      * only, its loads all local (U = 0). One rank: one instance whatever
      * the algorithm asked (its only part, loaded locally, no barrier) */
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
-        for (int pi = 0; pi < 4; pi++)
+        for (int pi = 0; pi < NLSA_RANKS; pi++)
             for (int os = 0; os < 3; os++) /* two-shot, one-shot, push */
                 for (int u = 0; u < (os == 2 ? 1 : 2); u++) {
                     if ((os == 1 && !one) || (os == 2 && !push_allowed(l)) ||
-                        (peers[pi] == 1 && (os || u)))
+                        (lsa_ranks[pi] == 1 && (os || u)))
                         continue;
                     int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
-                    fprintf(o, "#if COCO_HAS_P(%d)\n", peers[pi]);
-                    if (peers[pi] == 1 && chunked(l))
+                    fprintf(o, "#if COCO_HAS_P(%d)\n", lsa_ranks[pi]);
+                    if (lsa_ranks[pi] == 1 && chunked(l))
                         emit_go_one_rank(e, f, l, ins, nin, zs, nz, v, lins);
-                    if (peers[pi] == 1)
+                    if (lsa_ranks[pi] == 1)
                         fprintf(o, "    if (V == %d && P == 1) {\n", v);
                     else
                         fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && "
-                                   "PUSH == %d) {\n", v, peers[pi], oneshot, u, push);
+                                   "PUSH == %d) {\n", v, lsa_ranks[pi], oneshot, u, push);
                     for (int kn = 0; kn < (l->nred ? 2 : 1); kn++)
                         for (int lin = lins - 1; lin >= 0; lin--) {
                             if (lins == 2 && v > 1)
@@ -879,7 +884,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                             else if (lin)
                                 continue; /* V = 1: the coordinates, whatever lin says */
                             fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d%s><<<grid, block, 0, "
-                                       "st>>>(", e->v, f, kn ? "_b" : "", v, peers[pi], oneshot,
+                                       "st>>>(", e->v, f, kn ? "_b" : "", v, lsa_ranks[pi], oneshot,
                                     u, push, lins == 2 ? (lin ? ", 1" : ", 0") : "");
                             emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
                             fprintf(o, ");\n");
@@ -1034,7 +1039,9 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
             fprintf(o, " &&\n            coco_lsa_members_usable(ctx, c%d, %zu)", id,
                     type_size(nd(e, id)->type));
     }
-    fprintf(o, " && (G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
+    for (int pi = 0; pi < NLSA_RANKS; pi++)
+        fprintf(o, "%sG_WORLD == %d", pi ? " || " : " && (", lsa_ranks[pi]);
+    fprintf(o, ")) {\n");
 }
 
 /* Pointers whose alignment decides V: the starts of the buffers addressed

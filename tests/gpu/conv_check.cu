@@ -39,15 +39,13 @@
 
 #include "coco_device.cuh"
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    cudaGetErrorString(e_));                                                \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
+// A failed CUDA call (coco_check.cuh): FILE:LINE: CALL: WHY on `to`, exit status 2
+static void ck_failed(FILE *to, const char *call, const char *file, int line, const char *why)
+{
+    fprintf(to, "%s:%d: %s: %s\n", file, line, call, why);
+    exit(2);
+}
+#define CK(call) COCO_CHECK_CALL(CUDA, call, #call, ck_failed, stderr)
 
 static const char *const tname[] = {"FP16", "BF16", "FP32", "FP64"};
 
