@@ -29,7 +29,9 @@
 #             each variant that repeats another but for its names once);
 #   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
 #             stand-in runtime, without a GPU;
-#   layers    the compiler's files include and call one way (tests/layers.py).
+#   layers    the compiler's files include and call one way (tests/layers.py);
+#   paths     every repository path a comment or a document names exists
+#             (tests/paths.py).
 # Each group file says more at its top. `ONLY="errors unit" sh tests/run.sh`
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose
 # checks call `group name`, then `ok` or `bad MESSAGE` per check, then
