@@ -53,6 +53,7 @@ static const char usage[] =
     "usage: coconet COMMAND FILE [options]\n"
     "\n"
     "commands:\n"
+    "  help            print this help (as --help)\n"
     "  check FILE      parse and check the program (types, shapes, layouts) and\n"
     "                  apply each of its schedules\n"
     "  print FILE      print the checked program with each value's type, shape, layout\n"
@@ -251,7 +252,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->threads = cores > 0 ? (int)cores : 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(a, "--help") || !strcmp(a, "-h") || (!o->cmd && !strcmp(a, "help"))) {
             fputs(usage, stdout);
             exit(0);
         }
