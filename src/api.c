@@ -23,11 +23,9 @@ static void set_err(char *err, size_t len, const char *fmt, const char *a, const
  * is over 64 MiB, or holds a NUL byte. */
 char *read_source_file(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        set_err(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+    FILE *f = open_regular_file(path, err, errlen);
+    if (!f)
         return NULL;
-    }
     size_t cap = 4096, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {

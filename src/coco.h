@@ -212,6 +212,9 @@ void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */
 char *arena_strdup(Arena *a, const char *s);
 void text_unify_line_ends(char *text);     /* \r\n and a lone \r become \n */
+/* path opened for reading when it is a regular file (never waiting, as
+ * opening a FIFO would); NULL with "PATH: error: ..." in err otherwise */
+FILE *open_regular_file(const char *path, char *err, size_t errlen);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */

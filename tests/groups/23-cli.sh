@@ -21,4 +21,14 @@ cli_status "help" 0 "usage: coconet COMMAND FILE [options]" help
 cp "$TMP/out" "$TMP/help.out"
 coco --help
 if cmp -s "$TMP/out" "$TMP/help.out"; then ok; else bad "cli help: not what --help prints"; fi
+
+# a FIFO or a directory is refused at once: opening a FIFO must not wait
+# for a writer (as the program, a schedule file or a CUDA source)
+mkfifo "$TMP/fifo.coco"
+cli_status "a FIFO as the program" 1 "fifo.coco: error: cannot read a FIFO: a regular file is expected" \
+    check "$TMP/fifo.coco"
+cli_status "a FIFO as a schedule file" 1 "fifo.coco: error: cannot read a FIFO" \
+    check examples/adam.coco --schedule-file "$TMP/fifo.coco"
+cli_status "a directory as the program" 1 "error: cannot read a directory" check "$TMP"
+rm -f "$TMP/fifo.coco"
 group_end
