@@ -673,6 +673,50 @@ static int make_dirs(const char *path)
     return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
+/* "coconet: cannot write PATH: REASON" when f (PATH, open for writing) was
+ * not written whole; closes f either way. 0, or 1. */
+static int close_written(FILE *f, const char *path)
+{
+    int bad = ferror(f), saved = errno, closed = fclose(f);
+    if (bad || closed)
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(bad ? saved : errno));
+    return bad || closed;
+}
+
+/* DIR/<program>.cu, the program's and the named schedules' CUDA source;
+ * no half-written source is left behind */
+static int write_cu(const char *dir, coco_program *p, const char *const *names, int n)
+{
+    char path[4096], err[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", dir, coco_program_name(p));
+    FILE *cu = fopen(path, "w");
+    if (!cu) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int rc = coco_gen_cuda(p, names, n, cu, err, sizeof err);
+    if (rc)
+        fputs(err, stderr);
+    rc |= close_written(cu, path);
+    if (rc)
+        remove(path);
+    return rc;
+}
+
+/* DIR/<program>.h, the entry points' declarations */
+static int write_h(const char *dir, coco_program *p, const char *const *names, int n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.h", dir, coco_program_name(p));
+    FILE *h = fopen(path, "w");
+    if (!h) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    write_header(h, p, names, n);
+    return close_written(h, path);
+}
+
 /* gen: DIR/<program>.cu and .h, with the headers they include. */
 static int gen(const Options *o, coco_program *p)
 {
@@ -689,29 +733,12 @@ static int gen(const Options *o, coco_program *p)
     for (int i = 0; i < coco_num_schedules(p); i++)
         if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
             names[n++] = coco_schedule_name(p, i);
-    char path[4096], err[4096];
-    snprintf(path, sizeof path, "%s/%s.cu", o->outdir, coco_program_name(p));
-    FILE *cu = fopen(path, "w");
-    int rc = !cu || coco_gen_cuda(p, names, n, cu, err, sizeof err);
-    if (cu && fclose(cu))
-        rc = 1;
-    if (rc) {
-        fputs(cu ? err : "coconet: cannot write the .cu file\n", stderr);
-        if (cu)
-            remove(path); /* no half-written source is left behind */
-    } else {
-        snprintf(path, sizeof path, "%s/%s.h", o->outdir, coco_program_name(p));
-        FILE *h = fopen(path, "w");
-        if (h) {
-            write_header(h, p, names, n);
-            fclose(h);
-        }
-        rc = !h || copy_home_file("include/coconet_cuda.h", o->outdir) ||
+    int rc = write_cu(o->outdir, p, names, n) || write_h(o->outdir, p, names, n) ||
+             copy_home_file("include/coconet_cuda.h", o->outdir) ||
              copy_kernel_headers(o->outdir);
-        if (!rc)
-            printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
-                   n ? "s" : "");
-    }
+    if (!rc)
+        printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
+               n ? "s" : "");
     free(names);
     return rc;
 }

@@ -31,4 +31,18 @@ cli_status "a FIFO as a schedule file" 1 "fifo.coco: error: cannot read a FIFO" 
     check examples/adam.coco --schedule-file "$TMP/fifo.coco"
 cli_status "a directory as the program" 1 "error: cannot read a directory" check "$TMP"
 rm -f "$TMP/fifo.coco"
+
+# gen into a place it cannot write names the path and the reason: DIR/F.cu
+# a directory (refused even to the superuser), or a read-only DIR (when not
+# the superuser); nothing is left half written
+mkdir -p "$TMP/gen/adam.cu"
+cli_status "gen over a directory" 1 "coconet: cannot write $TMP/gen/adam.cu: Is a directory" \
+    gen examples/adam.coco -o "$TMP/gen"
+if [ "$(id -u)" -ne 0 ]; then
+    mkdir -p "$TMP/gen-ro" && chmod 555 "$TMP/gen-ro"
+    cli_status "gen into a read-only directory" 1 \
+        "coconet: cannot write $TMP/gen-ro/adam.cu: Permission denied" gen examples/adam.coco -o "$TMP/gen-ro"
+    chmod 755 "$TMP/gen-ro"
+fi
+rm -rf "$TMP/gen" "$TMP/gen-ro"
 group_end
