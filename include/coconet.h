@@ -44,6 +44,9 @@ int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errl
 int coco_num_schedules(const coco_program *p);
 const char *coco_schedule_name(const coco_program *p, int i);
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen);
+/* The index of the schedule named `name`, or -1 with a message in err
+ * that lists the schedules there are. */
+int coco_find_schedule(const coco_program *p, const char *name, char *err, size_t errlen);
 /* Adds every distinct valid schedule reachable from the program; returns
  * how many. Their text and their names in the paper's notation: */
 int coco_enumerate_schedules(coco_program *p);

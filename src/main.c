@@ -45,7 +45,7 @@ typedef struct {
     int confirm;               /* tune: --confirm N (-1: not given) */
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
-    int program_only;          /* --schedule tuned chose the program itself */
+    int program_only;          /* --schedule program, or tuned chose the program */
     int tuned;                 /* --schedule tuned: the tuner's object is run */
 } Options;
 
@@ -75,7 +75,8 @@ static const char usage[] =
     "  --threads T     CPU threads of the reference executor (default: all cores)\n"
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
     "  --schedule NAME print/run: apply the schedule NAME (run: only that one);\n"
-    "                  run, gen: tuned takes the tuning record's choice\n"
+    "                  program: the program alone; run, gen: tuned takes the\n"
+    "                  tuning record's choice\n"
     "  --schedule-file F  add the schedules written in F\n"
     "  --all-schedules run, gen: also every enumerated schedule\n"
     "  -o DIR          gen: the directory to write to\n"
@@ -511,24 +512,15 @@ static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
             bad |= run_schedule(o, p, ref, coco_schedule_name(p, i), coco_schedule_note(p, i), &x);
     coco_run_free(x.run);
     coco_program_free(x.prog);
-    if (o->schedule && !bad) {
-        int found = 0;
-        for (int i = 0; i < n; i++)
-            found |= !strcmp(o->schedule, coco_schedule_name(p, i));
-        if (!found) {
-            fprintf(stderr, "%s: error: no schedule named '%s' (the file's own and, with "
-                    "--all-schedules, those `coconet schedules` lists)\n", o->file, o->schedule);
-            bad = 1;
-        }
-    }
     return bad;
 }
 
-/* The schedules run_schedules runs: all, or the one --schedule names. */
+/* The schedules run and gen take: all, the one --schedule names, or none
+ * (--schedule program). */
 static int chosen_schedules(const Options *o, coco_program *p, const char **names)
 {
     int n = 0;
-    for (int i = 0; i < coco_num_schedules(p); i++)
+    for (int i = 0; i < coco_num_schedules(p) && !o->program_only; i++)
         if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
             names[n++] = coco_schedule_name(p, i);
     return n;
@@ -726,13 +718,8 @@ static int gen(const Options *o, coco_program *p)
         fprintf(stderr, "coconet: cannot create %s: %s\n", o->outdir, strerror(errno));
         return 1;
     }
-    if (o->all_schedules)
-        coco_enumerate_schedules(p);
-    int n = 0;
     const char **names = calloc((size_t)coco_num_schedules(p) + 1, sizeof *names);
-    for (int i = 0; i < coco_num_schedules(p); i++)
-        if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
-            names[n++] = coco_schedule_name(p, i);
+    int n = chosen_schedules(o, p, names);
     int rc = write_cu(o->outdir, p, names, n) || write_h(o->outdir, p, names, n) ||
              copy_home_file("include/coconet_cuda.h", o->outdir) ||
              copy_kernel_headers(o->outdir);
@@ -817,6 +804,24 @@ static int run_cuda(const Options *o, coco_program *p)
     return rc;
 }
 
+/* --schedule NAME names the program itself ("program": no schedule) or one
+ * of p's schedules, the enumerated ones too with --all-schedules (run, gen):
+ * refused before anything runs or is written. */
+static void choose_schedule(Options *o, coco_program *p)
+{
+    if (o->all_schedules && (!strcmp(o->cmd, "run") || !strcmp(o->cmd, "gen")))
+        coco_enumerate_schedules(p);
+    if (!o->schedule)
+        return;
+    char err[4096];
+    o->program_only = !strcmp(o->schedule, "program");
+    if (!o->program_only && coco_find_schedule(p, o->schedule, err, sizeof err) < 0) {
+        fputs(err, stderr);
+        coco_program_free(p);
+        exit(1);
+    }
+}
+
 /* tune: time every variant on the GPUs and keep the best (coco_tune) */
 static int tune(const Options *o)
 {
@@ -853,7 +858,6 @@ static void apply_tuned(Options *o, coco_program *p, int cuda)
         fprintf(stderr, "coconet: note: %s\n", note);
     fprintf(stderr, "coconet: tuned: schedule %s, knobs %s\n", name, knobs[0] ? knobs : "default");
     o->schedule = name;
-    o->program_only = !strcmp(name, "program");
     o->tuned = 1;
     if (!knobs[0])
         return;
@@ -889,7 +893,8 @@ int main(int argc, char **argv)
     int rc = 0;
     if (o.schedule && !strcmp(o.schedule, "tuned"))
         apply_tuned(&o, p, cuda);
-    if (!strcmp(o.cmd, "print") && o.schedule) {
+    choose_schedule(&o, p);
+    if (!strcmp(o.cmd, "print") && o.schedule && !o.program_only) {
         char err[4096];
         coco_program *s = coco_schedule(p, o.schedule, err, sizeof err);
         if (!s) {
@@ -906,8 +911,6 @@ int main(int argc, char **argv)
     } else if (!strcmp(o.cmd, "gen")) {
         rc = gen(&o, p);
     } else if (!strcmp(o.cmd, "run")) {
-        if (o.all_schedules)
-            coco_enumerate_schedules(p);
         rc = cuda ? run_cuda(&o, p) : run(&o, p);
     }
     else {

@@ -107,8 +107,7 @@ Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t
         return NULL;
     }
     if (only && *nv == 1) {
-        snprintf(err, errlen, "%s: error: no schedule named '%s' (the file's own and, with "
-                 "--all-schedules, those `coconet schedules` lists)\n", p->file, only);
+        schedule_unknown(p, only, err, errlen);
         free(v);
         return NULL;
     }

@@ -22,6 +22,22 @@ cp "$TMP/out" "$TMP/help.out"
 coco --help
 if cmp -s "$TMP/out" "$TMP/help.out"; then ok; else bad "cli help: not what --help prints"; fi
 
+# --schedule program: the program alone, with no schedule after it
+cli_status "run --schedule program" 0 "adam: 4 simulated ranks" run examples/adam.coco --schedule program
+if grep -q '^schedule ' "$TMP/out"; then bad "cli run --schedule program ran schedules"; else ok; fi
+cli_status "print --schedule program" 0 "Execute adam(" print examples/adam.coco --schedule program
+# a misspelt --schedule is refused before anything runs (nothing on stdout,
+# even at a size whose run takes seconds) or is written, naming the schedules
+cli_status "run --schedule papr" 1 \
+    "examples/adam.coco: error: no schedule named 'papr' (its schedules: paper; --all-schedules adds" \
+    run examples/adam.coco --schedule papr -D N=16777216
+if [ -s "$TMP/out" ]; then bad "cli run --schedule papr: the program ran before the refusal"; else ok; fi
+cli_status "run --schedule papr --all-schedules" 1 "(its schedules: paper, AR_Opt, " \
+    run examples/adam.coco --schedule papr --all-schedules
+cli_status "gen --schedule papr" 1 "no schedule named 'papr'" \
+    gen examples/adam.coco --schedule papr -o "$TMP/gen-papr"
+if [ -e "$TMP/gen-papr" ]; then bad "cli gen --schedule papr wrote $TMP/gen-papr"; else ok; fi
+
 # a FIFO or a directory is refused at once: opening a FIFO must not wait
 # for a writer (as the program, a schedule file or a CUDA source)
 mkfifo "$TMP/fifo.coco"
