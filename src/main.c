@@ -746,7 +746,9 @@ static int list_schedules(const Options *o, coco_program *p)
 
 /* Does this run go to the CUDA backend? Under mpirun (in a build with MPI)
  * it does, with the MPI job's size as the ranks; with auto, when the CUDA
- * runtime is built, P GPUs are visible and no --dump is asked. */
+ * runtime is built, P GPUs are visible and no --dump is asked. With cuda,
+ * a machine where that is not so is refused before anything is built
+ * (--build-only needs the runtime's toolchain, not the GPUs). */
 static int use_cuda(Options *o)
 {
     if (o->build_only && (strcmp(o->cmd, "run") || strcmp(o->backend, "cuda")))
@@ -766,8 +768,9 @@ static int use_cuda(Options *o)
         int usable = coco_cuda_usable(o->nranks, why, sizeof why);
         if (!strcmp(o->backend, "auto"))
             return usable == 1 && !o->dump;
-        if (!usable) {
-            fprintf(stderr, "coconet: --backend cuda: %s\n", why);
+        if (usable != 1 && !(o->build_only && usable < 0)) {
+            fprintf(stderr, "coconet: --backend cuda: %s; --backend cpu runs the program on "
+                    "simulated ranks\n", why);
             exit(1);
         }
     }

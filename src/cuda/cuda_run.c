@@ -69,7 +69,8 @@ int coco_cuda_usable(int nranks, char *why, size_t len)
     }
     int gpus = cuda_gpu_count();
     if (gpus < 0) {
-        snprintf(why, len, "the NVIDIA driver shows no GPUs (no /proc/driver/nvidia/gpus)");
+        snprintf(why, len, "the NVIDIA driver shows no GPUs (no /proc/driver/nvidia/gpus, "
+                 "no /dev/nvidiaN)");
         return -1;
     }
     if (gpus < nranks) {

@@ -38,6 +38,20 @@ cli_status "gen --schedule papr" 1 "no schedule named 'papr'" \
     gen examples/adam.coco --schedule papr -o "$TMP/gen-papr"
 if [ -e "$TMP/gen-papr" ]; then bad "cli gen --schedule papr wrote $TMP/gen-papr"; else ok; fi
 
+# run --backend cuda where the driver shows no GPU: refused at once, before
+# nvcc builds anything (only on a machine without GPUs: elsewhere the
+# driver's files are there); --build-only still builds (group tune)
+if [ ! -d /proc/driver/nvidia/gpus ] && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    : >"$TMP/libcoconet_cuda.so"
+    COCONET_CUDA_RUNTIME=$TMP/libcoconet_cuda.so
+    export COCONET_CUDA_RUNTIME
+    cli_status "run --backend cuda without GPUs" 1 \
+        "coconet: --backend cuda: the NVIDIA driver shows no GPUs" run examples/adam.coco --backend cuda
+    unset COCONET_CUDA_RUNTIME
+    if [ -s "$TMP/out" ]; then bad "cli run --backend cuda without GPUs: it built or ran: $(head -n 1 "$TMP/out")"
+    else ok; fi
+fi
+
 # a FIFO or a directory is refused at once: opening a FIFO must not wait
 # for a writer (as the program, a schedule file or a CUDA source)
 mkfifo "$TMP/fifo.coco"
