@@ -22,6 +22,9 @@
 
 enum { MAXDIM = 8, MAXIN = 4, MAXNAME = 64 };
 #define MAX_ELEMENTS (1L << 40) /* elements of one logical tensor */
+/* The largest size, and of any size expression's step: in the file and on
+ * the command line (-D, tune's --sizes and --check-size) alike */
+#define MAX_SIZE 10000000000000L /* 10^13 */
 
 /* ---- element types ---- */
 typedef enum { T_FP16, T_BF16, T_FP32, T_FP64, NTYPE } Type;
@@ -231,11 +234,14 @@ typedef struct ErrorCtx {
     size_t len;
     const char *file;
     const char *src;
+    int config;       /* set by error_plain: the configuration's error */
     struct ErrorCtx *prev;
 } ErrorCtx;
 void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const char *src);
 void error_pop(ErrorCtx *ctx);
 _Noreturn void error_at(Pos pos, const char *fmt, ...);
+/* An error of the configuration (a -D binding, the ranks, the group size),
+ * which has no place in the source: "file: error: msg", ErrorCtx.config set */
 _Noreturn void error_plain(const char *fmt, ...);
 _Noreturn void error_again(const char *msg); /* a caught error, to the enclosing context */
 _Noreturn void internal_error(const char *file, int line, const char *fmt, ...);

@@ -65,7 +65,8 @@ static const char usage[] =
     "                  size; keep the fastest in the tuning record (doc/cli.md)\n"
     "\n"
     "options:\n"
-    "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
+    "  -D NAME=VALUE   bind a size (an integer or 2^k, 1 to 10^13) or a scalar\n"
+    "                  (a number)\n"
     "  --ranks P       number of ranks (default 4)\n"
     "  --group-size G  ranks in each GROUP (default: the file's 'Group GROUP(n);')\n"
     "  --backend B     where to run: cpu (the reference executor, simulated ranks),\n"
@@ -94,7 +95,7 @@ static const char usage[] =
     "                  (as many more runs as --iters), in a second table\n"
     "  --remeasure     cuda: measure the machine's limits (copy, peer copy, FP16 GEMM)\n"
     "                  again instead of reading them from the cache\n"
-    "  --sizes NAME=v1,v2,...  tune: the sizes to tune at (integers or 2^k); repeated\n"
+    "  --sizes NAME=v1,v2,...  tune: the sizes to tune at (as -D's); repeated\n"
     "                  for more names: every combination (default: the -D sizes)\n"
     "  --check-size NAME=v,...  tune: where variants too large to check in place are\n"
     "                  checked against the CPU reference (default: the file's sizes)\n"
@@ -290,11 +291,20 @@ static void parse_args(Options *o, int argc, char **argv)
         bad_usage("--schedule tuned goes with `coconet run` and `coconet gen`%s", "");
 }
 
+/* The program as the options load it; a bad -D is the command line's
+ * error (exit status 2), the rest the program's (1) */
 static coco_program *load(const Options *o)
 {
-    coco_config cfg = {o->defines, o->ndefines, o->nranks, o->group_size};
+    coco_config cfg = {.defines = o->defines, .ndefines = o->ndefines, .nranks = o->nranks,
+                       .group_size = o->group_size};
     char err[4096];
-    coco_program *p = coco_load_file(o->file, &cfg, err, sizeof err);
+    int status;
+    coco_program *p = coco_load_file_status(o->file, &cfg, &status, err, sizeof err);
+    if (!p && status == COCO_LOAD_BAD_CONFIG) {
+        fputs(err, stderr);
+        fputs("(coconet --help lists the commands and options)\n", stderr);
+        exit(2);
+    }
     if (!p || (o->sched_file && coco_add_schedules(p, o->sched_file, err, sizeof err))) {
         fputs(err, stderr);
         coco_program_free(p);

@@ -147,6 +147,7 @@ void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const ch
     ctx->len = len;
     ctx->file = file;
     ctx->src = src;
+    ctx->config = 0;
     ctx->prev = error_top;
     error_top = ctx;
     if (len)
@@ -236,6 +237,8 @@ _Noreturn void error_plain(const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     Pos none = {0, 0};
+    if (error_top)
+        error_top->config = 1;
     error_vformat(none, fmt, ap);
 }
 

@@ -52,6 +52,34 @@ if [ ! -d /proc/driver/nvidia/gpus ] && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; 
     else ok; fi
 fi
 
+# one grammar for sizes: -D, tune's --sizes and --check-size read a size as
+# decimal digits or 2^k, from 1 to 10^13 (the file's own limit), whole
+# (a --sizes list of any length), and refuse the rest alike, as a bad
+# command line (exit status 2); N/N*4: a program where N may be that large
+printf 'Size N;\nTensor x(FP32, [N/N*4], Replicated, WORLD);\nVar y = x + 1;\nExecute f({x}, {y});\n' \
+    >"$TMP/sizes.coco"
+for v in 8 2^20 2^43 10000000000000; do
+    cli_status "-D N=$v" 0 "ok" check "$TMP/sizes.coco" -D "N=$v"
+done
+cli_status "-D N=10000000000001" 2 "-D N=10000000000001: a size is at most 10^13" \
+    check "$TMP/sizes.coco" -D N=10000000000001
+cli_status "-D N=2^44" 2 "-D N=2^44: a size is at most 10^13" check "$TMP/sizes.coco" -D N=2^44
+cli_status "--sizes N=2^44" 2 "'2^44': a size is at most 10^13" \
+    tune "$TMP/sizes.coco" --plan --sizes N=2^44
+for v in +8 " 16" 2^-0 "8 " 0x10 1e3 2^ 8.0; do
+    cli_status "-D N='$v'" 2 "-D N=$v: a size must be a positive integer or 2^k" \
+        check "$TMP/sizes.coco" -D "N=$v"
+    cli_status "--sizes N='$v'" 2 "'$v': a size must be a positive integer or 2^k" \
+        tune "$TMP/sizes.coco" --plan --sizes "N=8,$v"
+    cli_status "--check-size N='$v'" 2 "'$v': a size must be a positive integer or 2^k" \
+        tune "$TMP/sizes.coco" --plan --sizes N=8 --check-size "N=$v"
+done
+cli_status "tune --sizes N=2^40" 0 "adam at N=1099511627776, 4 ranks: " \
+    tune examples/adam.coco --plan --sizes N=2^40
+long=$(awk 'BEGIN { for (i = 0; i < 53; i++) printf "000000000000001008,"; printf "000000000000001008x" }')
+cli_status "--sizes over 1023 characters" 2 "'000000000000001008x': a size must be" \
+    tune examples/adam.coco --plan --sizes "N=$long"
+
 # a FIFO or a directory is refused at once: opening a FIFO must not wait
 # for a writer (as the program, a schedule file or a CUDA source)
 mkfifo "$TMP/fifo.coco"
