@@ -303,13 +303,14 @@ typedef struct {
     const char *log;            /* append each launch's report to this file */
     double launch_s;            /* what another launch of the ranks costs, seconds: the
                                    first round of a point times every candidate when those
-                                   beyond the model's reach cost less than that (0 or
-                                   negative: none weighed, pruning as `prune` says; the
-                                   ranks stay up from one round to the next) */
+                                   beyond the model's reach cost less than that (0: none
+                                   weighed, pruning as `prune` says; the ranks stay up from
+                                   one round to the next) */
     int confirm;                /* rounds that time the candidates within 5 % (or 0.002 ms)
                                    of a point's best again, each keeping the median of its
-                                   times (0: 2; negative: none) */
+                                   times (0: none; coconet tune's default: COCO_TUNE_CONFIRM) */
 } coco_tune_options;
+#define COCO_TUNE_CONFIRM 2     /* coco_tune_options.confirm of `coconet tune` */
 /* 0 done, 1 failed (message in err), 2 bad options or a bad -D (message in err) */
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
               size_t errlen);

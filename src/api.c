@@ -218,7 +218,8 @@ int coco_program_roofline(const coco_program *p, int rank, coco_roofline *r)
         roofline_busiest(p, &x);
     else
         roofline_rank(p, rank, &x);
-    *r = (coco_roofline){x.read_bytes, x.write_bytes, x.link_bytes, x.flops};
+    *r = (coco_roofline){.read_bytes = x.read_bytes, .write_bytes = x.write_bytes,
+                         .link_bytes = x.link_bytes, .flops = x.flops};
     return 0;
 }
 

@@ -41,12 +41,14 @@ typedef struct {
     int nsizes;
     const char *check_size;    /* tune: --check-size NAME=v,... */
     double prune;              /* tune: --prune F */
-    double launch_cost;        /* tune: --launch-cost S (-1: not given) */
-    int confirm;               /* tune: --confirm N (-1: not given) */
+    double launch_cost;        /* tune: --launch-cost S (default 0: none weighed) */
+    int confirm;               /* tune: --confirm N (default COCO_TUNE_CONFIRM) */
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
+    const char *tune_option;   /* the first option given that goes with tune alone */
     int program_only;          /* --schedule program, or tuned chose the program */
-    int tuned;                 /* --schedule tuned: the tuner's object is run */
+    int build_all;             /* --schedule tuned on GPUs: build every variant, as
+                                  tune did, so that tune's object serves */
 } Options;
 
 static const char usage[] =
@@ -212,26 +214,35 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--schedule-file")) {
         o->sched_file = option_value(argc, argv, i);
     } else if (!strcmp(a, "--sizes")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         if (o->nsizes == MAXSIZES)
             bad_usage("at most 8 --sizes options%s", "");
         o->sizes[o->nsizes++] = option_value(argc, argv, i);
     } else if (!strcmp(a, "--check-size")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->check_size = option_value(argc, argv, i);
     } else if (!strcmp(a, "--prune")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->prune = parse_real(option_value(argc, argv, i), 1, 1e6,
                               "--prune expects a factor of at least 1, not '%s'");
     } else if (!strcmp(a, "--launch-cost")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->launch_cost = parse_real(option_value(argc, argv, i), 0, 3600,
                                     "--launch-cost expects seconds from 0 to 3600, not '%s'");
     } else if (!strcmp(a, "--confirm")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->confirm = (int)parse_count(a, option_value(argc, argv, i), 0, 10);
     } else if (!strcmp(a, "--exhaustive")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->exhaustive = 1;
     } else if (!strcmp(a, "--show")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->show = 1;
     } else if (!strcmp(a, "--plan")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->plan = 1;
     } else if (!strcmp(a, "--log")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->log = option_value(argc, argv, i);
     } else {
         bad_usage("unknown option '%s'", a);
@@ -245,8 +256,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->seed = 1;
     o->iters = 20;
     o->timeout = 300;
-    o->launch_cost = -1;
-    o->confirm = -1;
+    o->confirm = COCO_TUNE_CONFIRM;
     o->backend = getenv("COCONET_BACKEND") && *getenv("COCONET_BACKEND")
                      ? getenv("COCONET_BACKEND") : "auto";
     check_backend(o->backend);
@@ -278,9 +288,7 @@ static void parse_args(Options *o, int argc, char **argv)
         bad_usage("unknown command '%s'", o->cmd);
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
-    if (strcmp(o->cmd, "tune") && (o->nsizes || o->check_size || o->prune || o->exhaustive ||
-                                   o->show || o->plan || o->log || o->launch_cost >= 0 ||
-                                   o->confirm >= 0))
+    if (strcmp(o->cmd, "tune") && o->tune_option)
         bad_usage("--sizes, --check-size, --prune, --launch-cost, --confirm, --exhaustive, "
                   "--plan, --show and --log go with `coconet tune`%s", "");
     if (!strcmp(o->cmd, "tune") && (o->schedule || o->all_schedules || o->dump || o->outdir))
@@ -806,9 +814,17 @@ static _Noreturn void refuse_no_reference(const Options *o)
 
 static int run_cuda(const Options *o, coco_program *p)
 {
-    coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
-                            o->cuda_source, o->reference, o->build_only, o->breakdown,
-                            o->remeasure, o->tuned};
+    coco_cuda_options co = {.seed = o->seed,
+                            .threads = o->threads,
+                            .iters = o->iters,
+                            .timeout_s = o->timeout,
+                            .schedule = o->schedule,
+                            .cuda_source = o->cuda_source,
+                            .reference = o->reference,
+                            .build_only = o->build_only,
+                            .breakdown = o->breakdown,
+                            .remeasure = o->remeasure,
+                            .build_all = o->build_all};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);
@@ -838,11 +854,24 @@ static void choose_schedule(Options *o, coco_program *p)
 /* tune: time every variant on the GPUs and keep the best (coco_tune) */
 static int tune(const Options *o)
 {
-    coco_tune_options t = {o->defines, o->ndefines, o->nranks, o->group_size, o->sched_file,
-                           o->sizes, o->nsizes, o->check_size, o->prune, o->exhaustive, o->plan,
-                           o->iters, o->timeout, o->threads, o->seed, o->log,
-                           o->launch_cost < 0 ? 0 : o->launch_cost == 0 ? -1 : o->launch_cost,
-                           o->confirm < 0 ? 0 : o->confirm == 0 ? -1 : o->confirm};
+    coco_tune_options t = {.defines = o->defines,
+                           .ndefines = o->ndefines,
+                           .nranks = o->nranks,
+                           .group_size = o->group_size,
+                           .sched_file = o->sched_file,
+                           .sizes = o->sizes,
+                           .nsizes = o->nsizes,
+                           .check_size = o->check_size,
+                           .prune = o->prune,
+                           .exhaustive = o->exhaustive,
+                           .plan = o->plan,
+                           .iters = o->iters,
+                           .timeout_s = o->timeout,
+                           .threads = o->threads,
+                           .seed = o->seed,
+                           .log = o->log,
+                           .launch_s = o->launch_cost,
+                           .confirm = o->confirm};
     char err[8192];
     int rc = o->show ? coco_tune_show(o->file, &t, stdout, err, sizeof err)
                      : coco_tune(o->file, &t, stdout, err, sizeof err);
@@ -871,7 +900,7 @@ static void apply_tuned(Options *o, coco_program *p, int cuda)
         fprintf(stderr, "coconet: note: %s\n", note);
     fprintf(stderr, "coconet: tuned: schedule %s, knobs %s\n", name, knobs[0] ? knobs : "default");
     o->schedule = name;
-    o->tuned = 1;
+    o->build_all = cuda; /* the object tune built holds every variant */
     if (!knobs[0])
         return;
     if (!strcmp(o->cmd, "gen")) {

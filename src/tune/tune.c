@@ -50,7 +50,7 @@ enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
  * a pick on one such time is made again on three. */
 #define CONFIRM_MARGIN 0.05
 #define CONFIRM_FLOOR_MS 0.002
-enum { CONFIRM_ROUNDS = 2, CONFIRM_MOST = 6 };
+enum { CONFIRM_MOST = 6 };
 
 /* ---- options: --sizes and --check-size ---- */
 
@@ -484,8 +484,8 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
                          tu->inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
         rc = search_run(&s, launch_point, tu, show_progress, err, errlen);
-        ConfirmRule rule = {o->confirm == 0 ? CONFIRM_ROUNDS : o->confirm, CONFIRM_MARGIN,
-                            CONFIRM_FLOOR_MS, CONFIRM_MOST};
+        ConfirmRule rule = {.rounds = o->confirm, .margin = CONFIRM_MARGIN,
+                            .floor_ms = CONFIRM_FLOOR_MS, .most = CONFIRM_MOST};
         if (!rc)
             rc = search_confirm(&s, launch_point, tu, &rule, err, errlen);
         tu->t->close(tu->t, SLOT_POINT);
@@ -626,9 +626,12 @@ static TuneTimer *make_timer(const coco_tune_options *o, FILE *log, char *err, s
     if (fake && *fake)
         return timer_fake_new(fake, err, errlen);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    TimerConfig c = {o->nranks, o->iters > 0 ? o->iters : 20,
-                     o->threads > 0 ? o->threads : (cores > 0 ? (int)cores : 1),
-                     o->timeout_s > 0 ? o->timeout_s : 300, o->seed ? o->seed : 1, log};
+    TimerConfig c = {.nranks = o->nranks,
+                     .iters = o->iters > 0 ? o->iters : 20,
+                     .threads = o->threads > 0 ? o->threads : (cores > 0 ? (int)cores : 1),
+                     .timeout_s = o->timeout_s > 0 ? o->timeout_s : 300,
+                     .seed = o->seed ? o->seed : 1,
+                     .log = log};
     return timer_cuda_new(&c, err, errlen);
 }
 

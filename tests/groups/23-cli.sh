@@ -80,6 +80,17 @@ long=$(awk 'BEGIN { for (i = 0; i < 53; i++) printf "000000000000001008,"; print
 cli_status "--sizes over 1023 characters" 2 "'000000000000001008x': a size must be" \
     tune examples/adam.coco --plan --sizes "N=$long"
 
+# the structs that cross a module boundary (the public API's, the GPU
+# runtime's, the tuner's timer's and the launcher's) are initialized by
+# field name in src/: a positional list of a dozen fields maps a value onto
+# the wrong field silently
+types='coco_config|coco_cuda_options|coco_tune_options|coco_cuda_build|coco_roofline|coco_tensor'
+types="$types|coco_summary|coco_comparison|struct coco_run|CocoRt[A-Za-z]*|TimerConfig|CudaRankPlace"
+grep -rnE "(^|[^A-Za-z_])($types) +[A-Za-z_]+ *= *\{ *[^.} ]|\(($types)\) *\{ *[^.} ]" src \
+    >"$TMP/positional"
+if [ -s "$TMP/positional" ]; then bad "cli: positional initializers: $(head -n 3 "$TMP/positional")"
+else ok; fi
+
 # a FIFO or a directory is refused at once: opening a FIFO must not wait
 # for a writer (as the program, a schedule file or a CUDA source)
 mkfifo "$TMP/fifo.coco"
