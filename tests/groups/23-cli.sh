@@ -91,6 +91,26 @@ grep -rnE "(^|[^A-Za-z_])($types) +[A-Za-z_]+ *= *\{ *[^.} ]|\(($types)\) *\{ *[
 if [ -s "$TMP/positional" ]; then bad "cli: positional initializers: $(head -n 3 "$TMP/positional")"
 else ok; fi
 
+# make run: a block per file headed by its name, every file run even after
+# one failed, and one line at the end counting them (here on two files, the
+# first refused); the build is already done, on every core and a line a step
+make --no-print-directory run RUN_FILES="tests/errors/empty_file.coco examples/adam.coco" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ]; then bad "cli make run: a failed file, yet exit status 0"
+elif ! grep -q '^== examples/adam.coco$' "$TMP/out"; then
+    bad "cli make run: no block for examples/adam.coco after a failed file"
+elif [ "$(grep -c '^adam: 4 simulated ranks' "$TMP/out")" != 1 ]; then
+    bad "cli make run: adam did not run once"
+elif [ "$(tail -n 1 "$TMP/out")" != "make run: 2 examples ran, 1 failed: tests/errors/empty_file.coco" ]; then
+    bad "cli make run: the last line is '$(tail -n 1 "$TMP/out")'"
+else ok; fi
+make --no-print-directory run RUN_FILES="examples/adam.coco examples/sgd_momentum.coco" >"$TMP/out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] || [ "$(tail -n 1 "$TMP/out")" != "make run: 2 examples ran, 0 failed" ]; then
+    bad "cli make run: status $rc, last line '$(tail -n 1 "$TMP/out")'"
+else ok; fi
+
 # a FIFO or a directory is refused at once: opening a FIFO must not wait
 # for a writer (as the program, a schedule file or a CUDA source)
 mkfifo "$TMP/fifo.coco"
