@@ -22,6 +22,9 @@
 
 enum { MAXDIM = 8, MAXIN = 4, MAXNAME = 64 };
 #define MAX_ELEMENTS (1L << 40) /* elements of one logical tensor */
+/* The largest size, and of any size expression's step: in the file and on
+ * the command line (-D, tune's --sizes and --check-size) alike */
+#define MAX_SIZE 10000000000000L /* 10^13 */
 
 /* ---- element types ---- */
 typedef enum { T_FP16, T_BF16, T_FP32, T_FP64, NTYPE } Type;
@@ -212,6 +215,9 @@ void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */
 char *arena_strdup(Arena *a, const char *s);
 void text_unify_line_ends(char *text);     /* \r\n and a lone \r become \n */
+/* path opened for reading when it is a regular file (never waiting, as
+ * opening a FIFO would); NULL with "PATH: error: ..." in err otherwise */
+FILE *open_regular_file(const char *path, char *err, size_t errlen);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */
@@ -228,11 +234,14 @@ typedef struct ErrorCtx {
     size_t len;
     const char *file;
     const char *src;
+    int config;       /* set by error_plain: the configuration's error */
     struct ErrorCtx *prev;
 } ErrorCtx;
 void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const char *src);
 void error_pop(ErrorCtx *ctx);
 _Noreturn void error_at(Pos pos, const char *fmt, ...);
+/* An error of the configuration (a -D binding, the ranks, the group size),
+ * which has no place in the source: "file: error: msg", ErrorCtx.config set */
 _Noreturn void error_plain(const char *fmt, ...);
 _Noreturn void error_again(const char *msg); /* a caught error, to the enclosing context */
 _Noreturn void internal_error(const char *file, int line, const char *fmt, ...);

@@ -6,6 +6,10 @@
 #   unit      every build/tests/* binary must exit 0;
 #   errors    every tests/errors/*.coco (and the generated cases) must be
 #             refused with status 1 and the expected message;
+#   cli       the command line as a newcomer meets it: help, exit statuses,
+#             schedule names and the GPU checked before anything runs,
+#             messages that name paths and reasons, files that are not
+#             regular, `make run`;
 #   oracle    every example and tests/oracle/programs/*.coco, for P in 1 2 3 4 8
 #             and two seeds, against a numpy re-implementation;
 #   roundtrip `coconet print` output prints to itself and runs the same;

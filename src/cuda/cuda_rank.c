@@ -631,6 +631,34 @@ static void emit_steps(int vi, const CocoRtTiming *t, const CocoRtStep *steps, E
     }
 }
 
+/* The runtime's description of variant v on this rank (h: its host buffers) */
+static CocoRtVariant rt_variant(const CudaJob *job, const CudaVariant *v, const Host *h,
+                                CocoRtStep *steps)
+{
+    return (CocoRtVariant){.name = v->entry,
+                           .ninputs = h->nin,
+                           .input = (const void *const *)h->input,
+                           .input_bytes = h->input_bytes,
+                           .scalar = h->scalar,
+                           .updated = h->updated,
+                           .noutputs = h->nout,
+                           .output = h->output,
+                           .output_bytes = h->output_bytes,
+                           .size = h->size,
+                           .seed = job->seed,
+                           .iters = job->iters,
+                           .warmup = job->warmup,
+                           .nmembers = h->nmembers,
+                           .member_bytes = (const size_t *const *)h->member_bytes,
+                           .breakdown_runs = job->breakdown_runs,
+                           .steps = steps,
+                           .max_steps = steps ? MAX_STEPS : 0,
+                           .fused_algo = v->fused_algo,
+                           .overlap_chunks = v->overlap_chunks,
+                           .input_id = h->input_id,
+                           .time_only = job->time_only};
+}
+
 static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi, int rank,
                    EmitFn emit, void *ctx)
 {
@@ -641,12 +669,7 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     host_make(job, v->prog, rank, &h);
     double t1 = seconds_now();
     CocoRtStep *steps = job->breakdown_runs ? xcalloc(MAX_STEPS, sizeof *steps) : NULL;
-    CocoRtVariant rv = {v->entry, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
-                        h.updated, h.nout, h.output, h.output_bytes, h.size,
-                        job->seed, job->iters, job->warmup, h.nmembers,
-                        (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
-                        steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks,
-                        h.input_id, job->time_only};
+    CocoRtVariant rv = rt_variant(job, v, &h, steps);
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {
@@ -685,9 +708,13 @@ static CocoRt *rank_open(const CudaJob *job, const CocoRtApi *api, const CudaRan
 {
     int nranks = job->base->nranks, rank = at->rank, local_rank = at->local_rank;
     sharing_ranks = at->sharing > 1 ? at->sharing : 1;
-    CocoRtConfig cfg = {rank, nranks, local_rank,
-                        job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
-                        job->so, job->timeout_s};
+    CocoRtConfig cfg = {.rank = rank,
+                        .nranks = nranks,
+                        .local_rank = local_rank,
+                        .group_size = job->base->uses_group ? (int)job->base->group_size : 0,
+                        .nccl_id = nccl_id,
+                        .so_path = job->so,
+                        .timeout_s = job->timeout_s};
     char err[4096], line[2048];
     coco_test_die(rank, "start", NULL); /* the fault tests' hook (coconet_rt.h) */
     input_cache_free(); /* of another job run by this process, if any */

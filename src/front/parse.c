@@ -179,18 +179,14 @@ static const char *binding_value(Parser *ps, const char *name)
     return NULL;
 }
 
-/* -D NAME=TEXT of a size: an integer as the file writes one (size_atom) */
+/* -D NAME=TEXT of a size: as every size the command line gives */
 static long parse_size_binding(const char *name, const char *text)
 {
-    double v;
-    int is_int;
-    if (!lex_number_text(text, 1, &v, &is_int) || !is_int)
-        error_plain("-D %s=%s: a size must be a positive integer", name, text);
-    if (v <= 0)
-        error_plain("-D %s=%s: a size must be positive", name, text);
-    if (v > 1e12)
-        error_plain("-D %s=%s: size is too large", name, text);
-    return (long)v;
+    long v;
+    const char *wrong = size_text_read(text, strlen(text), &v);
+    if (wrong)
+        error_plain("-D %s=%s: %s", name, text, wrong);
+    return v;
 }
 
 static SizeDecl *size_add(Parser *ps, const char *name, Pos pos)
@@ -245,7 +241,7 @@ static const char *size_paren(Parser *ps, SizeVal x, int prec)
 
 static void check_size_range(Pos pos, double v)
 {
-    if (v > 1e13 || v < -1e13)
+    if (v > (double)MAX_SIZE || v < -(double)MAX_SIZE)
         error_at(pos, "size expression is too large");
 }
 
