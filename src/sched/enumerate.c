@@ -226,7 +226,7 @@ static Seq base_seq(Enum *e)
                 names[c++] = p->node[i].name;
         if (c < 2)
             continue;
-        SchedStmt st = schedule_stmt(e->a, "fuse", names, c, "ComputationFuse");
+        SchedStmt st = schedule_stmt(e->a, V_FUSE, names, c, P_COMPUTATION_FUSE);
         Seq t = seq_extend(e->a, s, &st, 1);
         Program *q = try_seq(p, t);
         if (q) {
@@ -256,7 +256,7 @@ static void push(Enum *e, Seq s)
     e->queue[e->nqueue++] = s;
 }
 
-static void push1(Enum *e, Seq s, const char *verb, const char **args, int n, const char *pol)
+static void push1(Enum *e, Seq s, Verb verb, const char **args, int n, Policy pol)
 {
     SchedStmt st = schedule_stmt(e->a, verb, args, n, pol);
     push(e, seq_extend(e->a, s, &st, 1));
@@ -282,14 +282,14 @@ static void splits_and_reorders(Enum *e, Seq s, Program *q)
         if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op != O_PARTIAL_REDUCE &&
             !sliced_after(q, i)) {
             args[0] = node_of(q, statement_head(q, i))->name; /* names it inline too */
-            push1(e, s, "split", args, 1, "ARSplitRSAG");
-            push1(e, s, "split", args, 1, "ARSliceAG");
+            push1(e, s, V_SPLIT, args, 1, P_AR_SPLIT_RS_AG);
+            push1(e, s, V_SPLIT, args, 1, P_AR_SLICE_AG);
         }
         if (n->op == O_ALLGATHER) {
             int c = downstream_units(q, i, args + 1);
             args[0] = n->name;
             if (c)
-                push1(e, s, "reorder", args, c + 1, "AGReorder");
+                push1(e, s, V_REORDER, args, c + 1, P_AG_REORDER);
         }
     }
 }
@@ -304,8 +304,8 @@ static void slice_state(Enum *e, Seq s, Program *q)
         if (g->op != O_ALLGATHER || is_output(q, g->id))
             continue;
         const char *a1[1] = {t->name}, *a2[1] = {g->name};
-        SchedStmt st[2] = {schedule_stmt(e->a, "asSlice", a1, 1, NULL),
-                           schedule_stmt(e->a, "dead", a2, 1, NULL)};
+        SchedStmt st[2] = {schedule_stmt(e->a, V_ASSLICE, a1, 1, P_NONE),
+                           schedule_stmt(e->a, V_DEAD, a2, 1, P_NONE)};
         push(e, seq_extend(e->a, s, st, 2));
     }
 }
@@ -332,14 +332,14 @@ static void fusions(Enum *e, Seq s, Program *q)
             }
             free(reach);
             if (c > 1)
-                push1(e, s, "fuse", args, c, "AllReduceFuse");
+                push1(e, s, V_FUSE, args, c, P_ALLREDUCE_FUSE);
         }
         if (n->op == O_SEND) {
             const char *u = unit_of(q, n->in[0]);
             if (u) {
                 args[0] = u;
                 args[1] = n->name;
-                push1(e, s, "fuse", args, 2, "SendFuse");
+                push1(e, s, V_FUSE, args, 2, P_SEND_FUSE);
             }
         }
     }
@@ -371,12 +371,12 @@ static void overlaps(Enum *e, Seq s, Program *q)
             if (a == b || !ref_uses(q, units[a], units[b]))
                 continue;
             const char *args[3] = {ref_name(q, units[a]), ref_name(q, units[b]), NULL};
-            push1(e, s, "overlap", args, 2, NULL);
+            push1(e, s, V_OVERLAP, args, 2, P_NONE);
             for (int c = 0; c < n; c++) {
                 if (c == a || c == b || !ref_uses(q, units[b], units[c]))
                     continue;
                 args[2] = ref_name(q, units[c]);
-                push1(e, s, "overlap", args, 3, NULL);
+                push1(e, s, V_OVERLAP, args, 3, P_NONE);
             }
         }
 }

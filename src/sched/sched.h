@@ -34,9 +34,9 @@ const char *overlap_name_check(const Xform *x); /* the overlap's name */
 int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 const char *schedule_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
-/* verb(args) with policy, no output names (a statement the compiler makes) */
-SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                        const char *policy);
+/* verb(args) with policy (or P_NONE), no output names (a statement the
+ * compiler makes) */
+SchedStmt schedule_stmt(Arena *a, Verb verb, const char **args, int nargs, Policy policy);
 
 /* ---- sched.c: applying a schedule, statement by statement ---- */
 void schedule_apply(Program *clone, const Schedule *s); /* user error on refusal */

@@ -14,7 +14,7 @@ _Noreturn void refuse(const Xform *x, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    error_at(x->st->pos, "schedule '%s': %s: %s", x->sched, x->st->verb, msg);
+    error_at(x->st->pos, "schedule '%s': %s: %s", x->sched, stmt_verb_word(x->st), msg);
 }
 
 static int find_fusion(Program *p, const char *name)
@@ -190,8 +190,7 @@ const char *schedule_fresh_name(Program *p, const char *dflt)
     return fresh_name(p, dflt, -1);
 }
 
-SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                        const char *policy)
+SchedStmt schedule_stmt(Arena *a, Verb verb, const char **args, int nargs, Policy policy)
 {
     SchedStmt st;
     memset(&st, 0, sizeof st);

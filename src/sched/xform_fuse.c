@@ -265,15 +265,12 @@ static void refuse_allreduce_computation(const Xform *x)
 void xform_fuse(const Xform *x)
 {
     Program *p = x->p;
-    const char *pol = x->st->policy;
-    if (!pol)
+    if (x->st->policy == P_NONE)
         refuse(x, "it needs a policy: ComputationFuse, AllReduceFuse or SendFuse");
-    FuseKind kind = !strcmp(pol, "ComputationFuse") ? F_COMPUTATION
-                    : !strcmp(pol, "SendFuse")      ? F_SEND
-                    : !strcmp(pol, "AllReduceFuse") || !strcmp(pol, "ARFuse") ? F_ALLREDUCE
-                                                                              : (FuseKind)-1;
-    if ((int)kind < 0)
-        refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)", pol);
+    if (policy_fuse_kind(x->st->policy) < 0)
+        refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)",
+               policy_word(x->st->policy));
+    FuseKind kind = (FuseKind)policy_fuse_kind(x->st->policy);
     if (x->st->narg < 1)
         refuse(x, "there is nothing to fuse");
     if (kind == F_COMPUTATION)
@@ -317,7 +314,7 @@ int in_some_overlap(Program *p, Ref r)
 void xform_overlap(const Xform *x)
 {
     Program *p = x->p;
-    if (x->st->policy)
+    if (x->st->policy != P_NONE)
         refuse(x, "it takes no policy");
     if (x->st->narg < 2)
         refuse(x, "it needs at least two operations");
