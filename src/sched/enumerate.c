@@ -133,12 +133,6 @@ static char *signature(Program *q)
     return s;
 }
 
-static int is_comp(const Node *n)
-{
-    OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
-}
-
 /* The name of the unit (fused computation or statement) holding node id. */
 static const char *unit_of(Program *q, int id)
 {
@@ -147,7 +141,7 @@ static const char *unit_of(Program *q, int id)
         FuseKind k = q->fusion[n->fusion].kind;
         return k == F_ALLREDUCE ? NULL : q->fusion[n->fusion].name;
     }
-    if (!is_comp(n) && n->op != O_SEND)
+    if (!is_computation(n) && n->op != O_SEND)
         return NULL;
     int h = statement_head(q, id);
     return node_of(q, h)->named ? node_of(q, h)->name : NULL;
@@ -189,7 +183,7 @@ static int pure_statement(Program *p, int id)
 {
     int ids[256], c = statement_nodes(p, id, ids, 256);
     for (int k = 0; k < c && k < 256; k++)
-        if (!is_comp(node_of(p, ids[k])))
+        if (!is_computation(node_of(p, ids[k])))
             return 0;
     return c <= 256;
 }
@@ -202,7 +196,7 @@ static Seq base_seq(Enum *e)
     for (int i = 0; i < p->nnode; i++)
         group[i] = -1;
     for (int i = 0; i < p->nnode; i++) {
-        if (!p->node[i].named || !is_comp(&p->node[i]) || !pure_statement(p, i))
+        if (!p->node[i].named || !is_computation(&p->node[i]) || !pure_statement(p, i))
             continue;
         group[i] = i;
         int ids[256], c = statement_nodes(p, i, ids, 256);
@@ -325,7 +319,7 @@ static void fusions(Enum *e, Seq s, Program *q)
             for (int j = i + 1; j < q->nnode; j++) {
                 Node *d = &q->node[j];
                 for (int k = 0; k < d->nin && !reach[j]; k++)
-                    reach[j] = reach[d->in[k]] && (is_comp(d) || d->op == O_ALLGATHER ||
+                    reach[j] = reach[d->in[k]] && (is_computation(d) || d->op == O_ALLGATHER ||
                                                    d->op == O_ALLREDUCE);
                 if (reach[j] && d->op == O_ALLGATHER && d->fusion < 0)
                     c = add_name(args, c, d->name);
@@ -397,154 +391,13 @@ static void expand(Enum *e, Seq s)
     program_free(q);
 }
 
-/* ---- names in the paper's notation ---- */
-
-typedef struct {
-    char buf[512];
-    size_t len;
-    int last_comp; /* the last token was a computation */
-} Name;
-
-static void put(Name *nm, const char *tok, int comp)
-{
-    if (comp && nm->last_comp)
-        return;
-    size_t tl = strlen(tok);
-    if (nm->len >= tl && !strcmp(nm->buf + nm->len - tl, tok) &&
-        (nm->len == tl || nm->buf[nm->len - tl - 1] == '-'))
-        return; /* AG-AG is one AG */
-    char last = nm->len ? nm->buf[nm->len - 1] : '(';
-    const char *sep = last == '(' || last == ',' ? "" : "-";
-    nm->len += (size_t)snprintf(nm->buf + nm->len, sizeof nm->buf - nm->len, "%s%s", sep, tok);
-    nm->last_comp = comp;
-}
-
-static void put_raw(Name *nm, const char *s)
-{
-    nm->len += (size_t)snprintf(nm->buf + nm->len, sizeof nm->buf - nm->len, "%s", s);
-    nm->last_comp = 0;
-}
-
-static const char *token(Program *q, const Node *n, int *comp)
-{
-    *comp = 0;
-    if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op == O_PARTIAL_REDUCE)
-        return NULL; /* a Norm's sum across ranks, part of the computation */
-    if (op_info(n->op)->paper)
-        return op_info(n->op)->paper;
-    if (!is_comp(n) || n->op == O_SLICE)
-        return NULL;
-    *comp = 1;
-    return "C";
-}
-
-static int has_update(Program *q)
-{
-    for (int i = 0; i < q->nnode; i++)
-        if (q->node[i].op == O_UPDATE)
-            return 1;
-    return 0;
-}
-
-static void put_node(Name *nm, Program *q, const Node *n, const char *comp_name)
-{
-    int comp;
-    const char *t = token(q, n, &comp);
-    if (t)
-        put(nm, comp ? comp_name : t, comp);
-}
-
-static void put_fusion(Name *nm, Program *q, int f, const char *comp_name, int *done)
-{
-    if (q->fusion[f].kind == F_COMPUTATION) {
-        put(nm, comp_name, 1);
-    } else {
-        if (nm->len && nm->buf[nm->len - 1] != '(' && nm->buf[nm->len - 1] != ',')
-            put_raw(nm, "-");
-        put_raw(nm, "fuse(");
-        static const char *const order[] = {"RS", "C", "P2P", "AG"};
-        for (int k = 0; k < 4; k++)
-            for (int i = 0; i < q->nnode; i++) {
-                int comp;
-                const char *t = q->node[i].fusion == f ? token(q, &q->node[i], &comp) : NULL;
-                if (t && !strcmp(t, order[k]))
-                    put(nm, comp ? comp_name : t, comp);
-            }
-        put_raw(nm, ")");
-    }
-    done[f] = 1;
-}
-
-static const char *paper_name(Arena *a, Program *q)
-{
-    Name nm;
-    memset(&nm, 0, sizeof nm);
-    const char *comp = has_update(q) ? "Opt" : "C";
-    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int));
-    Overlap *ol = q->noverlap ? &q->overlap[0] : NULL;
-    int ol_done = 0;
-    for (int i = 0; i < q->nnode; i++) {
-        Node *n = &q->node[i];
-        int in_ol = 0;
-        for (int k = 0; ol && k < ol->nitem; k++)
-            in_ol |= ol->item[k] == i ||
-                     (n->fusion >= 0 && ol->item[k] == REF_FUSION(n->fusion));
-        if (in_ol) {
-            if (ol_done)
-                continue;
-            ol_done = 1;
-            if (nm.len)
-                put_raw(&nm, "-");
-            put_raw(&nm, "ol(");
-            for (int k = 0; k < ol->nitem; k++) {
-                if (k)
-                    put_raw(&nm, ",");
-                Ref r = ol->item[k];
-                if (REF_IS_FUSION(r))
-                    put_fusion(&nm, q, REF_FUSION_INDEX(r), comp, done);
-                else
-                    put_node(&nm, q, node_of(q, r), comp);
-            }
-            put_raw(&nm, ")");
-            continue;
-        }
-        if (n->fusion >= 0) {
-            if (!done[n->fusion])
-                put_fusion(&nm, q, n->fusion, comp, done);
-            continue;
-        }
-        put_node(&nm, q, n, comp);
-    }
-    free(done);
-    return arena_strdup(a, nm.len ? nm.buf : "C");
-}
-
-/* The paper's tables write computations before a P2P as P2P-C (its text as
- * C-P2P); where a name has C-P2P, the other spelling is given too. */
-static const char *with_paper_alias(Arena *a, const char *note)
-{
-    if (!strstr(note, "C-P2P"))
-        return note;
-    char alias[512];
-    size_t n = 0;
-    for (const char *c = note; *c && n + 6 < sizeof alias;) {
-        if (!strncmp(c, "C-P2P", 5)) {
-            memcpy(alias + n, "P2P-C", 5);
-            n += 5;
-            c += 5;
-        } else {
-            alias[n++] = *c++;
-        }
-    }
-    alias[n] = 0;
-    return arena_printf(a, "%s (paper: %s)", note, alias);
-}
-
+/* The schedule's name: its note's letters and digits, runs of anything
+ * else as one '_', made unique with _2, _3... */
 static const char *ident_of(Arena *a, const char *note, Program *p)
 {
-    char buf[512];
+    char *buf = arena_alloc(a, strlen(note) + 1);
     size_t n = 0;
-    for (const char *c = note; *c && *c != ' ' && n + 2 < sizeof buf; c++) {
+    for (const char *c = note; *c && *c != ' '; c++) {
         int alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
         if (alnum)
             buf[n++] = *c;
@@ -554,7 +407,7 @@ static const char *ident_of(Arena *a, const char *note, Program *p)
     while (n && buf[n - 1] == '_')
         n--;
     buf[n] = 0;
-    const char *name = arena_strdup(a, buf);
+    const char *name = buf;
     for (int k = 2; schedule_find(p, name); k++)
         name = arena_printf(a, "%s_%d", buf, k);
     return name;
@@ -588,7 +441,7 @@ int enumerate_schedules(Program *p)
     int before = p->nsched;
     for (int i = 0; i < e.nqueue; i++) {
         Program *q = try_seq(p, e.queue[i]);
-        add_schedule(p, e.queue[i], with_paper_alias(p->arena, paper_name(p->arena, q)));
+        add_schedule(p, e.queue[i], paper_note(p->arena, q));
         program_free(q);
     }
     for (int i = 0; i < e.nseen; i++)

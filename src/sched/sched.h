@@ -32,6 +32,7 @@ void xform_outs(const Xform *x, int n, const char *what); /* requires n output n
 void xform_name(const Xform *x, int i, Ref r, const char *dflt);
 const char *overlap_name_check(const Xform *x); /* the overlap's name */
 int statement_nodes(Program *p, int id, int *out, int max); /* id and its inline parts */
+int is_computation(const Node *n); /* unary, binary, ternary, update or reduction */
 void check_node(const Xform *x, Node *n);       /* infer_node, a failure refuses */
 const char *schedule_fresh_name(Program *p, const char *dflt); /* dflt, or dflt_2, ... */
 /* verb(args) with policy (or P_NONE), no output names (a statement the
@@ -46,6 +47,10 @@ const Schedule *schedule_find(Program *p, const char *name);
 /* p under schedule s, a new program; NULL with the user error in err (if
  * errlen) when a statement is refused */
 Program *schedule_applied(Program *p, const Schedule *s, char *err, size_t errlen);
+
+/* ---- paper_name.c: an enumerated schedule's name in the paper's notation ---- */
+/* q's name ("MM-fuse(RS-C-AG)"), with the paper's other spelling if any */
+const char *paper_note(Arena *a, Program *q);
 
 /* ---- enumerate.c: every distinct valid schedule, added to p->sched ---- */
 int enumerate_schedules(Program *p);

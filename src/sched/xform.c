@@ -155,6 +155,12 @@ int statement_nodes(Program *p, int id, int *out, int max)
     return count;
 }
 
+int is_computation(const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
+}
+
 void check_node(const Xform *x, Node *n)
 {
     char msg[1024];

@@ -47,12 +47,6 @@ static void add_ref(Members *m, Ref r)
         m->in[ids[i]] = 1;
 }
 
-static int is_computation(const Node *n)
-{
-    OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
-}
-
 /* A value computed outside the set from a member and read by a member. */
 static void check_convex(Members *m)
 {

@@ -2,6 +2,7 @@
 # `coconet run --all-schedules` runs the program and each schedule and exits 1
 # when a schedule's outputs or Updated state differ from the program's beyond
 # rounding (judged against an FP64 evaluation: see coco_run_compare).
+# Then generated programs at the enumeration's limits (below).
 group schedules
 nsched=0
 sskip=0
@@ -15,4 +16,25 @@ for f in examples/*.coco tests/oracle/programs/*.coco; do
         run_schedules "$f" --ranks "$P"
     done
 done
+
+# Enumeration at its limits. A schedule's name has no length limit: 75
+# chained convolutions are named Conv-C 75 times (more than 512 bytes),
+# listed and run.
+# conv_chain N: N chained Tanh(Conv2D(...)) statements
+conv_chain() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor x(FP32, [2,4,6,6], Replicated, WORLD);"
+        print "Tensor w(FP32, [4,4,3,3], Replicated, WORLD);"
+        print "Var v0 = Tanh(Conv2D(x, w, 1, 1));"
+        for (i = 1; i < n; i++) printf "Var v%d = Tanh(Conv2D(v%d, w, 1, 1));\n", i, i - 1
+        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
+}
+conv_chain 75 >"$TMP/conv75.coco"
+coco schedules "$TMP/conv75.coco"
+long=$(awk 'BEGIN { for (i = 0; i < 75; i++) printf "%sConv-C", i ? "-" : ""; print "" }')
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 75 convolutions: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F -x -- "Schedule $(echo "$long" | tr - _) {  // $long" "$TMP/out"; then
+    bad "schedules of 75 convolutions: no schedule named $long: $(sed -n 2p "$TMP/out" | cut -c 1-200)"
+else ok; fi
+run_schedules "$TMP/conv75.coco" --ranks 2
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
