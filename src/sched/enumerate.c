@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_STATES = 4000, MAX_DEPTH = 10, MAX_ARGS = 64 };
+enum { MAX_STATES = 4000, MAX_DEPTH = 10 };
 
 typedef struct {
     SchedStmt *stmt;
@@ -152,8 +152,7 @@ static int add_name(const char **names, int n, const char *name)
     for (int i = 0; i < n; i++)
         if (!strcmp(names[i], name))
             return n;
-    if (n < MAX_ARGS)
-        names[n++] = name;
+    names[n++] = name; /* names has room for every node's */
     return n;
 }
 
@@ -212,11 +211,11 @@ static Seq base_seq(Enum *e)
             }
     }
     Seq s = {NULL, 0};
+    const char **names = xmalloc((size_t)p->nnode * sizeof(char *));
     for (int g = 0; g < p->nnode; g++) {
-        const char *names[MAX_ARGS];
         int c = 0;
         for (int i = 0; i < p->nnode; i++)
-            if (group[i] == g && c < MAX_ARGS)
+            if (group[i] == g)
                 names[c++] = p->node[i].name;
         if (c < 2)
             continue;
@@ -228,6 +227,7 @@ static Seq base_seq(Enum *e)
             program_free(q);
         }
     }
+    free(names);
     free(group);
     return s;
 }
@@ -266,13 +266,12 @@ static int sliced_after(Program *q, int id)
     return 0;
 }
 
-static void splits_and_reorders(Enum *e, Seq s, Program *q)
+static void splits_and_reorders(Enum *e, Seq s, Program *q, const char **args)
 {
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
         if (n->fusion >= 0)
             continue;
-        const char *args[MAX_ARGS];
         if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op != O_PARTIAL_REDUCE &&
             !sliced_after(q, i)) {
             args[0] = node_of(q, statement_head(q, i))->name; /* names it inline too */
@@ -304,11 +303,10 @@ static void slice_state(Enum *e, Seq s, Program *q)
     }
 }
 
-static void fusions(Enum *e, Seq s, Program *q)
+static void fusions(Enum *e, Seq s, Program *q, const char **args)
 {
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
-        const char *args[MAX_ARGS];
         if (n->fusion >= 0)
             continue;
         if (n->op == O_REDUCESCATTER) {
@@ -384,10 +382,12 @@ static void expand(Enum *e, Seq s)
         program_free(q);
         return;
     }
-    splits_and_reorders(e, s, q);
+    const char **args = xmalloc(((size_t)q->nnode + 2) * sizeof(char *)); /* room for all */
+    splits_and_reorders(e, s, q, args);
     slice_state(e, s, q);
-    fusions(e, s, q);
+    fusions(e, s, q, args);
     overlaps(e, s, q);
+    free(args);
     program_free(q);
 }
 

@@ -19,7 +19,8 @@ done
 
 # Enumeration at its limits. A schedule's name has no length limit: 75
 # chained convolutions are named Conv-C 75 times (more than 512 bytes),
-# listed and run.
+# listed and run. An AllGather read by 100 computations: a reorder moves
+# all 100 before it.
 # conv_chain N: N chained Tanh(Conv2D(...)) statements
 conv_chain() {
     awk -v n="$1" 'BEGIN {
@@ -37,4 +38,20 @@ elif ! grep -q -F -x -- "Schedule $(echo "$long" | tr - _) {  // $long" "$TMP/ou
     bad "schedules of 75 convolutions: no schedule named $long: $(sed -n 2p "$TMP/out" | cut -c 1-200)"
 else ok; fi
 run_schedules "$TMP/conv75.coco" --ranks 2
+# fanout N: an AllReduce read by N computations, each an output
+fanout() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor g(FP32, [16], Local, WORLD, RANK);"
+        print "Var s = AllReduce(\"+\", g);"
+        for (i = 0; i < n; i++) printf "Var u%d = Tanh(s) * %d;\n", i, i + 1
+        printf "Execute f({g}, {u0"; for (i = 1; i < n; i++) printf ",u%d", i; print "});" }'
+}
+fanout 100 >"$TMP/fanout100.coco"
+coco schedules "$TMP/fanout100.coco"
+all=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf ", u%d", i }')
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 100 readers: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F -x -- "  reorder(ag_s$all, AGReorder);" "$TMP/out"; then
+    bad "schedules of 100 readers: no reorder of all 100: $(grep -m 1 reorder "$TMP/out" | cut -c 1-200)"
+else ok; fi
+run_schedules "$TMP/fanout100.coco" --ranks 4
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
