@@ -52,6 +52,24 @@ Program *schedule_applied(Program *p, const Schedule *s, char *err, size_t errle
 /* q's name ("MM-fuse(RS-C-AG)"), with the paper's other spelling if any */
 const char *paper_note(Arena *a, Program *q);
 
+/* ---- enum_graph.c: the enumerator's questions about one state's graph ---- */
+typedef struct StateGraph StateGraph;
+StateGraph *state_graph_new(Program *q); /* q's facts, gathered once */
+void state_graph_free(StateGraph *g);
+int state_statement_head(const StateGraph *g, int id); /* statement_head */
+int state_sliced_after(const StateGraph *g, int id);   /* read by a Slice (ARSliceAG)? */
+const char *state_unit_of(const StateGraph *g, int id); /* its unit's name, or NULL */
+/* the units downstream of node from through units, by name, in program
+ * order (room for q->nnode); their count */
+int state_downstream_units(StateGraph *g, int from, const char **units);
+/* rs's name, then the unfused AllGathers downstream of ReduceScatter rs
+ * through computations and collectives, in program order; their count */
+int state_gathers_after(StateGraph *g, int rs, const char **names);
+int state_overlap_units(StateGraph *g);                /* the overlap candidates */
+Ref state_unit(const StateGraph *g, int u);            /* candidate u */
+/* the candidates that read a value of candidate u, ascending; their count */
+int state_unit_readers(const StateGraph *g, int u, const int **readers);
+
 /* ---- enumerate.c: every distinct valid schedule, added to p->sched ---- */
 int enumerate_schedules(Program *p);
 

@@ -20,7 +20,10 @@ done
 # Enumeration at its limits. A schedule's name has no length limit: 75
 # chained convolutions are named Conv-C 75 times (more than 512 bytes),
 # listed and run. An AllGather read by 100 computations: a reorder moves
-# all 100 before it.
+# all 100 before it. 80 chained layers have more schedules than the
+# enumeration's cap: they are listed quickly, and `schedules`, `run
+# --all-schedules` and `tune --plan` (of 20 layers) say that the list stops
+# at the cap.
 # conv_chain N: N chained Tanh(Conv2D(...)) statements
 conv_chain() {
     awk -v n="$1" 'BEGIN {
@@ -54,4 +57,31 @@ elif ! grep -q -F -x -- "  reorder(ag_s$all, AGReorder);" "$TMP/out"; then
     bad "schedules of 100 readers: no reorder of all 100: $(grep -m 1 reorder "$TMP/out" | cut -c 1-200)"
 else ok; fi
 run_schedules "$TMP/fanout100.coco" --ranks 4
+# layers N: N chained Tanh(AllReduce("+", MatMul(x, w) * c)) statements
+layers() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
+        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
+        print "Scalar c(FP32, 0.5);"
+        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
+        for (i = 1; i < n; i++)
+            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
+        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
+}
+layers 80 >"$TMP/layers80.coco"
+layers 20 >"$TMP/layers20.coco"
+cap_note="note: the enumeration stopped at its cap of 4000 schedules"
+coco schedules "$TMP/layers80.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 80 layers: ${why:-exit status $rc}: $(err1)"
+elif [ "$(grep -c '^Schedule ' "$TMP/out")" -ne 4000 ]; then
+    bad "schedules of 80 layers: $(grep -c '^Schedule ' "$TMP/out") schedules, expected the cap, 4000"
+elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "schedules of 80 layers: no note of the cap: $(err1)"
+else ok; fi
+run_schedules "$TMP/layers80.coco" --ranks 2
+if ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "run --all-schedules of 80 layers: no note of the cap: $(err1)"
+else ok; fi
+coco tune "$TMP/layers20.coco" --plan
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
+else ok; fi
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
