@@ -23,7 +23,9 @@ done
 # all 100 before it. 80 chained layers have more schedules than the
 # enumeration's cap: they are listed quickly, and `schedules`, `run
 # --all-schedules` and `tune --plan` (of 20 layers) say that the list stops
-# at the cap.
+# at the cap. A Cast written inside an AllReduce gives the schedules (fused
+# ones too) that the Cast in a Var of its own gives, and a hand-written
+# fuse of that AllReduce applies.
 # conv_chain N: N chained Tanh(Conv2D(...)) statements
 conv_chain() {
     awk -v n="$1" 'BEGIN {
@@ -84,4 +86,31 @@ coco tune "$TMP/layers20.coco" --plan
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
 else ok; fi
+# sgd_cast INLINE|VAR: an optimizer step whose AllReduce reads a Cast
+sgd_cast() {
+    echo "Size N = 1024;"
+    echo "Tensor g(FP16, [N], Local, WORLD, RANK);"
+    echo "Tensor p(FP32, [N], Replicated, WORLD);"
+    echo "Scalar lr(FP32, 0.1);"
+    if [ "$1" = INLINE ]; then echo 'Var avg = AllReduce("+", Cast(g, FP32));'
+    else echo "Var g32 = Cast(g, FP32);"; echo 'Var avg = AllReduce("+", g32);'; fi
+    echo "Var p1 = Update(p, p - lr * avg);"
+    echo "Execute sgd({g, p, lr}, {p1});"
+    echo "Schedule by_hand {"
+    echo "  f = fuse(avg, p1, AllReduceFuse);"
+    echo "}"
+}
+sgd_cast INLINE >"$TMP/cast_inline.coco"
+sgd_cast VAR >"$TMP/cast_var.coco"
+coco schedules "$TMP/cast_var.coco"
+sed 1d "$TMP/out" >"$TMP/cast_var.list"
+coco schedules "$TMP/cast_inline.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of a Cast in an AllReduce: ${why:-exit status $rc}: $(err1)"
+elif ! sed 1d "$TMP/out" | cmp -s - "$TMP/cast_var.list"; then
+    bad "schedules of a Cast in an AllReduce differ from those of the Cast in a Var: $(sed 1d "$TMP/out" | diff - "$TMP/cast_var.list" | sed -n 2p)"
+elif ! grep -q -F -x "  fuse(rs_avg, ag_p1, AllReduceFuse);" "$TMP/out"; then
+    bad "schedules of a Cast in an AllReduce: no fuse(rs_avg, ag_p1, AllReduceFuse)"
+else ok; fi
+run_schedules "$TMP/cast_inline.coco" --ranks 4
+run_schedules "$TMP/cast_inline.coco" --ranks 3
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
