@@ -208,13 +208,9 @@ int state_gathers_after(StateGraph *g, int rs, const char **names)
 
 /* ---- the overlap candidates and which read which ---- */
 
-/* Fused collectives and Sends (not computations), then unfused MatMuls and
- * communications while there are fewer than MAX_OVERLAP_UNITS candidates;
- * node_unit and fusion_unit give each one's index (-1: none). */
-static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
+static void list_fusion_units(StateGraph *g, int *fusion_unit)
 {
     Program *q = g->q;
-    g->unit = xmalloc(((size_t)q->nfusion + MAX_OVERLAP_UNITS + 1) * sizeof(Ref));
     for (int f = 0; f < q->nfusion; f++) {
         fusion_unit[f] = -1;
         if (!q->fusion[f].dead && q->fusion[f].kind != F_COMPUTATION) {
@@ -222,6 +218,16 @@ static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
             g->unit[g->nunit++] = REF_FUSION(f);
         }
     }
+}
+
+/* Fused collectives and Sends (not computations), then unfused MatMuls and
+ * communications while there are fewer than MAX_OVERLAP_UNITS candidates;
+ * node_unit and fusion_unit give each one's index (-1: none). */
+static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
+{
+    Program *q = g->q;
+    g->unit = xmalloc(((size_t)q->nfusion + MAX_OVERLAP_UNITS + 1) * sizeof(Ref));
+    list_fusion_units(g, fusion_unit);
     for (int i = 0; i < q->nnode; i++) {
         Node *d = &q->node[i];
         node_unit[i] = -1;

@@ -135,12 +135,7 @@ static Program *apply_to_clone(Program *from, const SchedStmt *st, int n)
         program_free(q);
         return NULL;
     }
-    Schedule sc;
-    memset(&sc, 0, sizeof sc);
-    sc.name = "candidate";
-    sc.stmt = (SchedStmt *)st;
-    sc.nstmt = n;
-    sc.generated = 1;
+    Schedule sc = {.name = "candidate", .stmt = (SchedStmt *)st, .nstmt = n, .generated = 1};
     schedule_apply(q, &sc);
     error_pop(&ctx);
     return q;
@@ -202,6 +197,17 @@ static void sig_node(Sig *s, Program *q, const Node *n, const int *order)
     sig_bytes(s, user_named ? n->name : "", user_named ? strlen(n->name) + 1 : 1);
 }
 
+static void sig_overlaps(Sig *s, Program *q)
+{
+    sig_long(s, q->noverlap);
+    for (int o = 0; o < q->noverlap; o++)
+        for (int i = 0; i < q->overlap[o].nitem; i++) {
+            int first;
+            ref_members(q, q->overlap[o].item[i], &first, 1); /* a fusion by its first member */
+            sig_long(s, first);
+        }
+}
+
 /* The graph without generated names: two schedules with the same one are
  * the same schedule. */
 static Sig signature(Program *q)
@@ -217,14 +223,7 @@ static Sig signature(Program *q)
             order[n->fusion] = nf++;
         sig_node(&s, q, n, order);
     }
-    sig_long(&s, q->noverlap);
-    for (int o = 0; o < q->noverlap; o++)
-        for (int i = 0; i < q->overlap[o].nitem; i++) {
-            Ref r = q->overlap[o].item[i];
-            int first;
-            ref_members(q, r, &first, 1); /* a fusion by its first member */
-            sig_long(&s, first);
-        }
+    sig_overlaps(&s, q);
     free(order);
     return s;
 }
@@ -246,6 +245,20 @@ static int set_of(int *up, int i)
     return i;
 }
 
+/* Joins computation statement i with those its statement reads (i, the
+ * largest id so far, becomes the group's). */
+static void join_readers(Program *p, int *up, int i)
+{
+    up[i] = i;
+    int ids[256], c = statement_nodes(p, i, ids, 256);
+    for (int k = 0; k < c && k < 256; k++)
+        for (int j = 0; j < node_of(p, ids[k])->nin; j++) {
+            int v = node_of(p, ids[k])->in[j];
+            if (up[v] >= 0 && v != i)
+                up[set_of(up, v)] = i;
+        }
+}
+
 /* Each named computation statement's group: the largest id of the
  * statements connected to it through what they read (-1: none). */
 static int *computation_groups(Program *p)
@@ -253,16 +266,8 @@ static int *computation_groups(Program *p)
     int *up = xmalloc(((size_t)p->nnode + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++) {
         up[i] = -1;
-        if (!p->node[i].named || !is_computation(&p->node[i]) || !pure_statement(p, i))
-            continue;
-        up[i] = i;
-        int ids[256], c = statement_nodes(p, i, ids, 256);
-        for (int k = 0; k < c && k < 256; k++)
-            for (int j = 0; j < node_of(p, ids[k])->nin; j++) {
-                int v = node_of(p, ids[k])->in[j];
-                if (up[v] >= 0 && v != i)
-                    up[set_of(up, v)] = i; /* i is the largest so far */
-            }
+        if (p->node[i].named && is_computation(&p->node[i]) && pure_statement(p, i))
+            join_readers(p, up, i);
     }
     for (int i = 0; i < p->nnode; i++)
         if (up[i] >= 0)
@@ -270,19 +275,15 @@ static int *computation_groups(Program *p)
     return up;
 }
 
-/* One ComputationFuse per group of two or more statements, in the order of
- * the groups, naming the statements in program order; their count. */
-static int group_fusions(Enum *e, const int *group, SchedStmt *st)
+/* Links each group's statements in program order: the first of group g is
+ * first[g], the one after statement i next[i] (-1: none). */
+static void link_groups(const int *group, int n, int *first, int *next)
 {
-    Program *p = e->base;
-    int *next = xmalloc(((size_t)p->nnode + 1) * sizeof(int)); /* the group's next member */
-    int *first = xmalloc(((size_t)p->nnode + 1) * sizeof(int));
-    int *last = xmalloc(((size_t)p->nnode + 1) * sizeof(int)), n = 0;
-    for (int g = 0; g < p->nnode; g++)
-        first[g] = -1;
-    for (int i = 0; i < p->nnode; i++) {
+    int *last = xmalloc(((size_t)n + 1) * sizeof(int));
+    for (int i = 0; i < n; i++)
+        first[i] = next[i] = -1;
+    for (int i = 0; i < n; i++) {
         int g = group[i];
-        next[i] = -1;
         if (g >= 0 && first[g] < 0)
             first[g] = i;
         else if (g >= 0)
@@ -290,6 +291,17 @@ static int group_fusions(Enum *e, const int *group, SchedStmt *st)
         if (g >= 0)
             last[g] = i;
     }
+    free(last);
+}
+
+/* One ComputationFuse per group of two or more statements, in the order of
+ * the groups, naming the statements in program order; their count. */
+static int group_fusions(Enum *e, const int *group, SchedStmt *st)
+{
+    Program *p = e->base;
+    int *first = xmalloc(((size_t)p->nnode + 1) * sizeof(int));
+    int *next = xmalloc(((size_t)p->nnode + 1) * sizeof(int)), n = 0;
+    link_groups(group, p->nnode, first, next);
     for (int g = 0; g < p->nnode; g++) {
         int c = 0;
         for (int i = first[g]; i >= 0; i = next[i])
@@ -297,36 +309,41 @@ static int group_fusions(Enum *e, const int *group, SchedStmt *st)
         if (c >= 2)
             st[n++] = schedule_stmt(e->a, V_FUSE, e->args, c, P_COMPUTATION_FUSE);
     }
-    free(last);
-    free(first);
     free(next);
+    free(first);
     return n;
 }
 
+/* e->root: the base under those of statements st that apply, each on the
+ * state the ones before it made; moves them to the front, gives their count. */
+static int apply_each(Enum *e, SchedStmt *st, int n)
+{
+    int kept = 0;
+    e->root = program_clone(e->base);
+    for (int i = 0; i < n; i++) {
+        Program *q = apply_to_clone(e->root, &st[i], 1);
+        if (q) {
+            program_free(e->root);
+            e->root = q;
+            st[kept++] = st[i];
+        }
+    }
+    return kept;
+}
+
 /* The first state: each connected group of computation statements fused,
- * those fusions that apply (all of them, unless one is refused: then each
- * on the state before it, in order). Sets e->root and e->nroot. */
+ * the fusions that apply (all of them, unless one is refused). Sets e->root
+ * and e->nroot. */
 static Seq root_seq(Enum *e)
 {
     Program *p = e->base;
     int *group = computation_groups(p);
     SchedStmt *st = arena_alloc(e->a, ((size_t)p->nnode + 1) * sizeof(SchedStmt));
-    int n = group_fusions(e, group, st);
+    Seq s = {st, group_fusions(e, group, st)};
     free(group);
-    Seq s = {st, n};
-    e->root = apply_to_clone(p, st, n);
-    if (!e->root) {
-        s.n = 0;
-        e->root = program_clone(p);
-        for (int i = 0; i < n; i++) {
-            Program *q = apply_to_clone(e->root, &st[i], 1);
-            if (q) {
-                program_free(e->root);
-                e->root = q;
-                s.stmt[s.n++] = st[i];
-            }
-        }
-    }
+    e->root = apply_to_clone(p, st, s.n);
+    if (!e->root)
+        s.n = apply_each(e, st, s.n);
     e->nroot = s.n;
     return s;
 }
@@ -385,25 +402,34 @@ static void room_for_args(Enum *e, int n)
     e->args = xmalloc((size_t)e->nargs * sizeof(char *));
 }
 
+/* Both splits of AllReduce i (not a Norm's sum, not split already). */
+static void splits(Enum *e, Seq s, Program *q, StateGraph *g, int i)
+{
+    if (node_of(q, q->node[i].in[0])->op == O_PARTIAL_REDUCE || state_sliced_after(g, i))
+        return;
+    /* its statement's name: split finds an AllReduce written inline */
+    const char *ar[1] = {node_of(q, state_statement_head(g, i))->name};
+    try1(e, s, q, V_SPLIT, ar, 1, P_AR_SPLIT_RS_AG);
+    try1(e, s, q, V_SPLIT, ar, 1, P_AR_SLICE_AG);
+}
+
+/* The reorder of AllGather i with every unit downstream of it. */
+static void reorders(Enum *e, Seq s, Program *q, StateGraph *g, int i)
+{
+    int c = state_downstream_units(g, i, e->args + 1);
+    e->args[0] = q->node[i].name;
+    if (c)
+        try1(e, s, q, V_REORDER, e->args, c + 1, P_AG_REORDER);
+}
+
 static void splits_and_reorders(Enum *e, Seq s, Program *q, StateGraph *g)
 {
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
-        if (n->fusion >= 0)
-            continue;
-        if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op != O_PARTIAL_REDUCE &&
-            !state_sliced_after(g, i)) {
-            /* its statement's name: split finds an AllReduce written inline */
-            const char *ar[1] = {node_of(q, state_statement_head(g, i))->name};
-            try1(e, s, q, V_SPLIT, ar, 1, P_AR_SPLIT_RS_AG);
-            try1(e, s, q, V_SPLIT, ar, 1, P_AR_SLICE_AG);
-        }
-        if (n->op == O_ALLGATHER) {
-            int c = state_downstream_units(g, i, e->args + 1);
-            e->args[0] = n->name;
-            if (c)
-                try1(e, s, q, V_REORDER, e->args, c + 1, P_AG_REORDER);
-        }
+        if (n->fusion < 0 && n->op == O_ALLREDUCE)
+            splits(e, s, q, g, i);
+        if (n->fusion < 0 && n->op == O_ALLGATHER)
+            reorders(e, s, q, g, i);
     }
 }
 
@@ -442,6 +468,21 @@ static void fusions(Enum *e, Seq s, Program *q, StateGraph *g)
     }
 }
 
+/* overlap(a, b), then overlap(a, b, c) for each candidate c reading b. */
+static void overlaps_from(Enum *e, Seq s, Program *q, StateGraph *g, int a, int b)
+{
+    const char *args[3] = {ref_name(q, state_unit(g, a)), ref_name(q, state_unit(g, b))};
+    try1(e, s, q, V_OVERLAP, args, 2, P_NONE);
+    const int *rc;
+    int nc = state_unit_readers(g, b, &rc);
+    for (int j = 0; j < nc; j++) {
+        if (rc[j] == a || rc[j] == b)
+            continue;
+        args[2] = ref_name(q, state_unit(g, rc[j]));
+        try1(e, s, q, V_OVERLAP, args, 3, P_NONE);
+    }
+}
+
 /* Overlaps of two or three candidates, each reading the one before. */
 static void overlaps(Enum *e, Seq s, Program *q, StateGraph *g)
 {
@@ -449,19 +490,8 @@ static void overlaps(Enum *e, Seq s, Program *q, StateGraph *g)
     for (int a = 0; a < n; a++) {
         const int *rb;
         int nb = state_unit_readers(g, a, &rb);
-        for (int i = 0; i < nb; i++) {
-            const char *args[3] = {ref_name(q, state_unit(g, a)),
-                                   ref_name(q, state_unit(g, rb[i]))};
-            try1(e, s, q, V_OVERLAP, args, 2, P_NONE);
-            const int *rc;
-            int nc = state_unit_readers(g, rb[i], &rc);
-            for (int j = 0; j < nc; j++) {
-                if (rc[j] == a || rc[j] == rb[i])
-                    continue;
-                args[2] = ref_name(q, state_unit(g, rc[j]));
-                try1(e, s, q, V_OVERLAP, args, 3, P_NONE);
-            }
-        }
+        for (int i = 0; i < nb; i++)
+            overlaps_from(e, s, q, g, a, rb[i]);
     }
 }
 
@@ -527,17 +557,24 @@ static void add_schedules(Program *p, const Enum *e)
     set_free(&names);
 }
 
+/* Breadth first from the first state, until no state is left or the list
+ * is full and known to be cut. */
+static void search(Enum *e)
+{
+    e->queue = xmalloc(MAX_STATES * sizeof(Seq));
+    e->note = xmalloc(MAX_STATES * sizeof(char *));
+    room_for_args(e, e->base->nnode);
+    Seq root = root_seq(e);
+    if (is_new(e, e->root))
+        e->queue[e->nqueue++] = root;
+    while (e->head < e->nqueue && !e->cut)
+        expand(e, e->queue[e->head++]);
+}
+
 int enumerate_schedules(Program *p)
 {
     Enum e = {.base = p, .a = p->arena, .seen = {NULL, 0, 0, 1}};
-    e.queue = xmalloc(MAX_STATES * sizeof(Seq));
-    e.note = xmalloc(MAX_STATES * sizeof(char *));
-    room_for_args(&e, p->nnode);
-    Seq root = root_seq(&e);
-    if (is_new(&e, e.root))
-        e.queue[e.nqueue++] = root;
-    while (e.head < e.nqueue && !e.cut)
-        expand(&e, e.queue[e.head++]);
+    search(&e);
     int before = p->nsched;
     add_schedules(p, &e);
     if (e.cut)

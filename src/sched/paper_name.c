@@ -129,26 +129,31 @@ static void put_overlap(Name *nm, Program *q, const Overlap *ol, const char *com
     put_raw(nm, ")");
 }
 
+/* Node i's part of the name: the overlap it is in (once), its fused
+ * operation (once), or its own token. */
+static void put_part(Name *nm, Program *q, int i, const char *comp, int *done, int *ol_done)
+{
+    Node *n = &q->node[i];
+    Overlap *ol = q->noverlap ? &q->overlap[0] : NULL;
+    if (in_overlap(ol, n, i)) {
+        if (!*ol_done)
+            put_overlap(nm, q, ol, comp, done);
+        *ol_done = 1;
+    } else if (n->fusion >= 0) {
+        if (!done[n->fusion])
+            put_fusion(nm, q, n->fusion, comp, done);
+    } else {
+        put_node(nm, q, n, comp);
+    }
+}
+
 static const char *paper_name(Arena *a, Program *q)
 {
     Name nm = {NULL, 0, 0, 0};
     const char *comp = has_update(q) ? "Opt" : "C";
-    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int));
-    Overlap *ol = q->noverlap ? &q->overlap[0] : NULL;
-    int ol_done = 0;
-    for (int i = 0; i < q->nnode; i++) {
-        Node *n = &q->node[i];
-        if (in_overlap(ol, n, i)) {
-            if (!ol_done)
-                put_overlap(&nm, q, ol, comp, done);
-            ol_done = 1;
-        } else if (n->fusion >= 0) {
-            if (!done[n->fusion])
-                put_fusion(&nm, q, n->fusion, comp, done);
-        } else {
-            put_node(&nm, q, n, comp);
-        }
-    }
+    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int)), ol_done = 0;
+    for (int i = 0; i < q->nnode; i++)
+        put_part(&nm, q, i, comp, done, &ol_done);
     free(done);
     const char *name = arena_strdup(a, nm.len ? nm.buf : "C");
     free(nm.buf);
