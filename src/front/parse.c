@@ -1164,17 +1164,6 @@ static void execute(Parser *ps)
     ps->executed = 1;
 }
 
-static int is_policy(const char *s)
-{
-    static const char *const policies[] = {"ARSplitRSAG", "ARSliceAG", "AGReorder",
-                                           "ComputationFuse", "AllReduceFuse", "ARFuse",
-                                           "SendFuse", NULL};
-    for (int i = 0; policies[i]; i++)
-        if (!strcmp(s, policies[i]))
-            return 1;
-    return 0;
-}
-
 /* A list of NAMEs into an arena array. */
 static const char **sched_names(Parser *ps, int *count, Pos **pos, char close)
 {
@@ -1227,13 +1216,16 @@ static void sched_stmt(Parser *ps, SchedStmt *st)
     }
     if (ps->tok.kind != TK_IDENT)
         expected(ps, "a transformation (split, reorder, fuse, overlap, asSlice or dead)");
-    st->verb = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+    const char *word = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+    st->verb = verb_parse(word);
+    if (st->verb == V_UNKNOWN)
+        st->unknown = word; /* refused when the schedule is applied */
     advance(ps);
     expect_punct(ps, '(');
     st->arg = sched_names(ps, &st->narg, &st->argpos, ')');
     expect_punct(ps, ';');
-    if (st->narg && is_policy(st->arg[st->narg - 1]))
-        st->policy = st->arg[--st->narg];
+    if (st->narg && (st->policy = policy_parse(st->arg[st->narg - 1])) != P_NONE)
+        st->narg--;
 }
 
 /* schedule = "Schedule" NAME "{" { sched_stmt } "}" */

@@ -5,25 +5,20 @@
 
 #include <string.h>
 
-static const struct {
-    const char *verb;
-    void (*apply)(const Xform *);
-} verbs[] = {
-    {"split", xform_split},     {"reorder", xform_reorder}, {"fuse", xform_fuse_verb},
-    {"overlap", xform_overlap}, {"asSlice", xform_asslice}, {"dead", xform_dead},
+/* each verb's transformation */
+static void (*const apply_verb[V_UNKNOWN])(const Xform *) = {
+    [V_SPLIT] = xform_split,     [V_REORDER] = xform_reorder, [V_FUSE] = xform_fuse_verb,
+    [V_OVERLAP] = xform_overlap, [V_ASSLICE] = xform_asslice, [V_DEAD] = xform_dead,
 };
 
 static void apply_stmt(const Xform *x)
 {
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        if (!strcmp(x->st->verb, verbs[i].verb)) {
-            verbs[i].apply(x);
-            program_resort(x->p);
-            verify_program(x->p);
-            return;
-        }
-    error_at(x->st->pos, "schedule '%s': unknown transformation '%s' (use split, reorder, fuse, "
-             "overlap, asSlice or dead)", x->sched, x->st->verb);
+    if (x->st->verb == V_UNKNOWN)
+        error_at(x->st->pos, "schedule '%s': unknown transformation '%s' (use split, reorder, "
+                 "fuse, overlap, asSlice or dead)", x->sched, x->st->unknown);
+    apply_verb[x->st->verb](x);
+    program_resort(x->p);
+    verify_program(x->p);
 }
 
 void schedule_apply_stmts(Program *p, const char *sched, const SchedStmt *st, int n)

@@ -373,8 +373,8 @@ static void name_results(Reorder *r, Ref *refs, const int *newfus, const int *ol
 void xform_reorder(const Xform *x)
 {
     Program *p = x->p;
-    if (x->st->policy && strcmp(x->st->policy, "AGReorder"))
-        refuse(x, "unknown policy %s (reorder takes AGReorder)", x->st->policy);
+    if (x->st->policy != P_NONE && x->st->policy != P_AG_REORDER)
+        refuse(x, "unknown policy %s (reorder takes AGReorder)", policy_word(x->st->policy));
     if (x->st->narg < 2)
         refuse(x, "it needs an AllGather and the computations to move before it");
     Reorder r = {x, p, -1, p->nnode, NULL, NULL, NULL};

@@ -7,7 +7,8 @@
 # fused and overlapped by a schedule (the parts of its statement are found). `coconet check` of the 4n
 # program must take less than 8 times the CPU time of the n program, plus a
 # floor of 0.1 s for noise (a quadratic step takes 16 times as long). The 4n
-# programs are about 1 MB; the whole group takes a few seconds.
+# programs are about 1 MB; the whole group takes a few seconds. Then the
+# same for `coconet schedules` of chained layers (the enumeration).
 group scaling
 
 # scaling_expr N: one expression of N terms
@@ -54,31 +55,48 @@ scaling_fused() {
         print "Execute f({g,x}, {z});"
         print "Schedule s {\n  c = fuse(y, z, ComputationFuse);\n  o = overlap(a, c);\n}" }'
 }
-# elapsed_ms FILE: the CPU milliseconds `coconet check FILE` takes; fails
-# (and prints nothing) when it does not succeed within 20 s. `times` runs
-# in this shell, not in a subshell, which has no children.
+# elapsed_ms FILE [COMMAND]: the CPU milliseconds `coconet COMMAND FILE`
+# (check by default) takes; fails (and prints nothing) when it does not
+# succeed within 20 s. `times` runs in this shell, not in a subshell, which
+# has no children.
 elapsed_ms() {
     times >"$TMP/times0"
-    timeout 20 $COCONET check "$1" >/dev/null 2>"$TMP/err" || return 1
+    timeout 20 $COCONET "${2:-check}" "$1" >/dev/null 2>"$TMP/err" || return 1
     times >"$TMP/times1"
     echo $(($(cpu_ms "$TMP/times1") - $(cpu_ms "$TMP/times0")))
 }
-# scaling_check NAME N GENERATOR: times the program at N and 4N
+# scaling_check NAME N GENERATOR [COMMAND]: times the program at N and 4N
 scaling_check() {
     name=$1; n=$2; n4=$((4 * n))
     "$3" "$n" >"$TMP/scale1.coco"
     "$3" "$n4" >"$TMP/scale4.coco"
-    if ! elapsed_ms "$TMP/scale1.coco" >"$TMP/t1" || ! elapsed_ms "$TMP/scale4.coco" >"$TMP/t4"; then
-        bad "scaling $name (n=$n): coconet check failed or took more than 20 s: $(err1)"; return
+    if ! elapsed_ms "$TMP/scale1.coco" "${4:-}" >"$TMP/t1" ||
+       ! elapsed_ms "$TMP/scale4.coco" "${4:-}" >"$TMP/t4"; then
+        bad "scaling $name (n=$n): coconet ${4:-check} failed or took more than 20 s: $(err1)"; return
     fi
     t1=$(cat "$TMP/t1"); t4=$(cat "$TMP/t4")
     if [ "$t4" -lt $((8 * t1 + 100)) ]; then ok
     else bad "scaling $name: n=$n took $t1 ms, 4n=$n4 took $t4 ms (more than 8 times + 100 ms: not linear)"; fi
 }
 scaling_sched() { scaling_chain "$1" schedule; }
+# scaling_layers N: N chained layers, each an AllReduce written inline,
+# with more schedules than the enumeration's cap (4000) from 7 layers on:
+# `coconet schedules` then tries each candidate in time linear in the
+# program, so that the capped list takes time linear in the layers
+scaling_layers() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
+        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
+        print "Scalar c(FP32, 0.5);"
+        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
+        for (i = 1; i < n; i++)
+            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
+        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
+}
 scaling_check "one expression" 50000 scaling_expr
 scaling_check "chained Vars" 12500 scaling_chain
 scaling_check "chained Vars with a schedule" 20000 scaling_sched
 scaling_check "many names listed in Execute" 20000 scaling_many
 scaling_check "a long expression fused" 20000 scaling_fused
+scaling_check "enumerating the schedules of chained layers" 20 scaling_layers schedules
 group_end
