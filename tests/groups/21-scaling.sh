@@ -4,7 +4,9 @@
 # chained Vars with a schedule applied (fuse, split: the graph is re-sorted
 # after each statement), many Tensors and Vars all listed in Execute
 # (duplicates and unlisted inputs are looked for), and one long expression
-# fused and overlapped by a schedule (the parts of its statement are found). `coconet check` of the 4n
+# fused and overlapped by a schedule (the parts of its statement are found),
+# and many AllReduces each split by its own statement (a schedule of n
+# statements: the graph is not re-sorted after each). `coconet check` of the 4n
 # program must take less than 8 times the CPU time of the n program, plus a
 # floor of 0.1 s for noise (a quadratic step takes 16 times as long). The 4n
 # programs are about 1 MB; the whole group takes a few seconds.
@@ -34,6 +36,17 @@ scaling_many() {
         for (i = 0; i < n; i++) printf "Var b%d = g%d * 2;\n", i, i
         printf "Execute f({g0"; for (i = 1; i < n; i++) printf ",g%d", i
         printf "}, {b0"; for (i = 1; i < n; i++) printf ",b%d", i; print "});" }'
+}
+# scaling_splits N: N AllReduces, each split by a statement of the schedule
+scaling_splits() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor g(FP32, [4], Local, WORLD, RANK);"
+        for (i = 0; i < n; i++) printf "Var a%d = AllReduce(\"+\", g);\n", i
+        printf "Var s = a0"; for (i = 1; i < n; i++) printf " + a%d", i; print ";"
+        print "Execute f({g}, {s});"
+        print "Schedule s {"
+        for (i = 0; i < n; i++) printf "  (rs%d, ag%d) = split(a%d, ARSplitRSAG);\n", i, i, i
+        print "}" }'
 }
 # cpu_ms FILE: the CPU time (user + system) of the shell's finished children
 # that `times` wrote to FILE, in ms (CPU time, not wall time, so that other
@@ -81,4 +94,5 @@ scaling_check "chained Vars" 12500 scaling_chain
 scaling_check "chained Vars with a schedule" 20000 scaling_sched
 scaling_check "many names listed in Execute" 20000 scaling_many
 scaling_check "a long expression fused" 20000 scaling_fused
+scaling_check "a schedule of many splits" 2000 scaling_splits
 group_end
