@@ -10,8 +10,10 @@
 # must take less than 8 times the CPU time of the n program, plus a floor of
 # 0.1 s for noise (a quadratic step takes 16 times as long). `coconet gen`
 # is timed alike on chained Vars and chained Ites (a kernel each: a
-# kernel's code must take time in its own nodes). The 4n programs are about
-# 1 MB; the whole group takes a few seconds.
+# kernel's code must take time in its own nodes), and `coconet run` of
+# examples/adam.coco at P and 4P ranks (its memory pre-check takes time
+# linear in the ranks). The 4n programs are about 1 MB; the whole group
+# takes a few seconds.
 group scaling
 
 # scaling_expr N: one expression of N terms
@@ -91,7 +93,7 @@ elapsed_ms() {
 # ms (at n) + 100 ms
 scaling_verdict() {
     if [ "$3" -lt $(($2 * 8 + 100)) ]; then ok
-    else bad "scaling $1 took $2 ms, 4n $3 ms (more than 8 times + 100 ms: not linear)"; fi
+    else bad "scaling $1 took $2 ms, at 4 times the size $3 ms (more than 8 times + 100 ms: not linear)"; fi
 }
 # scaling_time VERB K: elapsed_ms of `coconet check` (VERB check) or
 # `coconet gen` (VERB gen, into a new directory) of $TMP/scaleK.coco
@@ -111,6 +113,16 @@ scaling_check() {
     fi
     scaling_verdict "$name: $verb at n=$n" "$(cat "$TMP/t1")" "$(cat "$TMP/t4")"
 }
+# scaling_ranks NAME P FILE ARGS...: times `coconet run FILE --ranks P ARGS`
+# and the same at 4P
+scaling_ranks() {
+    name=$1; p=$2; file=$3; shift 3
+    if ! elapsed_ms run "$file" --ranks "$p" "$@" >"$TMP/t1" ||
+       ! elapsed_ms run "$file" --ranks $((4 * p)) "$@" >"$TMP/t4"; then
+        bad "scaling $name (P=$p): coconet run failed or took more than 20 s: $(err1)"; return
+    fi
+    scaling_verdict "$name: run at P=$p" "$(cat "$TMP/t1")" "$(cat "$TMP/t4")"
+}
 scaling_sched() { scaling_chain "$1" schedule; }
 scaling_check "one expression" 50000 scaling_expr
 scaling_check "chained Vars" 12500 scaling_chain
@@ -120,4 +132,5 @@ scaling_check "a long expression fused" 20000 scaling_fused
 scaling_check "a schedule of many splits" 2000 scaling_splits
 scaling_check "chained Vars" 5000 scaling_chain gen
 scaling_check "chained Ites" 5000 scaling_ites gen
+scaling_ranks "adam's ranks" 256 examples/adam.coco -D N=64 --backend cpu
 group_end
