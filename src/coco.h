@@ -216,6 +216,7 @@ typedef struct {
 
 typedef struct Arena Arena;
 typedef struct NameIndex NameIndex; /* graph.c: name -> node or size */
+typedef struct Readers Readers;     /* src/sched/rewrite.c: node -> its readers */
 
 typedef struct Program {
     Arena *arena;
@@ -247,6 +248,7 @@ typedef struct Program {
     const char *applied;   /* name of the schedule applied, or NULL */
     struct Program *base;  /* a clone's original: owns the shared sizes and text */
     NameIndex *names;      /* of named nodes and sizes: through graph.c only */
+    Readers *readers;      /* while splits are applied unsorted, or NULL */
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */

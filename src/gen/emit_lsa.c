@@ -179,11 +179,11 @@ static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const
 
 static void mark_flat(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
-    memset(e->flat, 0, (size_t)e->p->nnode);
+    emit_flat_clear(e);
     for (int k = 0; k < nin; k++) {
         Node *x = nd(e, ins[k]);
         if (x->op != O_SCALAR && emit_same_local_shape(x, nd(e, l->rs)))
-            e->flat[x->id] = 1;
+            emit_flat_set(e, x->id);
     }
 }
 

@@ -11,6 +11,10 @@ Program *program_clone(Program *base);          /* deep copy for scheduling */
 Program *program_exact(Program *base);          /* a clone computing everything in FP64 */
 Node *node_copy(Program *p, int id, double seq); /* a new node like id */
 void replace_uses(Program *p, int old, int with, int after_seq_of);
+/* the reader index replace_uses keeps to while splits run unsorted */
+void readers_start(Program *p);                /* list every node's readers */
+void readers_update(Program *p);               /* list the nodes added since */
+void readers_stop(Program *p);                 /* replace_uses scans again */
 void program_resort(Program *p);               /* topological, by seq; drops dead */
 int fusion_new(Program *p, const char *name, FuseKind kind);
 int ref_members(Program *p, Ref r, int *out, int max); /* node ids of a ref */
@@ -75,6 +79,7 @@ int enumerate_schedules(Program *p);
 
 /* ---- xform_*.c: the transformations ---- */
 void xform_split(const Xform *x);
+int split_target(Program *p, int id); /* the AllReduce split(id) splits, or id */
 void xform_reorder(const Xform *x);
 void xform_fuse(const Xform *x);
 /* xform_fuse_ar.c: the verb fuse: fuse(allreduce, C..., AllReduceFuse) as

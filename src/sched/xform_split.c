@@ -21,7 +21,7 @@ static void check_splittable(const Xform *x, Node *ar)
 
 /* A statement such as 'Var avg = AllReduce("+", g) / n;' names its one
  * inline AllReduce; any other value stands for itself. */
-static int inline_allreduce(Program *p, int id)
+int split_target(Program *p, int id)
 {
     if (node_of(p, id)->op == O_ALLREDUCE)
         return id;
@@ -47,7 +47,7 @@ void xform_split(const Xform *x)
     Ref r = xform_arg(x, 0);
     if (REF_IS_FUSION(r))
         refuse(x, "'%s' is a fused operation, not an AllReduce", ref_name(p, r));
-    r = inline_allreduce(p, r);
+    r = split_target(p, r);
     check_splittable(x, node_of(p, r));
     int ar = r;
     double seq = node_of(p, ar)->seq;
