@@ -11,6 +11,12 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wno-unused-parameter -ffp-contract=off -pthread \
            -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -fPIC
 LDLIBS  += -lm -pthread -ldl
+# QUIET=1: a line per step ("CC src/x.c") instead of its command; a
+# failing step still shows the compiler's messages
+ifeq ($(QUIET),1)
+Q    := @
+say   = echo "  $(1)" &&
+endif
 
 SRC     := $(sort $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c)))
 OBJ     := $(SRC:src/%.c=build/%.o)
@@ -50,10 +56,10 @@ endif
 all: coconet build/libcoconet.so $(CUDA_RT)
 
 coconet: build/main.o build/libcoconet.a
-	$(LINK) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(call say,LD $@)$(LINK) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 build/libcoconet.a: $(OBJ)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)$(call say,AR $@)rm -f $@ && ar rcs $@ $^
 
 # The same library shared, for the Python package (python/coconet, ctypes).
 build/libcoconet.so: $(OBJ)
@@ -61,7 +67,7 @@ build/libcoconet.so: $(OBJ)
 
 build/%.o: src/%.c $(HDR) build/cflags.conf | build
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(call say,CC $<)$(CC) $(CFLAGS) -c -o $@ $<
 
 build/cuda/cuda_mpi.o: build/mpi.conf
 
@@ -80,8 +86,8 @@ build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a $(HDR) 
 # The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
 RT_OBJ := build/rt/wait.o build/rt/cuda_child.o build/rt/slab.o build/rt/held.o build/rt/run.o \
           build/rt/limits.o build/rt/breakdown.o build/rt/session.o
-build/rt/%.o: rt/%.c rt/rt_internal.h include/coconet_rt.h include/coconet_cuda.h \
-              include/coconet_session.h | build
+build/rt/%.o: rt/%.c rt/rt_internal.h rt/kernels/coco_check.cuh include/coconet_rt.h \
+              include/coconet_cuda.h include/coconet_session.h | build
 	@mkdir -p build/rt
 	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
 
@@ -102,7 +108,7 @@ build/fake/libfake_rt.so: tests/gpu/fake_rt.c include/coconet_rt.h include/cocon
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 build:
-	mkdir -p build
+	$(Q)mkdir -p build
 
 # The command built again with AddressSanitizer and UBSan, for the tests
 # (without MPI: tests never start MPI), an object a source (make -j).
@@ -144,10 +150,20 @@ test:
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@sh tests/run.sh
 
-# The main job: every example on the CPU backend with 4 simulated ranks,
-# each of its schedules checked against the program.
-run: coconet
-	@for f in examples/*.coco; do ./coconet run $$f --ranks 4 --backend cpu || exit 1; echo; done
+# The main job: every example (RUN_FILES) on the CPU backend with 4
+# simulated ranks, each of its schedules checked against the program; the
+# command built first on every core (JOBS), a line a file; each block
+# headed by its file, and one line at the end counting those that failed.
+RUN_FILES ?= $(wildcard examples/*.coco)
+run:
+	@$(MAKE) --no-print-directory -j$(JOBS) QUIET=1 coconet
+	@n=0; failed=; \
+	for f in $(RUN_FILES); do \
+	    echo "== $$f"; n=$$((n + 1)); \
+	    ./coconet run $$f --ranks 4 --backend cpu || failed="$$failed $$f"; echo; \
+	done; \
+	echo "make run: $$n examples ran, $$(echo $$failed | wc -w) failed$${failed:+:$$failed}"; \
+	[ -z "$$failed" ]
 
 # On a machine with GPUs: every example x every schedule x P in 1, 2 and 4, at
 # the examples' sizes and the paper's, checked against the CPU reference;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/mp.sh: issue 21's benchmark, on one machine with P GPUs, in one run:
+# bench/mp.sh: the paper's Figure 10, on one machine with P GPUs, in one run:
 # every schedule of the model-parallel layers (examples/self_attention.coco,
 # K = H; examples/mlp.coco, K = 4H; at B in SIZES, S = 1024, H = 3072) and of
 # the pipeline (examples/pipeline.coco, 2 groups of P/2 ranks, at B in
@@ -28,15 +28,16 @@
 # fastest of its chunk counts, as `coconet tune` would; "": none),
 # REFERENCE (coconet's --reference: program, the default, checks every
 # schedule against the program's CPU run; none: times only, rows "unchecked"),
-# DEADLINE (seconds from the start after which no run starts, 450: the rest
-# are recorded SKIPPED), RUN_TIMEOUT (seconds of one coconet run, 300),
+# DEADLINE (seconds from the start after which no run starts, the rest
+# recorded SKIPPED; 0, the default: none), RUN_TIMEOUT (seconds of one
+# coconet run, 300),
 # BUILD_TIMEOUT (seconds of one build of generated code, 600),
 # TORCH_TIMEOUT (seconds of all PyTorch baselines, 300), JOBS (builds at
 # once, 8), TORCH (0: no PyTorch baselines), BUILD_ONLY (1: build only),
 # COMMIT (the commit to name where the copy has no git repository), COCONET
 # (the command, ./coconet).
 #
-# Writes under OUT (at most 6 files: a lease brings back 8): mp.log (the
+# Writes under OUT: mp.log (the
 # header: commit, GPUs, NCCL, torch; every command and its output, written as
 # the run goes), mp.csv (bench/mp_merge.py: the rows with ratio_to_megatron),
 # summary.md (its tables, printed last), fig10.svg (bench/plot_fig10.py),
@@ -62,7 +63,7 @@ ITERS=${ITERS:-20}
 REFERENCE=${REFERENCE:-program}
 OL_CHUNKS=${OL_CHUNKS-1 4 8}
 OL=ol_MM_fuse_RS_C_AG
-DEADLINE=${DEADLINE:-450}
+DEADLINE=${DEADLINE:-0}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
@@ -71,8 +72,7 @@ TORCH=${TORCH:-1}
 BUILD_ONLY=${BUILD_ONLY:-0}
 COCONET=${COCONET:-./coconet}
 PIPE_GROUPS=2
-# NVLink multicast off, for coconet and PyTorch alike (the machines' rule:
-# /work/shared/DEVICE.md)
+# NVLink multicast off, for coconet and PyTorch alike
 NCCL_NVLS_ENABLE=0
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NVSHMEM_DISABLE_NVLS=1
@@ -122,9 +122,9 @@ if [ "$TORCH" = 1 ] && [ "$BUILD_ONLY" != 1 ]; then
     else TORCHRUN="python3 -m torch.distributed.run"; fi
 fi
 mkdir -p "$OUT" || die "cannot create $OUT"
-# OUT gets at most 6 files (a lease brings back 8): mp.log, mp.csv,
-# summary.md, fig10.svg, mp-logs.tgz (the work folder W: every run's output,
-# the rows, the BF16 programs) and build.log on a failed make
+# OUT gets mp.log, mp.csv, summary.md, fig10.svg, mp-logs.tgz (the work
+# folder W: every run's output, the rows, the BF16 programs) and build.log on
+# a failed make
 W=$(mktemp -d "${TMPDIR:-/tmp}/mp.XXXXXX") || die "mktemp failed"
 mkdir -p "$W/runs" "$W/cpu" || die "cannot create $W"
 # shellcheck disable=SC2064 # the folders are known now
@@ -133,7 +133,7 @@ trap 'exit 1' INT TERM
 LOG=$OUT/mp.log
 : >"$LOG"
 rm -f "$OUT/mp.csv" "$OUT/summary.md" "$OUT/fig10.svg" "$OUT/mp-logs.tgz" "$OUT/build.log"
-# the build cache and home of the lease scripts (bench/device/lease.sh)
+# coconet's home and build cache: this tree's
 COCONET_HOME=${COCONET_HOME:-$PWD}
 COCONET_CACHE=${COCONET_CACHE:-$PWD/build/cache}
 export COCONET_HOME COCONET_CACHE
@@ -154,7 +154,7 @@ make -j16 coconet build/libcoconet_cuda.so build/cuda.conf >"$W/build.log" 2>&1 
 nccl_h=$(sed -n 's/^NCCL_INCLUDE=//p' build/cuda.conf)/nccl.h
 nccl=$(awk '$1 == "#define" && $2 ~ /^NCCL_(MAJOR|MINOR|PATCH)$/ { v = v (v == "" ? "" : ".") $3 }
             END { print v }' "$nccl_h" 2>/dev/null)
-# COMMIT as given (a copied tree's git may name an older commit: lease.sh)
+# COMMIT as given (a copied tree's git may name an older commit)
 if [ -n "${COMMIT:-}" ]; then commit="$COMMIT (COMMIT)"
 elif commit=$(git rev-parse HEAD 2>/dev/null); then
     commit="$commit (git here, $(git status --porcelain 2>/dev/null | grep -c .) files differ; COMMIT unset)"
@@ -321,7 +321,7 @@ for d in $DTYPES; do
                 echo "$(shape "$l" "$b")|$d|coconet|NA|FAILED|not run: its build failed" >>"$RAW"
                 continue ;;
             esac
-            if [ "$(elapsed)" -ge "$DEADLINE" ]; then
+            if [ "$DEADLINE" -gt 0 ] && [ "$(elapsed)" -ge "$DEADLINE" ]; then
                 echo "$(shape "$l" "$b")|$d|coconet|NA|SKIPPED|not run: past the deadline of $DEADLINE s" >>"$RAW"
                 say "SKIPPED $l $d B=$b: past the deadline of $DEADLINE s"
                 skipped=$((skipped + 1))

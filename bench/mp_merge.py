@@ -29,7 +29,7 @@ GOOD = ("bitwise", "rounding", "unchecked", "measured")
 MEGATRON = "torch_megatron"
 # the baseline of a layer that is not Megatron's: the AllReduce alone
 BASELINE = {"allreduce": "torch_allreduce"}
-# the schedules the goals name, by the paper's notation
+# the schedules the summary names, by the paper's notation
 MP_NAMED = ["MM-AR-C", "MM-RS-C-AG", "ol(MM,fuse(RS-C-AG))"]
 PIPE_NAMED = ["AR-C-P2P-AG", "RS-C-P2P-AG", "ol(RS,fuse(C-P2P),AG)"]
 

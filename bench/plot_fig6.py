@@ -21,7 +21,8 @@ the SVG, the speedups are printed as CSV: panel,N,series,speedup.
 
 Reads the CSV of bench/fused.sh (tool,program,optimizer,precision,N,variant,
 schedule,result,ms), its older form (tool,program,N,variant,result,ms) and
-the bare lines of the older bench/torch_adam.py (torch,PREC,N,AR,BOTH)."""
+the bare lines of the older PyTorch baseline, torch_adam.py, now
+bench/torch_opt.py (torch,PREC,N,AR,BOTH)."""
 import argparse
 import csv
 import math

@@ -1,4 +1,4 @@
-"""bench/torch_mp.py: the PyTorch baselines of bench/mp.sh (issue 21), one
+"""bench/torch_mp.py: the PyTorch baselines of bench/mp.sh (the paper's Figure 10), one
 process per GPU under torchrun, the same shapes and element type per rank as
 coconet's examples/self_attention.coco (K = H), examples/mlp.coco (K = 4H)
 and examples/pipeline.coco:

@@ -1,11 +1,11 @@
 #!/bin/sh
 # bench/tune.sh: `coconet tune` on the paper's workloads, on one machine with
-# P GPUs, in one command within a time budget (issue 22's figures):
+# P GPUs, in one command: how long a tune takes, and how good its pick is.
 #
 #   P=4 OUT=/some/dir sh bench/tune.sh
 #
-# Parts, in this order (each skippable; a part that would start past the
-# budget is recorded SKIPPED, and each tune is stopped at the budget):
+# Parts, in this order (each skippable; with a BUDGET, a part that would
+# start past it is recorded SKIPPED, and each tune is stopped at it):
 # 1. make (the command and the GPU runtime, built here).
 # 2. BUILD: every workload's code built into the warm cache WORK/cache
 #    (`run --build-only --all-schedules`, the source tune builds, JOBS at
@@ -32,26 +32,26 @@
 #    time/best over the sizes, timed at every one).
 #
 # Variables: P (4), OUT (build/tune-results), WORK (/tmp/coconet-tune-bench:
-# the build caches, the runs' outputs; not brought back), BUDGET (seconds
-# for the whole command, 540), ITERS (timed runs a candidate, 10), JOBS (8),
-# WORKLOADS, OPT, POWS, WARM_POW, COLD_WORKLOAD, COLD_ALONE, TUNE_MAX (the
-# most seconds one tune may take, 180, so that one slow part leaves time
-# for the others); BUILD, COLD,
+# the build caches, the runs' outputs), BUDGET (seconds for the whole
+# command; 0, the default: no limit), ITERS (timed runs a candidate, 10),
+# JOBS (8), WORKLOADS, OPT, POWS, WARM_POW, COLD_WORKLOAD, COLD_ALONE,
+# TUNE_MAX (the most seconds one tune may take, so that one slow part leaves
+# time for the others; 0, the default: no limit); BUILD, COLD,
 # WARM, EXH, PRUNED: 0 skips the part; TABLES_ONLY=1: no make, no run,
 # the tables of the runs already in WORK (the tests make them with a fake
 # timer, tests/groups/54-tune.sh). NVLink multicast stays off
 # (NCCL_NVLS_ENABLE=0).
 #
-# Writes under OUT (3 files): tune.log (every command and its whole output,
-# as the run goes), summary.md (the tables), tune-runs.tgz (each tune's
-# output and launch log). Exit status: 0 when every part ran and every tune
-# passed; 1 when a tune or make failed; 3 when parts were skipped at the
-# budget but nothing failed.
+# Writes under OUT: tune.log (every command and its whole output, as the
+# run goes), summary.md (the tables), tune-runs.tgz (each tune's output and
+# launch log). Exit status: 0 when every part ran and every tune passed; 1
+# when a tune or make failed; 3 when parts were skipped at the budget but
+# nothing failed.
 cd "$(dirname "$0")/.." || exit 2
 P=${P:-4}
 OUT=${OUT:-build/tune-results}
 WORK=${WORK:-/tmp/coconet-tune-bench}
-BUDGET=${BUDGET:-540}
+BUDGET=${BUDGET:-0}
 ITERS=${ITERS:-10}
 JOBS=${JOBS:-8}
 WORKLOADS=${WORKLOADS:-adam lamb self_attention mlp pipeline}
@@ -59,7 +59,7 @@ OPT=${OPT:-adam lamb}
 POWS=${POWS:-20 24 28}
 WARM_POW=${WARM_POW:-20}
 COLD_WORKLOAD=${COLD_WORKLOAD:-adam}
-TUNE_MAX=${TUNE_MAX:-180}
+TUNE_MAX=${TUNE_MAX:-0}
 START=$(date +%s)
 NCCL_NVLS_ENABLE=0
 export NCCL_NVLS_ENABLE
@@ -74,7 +74,11 @@ if [ "${TABLES_ONLY:-0}" != 1 ]; then # TABLES_ONLY=1: the tables of WORK's runs
     : >"$TIMES"
 fi
 
-left() { echo $((BUDGET - ($(date +%s) - START))); }
+# left: the seconds of the budget left, for timeout(1); 0 (no limit) without
+# a budget
+left() {
+    if [ "$BUDGET" -gt 0 ]; then echo $((BUDGET - ($(date +%s) - START))); else echo 0; fi
+}
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 say() { echo "$*" | tee -a "$LOG"; }
@@ -103,13 +107,18 @@ pows() { # "2^20,2^24,2^28" from POWS
 tune() {
     part=$1 name=$2 cache=$3 sizes=$4
     shift 4
-    limit=$(($(left) - 5))
-    [ "$limit" -gt "$TUNE_MAX" ] && limit=$TUNE_MAX
-    if [ "$limit" -lt 15 ]; then
-        say "== $part $name: SKIPPED (the budget of $BUDGET s is spent)"
-        echo "$part $name - SKIPPED" >>"$TIMES"
-        skipped=1
-        return
+    limit=0 # timeout(1): no limit
+    if [ "$BUDGET" -gt 0 ]; then
+        limit=$(($(left) - 5))
+        if [ "$limit" -lt 15 ]; then
+            say "== $part $name: SKIPPED (the budget of $BUDGET s is spent)"
+            echo "$part $name - SKIPPED" >>"$TIMES"
+            skipped=1
+            return
+        fi
+    fi
+    if [ "$TUNE_MAX" -gt 0 ] && { [ "$limit" -eq 0 ] || [ "$limit" -gt "$TUNE_MAX" ]; }; then
+        limit=$TUNE_MAX
     fi
     # shellcheck disable=SC2046 # args are words
     set -- $(args "$name" "$sizes") --ranks "$P" --iters "$ITERS" "$@"
@@ -145,7 +154,7 @@ build_all() {
         shift
         [ "$1" = --sizes ] && shift 2 # the source is the same at every size
         lim=$(left)
-        [ "$lim" -gt 1 ] || lim=1
+        [ "$BUDGET" -eq 0 ] || [ "$lim" -gt 1 ] || lim=1
         COCONET_CACHE=$WORK/cache timeout "$lim" ./coconet run "$file" "$@" --ranks "$P" \
             --backend cuda --all-schedules --build-only >>"$WORK/build.log" 2>&1 &
         n=$((n + 1))
@@ -156,7 +165,7 @@ build_all() {
 }
 
 run_parts() {
-say "== bench/tune.sh at P = $P, budget $BUDGET s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "== bench/tune.sh at P = $P, budget ${BUDGET} s (0: none), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n "$P" >>"$LOG"
 say "== make"
 if ! make -j 16 coconet build/libcoconet_cuda.so >>"$LOG" 2>&1; then

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """bench/tune_turns.py: the tuner's pick judged over several turns of the same
-tunes (bench/device/tune_quality.sh's turns: each an exhaustive and a pruned
-`coconet tune` of the same workloads and sizes, in its own process).
+tunes (turns: each an exhaustive and a pruned `coconet tune` of the same
+workloads and sizes, in its own process, as bench/tune.sh's EXH and PRUNED
+parts run them, one WORK folder a turn).
 
-One exhaustive tune's times carry its process's noise: at a step of 15 us on
-one GPU the same candidate times 5 to 10 % apart from one tune to the next,
-more than the 3 % the pick is judged by. So each candidate's time here is its
+One exhaustive tune's times carry its process's noise: at steps of
+microseconds one candidate's time can move from one tune to the next by more
+than the 3 % the pick is judged by. So each candidate's time here is its
 median over the turns' exhaustive tables, the best is the least of those
 medians, and each turn's pruned pick is judged by its own median: within 3 %
 of the best, or not.

@@ -23,8 +23,10 @@ extern "C" {
 typedef struct Program coco_program;
 typedef struct coco_run coco_run;
 
-/* How to load a program: sizes and scalars bound with "-D NAME=VALUE", the
- * number of ranks, and the size of GROUP (0: as the file declares it). */
+/* How to load a program: sizes and scalars bound with "-D NAME=VALUE" (a
+ * size's VALUE: decimal digits or 2^k, from 1 to 10^13; a scalar's: a
+ * number as the file writes one), the number of ranks, and the size of
+ * GROUP (0: as the file declares it). */
 typedef struct {
     const char *const *defines; /* "NAME=VALUE" strings */
     int ndefines;
@@ -36,6 +38,18 @@ typedef struct {
 coco_program *coco_load_file(const char *path, const coco_config *cfg, char *err, size_t errlen);
 coco_program *coco_load_string(const char *name, const char *text, const coco_config *cfg,
                                char *err, size_t errlen);
+/* coco_load_file, saying in *status whose fault a failure is: */
+enum {
+    COCO_LOAD_OK,
+    COCO_LOAD_BAD_PROGRAM, /* the file's: it cannot be read, or its text, types,
+                              layouts or sizes are wrong */
+    COCO_LOAD_BAD_CONFIG   /* the configuration's (a command line's): a -D binding
+                              (its form, a value its size or scalar cannot take, a
+                              name the program does not have, one given twice),
+                              the ranks or the group size */
+};
+coco_program *coco_load_file_status(const char *path, const coco_config *cfg, int *status,
+                                    char *err, size_t errlen);
 void coco_program_free(coco_program *p);
 
 /* Schedules: those written in the file (or added from a schedule file),
@@ -44,6 +58,9 @@ int coco_add_schedules(coco_program *p, const char *path, char *err, size_t errl
 int coco_num_schedules(const coco_program *p);
 const char *coco_schedule_name(const coco_program *p, int i);
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen);
+/* The index of the schedule named `name`, or -1 with a message in err
+ * that lists the schedules there are. */
+int coco_find_schedule(const coco_program *p, const char *name, char *err, size_t errlen);
 /* Adds every distinct valid schedule reachable from the program; returns
  * how many. Their text and their names in the paper's notation: */
 int coco_enumerate_schedules(coco_program *p);
@@ -168,8 +185,9 @@ int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
  * whose bits differ is still right when its distance to the exact value is
  * at most the largest of: 4 |ref - exact| (the program's own error there),
  * 2 x the program's worst error over the whole value, and 4 + 2P ulps of its
- * type at the value's scale (its largest exact magnitude), P the ranks. A schedule that regroups a sum may round differently, but no
- * worse than the program itself does. */
+ * type at the value's scale (its largest exact magnitude), P the ranks. A
+ * schedule that regroups a sum may round differently, but no worse than the
+ * program itself does. */
 typedef struct {
     int compared;       /* values compared */
     long elements;
@@ -286,18 +304,19 @@ typedef struct {
     const char *log;            /* append each launch's report to this file */
     double launch_s;            /* what another launch of the ranks costs, seconds: the
                                    first round of a point times every candidate when those
-                                   beyond the model's reach cost less than that (0 or
-                                   negative: none weighed, pruning as `prune` says; the
-                                   ranks stay up from one round to the next) */
+                                   beyond the model's reach cost less than that (0: none
+                                   weighed, pruning as `prune` says; the ranks stay up from
+                                   one round to the next) */
     int confirm;                /* rounds that time the candidates within 5 % (or 0.002 ms)
                                    of a point's best again, each keeping the median of its
-                                   times (0: 2; negative: none) */
+                                   times (0: none; coconet tune's default: COCO_TUNE_CONFIRM) */
 } coco_tune_options;
-/* 0 done, 1 failed (message in err), 2 bad options (message in err) */
+#define COCO_TUNE_CONFIRM 2     /* coco_tune_options.confirm of `coconet tune` */
+/* 0 done, 1 failed (message in err), 2 bad options or a bad -D (message in err) */
 int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err,
               size_t errlen);
 /* Prints the record of the program (as loaded by o) on this machine. 0, or
- * 1 with a message: no record */
+ * 1 with a message: no record (2: bad options, a bad -D) */
 int coco_tune_show(const char *file, const coco_tune_options *o, FILE *out, char *err,
                    size_t errlen);
 /* The tuned choice for p at its sizes: the schedule's name ("program": none),

@@ -42,29 +42,42 @@
 extern "C" {
 #endif
 
-/* coco_cuda_ctx.fused_algo (COCONET_FUSED) */
-enum { COCO_FUSED_AUTO, COCO_FUSED_ONESHOT, COCO_FUSED_TWOSHOT, COCO_FUSED_NCCL, COCO_FUSED_PUSH };
+/* The fused collectives' algorithms, X(NAME, spelling) in the order of
+ * their values: coco_cuda_ctx.fused_algo is COCO_FUSED_NAME, COCONET_FUSED
+ * takes the spelling. The one list: the runtime (rt/cuda_child.c) and the
+ * autotuner (src/tune/knobs.c) expand it, and tests/python checks the
+ * Python package's table (python/coconet/_session.py) against it. */
+#define COCO_FUSED_ALGOS(X)                                                                    \
+    X(AUTO, "auto") X(ONESHOT, "oneshot") X(TWOSHOT, "twoshot") X(NCCL, "nccl") X(PUSH, "push")
+#define COCO_FUSED_ENUMERATOR(name, spelling) COCO_FUSED_##name,
+#define COCO_FUSED_SPELLING(name, spelling) spelling,
+enum { COCO_FUSED_ALGOS(COCO_FUSED_ENUMERATOR) COCO_FUSED_COUNT };
+
+/* The rank counts the one-kernel fused collectives have instances for,
+ * X(P) in increasing order: the generator emits the instances and the
+ * launch's condition from it (src/gen/emit_lsa.c), and the kernels' host
+ * side asks coco_lsa_has_instance (rt/kernels/coco_lsa.cuh). */
+#define COCO_LSA_RANKS(X) X(1) X(2) X(4) X(8)
+#define COCO_LSA_RANK_ITEM(p) p,
+#define COCO_LSA_RANK_TEST_(p) || nranks == (p)
+
+/* Is there a fused kernel instance for nranks ranks? */
+static inline int coco_lsa_has_instance(long nranks)
+{
+    return 0 COCO_LSA_RANKS(COCO_LSA_RANK_TEST_);
+}
 
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
  * that each rank's collective moves (2 M N K over 2 (P - 1) / P M N element
- * bytes) lie in [2048, 4096): the MatMul about as long as the collective,
- * or up to twice (H200: about 660 TFLOP/s against 340 GB/s of bus
- * bandwidth, a balance of about 2000), and each chunk is large enough that
- * its launches and waits are small beside it: at least 512 rows of each
- * part and 16 GFLOP (a chunk is M / 4 rows over all the parts: 2 M N K / 4).
- * Measured on 4 x H200 (bench/results/2026-11-27-h200x4-f.md): the MLP at
- * P = 4 (2048 FLOP/B, 39 GFLOP a chunk at B = 8) 17 to 22 % faster with 4
- * chunks at B = 8 and 16, FP16 and BF16; self-attention at P = 4 (512) and
- * the MLP at P = 2 (6144) at most 3 % faster with any count; self-attention
- * at P = 2 (1536) faster in FP16, slower in BF16. On 2 x H200
- * (2026-11-27-h200x2-i.md): the MLP at B = 8, S = 512, H = 1024 (2048
- * FLOP/B, 4.3 GFLOP a chunk) 0.119 ms in 4 chunks against 0.073 in one;
- * self-attention at H = 4096 (2048, 17 GFLOP a chunk) 0.209 against 0.207
- * and 0.234 (two runs). Elsewhere 1 (no chunks). M: the
- * MatMul's rows, N: its columns, K: its depth on a rank, P: the ranks, es:
- * the element's bytes. Shared by the runtime's launch
- * (rt/kernels/coco_overlap.cuh) and the autotuner's cost model
+ * bytes) lie in [2048, 4096), where the MatMul takes about as long as the
+ * collective, or up to twice, and where each chunk is large enough that its
+ * launches and waits are small beside it: at least 512 rows of each part
+ * and 16 GFLOP (a chunk is M / 4 rows over all the parts: 2 M N K / 4).
+ * Elsewhere 1 (no chunks). The rule follows measurements: doc/gpu.md, The
+ * generated code. M: the MatMul's rows, N: its columns, K: its depth on a
+ * rank, P: the ranks, es: the element's bytes. Shared by the runtime's
+ * launch (rt/kernels/coco_overlap.cuh) and the autotuner's cost model
  * (src/tune/cost.c). */
 #define COCO_OVERLAP_MIN_CHUNK_FLOP 16e9
 enum {
@@ -116,7 +129,7 @@ typedef struct {
     void *lsa_base;    /* the window's local address, and its size */
     size_t lsa_bytes;
     int lsa_blocks;    /* LSA barriers: the most blocks one fused kernel may use */
-    int fused_algo;    /* COCO_FUSED_*: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL calls, 4 push */
+    int fused_algo;    /* COCO_FUSED_* (COCO_FUSED_ALGOS) */
     int fused_blocks;  /* 0: lsa_blocks */
     int fused_threads; /* 0: 512 */
     size_t fused_oneshot_bytes; /* auto: one-shot up to this input size a rank */
@@ -170,6 +183,14 @@ typedef struct {
      * when the program has no scattered tensor */
     void *const *const *members;
 } coco_cuda_args;
+
+/* The entry points' symbols: each prefix, then the variant's name (S at the
+ * top). The generator writes them (src/gen/emit_cuda.c, and `gen`'s header,
+ * src/main.c); the runtime finds them (rt_find_entry, rt/run.c). */
+#define COCO_RUN_PREFIX "coco_run__"
+#define COCO_WORKSPACE_PREFIX "coco_workspace__"
+#define COCO_WINDOW_INPUTS_PREFIX "coco_window_inputs__"
+#define COCO_WINDOW_OUTPUTS_PREFIX "coco_window_outputs__"
 
 typedef int (*coco_cuda_run_fn)(coco_cuda_ctx *ctx, const coco_cuda_args *args);
 typedef size_t (*coco_cuda_workspace_fn)(const coco_cuda_ctx *ctx, const long *size);

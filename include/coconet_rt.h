@@ -63,8 +63,8 @@ typedef struct {
      * several knob sets of a variant in one launch of the ranks); each
      * COCO_RT_KNOB_UNSET: the runtime's, from its environment at open
      * (doc/gpu.md, "Fused-collective knobs") */
-    int fused_algo;       /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot,
-                             3 NCCL calls, 4 push (as COCONET_FUSED) */
+    int fused_algo;       /* coco_cuda_ctx.fused_algo: COCO_FUSED_* (as COCONET_FUSED,
+                             include/coconet_cuda.h) */
     int overlap_chunks;   /* coco_cuda_ctx.overlap_chunks: 0 to 64 (as
                              COCONET_OVERLAP_CHUNKS) */
     /* per input (or NULL): an id of its host bytes, equal for two variants'
@@ -148,16 +148,16 @@ typedef struct CocoRtApi {
      * and the CUDA runtime's versions, and the number of GPUs. 0, or -1
      * with a message. */
     int (*machine)(int local_rank, char *key, size_t keylen, char *err, size_t errlen);
-    /* Measures that GPU's limits (about a second; 2 GiB of its memory), and
+    /* Measures that GPU's limits (with 2 GiB of its memory), and
      * the peer copy to the next GPU when there are two or more. 0, or -1
      * with a message. */
     int (*limits)(int local_rank, CocoRtLimits *l, char *err, size_t errlen);
     /* Host memory that the runtime's copies fill at the link's full speed
      * (pinned: cudaHostAlloc), for the rank's result buffers, which it keeps
-     * from one variant to the next: a copy into pageable memory went at
-     * about 7 GB/s (0.41 s of each candidate of a tune at 2^28). NULL when
-     * none can be had (the rank then takes malloc's). Between open and
-     * close; host_free takes what host_alloc gave. */
+     * from one variant to the next: copies into pageable memory are much
+     * slower (doc/design.md, The CUDA backend). NULL when none can be had
+     * (the rank then takes malloc's). Between open and close; host_free
+     * takes what host_alloc gave. */
     void *(*host_alloc)(CocoRt *rt, size_t bytes);
     void (*host_free)(CocoRt *rt, void *p);
 } CocoRtApi;

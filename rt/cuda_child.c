@@ -153,15 +153,19 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
     return 0;
 }
 
-/* The fused-collective knobs: COCONET_FUSED=auto|oneshot|twoshot|push|nccl,
+/* ": auto oneshot ...", for the message on a wrong COCONET_FUSED */
+#define FUSED_WORD(name, spelling) " " spelling
+#define FUSED_WORDS ":" COCO_FUSED_ALGOS(FUSED_WORD)
+
+/* The fused-collective knobs: COCONET_FUSED (COCO_FUSED_ALGOS' spellings),
  * COCONET_FUSED_BLOCKS, COCONET_FUSED_THREADS, COCONET_FUSED_ONESHOT_BYTES,
  * COCONET_FUSED_PUSH_BYTES, COCONET_FUSED_PUSH_ROUND,
  * COCONET_FUSED_VEC=1 (one element a step instead of 16-byte vectors),
  * COCONET_FUSED_PEERS=1 (one peer's loads in flight at a time, not all);
  * COCONET_NO_ALIAS=1 (every output in a buffer of its own);
  * COCONET_TIME_HOST_START=1 (a timed run's start event recorded after the
- * host waited for the ranks' line-up, the way runs were timed before they
- * started behind it on the GPU: run.c's timed_run); COCONET_COLD_L2=1 (the
+ * host waited for the ranks' line-up, so that the launch's latency and a
+ * late rank's host are timed too: run.c's timed_run); COCONET_COLD_L2=1 (the
  * L2 emptied before each timed run: run.c's clear_l2); the overlapped
  * MatMul's COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
  * COCONET_OVERLAP_TAIL=1 (src/gen/emit_overlap.c); COCONET_SCATTER_BUCKET
@@ -171,14 +175,14 @@ static int env_flag(CocoRt *rt, const char *name, int *out)
  * window's communicator: coco_world). */
 int rt_read_knobs(CocoRt *rt)
 {
-    static const char *const algo[] = {"auto", "oneshot", "twoshot", "nccl", "push"};
+    static const char *const algo[] = {COCO_FUSED_ALGOS(COCO_FUSED_SPELLING)};
     const char *v = getenv("COCONET_FUSED");
     rt->fused_algo = -1;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < COCO_FUSED_COUNT; k++)
         if (!v || !*v || !strcmp(v, algo[k]))
-            rt->fused_algo = v && *v ? k : 0;
+            rt->fused_algo = v && *v ? k : COCO_FUSED_AUTO;
     if (rt->fused_algo < 0)
-        return rt_error(rt, "COCONET_FUSED=%s: expected auto, oneshot, twoshot, push or nccl", v);
+        return rt_error(rt, "COCONET_FUSED=%s: expected one of" FUSED_WORDS, v);
     long blocks, threads;
     if (env_number(rt, "COCONET_FUSED_BLOCKS", 0, 0, LSA_BLOCKS, 1, &blocks) ||
         env_number(rt, "COCONET_FUSED_THREADS", 0, 0, 512, 32, &threads) ||
@@ -209,15 +213,15 @@ int rt_read_knobs(CocoRt *rt)
  * generated code (NCCL's device API is C++), when every rank of WORLD can
  * load and store every other's memory. It and the slab's window belong to
  * a twin of WORLD (world_window): NCCL runs its symmetric kernels on
- * buffers of a window, which are slower than its ring and tree kernels for
- * large values (bench/results/2026-11-22-h200x2-probe.md), so the
+ * buffers of a window, which measured slower than its ring and tree
+ * kernels for large values (doc/design.md, The CUDA backend), so the
  * generated code sends those through WORLD itself (coco_world). One rank
  * needs none of them: its fused kernels run over its own memory, with no
  * barrier (coco_lsa_usable, rt/kernels/coco_lsa.cuh). */
 static int open_lsa(CocoRt *rt)
 {
     coco_lsa_open_fn open = (coco_lsa_open_fn)(size_t)dlsym(rt->so, "coco_lsa_open");
-    if (!open || rt->fused_algo == 3 || rt->nranks == 1)
+    if (!open || rt->fused_algo == COCO_FUSED_NCCL || rt->nranks == 1)
         return 0;
     NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
     char why[512] = "";
@@ -281,8 +285,8 @@ static void rt_close(CocoRt *rt, int abort)
         close_lsa(rt);
         traced(rt, "close: the slab, its window and the device communicator", 0, &t);
     }
-    /* each traced: at the end of a tune the three took 1.0 s together
-     * (bench/results/2026-11-27-h200x4-b.md), the ranks' last cost */
+    /* each traced: together the ranks' last cost at the end of a tune
+     * (doc/cli.md, coconet tune) */
     close_comm(rt, rt->group, abort, "close: the GROUP communicator", &t);
     close_comm(rt, rt->world_window, abort, "close: the windows' communicator", &t);
     close_comm(rt, rt->world, abort, "close: the WORLD communicator", &t);
@@ -368,7 +372,8 @@ static void rt_describe(CocoRt *rt, char *buf, size_t len)
     snprintf(buf, len, "%s, NCCL %d.%d.%d, fused collectives: %s", rt->gpu,
              rt->nccl_loaded / 10000, rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100,
              rt->lsa ? "one kernel over the peers' memory"
-             : rt->nranks == 1 && rt->fused_algo != 3 && dlsym(rt->so, "coco_lsa_open")
+             : rt->nranks == 1 && rt->fused_algo != COCO_FUSED_NCCL &&
+                       dlsym(rt->so, "coco_lsa_open")
                  ? "one kernel over local memory (one rank)"
                  : "NCCL calls");
 }

@@ -2,8 +2,8 @@
  * launcher runs many variants of one program in one process (coconet tune,
  * run --all-schedules), and making each one's slab anew (ncclMemAlloc and a
  * window registered, a collective step; freed after it) and uploading its
- * inputs again cost more than its runs at small sizes (16 ms a variant, 2 x
- * H100, self_attention at B=8 S=1024 H=3072). So:
+ * inputs again cost more than its runs at small sizes (doc/design.md, The
+ * CUDA backend). So:
  *   - the slab is held while the next variant's fits in it; before it is
  *     laid out again the ranks are lined up (none still reads the last
  *     variant's buffers through the window) and it is zeroed; a larger one

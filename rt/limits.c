@@ -15,24 +15,14 @@
 enum { LIMIT_RUNS = 5, GEMM_N = 8192 };
 #define COPY_BYTES ((size_t)1 << 30)
 
-#define TRY(call)                                                                              \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            snprintf(err, errlen, "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,         \
-                     cudaGetErrorString(e_));                                                  \
-            goto out;                                                                          \
-        }                                                                                      \
-    } while (0)
-#define TRY_LT(call)                                                                           \
-    do {                                                                                       \
-        cublasStatus_t e_ = (call);                                                            \
-        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            snprintf(err, errlen, "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,         \
-                     cublasLtGetStatusString(e_));                                             \
-            goto out;                                                                          \
-        }                                                                                      \
-    } while (0)
+/* The message of a failed call in err (the caller then goes to `out`) */
+static void limit_failed(char *err, size_t errlen, const char *call, const char *file, int line,
+                         const char *why)
+{
+    snprintf(err, errlen, "%s failed at %s:%d: %s", call, file, line, why);
+}
+#define TRY(call) COCO_CHECK_GOTO(CUDA, call, #call, out, limit_failed, err, errlen)
+#define TRY_LT(call) COCO_CHECK_GOTO(LT, call, #call, out, limit_failed, err, errlen)
 
 static int device_of(int local_rank, int *dev, int *count, char *err, size_t errlen)
 {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "coconet_cuda.h"
+#include "kernels/coco_check.cuh"
 
 /* shared between the runtime's files, not exported from the library */
 #define RT_INTERNAL __attribute__((visibility("hidden")))
@@ -115,25 +116,15 @@ RT_INTERNAL const char *nccl_why(ncclResult_t r, char *buf, size_t len);
 /* ncclGetUniqueId's bytes, on the rank that makes them (the launcher's ranks, a session) */
 RT_INTERNAL int rt_unique_id(unsigned char id[COCO_RT_ID_BYTES], char *err, size_t errlen);
 
-#define CUDA_OK(rt, call)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return rt_fail(rt, #call, __FILE__, __LINE__, cudaGetErrorString(e_));             \
-    } while (0)
-#define NCCL_OK(rt, call)                                                                      \
-    do {                                                                                       \
-        ncclResult_t e_ = (call);                                                              \
-        char why_[512];                                                                        \
-        if (e_ != ncclSuccess)                                                                 \
-            return rt_fail(rt, #call, __FILE__, __LINE__, nccl_why(e_, why_, sizeof why_));    \
-    } while (0)
-#define LT_OK(rt, call)                                                                        \
-    do {                                                                                       \
-        cublasStatus_t e_ = (call);                                                            \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                       \
-            return rt_fail(rt, #call, __FILE__, __LINE__, cublasLtGetStatusString(e_));        \
-    } while (0)
+/* Checks of library calls (kernels/coco_check.cuh): on failure, return
+ * rt_fail's -1 with the call, file, line and the library's words; NCCL's
+ * words with its last error (nccl_why) */
+#define COCO_CHECK_NCCL_LAST_T ncclResult_t
+#define COCO_CHECK_NCCL_LAST_OK ncclSuccess
+#define COCO_CHECK_NCCL_LAST_WHY(e, buf, len) nccl_why(e, buf, len)
+#define CUDA_OK(rt, call) COCO_CHECK_RET(CUDA, call, #call, rt_fail, rt)
+#define NCCL_OK(rt, call) COCO_CHECK_RET(NCCL_LAST, call, #call, rt_fail, rt)
+#define LT_OK(rt, call) COCO_CHECK_RET(LT, call, #call, rt_fail, rt)
 
 /* ---- bounded waits (wait.c) ---- */
 /* until `event` (or, when NULL, `stream`) has completed, polling NCCL's
@@ -152,6 +143,18 @@ RT_INTERNAL int rt_read_knobs(CocoRt *rt); /* COCONET_FUSED*, ... (cuda_child.c)
 RT_INTERNAL int rt_split_group(CocoRt *rt, int nranks, int rank, int group_size);
 /* a variant's context from the runtime's state and knobs (run.c) */
 RT_INTERNAL void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len);
+/* A variant's entry points in a generated object (include/coconet_cuda.h) */
+typedef struct {
+    coco_cuda_run_fn run;
+    coco_cuda_workspace_fn workspace;
+    /* the arguments its one-kernel collectives reach in the peers' windows
+     * (-1 ends), or both NULL in an object without them (then every
+     * argument counts) */
+    const int *window_in, *window_out;
+} RtEntry;
+/* variant `name`'s entry points in the object `so`; -1 with a message
+ * naming the missing symbol when it has no run or workspace entry (run.c) */
+RT_INTERNAL int rt_find_entry(CocoRt *rt, void *so, const char *name, RtEntry *e);
 
 /* ---- memory held from variant to variant (held.c) ---- */
 /* b's slab of at least `bytes`: the held one (ranks lined up, zeroed) or a

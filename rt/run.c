@@ -15,24 +15,34 @@
 #include <time.h>
 
 typedef struct {
-    coco_cuda_run_fn run;
-    coco_cuda_workspace_fn workspace;
+    RtEntry sym;
     coco_cuda_ctx ctx;
     coco_cuda_args args;
     char msg[2048];
     int timed; /* timed runs so far (the fault tests' hook, coconet_rt.h) */
 } Entry;
 
-static int find_entry(CocoRt *rt, const char *name, Entry *e)
+/* The symbol prefix + name in sym; its address in so, or NULL */
+static void *entry_symbol(void *so, const char *prefix, const char *name, char *sym, size_t len)
+{
+    snprintf(sym, len, "%s%s", prefix, name);
+    return dlsym(so, sym);
+}
+
+int rt_find_entry(CocoRt *rt, void *so, const char *name, RtEntry *e)
 {
     char sym[256];
-    snprintf(sym, sizeof sym, "coco_run__%s", name);
-    e->run = (coco_cuda_run_fn)(size_t)dlsym(rt->so, sym);
-    snprintf(sym, sizeof sym, "coco_workspace__%s", name);
-    e->workspace = (coco_cuda_workspace_fn)(size_t)dlsym(rt->so, sym);
+    memset(e, 0, sizeof *e);
+    e->run = (coco_cuda_run_fn)(size_t)entry_symbol(so, COCO_RUN_PREFIX, name, sym, sizeof sym);
+    if (e->run)
+        e->workspace = (coco_cuda_workspace_fn)(size_t)entry_symbol(so, COCO_WORKSPACE_PREFIX,
+                                                                   name, sym, sizeof sym);
     if (!e->run || !e->workspace)
-        return rt_error(rt, "the generated code has no entry point %s for '%s'",
-                        e->run ? sym : "coco_run__NAME", name);
+        return rt_error(rt, "the generated code has no entry point for '%s' (%s)", name, sym);
+    e->window_in = entry_symbol(so, COCO_WINDOW_INPUTS_PREFIX, name, sym, sizeof sym);
+    e->window_out = entry_symbol(so, COCO_WINDOW_OUTPUTS_PREFIX, name, sym, sizeof sym);
+    if (!e->window_in || !e->window_out)
+        e->window_in = e->window_out = NULL;
     return 0;
 }
 
@@ -75,10 +85,11 @@ void rt_setup_ctx(CocoRt *rt, coco_cuda_ctx *c, char *msg, size_t len)
  * alone: the runtime's stay as they are for the next variant) */
 static int variant_knobs(CocoRt *rt, const CocoRtVariant *v, coco_cuda_ctx *c)
 {
-    if (v->fused_algo < COCO_RT_KNOB_UNSET || v->fused_algo > 4 ||
+    if (v->fused_algo < COCO_RT_KNOB_UNSET || v->fused_algo >= COCO_FUSED_COUNT ||
         v->overlap_chunks < COCO_RT_KNOB_UNSET || v->overlap_chunks > 64)
-        return rt_error(rt, "%s: knobs fused_algo %d, overlap_chunks %d: expected -1 to 4 and "
-                        "-1 to 64", v->name, v->fused_algo, v->overlap_chunks);
+        return rt_error(rt, "%s: knobs fused_algo %d, overlap_chunks %d: expected -1 to %d and "
+                        "-1 to 64", v->name, v->fused_algo, v->overlap_chunks,
+                        COCO_FUSED_COUNT - 1);
     if (v->fused_algo != COCO_RT_KNOB_UNSET)
         c->fused_algo = v->fused_algo;
     if (v->overlap_chunks != COCO_RT_KNOB_UNSET)
@@ -92,7 +103,7 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
     rt_setup_ctx(rt, c, e->msg, sizeof e->msg);
     if (variant_knobs(rt, v, c))
         return -1;
-    size_t workspace = e->workspace(c, v->size);
+    size_t workspace = e->sym.workspace(c, v->size);
     if (make_buffers(rt, v, workspace, b))
         return -1;
     c->workspace = b->workspace;
@@ -116,7 +127,7 @@ static int setup_entry(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e)
 static int call_entry(CocoRt *rt, const CocoRtVariant *v, Entry *e)
 {
     e->msg[0] = 0;
-    if (e->run(&e->ctx, &e->args))
+    if (e->sym.run(&e->ctx, &e->args))
         return rt_error(rt, "%s: %s", v->name, e->msg[0] ? e->msg : "failed (no message)");
     return 0;
 }
@@ -144,9 +155,8 @@ static int copy_back(CocoRt *rt, const CocoRtVariant *v, Buffers *b)
  * made at the first call, kept in rt). The run then finds its inputs in
  * memory, not in the L2 where the restore left them, as a step of a longer
  * program would; its time no longer depends on where in the L2 they landed
- * (at P = 1 and 2^20 one variant's time moved up to 17 % from process to
- * process with them there: bench/results/2026-11-27-h200x4-b.md).
- * `coconet tune` sets it. */
+ * (which measured a spread from process to process: doc/cli.md, coconet
+ * tune). `coconet tune` sets it. */
 static int clear_l2(CocoRt *rt)
 {
     if (!rt->l2_buffer) {
@@ -181,7 +191,7 @@ static int clear_l2(CocoRt *rt)
  * same moment on every rank, its launch already queued. So neither one
  * rank's host arriving late nor the launch's latency is timed.
  * COCONET_TIME_HOST_START=1 (rt->host_start): the host waits for the
- * line-up before it records the start, the way runs were timed before. */
+ * line-up before it records the start, so both are timed. */
 static int timed_run(CocoRt *rt, const CocoRtVariant *v, Buffers *b, Entry *e, float *ms)
 {
     if (restore_inputs(rt, v, b) || (rt->cold_l2 && clear_l2(rt)))
@@ -332,7 +342,7 @@ static int run_variant(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, Buff
     clock_gettime(CLOCK_MONOTONIC, &at);
     if (v->ninputs > MAXARGS || v->noutputs > MAXARGS)
         return rt_error(rt, "%s: more than %d inputs or outputs", v->name, MAXARGS);
-    if (find_entry(rt, v->name, &e) || setup_entry(rt, v, b, &e))
+    if (rt_find_entry(rt, rt->so, v->name, &e.sym) || setup_entry(rt, v, b, &e))
         return -1;
     trace_step(rt, v, "buffers and inputs on the GPU", &at);
     coco_test_die(rt->rank, "upload", v->name);

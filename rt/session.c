@@ -33,12 +33,7 @@ typedef struct Workspace {
 typedef struct Entry {
     int module;
     char name[128];
-    coco_cuda_run_fn run;
-    coco_cuda_workspace_fn workspace;
-    /* the arguments its one-kernel collectives reach in the peers' windows
-     * (coco_window_inputs__S, coco_window_outputs__S; -1 ends), or NULL in
-     * an object without them (then every argument counts) */
-    const int *window_in, *window_out;
+    RtEntry sym;
     Workspace *ws;
     struct Entry *next;
 } Entry;
@@ -142,7 +137,7 @@ static int open_arena(coco_session *s, size_t bytes)
     s->arena_bytes = bytes ? (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN
                            : (size_t)DEFAULT_ARENA;
     CUDA_OK(rt, cudaMalloc((void **)&s->agree, 3 * sizeof *s->agree));
-    if (rt->nranks > 1 && rt->fused_algo != 3) {
+    if (rt->nranks > 1 && rt->fused_algo != COCO_FUSED_NCCL) {
         NCCL_OK(rt, ncclCommSplit(rt->world, 0, rt->rank, &rt->world_window, NULL));
         NCCL_OK(rt, ncclMemAlloc((void **)&s->arena, s->arena_bytes));
         s->nccl_mem = 1;
@@ -329,16 +324,9 @@ static Entry *find_entry(coco_session *s, int module, const char *name)
         rt_error(&s->rt, "a variant's name is too long: '%.40s...'", name);
         return NULL;
     }
-    char sym[256];
-    snprintf(sym, sizeof sym, "coco_run__%s", name);
-    coco_cuda_run_fn run = (coco_cuda_run_fn)(size_t)dlsym(s->so[module], sym);
-    snprintf(sym, sizeof sym, "coco_workspace__%s", name);
-    coco_cuda_workspace_fn ws = (coco_cuda_workspace_fn)(size_t)dlsym(s->so[module], sym);
-    if (!run || !ws) {
-        rt_error(&s->rt, "the generated code has no entry point for '%s' (coco_run__%s)", name,
-                 name);
+    RtEntry sym;
+    if (rt_find_entry(&s->rt, s->so[module], name, &sym))
         return NULL;
-    }
     Entry *e = calloc(1, sizeof *e);
     if (!e) {
         rt_error(&s->rt, "out of host memory");
@@ -346,14 +334,7 @@ static Entry *find_entry(coco_session *s, int module, const char *name)
     }
     e->module = module;
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->run = run;
-    e->workspace = ws;
-    snprintf(sym, sizeof sym, "coco_window_inputs__%s", name);
-    e->window_in = (const int *)dlsym(s->so[module], sym);
-    snprintf(sym, sizeof sym, "coco_window_outputs__%s", name);
-    e->window_out = (const int *)dlsym(s->so[module], sym);
-    if (!e->window_in || !e->window_out)
-        e->window_in = e->window_out = NULL;
+    e->sym = sym;
     e->next = s->entries;
     s->entries = e;
     return e;
@@ -376,7 +357,7 @@ static int workspace(coco_session *s, Entry *e, const coco_session_call_args *a,
     coco_cuda_ctx dry = *c;
     if (nccl)
         dry.fused_algo = COCO_FUSED_NCCL;
-    size_t bytes = e->workspace(&dry, a->size);
+    size_t bytes = e->sym.workspace(&dry, a->size);
     void *ws = bytes ? arena_take(s, bytes) : NULL;
     if (bytes && !ws)
         return -1;
@@ -422,7 +403,7 @@ static int count_outside(const coco_session *s, const Entry *e, const coco_sessi
 {
     int n = 0;
     for (int i = 0; i < a->ninputs; i++) {
-        if (!in_list(e->window_in, i))
+        if (!in_list(e->sym.window_in, i))
             continue;
         if (a->nmembers && a->nmembers[i] > 0 && a->members && a->members[i]) {
             for (int m = 0; m < a->nmembers[i]; m++)
@@ -432,7 +413,7 @@ static int count_outside(const coco_session *s, const Entry *e, const coco_sessi
         }
     }
     for (int i = 0; i < a->noutputs; i++)
-        if (a->output[i] && in_list(e->window_out, i))
+        if (a->output[i] && in_list(e->sym.window_out, i))
             n += !in_arena(s, a->output[i], a->output_bytes ? a->output_bytes[i] : 0);
     return n;
 }
@@ -455,7 +436,7 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
         return -1;
     coco_cuda_args args = {a->input, a->scalar, a->output, a->size, a->seed, a->members};
     s->msg[0] = 0;
-    if (e->run(&c, &args))
+    if (e->sym.run(&c, &args))
         return rt_error(&s->rt, "%s: %s", a->variant, s->msg[0] ? s->msg : "failed (no message)");
     return 0;
 }

@@ -23,11 +23,9 @@ static void set_err(char *err, size_t len, const char *fmt, const char *a, const
  * is over 64 MiB, or holds a NUL byte. */
 char *read_source_file(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        set_err(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+    FILE *f = open_regular_file(path, err, errlen);
+    if (!f)
         return NULL;
-    }
     size_t cap = 4096, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {
@@ -84,13 +82,15 @@ static Binding *parse_defines(Program *p, const coco_config *cfg)
     return b;
 }
 
-coco_program *coco_load_string(const char *name, const char *text, const coco_config *cfg,
-                               char *err, size_t errlen)
+/* coco_load_string, with whose fault a failure is in *status */
+static Program *load_text(const char *name, const char *text, const coco_config *cfg,
+                          int *status, char *err, size_t errlen)
 {
     Program *p = program_new(name, text);
     ErrorCtx ctx;
     error_push(&ctx, err, errlen, p->file, p->src);
     if (setjmp(ctx.jb)) {
+        *status = ctx.config ? COCO_LOAD_BAD_CONFIG : COCO_LOAD_BAD_PROGRAM;
         error_pop(&ctx);
         program_free(p);
         return NULL;
@@ -104,17 +104,34 @@ coco_program *coco_load_string(const char *name, const char *text, const coco_co
     parse_program(p, b, cfg->ndefines, cfg->nranks, cfg->group_size);
     error_pop(&ctx);
     verify_program(p);
+    *status = COCO_LOAD_OK;
+    return p;
+}
+
+coco_program *coco_load_string(const char *name, const char *text, const coco_config *cfg,
+                               char *err, size_t errlen)
+{
+    int status;
+    return load_text(name, text, cfg, &status, err, errlen);
+}
+
+coco_program *coco_load_file_status(const char *path, const coco_config *cfg, int *status,
+                                    char *err, size_t errlen)
+{
+    int ignored;
+    status = status ? status : &ignored;
+    *status = COCO_LOAD_BAD_PROGRAM;
+    char *text = read_source_file(path, err, errlen);
+    if (!text)
+        return NULL;
+    coco_program *p = load_text(path, text, cfg, status, err, errlen);
+    free(text);
     return p;
 }
 
 coco_program *coco_load_file(const char *path, const coco_config *cfg, char *err, size_t errlen)
 {
-    char *text = read_source_file(path, err, errlen);
-    if (!text)
-        return NULL;
-    coco_program *p = coco_load_string(path, text, cfg, err, errlen);
-    free(text);
-    return p;
+    return coco_load_file_status(path, cfg, NULL, err, errlen);
 }
 
 void coco_program_free(coco_program *p)
@@ -201,7 +218,8 @@ int coco_program_roofline(const coco_program *p, int rank, coco_roofline *r)
         roofline_busiest(p, &x);
     else
         roofline_rank(p, rank, &x);
-    *r = (coco_roofline){x.read_bytes, x.write_bytes, x.link_bytes, x.flops};
+    *r = (coco_roofline){.read_bytes = x.read_bytes, .write_bytes = x.write_bytes,
+                         .link_bytes = x.link_bytes, .flops = x.flops};
     return 0;
 }
 

@@ -8,4 +8,8 @@
 /* ---- api.c ---- */
 char *read_source_file(const char *path, char *err, size_t errlen);
 
+/* ---- api_sched.c ---- */
+/* "FILE: error: no schedule named 'name' (its schedules: ...)" into err */
+void schedule_unknown(const Program *p, const char *name, char *err, size_t errlen);
+
 #endif

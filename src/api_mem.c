@@ -196,9 +196,13 @@ static Pos phase_pos(const Phase *ph)
     return ph->f.largest >= 0 ? p->node[ph->f.largest].pos : none;
 }
 
+/* The message names values as the user wrote them (value_text): the value
+ * being computed at the peak (whose place the message starts with, when it
+ * has one) and the largest value (with its place when it is a part of an
+ * expression), never a generated temporary's name. */
 static void refuse_run(const Phase *ph, double limit, const char *why, char *err, size_t errlen)
 {
-    const Program *p = ph->prog;
+    Program *p = ph->prog;
     char need[32], rank[32], big[32], lim[32], kept[32], where[160] = "", beside[160] = "";
     Pos pos = phase_pos(ph);
     if (pos.line > 0)
@@ -206,16 +210,16 @@ static void refuse_run(const Phase *ph, double limit, const char *why, char *err
     if (ph->beside > 0)
         snprintf(beside, sizeof beside, ", beside %s kept from %s",
                  bytes_text(kept, sizeof kept, ph->beside), ph->beside_what);
-    const char *at = ph->f.at >= 0 ? p->node[ph->f.at].name : "drawing its inputs";
+    const char *at = ph->f.at >= 0 ? value_text(p, ph->f.at) : "drawing its inputs";
     snprintf(err, errlen, "%s:%s error: the run needs %s at its peak: %d value%s live at once on "
-             "%d rank%s (%s on one rank) %s%s%s%s, the largest '%s' of %s%s; "
+             "%d rank%s (%s on one rank) %s%s%s%s, the largest %s of %s%s; "
              "more than the %s this process may use (%s)\n",
              p->file, where, bytes_text(need, sizeof need, ph->f.peak + ph->beside),
              ph->f.values, ph->f.values == 1 ? "" : "s", p->nranks, p->nranks == 1 ? "" : "s",
              bytes_text(rank, sizeof rank, ph->f.rank_peak),
              ph->f.at >= 0 ? "while computing '" : "", at,
              ph->f.at >= 0 ? "'" : "", ph->what,
-             ph->f.largest >= 0 ? p->node[ph->f.largest].name : "?",
+             ph->f.largest >= 0 ? value_desc(p, ph->f.largest) : "?",
              bytes_text(big, sizeof big, ph->f.largest_bytes), beside,
              bytes_text(lim, sizeof lim, limit), why);
 }

@@ -36,14 +36,42 @@ const char *coco_schedule_name(const coco_program *p, int i)
     return i >= 0 && i < p->nsched ? p->sched[i].name : NULL;
 }
 
+enum { NAMES_LISTED = 16 }; /* the schedules an unknown name's message lists */
+
+/* "its schedules: a, b, ... and N more" into buf */
+static void schedule_list(const Program *p, char *buf, size_t len)
+{
+    size_t u = (size_t)snprintf(buf, len, p->nsched ? "its schedules: " : "it has no schedules");
+    for (int i = 0; i < p->nsched && i < NAMES_LISTED && u < len; i++)
+        u += (size_t)snprintf(buf + u, len - u, "%s%s", i ? ", " : "", p->sched[i].name);
+    if (p->nsched > NAMES_LISTED && u < len)
+        snprintf(buf + u, len - u, " and %d more", p->nsched - NAMES_LISTED);
+}
+
+void schedule_unknown(const Program *p, const char *name, char *err, size_t errlen)
+{
+    int enumerated = 0;
+    for (int i = 0; i < p->nsched; i++)
+        enumerated |= p->sched[i].generated;
+    char list[1024];
+    schedule_list(p, list, sizeof list);
+    snprintf(err, errlen, "%s: error: no schedule named '%s' (%s%s)\n", p->file, name, list,
+             enumerated ? "" : "; --all-schedules adds those `coconet schedules` lists");
+}
+
+int coco_find_schedule(const coco_program *p, const char *name, char *err, size_t errlen)
+{
+    for (int i = 0; i < p->nsched; i++)
+        if (!strcmp(p->sched[i].name, name))
+            return i;
+    schedule_unknown(p, name, err, errlen);
+    return -1;
+}
+
 coco_program *coco_schedule(coco_program *p, const char *name, char *err, size_t errlen)
 {
-    const Schedule *s = schedule_find(p, name);
-    if (!s) {
-        snprintf(err, errlen, "%s: error: no schedule named '%s'\n", p->file, name);
-        return NULL;
-    }
-    return schedule_applied(p, s, err, errlen);
+    int i = coco_find_schedule(p, name, err, errlen);
+    return i < 0 ? NULL : schedule_applied(p, &p->sched[i], err, errlen);
 }
 
 coco_program *coco_program_exact(coco_program *p)

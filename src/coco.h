@@ -1,7 +1,7 @@
 /* coco.h: the core header of the coconet compiler: the data structures
  * (types, layouts, the program graph), then a section of prototypes per
  * file of src/core/ (the memory pool and errors, element types, operation
- * facts, building the graph).
+ * facts, the words of schedule statements, building the graph).
  *
  * Each layer above has its own header, which includes the one below it:
  * core (coco.h) <- front/front.h <- sched/sched.h <- cpu/cpu.h <- api.h
@@ -22,6 +22,9 @@
 
 enum { MAXDIM = 8, MAXIN = 4, MAXNAME = 64 };
 #define MAX_ELEMENTS (1L << 40) /* elements of one logical tensor */
+/* The largest size, and of any size expression's step: in the file and on
+ * the command line (-D, tune's --sizes and --check-size) alike */
+#define MAX_SIZE 10000000000000L /* 10^13 */
 
 /* ---- element types ---- */
 typedef enum { T_FP16, T_BF16, T_FP32, T_FP64, NTYPE } Type;
@@ -141,16 +144,58 @@ typedef struct {
     int nitem;
 } Overlap;
 
-/* One schedule statement: outs = verb(args); */
+/* ---- schedule statements: the one table of their words ---- */
+/* SCHED_VERB(ID, WORD): a transformation and the word a schedule calls it
+ * by. Adding a verb: a row here, its transformation in sched/sched.c's
+ * apply_verb. */
+#define SCHED_VERBS(SCHED_VERB)      \
+    SCHED_VERB(V_SPLIT, "split")     \
+    SCHED_VERB(V_REORDER, "reorder") \
+    SCHED_VERB(V_FUSE, "fuse")       \
+    SCHED_VERB(V_OVERLAP, "overlap") \
+    SCHED_VERB(V_ASSLICE, "asSlice") \
+    SCHED_VERB(V_DEAD, "dead")
+/* SCHED_POLICY(ID, WORD, FUSE): a policy, its word (a statement's last
+ * argument of that spelling is its policy) and, for fuse's, the kind of
+ * fused operation it makes (-1: not fuse's). ARFuse is AllReduceFuse's
+ * short form; a fused operation is named by the first row of its kind. */
+#define SCHED_POLICIES(SCHED_POLICY)                                   \
+    SCHED_POLICY(P_AR_SPLIT_RS_AG, "ARSplitRSAG", -1)                  \
+    SCHED_POLICY(P_AR_SLICE_AG, "ARSliceAG", -1)                       \
+    SCHED_POLICY(P_AG_REORDER, "AGReorder", -1)                        \
+    SCHED_POLICY(P_COMPUTATION_FUSE, "ComputationFuse", F_COMPUTATION) \
+    SCHED_POLICY(P_ALLREDUCE_FUSE, "AllReduceFuse", F_ALLREDUCE)       \
+    SCHED_POLICY(P_AR_FUSE, "ARFuse", F_ALLREDUCE)                     \
+    SCHED_POLICY(P_SEND_FUSE, "SendFuse", F_SEND)
+
+/* V_UNKNOWN: a word that is no verb (refused when the schedule is applied) */
+typedef enum {
+#define SCHED_VERB(id, word) id,
+    SCHED_VERBS(SCHED_VERB)
+#undef SCHED_VERB
+    V_UNKNOWN
+} Verb;
+
+/* P_NONE: the statement gives no policy */
+typedef enum {
+    P_NONE,
+#define SCHED_POLICY(id, word, fuse) id,
+    SCHED_POLICIES(SCHED_POLICY)
+#undef SCHED_POLICY
+    NPOLICY
+} Policy;
+
+/* One schedule statement, parsed once: outs = verb(args, policy); */
 typedef struct {
     Pos pos;
-    const char *verb;
+    Verb verb;
+    const char *unknown;  /* V_UNKNOWN: the word as written */
     const char **out;
     int nout;
     const char **arg;
     Pos *argpos;
     int narg;
-    const char *policy; /* trailing policy name, or NULL */
+    Policy policy;        /* the trailing policy, or P_NONE */
 } SchedStmt;
 
 typedef struct {
@@ -173,6 +218,7 @@ typedef struct {
 
 typedef struct Arena Arena;
 typedef struct NameIndex NameIndex; /* graph.c: name -> node or size */
+typedef struct Readers Readers;     /* src/sched/rewrite.c: node -> its readers */
 
 typedef struct Program {
     Arena *arena;
@@ -204,6 +250,7 @@ typedef struct Program {
     const char *applied;   /* name of the schedule applied, or NULL */
     struct Program *base;  /* a clone's original: owns the shared sizes and text */
     NameIndex *names;      /* of named nodes and sizes: through graph.c only */
+    Readers *readers;      /* while splits are applied unsorted, or NULL */
 } Program;
 
 /* ---- util.c: arena, user errors, strings ---- */
@@ -214,6 +261,9 @@ void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);     /* zeroed */
 char *arena_strdup(Arena *a, const char *s);
 void text_unify_line_ends(char *text);     /* \r\n and a lone \r become \n */
+/* path opened for reading when it is a regular file (never waiting, as
+ * opening a FIFO would); NULL with "PATH: error: ..." in err otherwise */
+FILE *open_regular_file(const char *path, char *err, size_t errlen);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...);
 void *xmalloc(size_t n);                   /* aborts on exhaustion */
@@ -230,11 +280,14 @@ typedef struct ErrorCtx {
     size_t len;
     const char *file;
     const char *src;
+    int config;       /* set by error_plain: the configuration's error */
     struct ErrorCtx *prev;
 } ErrorCtx;
 void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const char *src);
 void error_pop(ErrorCtx *ctx);
 _Noreturn void error_at(Pos pos, const char *fmt, ...);
+/* An error of the configuration (a -D binding, the ranks, the group size),
+ * which has no place in the source: "file: error: msg", ErrorCtx.config set */
 _Noreturn void error_plain(const char *fmt, ...);
 _Noreturn void error_again(const char *msg); /* a caught error, to the enclosing context */
 _Noreturn void internal_error(const char *file, int line, const char *fmt, ...);
@@ -265,6 +318,15 @@ int redop_parse(const char *s, RedOp *r);
 int layout_equal(Layout a, Layout b);
 const char *layout_str(Arena *a, Layout l);
 const char *group_name(GroupKind g);
+
+/* ---- sched_words.c: the words of schedule statements (SCHED_VERBS) ---- */
+const char *verb_word(Verb v);             /* "split"; V_UNKNOWN: NULL */
+Verb verb_parse(const char *word);         /* V_UNKNOWN when no verb */
+const char *stmt_verb_word(const SchedStmt *st); /* the verb as written */
+const char *policy_word(Policy p);         /* "ARSplitRSAG"; P_NONE: NULL */
+Policy policy_parse(const char *word);     /* P_NONE when no policy */
+int policy_fuse_kind(Policy p);            /* its FuseKind, or -1 */
+Policy fuse_kind_policy(FuseKind k);       /* the policy that makes kind k */
 
 /* ---- graph.c: building the graph ---- */
 Program *program_new(const char *file, const char *src);

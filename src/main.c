@@ -3,6 +3,7 @@
  * status: 0 success, 1 the program (or a run) failed, 2 bad command line. */
 #define _DEFAULT_SOURCE
 #include "coconet.h"
+#include "coconet_cuda.h" /* COCO_RUN_PREFIX, COCO_WORKSPACE_PREFIX */
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,18 +42,21 @@ typedef struct {
     int nsizes;
     const char *check_size;    /* tune: --check-size NAME=v,... */
     double prune;              /* tune: --prune F */
-    double launch_cost;        /* tune: --launch-cost S (-1: not given) */
-    int confirm;               /* tune: --confirm N (-1: not given) */
+    double launch_cost;        /* tune: --launch-cost S (default 0: none weighed) */
+    int confirm;               /* tune: --confirm N (default COCO_TUNE_CONFIRM) */
     int exhaustive, show, plan; /* tune: --exhaustive, --show, --plan */
     const char *log;           /* tune: --log FILE */
-    int program_only;          /* --schedule tuned chose the program itself */
-    int tuned;                 /* --schedule tuned: the tuner's object is run */
+    const char *tune_option;   /* the first option given that goes with tune alone */
+    int program_only;          /* --schedule program, or tuned chose the program */
+    int build_all;             /* --schedule tuned on GPUs: build every variant, as
+                                  tune did, so that tune's object serves */
 } Options;
 
 static const char usage[] =
     "usage: coconet COMMAND FILE [options]\n"
     "\n"
     "commands:\n"
+    "  help            print this help (as --help)\n"
     "  check FILE      parse and check the program (types, shapes, layouts) and\n"
     "                  apply each of its schedules\n"
     "  print FILE      print the checked program with each value's type, shape, layout\n"
@@ -64,7 +68,8 @@ static const char usage[] =
     "                  size; keep the fastest in the tuning record (doc/cli.md)\n"
     "\n"
     "options:\n"
-    "  -D NAME=VALUE   bind a size (positive integer) or a scalar (number)\n"
+    "  -D NAME=VALUE   bind a size (an integer or 2^k, 1 to 10^13) or a scalar\n"
+    "                  (a number)\n"
     "  --ranks P       number of ranks (default 4)\n"
     "  --group-size G  ranks in each GROUP (default: the file's 'Group GROUP(n);')\n"
     "  --backend B     where to run: cpu (the reference executor, simulated ranks),\n"
@@ -74,7 +79,8 @@ static const char usage[] =
     "  --threads T     CPU threads of the reference executor (default: all cores)\n"
     "  --dump DIR      run: write every input and output of every rank to DIR\n"
     "  --schedule NAME print/run: apply the schedule NAME (run: only that one);\n"
-    "                  run, gen: tuned takes the tuning record's choice\n"
+    "                  program: the program alone; run, gen: tuned takes the\n"
+    "                  tuning record's choice\n"
     "  --schedule-file F  add the schedules written in F\n"
     "  --all-schedules run, gen: also every enumerated schedule\n"
     "  -o DIR          gen: the directory to write to\n"
@@ -92,7 +98,7 @@ static const char usage[] =
     "                  (as many more runs as --iters), in a second table\n"
     "  --remeasure     cuda: measure the machine's limits (copy, peer copy, FP16 GEMM)\n"
     "                  again instead of reading them from the cache\n"
-    "  --sizes NAME=v1,v2,...  tune: the sizes to tune at (integers or 2^k); repeated\n"
+    "  --sizes NAME=v1,v2,...  tune: the sizes to tune at (as -D's); repeated\n"
     "                  for more names: every combination (default: the -D sizes)\n"
     "  --check-size NAME=v,...  tune: where variants too large to check in place are\n"
     "                  checked against the CPU reference (default: the file's sizes)\n"
@@ -209,26 +215,35 @@ static void parse_option(Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--schedule-file")) {
         o->sched_file = option_value(argc, argv, i);
     } else if (!strcmp(a, "--sizes")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         if (o->nsizes == MAXSIZES)
             bad_usage("at most 8 --sizes options%s", "");
         o->sizes[o->nsizes++] = option_value(argc, argv, i);
     } else if (!strcmp(a, "--check-size")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->check_size = option_value(argc, argv, i);
     } else if (!strcmp(a, "--prune")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->prune = parse_real(option_value(argc, argv, i), 1, 1e6,
                               "--prune expects a factor of at least 1, not '%s'");
     } else if (!strcmp(a, "--launch-cost")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->launch_cost = parse_real(option_value(argc, argv, i), 0, 3600,
                                     "--launch-cost expects seconds from 0 to 3600, not '%s'");
     } else if (!strcmp(a, "--confirm")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->confirm = (int)parse_count(a, option_value(argc, argv, i), 0, 10);
     } else if (!strcmp(a, "--exhaustive")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->exhaustive = 1;
     } else if (!strcmp(a, "--show")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->show = 1;
     } else if (!strcmp(a, "--plan")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->plan = 1;
     } else if (!strcmp(a, "--log")) {
+        o->tune_option = o->tune_option ? o->tune_option : a;
         o->log = option_value(argc, argv, i);
     } else {
         bad_usage("unknown option '%s'", a);
@@ -242,8 +257,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->seed = 1;
     o->iters = 20;
     o->timeout = 300;
-    o->launch_cost = -1;
-    o->confirm = -1;
+    o->confirm = COCO_TUNE_CONFIRM;
     o->backend = getenv("COCONET_BACKEND") && *getenv("COCONET_BACKEND")
                      ? getenv("COCONET_BACKEND") : "auto";
     check_backend(o->backend);
@@ -251,7 +265,7 @@ static void parse_args(Options *o, int argc, char **argv)
     o->threads = cores > 0 ? (int)cores : 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(a, "--help") || !strcmp(a, "-h") || (!o->cmd && !strcmp(a, "help"))) {
             fputs(usage, stdout);
             exit(0);
         }
@@ -275,9 +289,7 @@ static void parse_args(Options *o, int argc, char **argv)
         bad_usage("unknown command '%s'", o->cmd);
     if (!o->file)
         bad_usage("%s needs a FILE", o->cmd);
-    if (strcmp(o->cmd, "tune") && (o->nsizes || o->check_size || o->prune || o->exhaustive ||
-                                   o->show || o->plan || o->log || o->launch_cost >= 0 ||
-                                   o->confirm >= 0))
+    if (strcmp(o->cmd, "tune") && o->tune_option)
         bad_usage("--sizes, --check-size, --prune, --launch-cost, --confirm, --exhaustive, "
                   "--plan, --show and --log go with `coconet tune`%s", "");
     if (!strcmp(o->cmd, "tune") && (o->schedule || o->all_schedules || o->dump || o->outdir))
@@ -288,11 +300,20 @@ static void parse_args(Options *o, int argc, char **argv)
         bad_usage("--schedule tuned goes with `coconet run` and `coconet gen`%s", "");
 }
 
+/* The program as the options load it; a bad -D is the command line's
+ * error (exit status 2), the rest the program's (1) */
 static coco_program *load(const Options *o)
 {
-    coco_config cfg = {o->defines, o->ndefines, o->nranks, o->group_size};
+    coco_config cfg = {.defines = o->defines, .ndefines = o->ndefines, .nranks = o->nranks,
+                       .group_size = o->group_size};
     char err[4096];
-    coco_program *p = coco_load_file(o->file, &cfg, err, sizeof err);
+    int status;
+    coco_program *p = coco_load_file_status(o->file, &cfg, &status, err, sizeof err);
+    if (!p && status == COCO_LOAD_BAD_CONFIG) {
+        fputs(err, stderr);
+        fputs("(coconet --help lists the commands and options)\n", stderr);
+        exit(2);
+    }
     if (!p || (o->sched_file && coco_add_schedules(p, o->sched_file, err, sizeof err))) {
         fputs(err, stderr);
         coco_program_free(p);
@@ -510,24 +531,15 @@ static int run_schedules(const Options *o, coco_program *p, coco_run *ref)
             bad |= run_schedule(o, p, ref, coco_schedule_name(p, i), coco_schedule_note(p, i), &x);
     coco_run_free(x.run);
     coco_program_free(x.prog);
-    if (o->schedule && !bad) {
-        int found = 0;
-        for (int i = 0; i < n; i++)
-            found |= !strcmp(o->schedule, coco_schedule_name(p, i));
-        if (!found) {
-            fprintf(stderr, "%s: error: no schedule named '%s' (the file's own and, with "
-                    "--all-schedules, those `coconet schedules` lists)\n", o->file, o->schedule);
-            bad = 1;
-        }
-    }
     return bad;
 }
 
-/* The schedules run_schedules runs: all, or the one --schedule names. */
+/* The schedules run and gen take: all, the one --schedule names, or none
+ * (--schedule program). */
 static int chosen_schedules(const Options *o, coco_program *p, const char **names)
 {
     int n = 0;
-    for (int i = 0; i < coco_num_schedules(p); i++)
+    for (int i = 0; i < coco_num_schedules(p) && !o->program_only; i++)
         if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
             names[n++] = coco_schedule_name(p, i);
     return n;
@@ -651,8 +663,9 @@ static void write_header(FILE *h, coco_program *p, const char *const *names, int
             coco_program_name(p));
     for (int i = -1; i < n; i++) {
         const char *s = i < 0 ? "program" : names[i];
-        fprintf(h, "int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args);\n"
-                   "size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size);\n", s, s);
+        fprintf(h, "int " COCO_RUN_PREFIX "%s(coco_cuda_ctx *ctx, const coco_cuda_args *args);\n"
+                   "size_t " COCO_WORKSPACE_PREFIX "%s(const coco_cuda_ctx *ctx, "
+                   "const long *size);\n", s, s);
     }
     fprintf(h, "#ifdef __cplusplus\n}\n#endif\n");
 }
@@ -672,6 +685,50 @@ static int make_dirs(const char *path)
     return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
+/* "coconet: cannot write PATH: REASON" when f (PATH, open for writing) was
+ * not written whole; closes f either way. 0, or 1. */
+static int close_written(FILE *f, const char *path)
+{
+    int bad = ferror(f), saved = errno, closed = fclose(f);
+    if (bad || closed)
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(bad ? saved : errno));
+    return bad || closed;
+}
+
+/* DIR/<program>.cu, the program's and the named schedules' CUDA source;
+ * no half-written source is left behind */
+static int write_cu(const char *dir, coco_program *p, const char *const *names, int n)
+{
+    char path[4096], err[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", dir, coco_program_name(p));
+    FILE *cu = fopen(path, "w");
+    if (!cu) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int rc = coco_gen_cuda(p, names, n, cu, err, sizeof err);
+    if (rc)
+        fputs(err, stderr);
+    rc |= close_written(cu, path);
+    if (rc)
+        remove(path);
+    return rc;
+}
+
+/* DIR/<program>.h, the entry points' declarations */
+static int write_h(const char *dir, coco_program *p, const char *const *names, int n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.h", dir, coco_program_name(p));
+    FILE *h = fopen(path, "w");
+    if (!h) {
+        fprintf(stderr, "coconet: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    write_header(h, p, names, n);
+    return close_written(h, path);
+}
+
 /* gen: DIR/<program>.cu and .h, with the headers they include. */
 static int gen(const Options *o, coco_program *p)
 {
@@ -681,36 +738,14 @@ static int gen(const Options *o, coco_program *p)
         fprintf(stderr, "coconet: cannot create %s: %s\n", o->outdir, strerror(errno));
         return 1;
     }
-    if (o->all_schedules)
-        coco_enumerate_schedules(p);
-    int n = 0;
     const char **names = calloc((size_t)coco_num_schedules(p) + 1, sizeof *names);
-    for (int i = 0; i < coco_num_schedules(p); i++)
-        if (!o->schedule || !strcmp(o->schedule, coco_schedule_name(p, i)))
-            names[n++] = coco_schedule_name(p, i);
-    char path[4096], err[4096];
-    snprintf(path, sizeof path, "%s/%s.cu", o->outdir, coco_program_name(p));
-    FILE *cu = fopen(path, "w");
-    int rc = !cu || coco_gen_cuda(p, names, n, cu, err, sizeof err);
-    if (cu && fclose(cu))
-        rc = 1;
-    if (rc) {
-        fputs(cu ? err : "coconet: cannot write the .cu file\n", stderr);
-        if (cu)
-            remove(path); /* no half-written source is left behind */
-    } else {
-        snprintf(path, sizeof path, "%s/%s.h", o->outdir, coco_program_name(p));
-        FILE *h = fopen(path, "w");
-        if (h) {
-            write_header(h, p, names, n);
-            fclose(h);
-        }
-        rc = !h || copy_home_file("include/coconet_cuda.h", o->outdir) ||
+    int n = chosen_schedules(o, p, names);
+    int rc = write_cu(o->outdir, p, names, n) || write_h(o->outdir, p, names, n) ||
+             copy_home_file("include/coconet_cuda.h", o->outdir) ||
              copy_kernel_headers(o->outdir);
-        if (!rc)
-            printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
-                   n ? "s" : "");
-    }
+    if (!rc)
+        printf("%s/%s.cu: %d entry point%s\n", o->outdir, coco_program_name(p), n + 1,
+               n ? "s" : "");
     free(names);
     return rc;
 }
@@ -731,7 +766,9 @@ static int list_schedules(const Options *o, coco_program *p)
 
 /* Does this run go to the CUDA backend? Under mpirun (in a build with MPI)
  * it does, with the MPI job's size as the ranks; with auto, when the CUDA
- * runtime is built, P GPUs are visible and no --dump is asked. */
+ * runtime is built, P GPUs are visible and no --dump is asked. With cuda,
+ * a machine where that is not so is refused before anything is built
+ * (--build-only needs the runtime's toolchain, not the GPUs). */
 static int use_cuda(Options *o)
 {
     if (o->build_only && (strcmp(o->cmd, "run") || strcmp(o->backend, "cuda")))
@@ -751,8 +788,9 @@ static int use_cuda(Options *o)
         int usable = coco_cuda_usable(o->nranks, why, sizeof why);
         if (!strcmp(o->backend, "auto"))
             return usable == 1 && !o->dump;
-        if (!usable) {
-            fprintf(stderr, "coconet: --backend cuda: %s\n", why);
+        if (usable != 1 && !(o->build_only && usable < 0)) {
+            fprintf(stderr, "coconet: --backend cuda: %s; --backend cpu runs the program on "
+                    "simulated ranks\n", why);
             exit(1);
         }
     }
@@ -778,9 +816,17 @@ static _Noreturn void refuse_no_reference(const Options *o)
 
 static int run_cuda(const Options *o, coco_program *p)
 {
-    coco_cuda_options co = {o->seed, o->threads, o->iters, o->timeout, o->schedule,
-                            o->cuda_source, o->reference, o->build_only, o->breakdown,
-                            o->remeasure, o->tuned};
+    coco_cuda_options co = {.seed = o->seed,
+                            .threads = o->threads,
+                            .iters = o->iters,
+                            .timeout_s = o->timeout,
+                            .schedule = o->schedule,
+                            .cuda_source = o->cuda_source,
+                            .reference = o->reference,
+                            .build_only = o->build_only,
+                            .breakdown = o->breakdown,
+                            .remeasure = o->remeasure,
+                            .build_all = o->build_all};
     char err[16384];
     int rc = coco_run_cuda(p, &co, stdout, err, sizeof err);
     fflush(stdout);
@@ -789,14 +835,45 @@ static int run_cuda(const Options *o, coco_program *p)
     return rc;
 }
 
+/* --schedule NAME names the program itself ("program": no schedule) or one
+ * of p's schedules, the enumerated ones too with --all-schedules (run, gen):
+ * refused before anything runs or is written. */
+static void choose_schedule(Options *o, coco_program *p)
+{
+    if (o->all_schedules && (!strcmp(o->cmd, "run") || !strcmp(o->cmd, "gen")))
+        coco_enumerate_schedules(p);
+    if (!o->schedule)
+        return;
+    char err[4096];
+    o->program_only = !strcmp(o->schedule, "program");
+    if (!o->program_only && coco_find_schedule(p, o->schedule, err, sizeof err) < 0) {
+        fputs(err, stderr);
+        coco_program_free(p);
+        exit(1);
+    }
+}
+
 /* tune: time every variant on the GPUs and keep the best (coco_tune) */
 static int tune(const Options *o)
 {
-    coco_tune_options t = {o->defines, o->ndefines, o->nranks, o->group_size, o->sched_file,
-                           o->sizes, o->nsizes, o->check_size, o->prune, o->exhaustive, o->plan,
-                           o->iters, o->timeout, o->threads, o->seed, o->log,
-                           o->launch_cost < 0 ? 0 : o->launch_cost == 0 ? -1 : o->launch_cost,
-                           o->confirm < 0 ? 0 : o->confirm == 0 ? -1 : o->confirm};
+    coco_tune_options t = {.defines = o->defines,
+                           .ndefines = o->ndefines,
+                           .nranks = o->nranks,
+                           .group_size = o->group_size,
+                           .sched_file = o->sched_file,
+                           .sizes = o->sizes,
+                           .nsizes = o->nsizes,
+                           .check_size = o->check_size,
+                           .prune = o->prune,
+                           .exhaustive = o->exhaustive,
+                           .plan = o->plan,
+                           .iters = o->iters,
+                           .timeout_s = o->timeout,
+                           .threads = o->threads,
+                           .seed = o->seed,
+                           .log = o->log,
+                           .launch_s = o->launch_cost,
+                           .confirm = o->confirm};
     char err[8192];
     int rc = o->show ? coco_tune_show(o->file, &t, stdout, err, sizeof err)
                      : coco_tune(o->file, &t, stdout, err, sizeof err);
@@ -825,8 +902,7 @@ static void apply_tuned(Options *o, coco_program *p, int cuda)
         fprintf(stderr, "coconet: note: %s\n", note);
     fprintf(stderr, "coconet: tuned: schedule %s, knobs %s\n", name, knobs[0] ? knobs : "default");
     o->schedule = name;
-    o->program_only = !strcmp(name, "program");
-    o->tuned = 1;
+    o->build_all = cuda; /* the object tune built holds every variant */
     if (!knobs[0])
         return;
     if (!strcmp(o->cmd, "gen")) {
@@ -861,7 +937,8 @@ int main(int argc, char **argv)
     int rc = 0;
     if (o.schedule && !strcmp(o.schedule, "tuned"))
         apply_tuned(&o, p, cuda);
-    if (!strcmp(o.cmd, "print") && o.schedule) {
+    choose_schedule(&o, p);
+    if (!strcmp(o.cmd, "print") && o.schedule && !o.program_only) {
         char err[4096];
         coco_program *s = coco_schedule(p, o.schedule, err, sizeof err);
         if (!s) {
@@ -878,8 +955,6 @@ int main(int argc, char **argv)
     } else if (!strcmp(o.cmd, "gen")) {
         rc = gen(&o, p);
     } else if (!strcmp(o.cmd, "run")) {
-        if (o.all_schedules)
-            coco_enumerate_schedules(p);
         rc = cuda ? run_cuda(&o, p) : run(&o, p);
     }
     else {

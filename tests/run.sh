@@ -6,6 +6,10 @@
 #   unit      every build/tests/* binary must exit 0;
 #   errors    every tests/errors/*.coco (and the generated cases) must be
 #             refused with status 1 and the expected message;
+#   cli       the command line as a newcomer meets it: help, exit statuses,
+#             schedule names and the GPU checked before anything runs,
+#             messages that name paths and reasons, files that are not
+#             regular, `make run`;
 #   oracle    every example and tests/oracle/programs/*.coco, for P in 1 2 3 4 8
 #             and two seeds, against a numpy re-implementation;
 #   roundtrip `coconet print` output prints to itself and runs the same;
@@ -29,7 +33,9 @@
 #             each variant that repeats another but for its names once);
 #   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
 #             stand-in runtime, without a GPU;
-#   layers    the compiler's files include and call one way (tests/layers.py).
+#   layers    the compiler's files include and call one way (tests/layers.py);
+#   paths     every repository path a comment or a document names exists
+#             (tests/paths.py).
 # Each group file says more at its top. `ONLY="errors unit" sh tests/run.sh`
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose
 # checks call `group name`, then `ok` or `bad MESSAGE` per check, then

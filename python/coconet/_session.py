@@ -28,6 +28,8 @@ from . import CocoError, _err_buf, _raise, _ERRLEN
 from ._lib import CocoCudaBuild, lib
 
 TYPE_BYTES = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8}
+# coco_cuda_ctx.fused_algo by COCONET_FUSED's spelling: COCO_FUSED_ALGOS of
+# include/coconet_cuda.h, in its order (tests/python/test_session.py checks)
 FUSED = {"auto": 0, "oneshot": 1, "twoshot": 2, "nccl": 3, "push": 4}
 MAXMEMBERS = 1 << 16
 
@@ -46,8 +48,8 @@ def parse_knobs(text):
         elif name == "COCONET_OVERLAP_CHUNKS" and value.isdigit() and 0 <= int(value) <= 64:
             chunks = int(value)
         else:
-            raise CocoError("knob '%s': expected COCONET_FUSED=auto|oneshot|twoshot|nccl|push "
-                            "or COCONET_OVERLAP_CHUNKS=0..64" % item)
+            raise CocoError("knob '%s': expected COCONET_FUSED=%s or COCONET_OVERLAP_CHUNKS=0..64"
+                            % (item, "|".join(FUSED)))
     return fused, chunks
 
 

@@ -23,10 +23,11 @@
 // products in the order of kk, which is the reference executor's order (c, r,
 // s), with padded positions contributing 0 * w (the same sum for finite
 // weights). FP32 and FP64 use fused multiply-adds, so they differ from the CPU
-// by rounding within the Conv2D slack of the GPU check (src/cuda_job.c: K *
-// 2^-24 of the value's scale for a contraction of K = C*R*S products); built
-// with -DCOCO_CONV_EXACT=1 they multiply and add separately as the CPU does
-// and equal it bit for bit, at about half the arithmetic rate. FP16/BF16
+// by rounding within the Conv2D slack of the GPU check
+// (src/cuda/cuda_job.c: K * 2^-24 of the value's scale for a contraction of
+// K = C*R*S products); built with -DCOCO_CONV_EXACT=1 they multiply and add
+// separately as the CPU does and equal it bit for bit, at about half the
+// arithmetic rate. FP16/BF16
 // sums on tensor cores are grouped differently: within an ulp of the result
 // type almost always, always within the GPU check's tolerance.
 #pragma once

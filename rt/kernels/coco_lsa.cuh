@@ -25,13 +25,13 @@
 //             then reduces its slice from its own staging slots, computes
 //             and stores into every peer as two-shot does. NVLink carries
 //             the same bytes, all of them as stores, which reach more
-//             bandwidth than loads (bench/results/2026-11-22-h200x2-probe.md);
+//             bandwidth than loads (doc/gpu.md, Fused-collective knobs);
 //             it costs a staging buffer as large as the input and a
 //             barrier: large sizes. With cross-rank reductions (two
 //             kernels) kernel 0 has no gathered stores to overlap its
 //             pushes with, and pushing everything first would serialise
-//             its NVLink traffic and its local work (LAMB,
-//             bench/results/archive/2026-11-22-h200x2-lamb.md): there it goes in
+//             its NVLink traffic and its local work (LAMB measured slower
+//             so: doc/design.md, The CUDA backend): there it goes in
 //             rounds (coco_lsa_rounds, ctx->fused_push_round steps a
 //             thread), round r + 1's stores during round r's work. Over
 //             scattered operands, coco_lsa_scat_push_parts
@@ -43,7 +43,7 @@
 // ctx->fused_peers); grid and block sizes come from ctx->fused_blocks and
 // ctx->fused_threads.
 // A fusion with cross-rank reductions (a Norm of the whole tensor) is two
-// kernels on one grid (src/emit_lsa.c): kernel 0 leaves each block's fold
+// kernels on one grid (src/gen/emit_lsa.c): kernel 0 leaves each block's fold
 // in a workspace array; kernel 1 folds them (coco_lsa_rank_fold), publishes
 // the rank's value in the window, and after a barrier folds the ranks'
 // values in rank order (coco_lsa_peer_fold). Every fold has a fixed order,
@@ -58,8 +58,8 @@
 
 // Are the kernel instances for p ranks built? The runtime builds the code
 // of a run for its number of ranks alone (cuda_source defines COCO_ONLY_P:
-// a third of the instances, nvcc's time cut by about 40 % for adam.coco);
-// without it, as `coconet gen` writes the source, for 2, 4 and 8.
+// a third of the instances, a shorter build: doc/gpu.md, What a run does);
+// without it, as `coconet gen` writes the source, for each of COCO_LSA_RANKS.
 #ifdef COCO_ONLY_P
 #define COCO_HAS_P(p) ((p) == COCO_ONLY_P)
 #else
@@ -105,10 +105,10 @@ template <int P> using CocoLsaBarrier = typename CocoLsaBarrierOf<P>::type;
 // A reduction's accumulator (the generated code's l<id>[V]): a double, in
 // which the P > 1 values are combined in rank order and rounded once; with one
 // rank the value itself, in its own type: the same bits, without converting
-// to double and back, which cost the one-rank kernels conversions an element
-// (bench/results/2026-11-27-h200x4-c.md), and without widening 16-bit values
-// to floats before their use, which cost the one-rank elementwise form 8
-// registers (coco_narrow takes every element type).
+// to double and back, which cost the one-rank kernels conversions an
+// element, and without widening 16-bit values to floats before their use,
+// which cost the one-rank elementwise form registers (coco_narrow takes
+// every element type).
 template <int P, int T>
 using CocoLsaAcc = typename std::conditional<P == 1, CocoRaw<T>, double>::type;
 
@@ -255,7 +255,7 @@ template <int V> __device__ __forceinline__ long coco_lsa_steps(long cs)
 // The push algorithm's rounds in kernel 0 of a two-kernel fusion: a
 // thread's steps `want` at a time (0: all in one round). Round r + 1's
 // stores (coco_lsa_push_parts) go while round r's elements are computed,
-// and a barrier between (src/emit_lsa.c, emit_rounds), so that the
+// and a barrier between (src/gen/emit_lsa.c, emit_rounds), so that the
 // stores drain during local work instead of before a barrier. The count is
 // the same on every rank (coco_lsa_steps), so every rank syncs each
 // block's barrier equally often.
@@ -505,8 +505,7 @@ static inline int coco_lsa_usable(const coco_cuda_ctx *ctx, long nranks, const v
 // knows.
 static inline int coco_lsa_possible(const coco_cuda_ctx *ctx, long nranks)
 {
-    return coco_lsa_reachable(ctx, nranks) &&
-           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8);
+    return coco_lsa_reachable(ctx, nranks) && coco_lsa_has_instance(nranks);
 }
 
 // The workspace a variant asks: its buffers from the start (used), and the
@@ -541,9 +540,9 @@ static inline int coco_lsa_pushes(const coco_cuda_ctx *ctx, int allowed, int one
 }
 
 // The push's steps a round (coco_lsa_rounds) in kernel 0 of two:
-// ctx->fused_push_round where set, else 16 (LAMB, P = 2, 2^28 FP32: 4.86
-// ms in one round, 4.01 in rounds of 16 not pipelined; 3.52 by loads, which
-// auto takes: bench/results/2026-11-23-h200x2-c.md).
+// ctx->fused_push_round where set, else 16 (measured faster than one round,
+// though slower than loads, which auto takes: doc/design.md, The CUDA
+// backend).
 static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 {
     return ctx->fused_push_round >= 0 ? ctx->fused_push_round : 16;
@@ -554,11 +553,9 @@ static inline long coco_lsa_push_round(const coco_cuda_ctx *ctx)
 // many as the LSA barriers take (the runtime's lsa_blocks: 2 an SM); with one
 // rank no barrier limits them, and COCO_ONE_RANK_BLOCKS may ask for more: 4
 // leaves 32 registers a thread where the layers' one-rank kernel takes 64 at
-// 2, with 20 bytes of spill. Measured on one H100 (Nsight Compute,
-// bench/results/2026-11-27-h200x4-c.md): 4 raised the achieved occupancy from
-// 44 to 76 % but not the speed (self-attention's kernel 66.8 us against
-// 64.9, Adam's at 2^28 2.72 ms against 2.65): the kernel is bound by the
-// instructions it issues, not by the loads in flight. So 2.
+// 2. More blocks raised the occupancy but not the speed (doc/gpu.md, One
+// rank): the kernel is bound by the instructions it issues, not by the
+// loads in flight. So 2.
 #ifndef COCO_ONE_RANK_BLOCKS
 #define COCO_ONE_RANK_BLOCKS 2
 #endif

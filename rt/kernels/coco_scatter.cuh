@@ -14,7 +14,7 @@
 // process's lifetime: an optimizer calls the same entry point on the same
 // tensors every step.
 //
-// A FusedAllReduce over the peers' memory (src/emit_lsa.c) addresses
+// A FusedAllReduce over the peers' memory (src/gen/emit_lsa.c) addresses
 // scattered operands through the same table: the helpers at the end of
 // this file (after coco_lsa.cuh's, which coco_device.cuh includes first),
 // and so do the ReduceScatter and AllGather over members that follow them.
@@ -267,7 +267,7 @@ static int coco_scat_copy(coco_cuda_ctx *ctx, int line, const CocoScat &d, void 
 }
 
 // ---- scattered operands of a FusedAllReduce over the peers' memory ----
-// The kernels (src/emit_lsa.c) take, a warp each, the buckets of one
+// The kernels (src/gen/emit_lsa.c) take, a warp each, the buckets of one
 // scattered operand that intersect a part (part q: flat elements
 // [q*cs, min(n, (q+1)*cs)), language.md 6), clipped to the part, so a bucket
 // straddling two parts is computed half by each rank. Warp w takes buckets
@@ -376,15 +376,15 @@ __device__ __forceinline__ CocoLsaBucket coco_lsa_bucket(const CocoScat &sc, lon
 // Warp w's walk over the buckets of a part (flat elements base.. base+n,
 // first: the bucket holding its first element), as every kernel over
 // scattered operands takes them, the generated fused ones included
-// (src/emit_lsa.c), so that the push's stores and the element loop that
+// (src/gen/emit_lsa.c), so that the push's stores and the element loop that
 // reads them agree: buckets first + w, first + w + W, ... (W warps in the
 // grid), one at a time, every lane reading the same 12-byte entry and
 // member (broadcast loads); body(i0, lim, ms, a) for each V elements i0 of
 // the bucket, part-local, ms the member's first element (part-local) and
 // a = at(member), the member's addresses in each operand. One bucket at a
-// time rather than 32 described by the lanes and shuffled: BERT-large's
-// fused Adam took 80 to 119 registers a thread that way, 71 to 83 this way
-// (ptxas, sm_90), and fits two blocks per SM with little spilling.
+// time rather than 32 described by the lanes and shuffled: that took more
+// registers (doc/design.md, The CUDA backend); this way fits two blocks per
+// SM with little spilling.
 template <int V, class At, class Body>
 __device__ __forceinline__ void coco_lsa_scat_walk(const CocoScat &sc, long first, long base,
                                                    long n, At at, Body body)
@@ -480,8 +480,8 @@ __device__ __forceinline__ void coco_lsa_reduce_staged_any(ncclWindow_t win, siz
 
 // ---- a ReduceScatter or AllGather over the members, one kernel ----
 // A ReduceScatter of a scattered value, or an AllGather into one, outside
-// any fusion (src/emit_scatter.c: emit_scat_lsa), where the peers reach each
-// other's memory: each rank takes the buckets of its own part, a warp a
+// any fusion (src/gen/emit_scatter.c: emit_scat_lsa), where the peers reach
+// each other's memory: each rank takes the buckets of its own part, a warp a
 // bucket, as the fused kernels do. The ReduceScatter (RS = 1) loads the
 // part from every peer's members, reduces in double in rank order (the CPU
 // executor's order and rounding, as the FusedAllReduce does) and stores it
@@ -523,13 +523,13 @@ __global__ void __launch_bounds__(512) coco_lsa_scat_collective(ncclDevComm dc, 
 
 // Does this run take coco_lsa_scat_collective for the members of d
 // (elements of esize bytes) on a group of nranks: what coco_lsa_usable asks
-// of any kernel over the peers' memory, 1, 2, 4 or 8 ranks, the members in
-// the window? Otherwise the generated NCCL path.
+// of any kernel over the peers' memory, a rank count with kernel instances
+// (coco_lsa_has_instance), the members in the window? Otherwise the
+// generated NCCL path.
 static inline int coco_lsa_scat_usable(const coco_cuda_ctx *ctx, long nranks, const CocoScat &d,
                                        size_t esize)
 {
-    return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) &&
-           (nranks == 1 || nranks == 2 || nranks == 4 || nranks == 8) &&
+    return coco_lsa_usable(ctx, nranks, NULL, NULL, NULL, 0) && coco_lsa_has_instance(nranks) &&
            coco_lsa_members_usable(ctx, d, esize);
 }
 
@@ -558,14 +558,11 @@ static int coco_lsa_scat_go(const coco_cuda_ctx *ctx, const CocoScat &d, long cs
                             int op, void *local, cudaStream_t st)
 {
     switch (ctx->nranks) {
-    case 1:
-        return coco_lsa_scat_go_p<V, TI, TO, 1, RS>(ctx, d, cs, nall, op, local, st);
-    case 2:
-        return coco_lsa_scat_go_p<V, TI, TO, 2, RS>(ctx, d, cs, nall, op, local, st);
-    case 4:
-        return coco_lsa_scat_go_p<V, TI, TO, 4, RS>(ctx, d, cs, nall, op, local, st);
-    case 8:
-        return coco_lsa_scat_go_p<V, TI, TO, 8, RS>(ctx, d, cs, nall, op, local, st);
+#define COCO_SCAT_GO_CASE(p)                                                                \
+    case p:                                                                                 \
+        return coco_lsa_scat_go_p<V, TI, TO, p, RS>(ctx, d, cs, nall, op, local, st);
+        COCO_LSA_RANKS(COCO_SCAT_GO_CASE)
+#undef COCO_SCAT_GO_CASE
     default:
         return 1;
     }

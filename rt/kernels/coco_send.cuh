@@ -1,6 +1,7 @@
-// coco_send.cuh: helpers for a fused Send generated as one kernel (src/emit_send.c):
-// the kernel computes the fused elementwise values and stores the Send's value
-// straight into the receiving rank's buffer through NCCL's device API.
+// coco_send.cuh: helpers for a fused Send generated as one kernel
+// (src/gen/emit_send.c): the kernel computes the fused elementwise values
+// and stores the Send's value straight into the receiving rank's buffer
+// through NCCL's device API.
 //
 // The runtime allocates every buffer of a variant inside one symmetric window
 // registered on WORLD, at the same offset on every rank (coco_lsa.cuh), so the

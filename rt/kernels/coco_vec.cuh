@@ -84,8 +84,8 @@ __device__ __forceinline__ void coco_ldv(const void *p, long i0, long n, CocoRaw
 // it and by no other, and that waits on nothing written while it runs (the
 // one-rank elementwise form of a fused kernel, emit_lsa.c): whatever the
 // non-coherent cache holds of a line, the elements a thread reads there are
-// not yet written. Measured: the loads the elementwise kernels take through
-// their __restrict__ parameters (bench/probe/one_rank_fused.cu).
+// not yet written. These are the loads the elementwise kernels take
+// through their __restrict__ parameters.
 template <int RO, int V, int T>
 __device__ __forceinline__ void coco_ldv_in(const void *p, long i0, long n, CocoRaw<T> *raw)
 {
@@ -99,8 +99,8 @@ __device__ __forceinline__ void coco_ldv_in(const void *p, long i0, long n, Coco
 // stores written out as such: for some loop shapes the compiler split
 // coco_copy_bytes's into four 4-byte ones (PTX, sm_90: a one-shot
 // AllReduce's stores, the push's slot stores, the scattered kernels'
-// stores), which cost the fused AllReduce 10 % at 2^28 on 2 GPUs
-// (tests/gen/split_vectors.py checks the generated kernels' PTX).
+// stores), which slowed the fused AllReduce (doc/design.md, The CUDA
+// backend; tests/gen/split_vectors.py checks the generated kernels' PTX).
 template <int B> __device__ __forceinline__ void coco_store_bytes(void *dst, const void *src)
 {
     if constexpr (B >= 16) {

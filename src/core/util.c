@@ -6,8 +6,12 @@
  * bug in coconet: it prints file and line and aborts. */
 #include "coco.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct Chunk {
     struct Chunk *next;
@@ -143,6 +147,7 @@ void error_push(ErrorCtx *ctx, char *buf, size_t len, const char *file, const ch
     ctx->len = len;
     ctx->file = file;
     ctx->src = src;
+    ctx->config = 0;
     ctx->prev = error_top;
     error_top = ctx;
     if (len)
@@ -232,6 +237,8 @@ _Noreturn void error_plain(const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     Pos none = {0, 0};
+    if (error_top)
+        error_top->config = 1;
     error_vformat(none, fmt, ap);
 }
 
@@ -244,4 +251,40 @@ _Noreturn void internal_error(const char *file, int line, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     abort();
+}
+
+/* What a file that is not regular is, for a message. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
+}
+
+FILE *open_regular_file(const char *path, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: opening a FIFO waits for a writer otherwise */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        snprintf(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: error: cannot read %s: a regular file is expected\n", path,
+                 file_kind(st.st_mode));
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }

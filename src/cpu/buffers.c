@@ -101,10 +101,9 @@ _Noreturn void exec_out_of_memory(Exec *e, int node, int rank, double bytes)
 
 void exec_oom_message(const Exec *e, char *buf, size_t len)
 {
-    const Node *n = &e->prog->node[e->oom_node];
-    snprintf(buf, len, "out of memory: %.3g GiB for '%s' on rank %d could not be allocated, "
-             "with %.3g GiB held by this run", e->oom_bytes / (1 << 30), n->name, e->oom_rank,
-             e->held / (1 << 30));
+    snprintf(buf, len, "out of memory: %.3g GiB for %s on rank %d could not be allocated, "
+             "with %.3g GiB held by this run", e->oom_bytes / (1 << 30),
+             value_desc(e->prog, e->oom_node), e->oom_rank, e->held / (1 << 30));
 }
 
 void *exec_scratch(Exec *e, int node, int rank, size_t bytes)

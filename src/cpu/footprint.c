@@ -6,7 +6,8 @@
  * Conv2D on top while that rank is computed, and values are freed after
  * their last reader. Sizes are exec_alloc's (at least one element) and
  * eval_scratch_bytes'; the executor counts the same bytes as it goes
- * (Exec.held_peak, rank_peak), which tests/unit/test_footprint.c compares. */
+ * (Exec.held_peak, rank_peak), which tests/unit/test_footprint.c compares.
+ * The walk takes time linear in the nodes times the ranks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,12 +19,20 @@ double value_bytes(const Program *p, const Node *n, int rank)
     return (double)(c > 0 ? c : 1) * sizeof(double);
 }
 
+/* The walk; a second walk (replay) follows the liveness alone up to the
+ * allocation that last raised the peak, to find the largest value held
+ * then: looking over every value at each new peak would take time
+ * quadratic in the values and in the ranks. */
 typedef struct {
     const Program *p;
     Footprint *f;
     double held, *rank_held;
     char *live; /* live[id]: the value of node id is held */
     int nlive;
+    long made;      /* allocations so far */
+    long peak_made; /* the allocation during which the peak was last raised */
+    int replay;     /* liveness only, up to allocation peak_made */
+    int stopped;    /* the replay has reached it */
 } Walk;
 
 static void note_peak(Walk *w, double bytes, int at)
@@ -33,6 +42,13 @@ static void note_peak(Walk *w, double bytes, int at)
     w->f->peak = bytes;
     w->f->at = at;
     w->f->values = w->nlive;
+    w->peak_made = w->made;
+}
+
+/* The largest value held (all ranks together) at the peak; the first of
+ * the largest in program order. */
+static void note_largest(Walk *w)
+{
     w->f->largest = -1;
     w->f->largest_bytes = 0;
     for (int i = 0; i < w->p->nnode; i++) {
@@ -62,6 +78,11 @@ static void allocate(Walk *w, const Node *n, int at)
 {
     w->live[n->id] = 1;
     w->nlive += is_tensor(n);
+    w->made++;
+    if (w->replay) {
+        w->stopped = w->made == w->peak_made;
+        return;
+    }
     for (int r = 0; r < w->p->nranks; r++) {
         double b = value_bytes(w->p, n, r), s = eval_scratch_bytes(w->p, n, r);
         w->held += b;
@@ -73,11 +94,11 @@ static void allocate(Walk *w, const Node *n, int at)
 
 static void release(Walk *w, int id)
 {
-    if (!w->live[id])
+    if (!w->live[id] || w->stopped)
         return;
     w->live[id] = 0;
     w->nlive -= is_tensor(&w->p->node[id]);
-    for (int r = 0; r < w->p->nranks; r++) {
+    for (int r = 0; !w->replay && r < w->p->nranks; r++) {
         double b = value_bytes(w->p, &w->p->node[id], r);
         w->held -= b;
         w->rank_held[r] -= b;
@@ -109,22 +130,36 @@ static void evaluate(Walk *w, int keep_all, const int *last, int i)
     }
 }
 
+/* Inputs first (exec_fill_inputs), then each node, until a replay stops. */
+static void walk(Walk *w, int keep_all, const int *last)
+{
+    const Program *p = w->p;
+    for (int i = 0; i < p->nnode && !w->stopped; i++)
+        if (!p->node[i].dead && is_leaf_input(&p->node[i]))
+            allocate(w, &p->node[i], -1);
+    for (int i = 0; i < p->nnode && !w->stopped; i++)
+        if (!p->node[i].dead)
+            evaluate(w, keep_all, last, i);
+}
+
 void exec_footprint(const Program *p, int keep_all, Footprint *f)
 {
     memset(f, 0, sizeof *f);
     f->at = -1;
     f->largest = -1;
     int *last = exec_last_uses(p);
-    Walk w = {p, f, 0, xcalloc(p->nranks > 0 ? (size_t)p->nranks : 1, sizeof(double)),
-              xcalloc(p->nnode > 0 ? (size_t)p->nnode : 1, 1), 0};
-    for (int i = 0; i < p->nnode; i++) /* exec_fill_inputs */
-        if (!p->node[i].dead && is_leaf_input(&p->node[i]))
-            allocate(&w, &p->node[i], -1);
-    for (int i = 0; i < p->nnode; i++)
-        if (!p->node[i].dead)
-            evaluate(&w, keep_all, last, i);
+    size_t nlive = p->nnode > 0 ? (size_t)p->nnode : 1;
+    Walk w = {.p = p, .f = f, .live = xcalloc(nlive, 1),
+              .rank_held = xcalloc(p->nranks > 0 ? (size_t)p->nranks : 1, sizeof(double))};
+    walk(&w, keep_all, last);
     f->kept = w.held;
     f->kept_values = w.nlive;
+    if (w.peak_made > 0) {
+        Walk again = {.p = p, .f = f, .live = w.live, .peak_made = w.peak_made, .replay = 1};
+        memset(again.live, 0, nlive);
+        walk(&again, keep_all, last);
+        note_largest(&again);
+    }
     free(last);
     free(w.rank_held);
     free(w.live);

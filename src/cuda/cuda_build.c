@@ -425,11 +425,9 @@ char *cuda_source(Program **v, int nv, const char *path, size_t *n, char *err, s
 {
     char *text = NULL;
     if (path) {
-        FILE *f = fopen(path, "rb");
-        if (!f) {
-            pathf(err, errlen, "%s: error: cannot open: %s\n", path, strerror(errno));
+        FILE *f = open_regular_file(path, err, errlen);
+        if (!f)
             return NULL;
-        }
         fseek(f, 0, SEEK_END);
         long size = ftell(f);
         fseek(f, 0, SEEK_SET);

@@ -164,7 +164,7 @@ static _Noreturn void child_main(const CudaJob *job, pid_t launcher, int rank, i
     if (getenv("COCONET_TRACE"))
         fprintf(stderr, "coconet trace: rank %d: launch: the runtime loaded and the NCCL id "
                         "%.3f s\n", rank, now_s() - t0);
-    CudaRankPlace at = {rank, rank, job->base->nranks};
+    CudaRankPlace at = {.rank = rank, .local_rank = rank, .sharing = job->base->nranks};
     _exit(serve ? cuda_rank_serve(job, api, &at, id, down, emit_fd, &up)
                 : cuda_rank_work(job, api, &at, id, emit_fd, &up));
 }

@@ -171,7 +171,7 @@ int cuda_mpi_run(const CudaJob *job, FILE *out)
     cuda_watchdog(world_rank, job->timeout_s + 60, "receiving the NCCL id");
     MPI_Bcast(id, COCO_RT_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
     Lines mine = {NULL, 0, 0};
-    CudaRankPlace at = {world_rank, local_rank, 1};
+    CudaRankPlace at = {.rank = world_rank, .local_rank = local_rank, .sharing = 1};
     cuda_rank_work(job, api, &at, id, emit_lines, &mine);
     cuda_watchdog(world_rank, job->timeout_s + 60, "gathering the reports");
     Report rep;

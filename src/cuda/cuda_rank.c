@@ -103,8 +103,8 @@ static void convert_range(void *ctx, long lo, long hi)
     }
 }
 
-/* n values into type t, on threads of this rank (an input of 2^28 elements
- * took over a second on one) */
+/* n values into type t, on threads of this rank (one thread is slow for
+ * large inputs) */
 static void to_type(Type t, const double *x, long n, void *out, int threads)
 {
     Conversion c = {t, x, out};
@@ -181,7 +181,8 @@ typedef struct {
 
 /* Host buffers the GPU's results are copied into, kept from one variant to
  * the next: pages a copy writes for the first time fault in one by one,
- * which took 3.5 s of each variant's 6.5 s at N = 2^28 (Adam, 2 ranks). The
+ * which took most of a variant's time at large sizes (doc/design.md, The
+ * CUDA backend). The
  * runtime copies every byte of each result, so nothing of the variant
  * before can remain. A request takes the smallest free buffer that fits;
  * when none fits, the largest free one is let go first, so the pool holds
@@ -297,8 +298,8 @@ static size_t local_bytes(Program *p, const Node *n, int rank)
 
 /* The rank's inputs in their element types, laid out as the program lays
  * them out, made once and shared by every variant that lays them out the
- * same way (the runtime only reads them): at N = 2^28 converting every
- * input again for each of a dozen variants cost seconds each. Indexed by
+ * same way (the runtime only reads them): converting large inputs again
+ * for each variant is slow. Indexed by
  * the program's node id; freed by input_cache_free. */
 typedef struct {
     void **buf;
@@ -630,6 +631,34 @@ static void emit_steps(int vi, const CocoRtTiming *t, const CocoRtStep *steps, E
     }
 }
 
+/* The runtime's description of variant v on this rank (h: its host buffers) */
+static CocoRtVariant rt_variant(const CudaJob *job, const CudaVariant *v, const Host *h,
+                                CocoRtStep *steps)
+{
+    return (CocoRtVariant){.name = v->entry,
+                           .ninputs = h->nin,
+                           .input = (const void *const *)h->input,
+                           .input_bytes = h->input_bytes,
+                           .scalar = h->scalar,
+                           .updated = h->updated,
+                           .noutputs = h->nout,
+                           .output = h->output,
+                           .output_bytes = h->output_bytes,
+                           .size = h->size,
+                           .seed = job->seed,
+                           .iters = job->iters,
+                           .warmup = job->warmup,
+                           .nmembers = h->nmembers,
+                           .member_bytes = (const size_t *const *)h->member_bytes,
+                           .breakdown_runs = job->breakdown_runs,
+                           .steps = steps,
+                           .max_steps = steps ? MAX_STEPS : 0,
+                           .fused_algo = v->fused_algo,
+                           .overlap_chunks = v->overlap_chunks,
+                           .input_id = h->input_id,
+                           .time_only = job->time_only};
+}
+
 static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi, int rank,
                    EmitFn emit, void *ctx)
 {
@@ -640,12 +669,7 @@ static int run_one(const CudaJob *job, const CocoRtApi *api, CocoRt *rt, int vi,
     host_make(job, v->prog, rank, &h);
     double t1 = seconds_now();
     CocoRtStep *steps = job->breakdown_runs ? xcalloc(MAX_STEPS, sizeof *steps) : NULL;
-    CocoRtVariant rv = {v->entry, h.nin, (const void *const *)h.input, h.input_bytes, h.scalar,
-                        h.updated, h.nout, h.output, h.output_bytes, h.size,
-                        job->seed, job->iters, job->warmup, h.nmembers,
-                        (const size_t *const *)h.member_bytes, job->breakdown_runs, steps,
-                        steps ? MAX_STEPS : 0, v->fused_algo, v->overlap_chunks,
-                        h.input_id, job->time_only};
+    CocoRtVariant rv = rt_variant(job, v, &h, steps);
     CocoRtTiming t;
     char err[4096];
     if (api->run(rt, &rv, &t, err, sizeof err)) {
@@ -684,9 +708,13 @@ static CocoRt *rank_open(const CudaJob *job, const CocoRtApi *api, const CudaRan
 {
     int nranks = job->base->nranks, rank = at->rank, local_rank = at->local_rank;
     sharing_ranks = at->sharing > 1 ? at->sharing : 1;
-    CocoRtConfig cfg = {rank, nranks, local_rank,
-                        job->base->uses_group ? (int)job->base->group_size : 0, nccl_id,
-                        job->so, job->timeout_s};
+    CocoRtConfig cfg = {.rank = rank,
+                        .nranks = nranks,
+                        .local_rank = local_rank,
+                        .group_size = job->base->uses_group ? (int)job->base->group_size : 0,
+                        .nccl_id = nccl_id,
+                        .so_path = job->so,
+                        .timeout_s = job->timeout_s};
     char err[4096], line[2048];
     coco_test_die(rank, "start", NULL); /* the fault tests' hook (coconet_rt.h) */
     input_cache_free(); /* of another job run by this process, if any */

@@ -241,7 +241,7 @@ static void print_summary(const CudaJob *job, FILE *out)
                 "values (inputs drawn in %.1f ms)\n", job->cpu_ms);
         return;
     }
-    struct coco_run run = {job->base, job->data};
+    struct coco_run run = {.prog = job->base, .exec = job->data};
     fprintf(out, "%-12s %-5s %-18s %-12s %-16s %14s %14s\n", "output", "type", "shape",
             "layout", "fnv-1a (cpu)", "sum", "norm");
     for (int i = 0; i < job->base->nexec_out; i++) {

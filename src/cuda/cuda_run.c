@@ -69,7 +69,8 @@ int coco_cuda_usable(int nranks, char *why, size_t len)
     }
     int gpus = cuda_gpu_count();
     if (gpus < 0) {
-        snprintf(why, len, "the NVIDIA driver shows no GPUs (no /proc/driver/nvidia/gpus)");
+        snprintf(why, len, "the NVIDIA driver shows no GPUs (no /proc/driver/nvidia/gpus, "
+                 "no /dev/nvidiaN)");
         return -1;
     }
     if (gpus < nranks) {
@@ -107,8 +108,7 @@ Program **cuda_variants(Program *p, const char *only, int *nv, char *err, size_t
         return NULL;
     }
     if (only && *nv == 1) {
-        snprintf(err, errlen, "%s: error: no schedule named '%s' (the file's own and, with "
-                 "--all-schedules, those `coconet schedules` lists)\n", p->file, only);
+        schedule_unknown(p, only, err, errlen);
         free(v);
         return NULL;
     }

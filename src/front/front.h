@@ -26,6 +26,10 @@ void lex_init(Lexer *lx, const char *src);
 Token lex_next(Lexer *lx);
 /* text as the grammar's NUMBER (with sign_ok, ["-"] NUMBER), wholly; 1 if so */
 int lex_number_text(const char *text, int sign_ok, double *v, int *is_int);
+/* The len characters at text as a size given on the command line (-D,
+ * --sizes, --check-size): decimal digits or 2^k, from 1 to MAX_SIZE, and
+ * nothing else. NULL with the value in *v, else what is wrong. */
+const char *size_text_read(const char *text, size_t len, long *v);
 
 /* ---- parse.c: text -> graph (inference runs as each node is made) ---- */
 typedef struct {

@@ -192,3 +192,38 @@ int lex_number_text(const char *text, int sign_ok, double *v, int *is_int)
     *is_int = t.is_int;
     return 1;
 }
+
+/* [s, s + len) as decimal digits, at most MAX_SIZE + 1 (a larger value is
+ * too large either way); -1 when not digits alone */
+static double digits_value(const char *s, size_t len)
+{
+    double v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v > (double)MAX_SIZE)
+            v = (double)MAX_SIZE + 1;
+    }
+    return len ? v : -1;
+}
+
+/* The one grammar of sizes written outside the file: the file's own
+ * integers (decimal digits), or a power of two 2^k; the file's limit. */
+const char *size_text_read(const char *text, size_t len, long *v)
+{
+    int power = len > 2 && text[0] == '2' && text[1] == '^';
+    int minus = len > 1 && text[0] == '-';
+    size_t skip = power ? 2 : minus ? 1 : 0;
+    double x = digits_value(text + skip, len - skip);
+    if (x < 0)
+        return "a size must be a positive integer or 2^k";
+    if (power)
+        x = x < 64 ? ldexp(1, (int)x) : (double)MAX_SIZE + 1;
+    if (minus || x < 1)
+        return "a size must be positive";
+    if (x > (double)MAX_SIZE)
+        return "a size is at most 10^13";
+    *v = (long)x;
+    return NULL;
+}

@@ -179,18 +179,14 @@ static const char *binding_value(Parser *ps, const char *name)
     return NULL;
 }
 
-/* -D NAME=TEXT of a size: an integer as the file writes one (size_atom) */
+/* -D NAME=TEXT of a size: as every size the command line gives */
 static long parse_size_binding(const char *name, const char *text)
 {
-    double v;
-    int is_int;
-    if (!lex_number_text(text, 1, &v, &is_int) || !is_int)
-        error_plain("-D %s=%s: a size must be a positive integer", name, text);
-    if (v <= 0)
-        error_plain("-D %s=%s: a size must be positive", name, text);
-    if (v > 1e12)
-        error_plain("-D %s=%s: size is too large", name, text);
-    return (long)v;
+    long v;
+    const char *wrong = size_text_read(text, strlen(text), &v);
+    if (wrong)
+        error_plain("-D %s=%s: %s", name, text, wrong);
+    return v;
 }
 
 static SizeDecl *size_add(Parser *ps, const char *name, Pos pos)
@@ -245,7 +241,7 @@ static const char *size_paren(Parser *ps, SizeVal x, int prec)
 
 static void check_size_range(Pos pos, double v)
 {
-    if (v > 1e13 || v < -1e13)
+    if (v > (double)MAX_SIZE || v < -(double)MAX_SIZE)
         error_at(pos, "size expression is too large");
 }
 
@@ -1197,17 +1193,6 @@ static void execute(Parser *ps)
     ps->executed = 1;
 }
 
-static int is_policy(const char *s)
-{
-    static const char *const policies[] = {"ARSplitRSAG", "ARSliceAG", "AGReorder",
-                                           "ComputationFuse", "AllReduceFuse", "ARFuse",
-                                           "SendFuse", NULL};
-    for (int i = 0; policies[i]; i++)
-        if (!strcmp(s, policies[i]))
-            return 1;
-    return 0;
-}
-
 /* A list of NAMEs into an arena array. */
 static const char **sched_names(Parser *ps, int *count, Pos **pos, char close)
 {
@@ -1260,13 +1245,16 @@ static void sched_stmt(Parser *ps, SchedStmt *st)
     }
     if (ps->tok.kind != TK_IDENT)
         expected(ps, "a transformation (split, reorder, fuse, overlap, asSlice or dead)");
-    st->verb = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+    const char *word = arena_strndup(ps->p->arena, ps->tok.start, (size_t)ps->tok.len);
+    st->verb = verb_parse(word);
+    if (st->verb == V_UNKNOWN)
+        st->unknown = word; /* refused when the schedule is applied */
     advance(ps);
     expect_punct(ps, '(');
     st->arg = sched_names(ps, &st->narg, &st->argpos, ')');
     expect_punct(ps, ';');
-    if (st->narg && is_policy(st->arg[st->narg - 1]))
-        st->policy = st->arg[--st->narg];
+    if (st->narg && (st->policy = policy_parse(st->arg[st->narg - 1])) != P_NONE)
+        st->narg--;
 }
 
 /* schedule = "Schedule" NAME "{" { sched_stmt } "}" */

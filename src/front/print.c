@@ -235,8 +235,6 @@ static void print_facts(Printer *pr, const Node *n)
     fputc('\n', o);
 }
 
-static const char *const fuse_policy[] = {"ComputationFuse", "AllReduceFuse", "SendFuse"};
-
 /* The fused operations and overlaps a schedule made, as comments. */
 static void print_schedule_facts(Printer *pr)
 {
@@ -254,7 +252,7 @@ static void print_schedule_facts(Printer *pr)
                 fprintf(o, "%s%s", first ? "" : ", ", p->node[i].name);
                 first = 0;
             }
-        fprintf(o, ", %s)\n", fuse_policy[p->fusion[f].kind]);
+        fprintf(o, ", %s)\n", policy_word(fuse_kind_policy(p->fusion[f].kind)));
     }
     for (int v = 0; v < p->noverlap; v++) {
         fprintf(o, "//   %s = overlap(", p->overlap[v].name);
@@ -389,10 +387,10 @@ void print_schedule(const Schedule *s, FILE *out)
             print_names(out, st->out, st->nout);
             fputs(") = ", out);
         }
-        fprintf(out, "%s(", st->verb);
+        fprintf(out, "%s(", stmt_verb_word(st));
         print_names(out, st->arg, st->narg);
-        if (st->policy)
-            fprintf(out, "%s%s", st->narg ? ", " : "", st->policy);
+        if (st->policy != P_NONE)
+            fprintf(out, "%s%s", st->narg ? ", " : "", policy_word(st->policy));
         fputs(");\n", out);
     }
     fputs("}\n", out);

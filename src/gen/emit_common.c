@@ -60,17 +60,24 @@ const char *emit_ws(const Emitter *e, int id)
 /* Must member i of its segment be written to memory? */
 int emit_stored(Emitter *e, int i)
 {
-    Program *p = e->p;
-    Node *n = &p->node[i];
-    if (e->out_index[i] >= 0 || e->state_of[i] >= 0 || n->op == O_UPDATE)
-        return 1;
-    for (int j = i + 1; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && k < u->nin; k++)
-            if (u->in[k] == i && e->segment[j] != e->segment[i])
-                return 1;
-    }
-    return 0;
+    return e->out_index[i] >= 0 || e->state_of[i] >= 0 || e->p->node[i].op == O_UPDATE ||
+           e->read_apart[i];
+}
+
+void emit_flat_set(Emitter *e, int id)
+{
+    if (!e->flat[id])
+        e->flat_ids[e->nflat++] = id;
+    e->flat[id] = 1;
+}
+
+/* Clears what was set (clearing all nodes for each kernel would take time
+ * quadratic in the nodes). */
+void emit_flat_clear(Emitter *e)
+{
+    for (int k = 0; k < e->nflat; k++)
+        e->flat[e->flat_ids[k]] = 0;
+    e->nflat = 0;
 }
 
 /* A size expression ("4*H") as C, its names read from the size array. */
@@ -140,16 +147,30 @@ int emit_in_list(const int *ids, int n, int id)
 
 int emit_needed_outside(Emitter *e, const int *m, int nm, int id)
 {
-    Program *p = e->p;
     if (e->out_index[id] >= 0 || e->state_of[id] >= 0)
         return 1;
-    for (int j = 0; j < p->nnode; j++) {
-        Node *u = &p->node[j];
-        for (int k = 0; !u->dead && !emit_in_list(m, nm, j) && k < u->nin; k++)
-            if (u->in[k] == id)
-                return 1;
-    }
+    for (int r = e->reader_first[id]; r < e->reader_first[id + 1]; r++)
+        if (!emit_in_list(m, nm, e->reader[r]))
+            return 1;
     return 0;
+}
+
+/* reader_first and reader: each node's live readers (a reader reading it
+ * twice is listed twice), so that questions about a value's readers take
+ * time in its readers, not in the program's nodes. */
+void emit_list_readers(Emitter *e)
+{
+    Program *p = e->p;
+    e->reader_first = emit_alloc(e, ((size_t)p->nnode + 2) * sizeof(int));
+    e->reader = emit_alloc(e, ((size_t)p->nnode * MAXIN + 1) * sizeof(int));
+    for (int j = 0; j < p->nnode; j++)
+        for (int k = 0; !p->node[j].dead && k < p->node[j].nin; k++)
+            e->reader_first[p->node[j].in[k] + 2]++;
+    for (int i = 0; i < p->nnode; i++)
+        e->reader_first[i + 2] += e->reader_first[i + 1];
+    for (int j = 0; j < p->nnode; j++)
+        for (int k = 0; !p->node[j].dead && k < p->node[j].nin; k++)
+            e->reader[e->reader_first[p->node[j].in[k] + 1]++] = j;
 }
 
 int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids)
@@ -206,10 +227,11 @@ int emit_add_once(int *ids, int n, int id)
 int emit_segment_shape(Emitter *e, int seg)
 {
     int best = -1;
-    for (int i = 0; i < e->p->nnode; i++)
-        if (e->segment[i] == seg && e->p->node[i].ndim &&
-            (best < 0 || e->p->node[i].ndim > e->p->node[best].ndim))
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
+        if (e->p->node[i].ndim && (best < 0 || e->p->node[i].ndim > e->p->node[best].ndim))
             best = i;
+    }
     return best;
 }
 

@@ -17,6 +17,8 @@
  * comment naming the program statements it computes. */
 #include "gen/emit_cuda.h"
 
+#include "coconet_cuda.h" /* COCO_RUN_PREFIX, ... */
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,36 @@ static void find_segments(Emitter *e)
         e->segment[i] = cur;
         if (n->fusion < 0)
             cur = -1;
+    }
+}
+
+/* Each segment's members in program order (seg_first, seg_member), so that
+ * a kernel's code takes time in its members, not in the program's nodes. */
+static void list_segments(Emitter *e)
+{
+    Program *p = e->p;
+    e->seg_first = emit_alloc(e, ((size_t)e->nsegment + 2) * sizeof(int));
+    e->seg_member = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] >= 0)
+            e->seg_first[e->segment[i] + 2]++;
+    for (int s = 0; s < e->nsegment; s++)
+        e->seg_first[s + 2] += e->seg_first[s + 1];
+    for (int i = 0; i < p->nnode; i++)
+        if (e->segment[i] >= 0)
+            e->seg_member[e->seg_first[e->segment[i] + 1]++] = i;
+}
+
+/* read_apart: the values a live node of another segment (or none) reads. */
+static void find_read_apart(Emitter *e)
+{
+    Program *p = e->p;
+    e->read_apart = emit_alloc(e, (size_t)p->nnode + 1);
+    for (int j = 0; j < p->nnode; j++) {
+        Node *u = &p->node[j];
+        for (int k = 0; !u->dead && k < u->nin; k++)
+            if (u->in[k] < j && e->segment[j] != e->segment[u->in[k]])
+                e->read_apart[u->in[k]] = 1;
     }
 }
 
@@ -171,23 +203,28 @@ static void emit_scratch(Emitter *e, const Node *n)
  * stores. The host launches V = 16 bytes / the narrowest flat element when
  * every flat buffer is aligned for it, else V = 1. */
 
-/* Inputs of segment seg read from memory or passed as scalars. */
-static int segment_inputs(Emitter *e, int seg, int *ids)
+/* Inputs of segment seg read from memory or passed as scalars, each once,
+ * into *ids (made with emit_alloc: room for each member's inputs). */
+static int segment_inputs(Emitter *e, int seg, int **ids_out)
 {
     Program *p = e->p;
-    int n = 0;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *m = &p->node[i];
-        if (e->segment[i] != seg)
-            continue;
+    int n = 0, nm = e->seg_first[seg + 1] - e->seg_first[seg];
+    int *ids = *ids_out = emit_alloc(e, ((size_t)nm * MAXIN + 1) * sizeof(int));
+    char *seen = e->seen;
+    for (int j = e->seg_first[seg]; j < e->seg_first[seg + 1]; j++) {
+        Node *m = &p->node[e->seg_member[j]];
         for (int k = 0; k < m->nin; k++) {
             int x = m->in[k];
             Node *xn = node_of(p, x);
-            if (e->segment[x] == seg || xn->op == O_CONST || (m->op == O_UPDATE && k == 0))
+            if (e->segment[x] == seg || xn->op == O_CONST || (m->op == O_UPDATE && k == 0) ||
+                seen[x])
                 continue;
-            n = emit_add_once(ids, n, x);
+            seen[x] = 1;
+            ids[n++] = x;
         }
     }
+    for (int k = 0; k < n; k++)
+        seen[ids[k]] = 0;
     return n;
 }
 
@@ -196,14 +233,14 @@ static void emit_kernel_comment(Emitter *e, int seg, int (*keep)(Emitter *, int)
 {
     Program *p = e->p;
     fprintf(e->o, "// ");
-    for (int i = 0, first = 1; i < p->nnode; i++)
-        if (e->segment[i] == seg) {
-            Node *n = &p->node[i];
-            if (!n->named && !keep(e, i))
-                continue;
-            fprintf(e->o, "%s%s (line %d)", first ? "" : ", ", n->name, n->pos.line);
-            first = 0;
-        }
+    for (int k = e->seg_first[seg], first = 1; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
+        Node *n = &p->node[i];
+        if (!n->named && !keep(e, i))
+            continue;
+        fprintf(e->o, "%s%s (line %d)", first ? "" : ", ", n->name, n->pos.line);
+        first = 0;
+    }
     fputc('\n', e->o);
 }
 
@@ -214,19 +251,27 @@ static int mark_flat(Emitter *e, int seg, const int *ins, int nin)
     Program *p = e->p;
     int shape = emit_segment_shape(e, seg);
     size_t narrow = 0;
-    memset(e->flat, 0, (size_t)p->nnode);
+    emit_flat_clear(e);
     for (int k = 0; k < nin && shape >= 0; k++) {
         Node *x = node_of(p, ins[k]);
         if (x->op != O_SCALAR && emit_same_local_shape(x, node_of(p, shape))) {
-            e->flat[x->id] = 1;
+            emit_flat_set(e, x->id);
             narrow = !narrow || type_size(x->type) < narrow ? type_size(x->type) : narrow;
         }
     }
-    for (int i = 0; i < p->nnode && shape >= 0; i++)
-        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1] && shape >= 0; k++) {
+        int i = e->seg_member[k];
+        if (emit_stored(e, i) && p->node[i].ndim)
             narrow = !narrow || type_size(p->node[i].type) < narrow ? type_size(p->node[i].type)
                                                                      : narrow;
+    }
     return narrow ? (int)(16 / narrow) : 1;
+}
+
+/* Is member i a Dropout of a tensor (it needs its coordinates)? */
+static int dropout_member(Emitter *e, int i)
+{
+    return e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim;
 }
 
 /* Does the kernel need the coordinates of each element? */
@@ -235,8 +280,8 @@ static int needs_coords(Emitter *e, int seg, const int *ins, int nin)
     for (int k = 0; k < nin; k++)
         if (node_of(e->p, ins[k])->op != O_SCALAR && !e->flat[ins[k]])
             return 1;
-    for (int i = 0; i < e->p->nnode; i++)
-        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (dropout_member(e, e->seg_member[k]))
             return 1;
     return 0;
 }
@@ -248,9 +293,9 @@ static void emit_lin_setup(Emitter *e, int seg, const int *ins, int nin)
     for (int k = 0; k < nin; k++)
         if (emit_read_broadcast(e, node_of(e->p, ins[k])))
             emit_lin_count(e, ins[k]);
-    for (int i = 0; i < e->p->nnode; i++)
-        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
-            emit_lin_base(e, i);
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (dropout_member(e, e->seg_member[k]))
+            emit_lin_base(e, e->seg_member[k]);
 }
 
 /* The per-element body: each member's value, stored ones into s<id>[v]. */
@@ -258,18 +303,19 @@ static void emit_segment_body(Emitter *e, int seg, const int *ins, int nin)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
+        if (emit_stored(e, i) && p->node[i].ndim)
             fprintf(o, "        alignas(16) CocoRaw<%s> s%d[V];\n", emit_tname[p->node[i].type], i);
+    }
     int coords = needs_coords(e, seg, ins, nin);
     for (int k = 0; k < nin && e->lin; k++) /* the vector's first index in each, under LIN */
         if (emit_read_broadcast(e, node_of(p, ins[k])))
             emit_lin_first(e, ins[k], "        ");
     emit_vector_loop_open(e, coords, "        ");
-    for (int i = 0; i < p->nnode; i++) {
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
         Node *m = &p->node[i];
-        if (e->segment[i] != seg)
-            continue;
         emit_value_statement(e, seg, m);
         if (emit_stored(e, i) && m->ndim)
             fprintf(o, "            coco_st(s%d, v, %s, r%d);\n", i, emit_tname[m->type], i);
@@ -287,10 +333,11 @@ static void emit_segment_memory(Emitter *e, int seg, const int *ins, int nin, in
 {
     Program *p = e->p;
     FILE *o = e->o;
-    for (int k = 0; k < (store ? p->nnode : nin); k++) {
-        int x = store ? k : ins[k];
+    int first = store ? e->seg_first[seg] : 0, end = store ? e->seg_first[seg + 1] : nin;
+    for (int k = first; k < end; k++) {
+        int x = store ? e->seg_member[k] : ins[k];
         Node *n = node_of(p, x);
-        if (store ? e->segment[x] != seg || !emit_stored(e, x) || !n->ndim : !e->flat[x])
+        if (store ? !emit_stored(e, x) || !n->ndim : !e->flat[x])
             continue;
         const char *t = emit_tname[n->type];
         if (!store)
@@ -312,8 +359,8 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
-    int nin = segment_inputs(e, seg, ins);
+    int *ins;
+    int nin = segment_inputs(e, seg, &ins);
     mark_flat(e, seg, ins, nin);
     int scat = emit_segment_scat(e, seg, ins, nin);
     emit_kernel_comment(e, seg, emit_stored);
@@ -328,13 +375,15 @@ static void emit_segment_kernel(Emitter *e, int seg)
         else
             fprintf(o, ", const void *__restrict__ x%d, CocoShape h%d", x->id, x->id);
     }
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i))
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
+        if (emit_stored(e, i))
             fprintf(o, scat >= 0 && p->node[i].ndim && emit_scat_member(e, seg, i) ? ", CocoScat c%d"
                                                                          : ", void *__restrict__ y%d", i);
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
-            fprintf(o, ", CocoShape h%d", i);
+    }
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (dropout_member(e, e->seg_member[k]))
+            fprintf(o, ", CocoShape h%d", e->seg_member[k]);
     fprintf(o, ")\n{\n    (void)seed;\n    (void)it;\n");
     e->lin = scat < 0 && needs_coords(e, seg, ins, nin);
     if (e->lin)
@@ -379,14 +428,21 @@ static void emit_segment_args(Emitter *e, int seg, const int *ins, int nin, int 
         else
             fprintf(o, ", b%d, h%d", x->id, x->id);
     }
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i))
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++) {
+        int i = e->seg_member[k];
+        if (emit_stored(e, i))
             fprintf(o, scat >= 0 && p->node[i].ndim && emit_scat_member(e, seg, i) ? ", c%d" : ", b%d",
                     i);
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && p->node[i].op == O_DROPOUT && p->node[i].ndim)
-            fprintf(o, ", h%d", i);
+    }
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (dropout_member(e, e->seg_member[k]))
+            fprintf(o, ", h%d", e->seg_member[k]);
     fprintf(o, ");\n");
+}
+
+static int stored_tensor(Emitter *e, int i)
+{
+    return emit_stored(e, i) && e->p->node[i].ndim;
 }
 
 /* The flat buffers and their element sizes, for coco_pick_vec. */
@@ -399,17 +455,17 @@ static int emit_flat_buffers(Emitter *e, int seg, const int *ins, int nin)
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
             fprintf(o, "%sb%d", count++ ? ", " : "", ins[k]);
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
-            fprintf(o, "%sb%d", count++ ? ", " : "", i);
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (stored_tensor(e, e->seg_member[k]))
+            fprintf(o, "%sb%d", count++ ? ", " : "", e->seg_member[k]);
     fprintf(o, "};\n        const int vs[] = {");
     count = 0;
     for (int k = 0; k < nin; k++)
         if (e->flat[ins[k]])
             fprintf(o, "%s%zu", count++ ? ", " : "", type_size(node_of(p, ins[k])->type));
-    for (int i = 0; i < p->nnode; i++)
-        if (e->segment[i] == seg && emit_stored(e, i) && p->node[i].ndim)
-            fprintf(o, "%s%zu", count++ ? ", " : "", type_size(p->node[i].type));
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (stored_tensor(e, e->seg_member[k]))
+            fprintf(o, "%s%zu", count++ ? ", " : "", type_size(p->node[e->seg_member[k]].type));
     fprintf(o, "};\n");
     return count;
 }
@@ -424,9 +480,9 @@ static void emit_lin_test(Emitter *e, int seg, const int *ins, int nin, int vmax
     for (int k = 0; k < nin; k++)
         if (emit_read_broadcast(e, node_of(e->p, ins[k])))
             fprintf(o, "        lin = lin && coco_lin_bcast(h%d, it, %d);\n", ins[k], vmax);
-    for (int i = 0; i < e->p->nnode; i++)
-        if (e->segment[i] == seg && e->p->node[i].op == O_DROPOUT && e->p->node[i].ndim)
-            fprintf(o, "        lin = lin && coco_lin_global(h%d, it);\n", i);
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1]; k++)
+        if (dropout_member(e, e->seg_member[k]))
+            fprintf(o, "        lin = lin && coco_lin_global(h%d, it);\n", e->seg_member[k]);
 }
 
 /* if (lin) the LIN instance's launch (grid: a format taking vmax) */
@@ -443,14 +499,13 @@ static void emit_segment_launch(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
-    int *ins = emit_alloc(e, (size_t)p->nnode * sizeof(int));
-    int nin = segment_inputs(e, seg, ins);
+    int *ins;
+    int nin = segment_inputs(e, seg, &ins);
     int vmax = mark_flat(e, seg, ins, nin);
     int shape = emit_segment_shape(e, seg);
     int line = 0;
-    for (int i = 0; i < p->nnode && !line; i++)
-        if (e->segment[i] == seg)
-            line = p->node[i].pos.line;
+    for (int k = e->seg_first[seg]; k < e->seg_first[seg + 1] && !line; k++)
+        line = p->node[e->seg_member[k]].pos.line;
     fprintf(o, "    {\n        CocoShape it;\n        memset(&it, 0, sizeof it);\n");
     if (shape >= 0)
         fprintf(o, "        it = h%d;\n", shape);
@@ -945,9 +1000,11 @@ static void emit_body(Emitter *e, const char *entry)
     emit_free(e, done);
     emit_scat_outputs(e);
     fprintf(o, "    return 0;\n}\n\n");
-    fprintf(o, "extern \"C\" int coco_run__%s(coco_cuda_ctx *ctx, const coco_cuda_args *args)\n{\n"
+    fprintf(o, "extern \"C\" int " COCO_RUN_PREFIX "%s(coco_cuda_ctx *ctx, "
+               "const coco_cuda_args *args)\n{\n"
                "    return %s_body(ctx, args, args->size, NULL);\n}\n\n", entry, e->v);
-    fprintf(o, "extern \"C\" size_t coco_workspace__%s(const coco_cuda_ctx *ctx, const long *size)\n{\n"
+    fprintf(o, "extern \"C\" size_t " COCO_WORKSPACE_PREFIX "%s(const coco_cuda_ctx *ctx, "
+               "const long *size)\n{\n"
                "    size_t need = 0;\n    coco_cuda_ctx c = *ctx;\n    char msg[256];\n"
                "    c.err = msg;\n    c.errlen = sizeof msg;\n"
                "    return %s_body(&c, NULL, size, &need) ? 0 : need;\n}\n\n", entry, e->v);
@@ -968,9 +1025,9 @@ static void mark_argument(Emitter *e, int id, char *in, char *out)
         in[e->in_index[e->state_of[id]]] = 1;
 }
 
-static void emit_index_list(FILE *o, const char *what, const char *entry, const char *mark, int n)
+static void emit_index_list(FILE *o, const char *prefix, const char *entry, const char *mark, int n)
 {
-    fprintf(o, "extern \"C\" const int coco_window_%s__%s[] = {", what, entry);
+    fprintf(o, "extern \"C\" const int %s%s[] = {", prefix, entry);
     for (int i = 0; i < n; i++)
         if (mark[i])
             fprintf(o, "%d, ", i);
@@ -1006,8 +1063,8 @@ static void emit_window_args(Emitter *e, const char *entry)
             mark_argument(e, p->node[i].in[0], in, out);
             mark_argument(e, i, in, out);
         }
-    emit_index_list(e->o, "inputs", entry, in, p->nexec_in);
-    emit_index_list(e->o, "outputs", entry, out, p->nexec_out);
+    emit_index_list(e->o, COCO_WINDOW_INPUTS_PREFIX, entry, in, p->nexec_in);
+    emit_index_list(e->o, COCO_WINDOW_OUTPUTS_PREFIX, entry, out, p->nexec_out);
     fputc('\n', e->o);
     emit_free(e, ids);
     emit_free(e, out);
@@ -1023,9 +1080,14 @@ static void emit_variant_code(Emitter *e, int vi)
     e->in_index = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     e->state_of = emit_alloc(e, (size_t)p->nnode * sizeof(int));
     e->flat = emit_alloc(e, (size_t)p->nnode);
+    e->flat_ids = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
+    e->seen = emit_alloc(e, (size_t)p->nnode);
     e->emit_node = emit_node;
     find_roles(e);
     find_segments(e);
+    list_segments(e);
+    find_read_apart(e);
+    emit_list_readers(e);
     const char *entry = p->applied ? p->applied : "program";
     fprintf(e->o, "// ================= %s: %s =================\n\n", p->exec_name, entry);
     for (int s = 0; s < e->nsegment; s++)

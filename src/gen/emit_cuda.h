@@ -18,10 +18,19 @@ struct Emitter {
     const char *v;  /* variant prefix: v0, v1, ... */
     int *segment;   /* per node: elementwise segment (kernel) index, or -1 */
     int nsegment;
+    int *seg_first; /* the members of segment s, in program order: seg_member[seg_first[s]] */
+    int *seg_member; /* up to seg_member[seg_first[s + 1] - 1] */
+    char *read_apart; /* per node: read by a live node of another segment (emit_stored) */
+    int *reader_first; /* the live readers of node i: reader[reader_first[i]] up to */
+    int *reader;       /* reader[reader_first[i + 1] - 1] (emit_needed_outside) */
     int *out_index; /* per node: index in Execute outputs, or -1 */
     int *in_index;  /* per input node: index in Execute inputs, or -1 */
     int *state_of;  /* per node: the input it is the new value of, or -1 */
-    char *flat;     /* per node, in the kernel being written: read as l<id>[v] */
+    char *flat;     /* per node, in the kernel being written: read as l<id>[v]; set
+                       through emit_flat_set, cleared by emit_flat_clear */
+    int *flat_ids;  /* the nodes flat marks, nflat of them */
+    int nflat;
+    char *seen;     /* per node: scratch marks, all 0 between uses */
     int lin;        /* the kernel being written has a LIN template parameter: with LIN,
                        element i's operands are found from i alone (lq<id>, lm<id>,
                        lg<id>: emit_cuda.c, emit_lin_setup), not its coordinates */
@@ -60,6 +69,7 @@ int emit_in_list(const int *ids, int n, int id); /* is id one of ids[0..n)? */
 /* Of the members m[0..nm) of a kernel: is member id needed outside it (an
  * output, a tensor's new value, or read by a node that is not a member)? */
 int emit_needed_outside(Emitter *e, const int *m, int nm, int id);
+void emit_list_readers(Emitter *e); /* fills reader_first and reader */
 /* The operands (memory or Scalars) that the elementwise members read from
  * outside, each once, into ids; their count */
 int emit_outside_operands(Emitter *e, const int *m, int nm, int *ids);
@@ -74,6 +84,8 @@ void emit_param(Emitter *e, int mode, const char *typed, const char *host, const
 void emit_input_param(Emitter *e, const Node *x, int mode);
 int emit_same_local_shape(const Node *a, const Node *b);
 int emit_stored(Emitter *e, int i);          /* must member i be written to memory? */
+void emit_flat_set(Emitter *e, int id);      /* e->flat[id] = 1 */
+void emit_flat_clear(Emitter *e);            /* e->flat all 0 again */
 /* a new value that is also an output: the copy into its tensor */
 void emit_state_copy(Emitter *e, const Node *n);
 /* the node whose shape segment seg's kernel iterates over, or -1 */

@@ -59,8 +59,14 @@
  * launched as the elementwise kernels are (emit_one_rank_kernel). */
 #include "gen/emit_lsa.h"
 
+#include "coconet_cuda.h" /* COCO_LSA_RANKS */
+
 #include <stdlib.h>
 #include <string.h>
+
+/* The rank counts that get kernel instances, increasing */
+static const int lsa_ranks[] = {COCO_LSA_RANKS(COCO_LSA_RANK_ITEM)};
+enum { NLSA_RANKS = sizeof lsa_ranks / sizeof *lsa_ranks };
 
 static Node *nd(Emitter *e, int id)
 {
@@ -117,10 +123,9 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
  * operands its stores walk the buckets as the element loop does, in one
  * round (coco_lsa_scat_push_parts), so not with cross-rank reductions:
  * kernel 0 has no gathered stores, and pushing everything first would
- * serialise its NVLink traffic and its local work (LAMB at P = 2, 2^28
- * FP32: 3.48 ms by loads, 4.87 ms by push in one round;
- * bench/results/archive/2026-11-22-h200x2-lamb.md). When the run takes
- * it: push_choice. */
+ * serialise its NVLink traffic and its local work (LAMB measured slower
+ * so: doc/design.md, The CUDA backend). When the run takes it:
+ * push_choice. */
 static int push_allowed(const Lsa *l)
 {
     return !l->nred || l->scat < 0;
@@ -130,20 +135,17 @@ static int push_allowed(const Lsa *l)
  * (coco_lsa_rounds, pipelined: emit_rounds; the instances that load keep
  * the plain loop)? In kernel 0 of two over contiguous operands, which has
  * no gathered stores to overlap its pushes with. One kernel pushes
- * everything first: its gathered stores overlap its local work (in rounds
- * at P = 2, no clear gain: bench/results/2026-11-23-h200x2-c.md). */
+ * everything first: its gathered stores overlap its local work (rounds
+ * measured no clear gain there: doc/design.md, The CUDA backend). */
 static int push_rounds(const Lsa *l)
 {
     return l->scat < 0 && l->nred > 0;
 }
 
 /* coco_lsa_pushes' `allowed`: one kernel, over contiguous or scattered
- * operands, by size (GPT-2 124M's scattered Adam step: 2.488 ms by push
- * against 2.735 by loads at P = 4, 1.656 against 1.755 at P = 2;
- * bench/results/2026-11-27-h200x4-j.md); two kernels (cross-rank
- * reductions) on request: at P = 2 LAMB by loads took 3.52 ms at 2^28
- * (FP32), by push 4.01 in rounds of 16 steps
- * (bench/results/2026-11-23-h200x2-c.md). */
+ * operands, by size (push measured faster on large scattered operands:
+ * doc/gpu.md, Scattered tensors); two kernels (cross-rank reductions) on
+ * request only (loads measured faster: doc/design.md, The CUDA backend). */
 static const char *push_choice(const Lsa *l)
 {
     return l->nred ? "ctx->fused_algo == COCO_FUSED_PUSH" : "1";
@@ -153,14 +155,10 @@ static const char *push_choice(const Lsa *l)
  * operand (4 elements beside FP32 state). The kernels are built for two
  * blocks of 512 threads per SM (__launch_bounds__(512, 2), coco_lsa.cuh's
  * COCO_LSA_MIN_BLOCKS; LSA_BLOCKS is that many blocks of an H200, all
- * resident at once), so at most 64 registers a thread. 16 bytes of the narrowest (8 elements of FP16
- * gradients beside FP32 parameters and state) needs more: mixed-precision
- * Adam's instances took 79 to 86 registers (ptxas, sm_90), one block per
- * SM, and at P = 4 the kernel moved its bytes at 2/3 of the all-FP32
- * kernel's rate (5.40 ms at 2^28 where mixed LAMB, 4 elements a step and
- * two blocks per SM, took 3.94; bench/results/2026-11-22-h200x4-p4.md);
- * mixed LAMB at P = 2 and 2^28 took 5.28 ms at V = 8 against 3.78 at V = 1
- * (bench/results/archive/2026-11-22-h200x2-lamb.md). */
+ * resident at once), so at most 64 registers a thread. 16 bytes of the
+ * narrowest (8 elements of FP16 gradients beside FP32 parameters and
+ * state) needs more registers than that, one block an SM, and measured
+ * slower: doc/gpu.md, Fused collectives in one kernel. */
 static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const int *zs, int nz)
 {
     size_t size = type_size(nd(e, nd(e, l->rs)->in[0])->type);
@@ -181,11 +179,11 @@ static int vector_width(Emitter *e, const Lsa *l, const int *ins, int nin, const
 
 static void mark_flat(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
-    memset(e->flat, 0, (size_t)e->p->nnode);
+    emit_flat_clear(e);
     for (int k = 0; k < nin; k++) {
         Node *x = nd(e, ins[k]);
         if (x->op != O_SCALAR && emit_same_local_shape(x, nd(e, l->rs)))
-            e->flat[x->id] = 1;
+            emit_flat_set(e, x->id);
     }
 }
 
@@ -227,10 +225,10 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
 
 /* Do the kernels take LIN (linear indices, emit_cuda.h)? Over a
  * contiguous part, where some kernel needs coordinates. The launch's
- * choice (lin) picks an instance with LIN a template parameter: with a
- * run-time LIN the coordinate path's arrays stayed in every instance (a
- * 272-byte stack frame, spills at 64 registers; ptxas, sm_90), a constant
- * one leaves them out. Only the vector instances have a LIN = 1 twin
+ * choice (lin) picks an instance with LIN a template parameter: a
+ * run-time LIN keeps the coordinate path's arrays in every instance, which
+ * spill at 64 registers (doc/design.md, The CUDA backend); a constant one
+ * leaves them out. Only the vector instances have a LIN = 1 twin
  * (emit_go): the others take the coordinates, which serve every shape. */
 static int lin_param(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
@@ -713,10 +711,9 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
                         const int *zs, int nz)
 {
     FILE *o = e->o;
-    /* two blocks per SM (vector_width), over scattered operands too: with
-     * coco_lsa_scat_walk taking one bucket at a time, BERT-large's Adam
-     * needs 71 to 83 registers unbounded and spills at most 76 bytes at 64
-     * (its default instance 32; ptxas, sm_90) */
+    /* two blocks per SM (vector_width), over scattered operands too:
+     * coco_lsa_scat_walk takes one bucket at a time, which keeps them near
+     * 64 registers, with little spilling (doc/design.md, The CUDA backend) */
     e->lin = lin_param(e, l, ins, nin);
     fprintf(o, "template <int V, int P, int ONESHOT, int U, int PUSH%s>\n__global__ void "
                "__launch_bounds__(512, COCO_LSA_MIN_BLOCKS(P)) %s_f%d%s(", e->lin ? ", int LIN" : "", e->v, f,
@@ -787,12 +784,8 @@ static void emit_kernel(Emitter *e, int f, const Lsa *l, int kn, const int *ins,
  * grid, without the fused kernels' bound of two blocks of 512 an SM and
  * without their aligned-step arithmetic, its reads through the read-only
  * path (RO, coco_ldv_in). Same operands, same statements, so the same
- * bits. Measured on one H100 (bench/probe/one_rank_fused.cu,
- * self-attention's chain at B = 8, S = 1024, H = 3072): the fused kernel's
- * one-rank instance 0.0641 ms, this form 0.0601, the elementwise kernel of
- * the same chain 0.0596; in place, the form is 9 to 10 % faster on the
- * layers' chain and 1 to 3 % slower on the optimizers at 2^28
- * (bench/results/2026-11-27-h100-p1-e.md), whence FORM. */
+ * bits. It measured faster than the fused instance on the layers' chain
+ * and slower on the optimizers (doc/gpu.md, One rank), whence FORM. */
 static void emit_one_rank_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                                  const int *zs, int nz)
 {
@@ -864,27 +857,26 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                "dim3 grid, dim3 block, cudaStream_t st, ", e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(o, ")\n{\n");
-    static const int peers[] = {1, 2, 4, 8};
     /* V: vmax, or 1 (misaligned buffers, or ctx->fused_vec); U: every
      * peer's loads in flight, or one's (ctx->fused_peers); push: two-shot
      * only, its loads all local (U = 0). One rank: one instance whatever
      * the algorithm asked (its only part, loaded locally, no barrier) */
     for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
-        for (int pi = 0; pi < 4; pi++)
+        for (int pi = 0; pi < NLSA_RANKS; pi++)
             for (int os = 0; os < 3; os++) /* two-shot, one-shot, push */
                 for (int u = 0; u < (os == 2 ? 1 : 2); u++) {
                     if ((os == 1 && !one) || (os == 2 && !push_allowed(l)) ||
-                        (peers[pi] == 1 && (os || u)))
+                        (lsa_ranks[pi] == 1 && (os || u)))
                         continue;
                     int v = vi ? 1 : vmax, oneshot = os == 1, push = os == 2;
-                    fprintf(o, "#if COCO_HAS_P(%d)\n", peers[pi]);
-                    if (peers[pi] == 1 && chunked(l))
+                    fprintf(o, "#if COCO_HAS_P(%d)\n", lsa_ranks[pi]);
+                    if (lsa_ranks[pi] == 1 && chunked(l))
                         emit_go_one_rank(e, f, l, ins, nin, zs, nz, v, lins);
-                    if (peers[pi] == 1)
+                    if (lsa_ranks[pi] == 1)
                         fprintf(o, "    if (V == %d && P == 1) {\n", v);
                     else
                         fprintf(o, "    if (V == %d && P == %d && ONESHOT == %d && U == %d && "
-                                   "PUSH == %d) {\n", v, peers[pi], oneshot, u, push);
+                                   "PUSH == %d) {\n", v, lsa_ranks[pi], oneshot, u, push);
                     for (int kn = 0; kn < (l->nred ? 2 : 1); kn++)
                         for (int lin = lins - 1; lin >= 0; lin--) {
                             if (lins == 2 && v > 1)
@@ -892,7 +884,7 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
                             else if (lin)
                                 continue; /* V = 1: the coordinates, whatever lin says */
                             fprintf(o, "        %s_f%d%s<%d, %d, %d, %d, %d%s><<<grid, block, 0, "
-                                       "st>>>(", e->v, f, kn ? "_b" : "", v, peers[pi], oneshot,
+                                       "st>>>(", e->v, f, kn ? "_b" : "", v, lsa_ranks[pi], oneshot,
                                     u, push, lins == 2 ? (lin ? ", 1" : ", 0") : "");
                             emit_params(e, l, ins, nin, zs, nz, EMIT_FORWARD);
                             fprintf(o, ");\n");
@@ -1047,7 +1039,9 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
             fprintf(o, " &&\n            coco_lsa_members_usable(ctx, c%d, %zu)", id,
                     type_size(nd(e, id)->type));
     }
-    fprintf(o, " && (G_WORLD == 1 || G_WORLD == 2 || G_WORLD == 4 || G_WORLD == 8)) {\n");
+    for (int pi = 0; pi < NLSA_RANKS; pi++)
+        fprintf(o, "%sG_WORLD == %d", pi ? " || " : " && (", lsa_ranks[pi]);
+    fprintf(o, ")) {\n");
 }
 
 /* Pointers whose alignment decides V: the starts of the buffers addressed

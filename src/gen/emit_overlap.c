@@ -24,11 +24,11 @@
  * written on every rank. With COCONET_FUSED=push the block first stores
  * chunk c's rows of every peer's part into that peer's staging slots
  * (coco_lsa_push_chunk), then syncs, and reduces from local memory; by
- * default the kernel loads from the peers (on 4 x H200 the loads were as
- * fast or faster in 17 of 24 settings of the two layers measured:
- * bench/results/2026-11-27-h200x4-f.md). The main stream waits for the
- * side stream at the end. Rank-staggered chunk orders (the paper's) are not
- * needed here: at each chunk every rank reads a different part, its own.
+ * default the kernel loads from the peers (measured as fast as push or
+ * faster in most settings: doc/gpu.md, The generated code). The main
+ * stream waits for the side stream at the end. Rank-staggered chunk orders
+ * (the paper's) are not needed here: at each chunk every rank reads a
+ * different part, its own.
  *
  * Knobs (ctx, COCONET_OVERLAP_CHUNKS, COCONET_OVERLAP_SMS and
  * COCONET_OVERLAP_TAIL): the chunk count C (by default 4 or 1 by the

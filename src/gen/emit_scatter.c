@@ -316,11 +316,10 @@ int emit_scat_member(Emitter *e, int seg, int x)
 int emit_segment_scat(Emitter *e, int seg, const int *ins, int nin)
 {
     Program *p = e->p;
-    int first = -1;
-    for (int k = 0; k < nin + p->nnode; k++) {
-        int x = k < nin ? ins[k] : k - nin;
-        if (k < nin ? !e->flat[x] || !emit_scat_of(e, x)
-                    : e->segment[x] != seg || !emit_stored(e, x) || !emit_scat_of(e, x))
+    int first = -1, nm = e->seg_first[seg + 1] - e->seg_first[seg];
+    for (int k = 0; k < nin + nm; k++) {
+        int x = k < nin ? ins[k] : e->seg_member[e->seg_first[seg] + k - nin];
+        if (k < nin ? !e->flat[x] || !emit_scat_of(e, x) : !emit_stored(e, x) || !emit_scat_of(e, x))
             continue;
         if (first < 0)
             first = x;

@@ -146,12 +146,12 @@ static int plan_members(Emitter *e, int f, SendPlan *s)
 static void plan_inputs(Emitter *e, SendPlan *s)
 {
     Node *send = nd(e, s->send);
-    memset(e->flat, 0, (size_t)e->p->nnode);
+    emit_flat_clear(e);
     s->nin = emit_outside_operands(e, s->m, s->nm, s->ins);
     for (int k = 0; k < s->nin; k++) {
         Node *x = nd(e, s->ins[k]);
         if (x->op != O_SCALAR && emit_same_local_shape(x, send))
-            e->flat[x->id] = 1;
+            emit_flat_set(e, x->id);
     }
 }
 

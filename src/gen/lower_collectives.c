@@ -2,7 +2,7 @@
  * schedule fused but that run better as a FusedAllReduce with no
  * computation are generated as one:
  *   - an AllReduce over a scattered tensor (language.md 7.1), whose kernel
- *     reads the members directly (src/emit_lsa.c over buckets), with no
+ *     reads the members directly (src/gen/emit_lsa.c over buckets), with no
  *     copy into a contiguous buffer;
  *   - an AllReduce of FP16 or BF16 values, whose kernel moves 16-bit
  *     elements between the GPUs and sums them in registers at higher
@@ -94,7 +94,7 @@ static void fuse_pair(Program *p, int rs, int ag)
 {
     const char *parts[] = {node_of(p, rs)->name, node_of(p, ag)->name};
     const char *out[] = {schedule_fresh_name(p, arena_printf(p->arena, "fused_%s", parts[0]))};
-    SchedStmt st = schedule_stmt(p->arena, "fuse", parts, 2, "AllReduceFuse");
+    SchedStmt st = schedule_stmt(p->arena, V_FUSE, parts, 2, P_ALLREDUCE_FUSE);
     st.out = out;
     st.nout = 1;
     overlaps_pend(p, rs);
@@ -112,8 +112,8 @@ static void lower_one(Program *p, int id)
     const char *ag = schedule_fresh_name(p, arena_printf(p->arena, "ag_%s", ar));
     const char *fused = schedule_fresh_name(p, arena_printf(p->arena, "fused_%s", ar));
     const char *split_out[] = {rs, ag}, *fuse_out[] = {fused}, *parts[] = {rs, ag};
-    SchedStmt st[2] = {schedule_stmt(p->arena, "split", &ar, 1, "ARSplitRSAG"),
-                       schedule_stmt(p->arena, "fuse", parts, 2, "AllReduceFuse")};
+    SchedStmt st[2] = {schedule_stmt(p->arena, V_SPLIT, &ar, 1, P_AR_SPLIT_RS_AG),
+                       schedule_stmt(p->arena, V_FUSE, parts, 2, P_ALLREDUCE_FUSE)};
     st[0].out = split_out;
     st[0].nout = 2;
     st[1].out = fuse_out;

@@ -4,27 +4,114 @@
  * the state it slices), fuse and, last, overlap, breadth first. Every
  * candidate is applied for real (so invalid ones are dropped by the same
  * rules a user meets) and two schedules giving the same graph are one.
- * Each result gets a name in the paper's notation, e.g. ol(MM,fuse(RS-C-AG)). */
+ * Each result gets a name in the paper's notation, e.g. ol(MM,fuse(RS-C-AG))
+ * (paper_name.c).
+ *
+ * Cost: a candidate is applied to a clone of the state it extends, and the
+ * questions asked of a state's graph are answered from facts gathered once
+ * (enum_graph.c), so that a candidate costs time linear in the program.
+ * The search keeps at most MAX_STATES schedules of at most MAX_DEPTH
+ * statements; when a program has more, the list stops at the cap and a note
+ * on stderr says so. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_STATES = 4000, MAX_DEPTH = 10, MAX_ARGS = 64 };
+enum { MAX_STATES = 4000, MAX_DEPTH = 10 };
 
 typedef struct {
     SchedStmt *stmt;
     int n;
 } Seq;
 
+/* A byte string and its hash (made by bytes()). */
+typedef struct {
+    const char *s;
+    size_t len;
+    unsigned long hash;
+} Bytes;
+
+/* A set of byte strings, open addressing; frees its strings if it owns them. */
+typedef struct {
+    Bytes *slot; /* s == NULL: empty */
+    size_t cap, n;
+    int owns;
+} ByteSet;
+
 typedef struct {
     Program *base;
+    Program *root; /* the base with its computations fused: the first state */
+    int nroot;     /* the statements that made root */
     Arena *a;
     Seq *queue;
+    const char **note; /* each queued schedule's name in the paper's notation */
     int nqueue, head;
-    char **seen;
-    int nseen;
+    ByteSet seen;      /* the queued schedules' graph signatures */
+    int cut;           /* a distinct valid schedule was left out at the cap */
+    const char **args; /* a candidate's arguments: room for every node's name */
+    int nargs;         /* room in args */
 } Enum;
+
+/* s and its hash: FNV-1a over 8 bytes at a time, then the rest */
+static Bytes bytes(const char *s, size_t len)
+{
+    unsigned long h = 1469598103934665603ul, word;
+    size_t i = 0;
+    for (; i + sizeof word <= len; i += sizeof word) {
+        memcpy(&word, s + i, sizeof word);
+        h = (h ^ word) * 1099511628211ul;
+    }
+    for (; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ul;
+    return (Bytes){s, len, h ^ (h >> 29)};
+}
+
+static size_t set_slot(const ByteSet *set, Bytes k)
+{
+    size_t i = k.hash & (set->cap - 1);
+    while (set->slot[i].s && (set->slot[i].hash != k.hash || set->slot[i].len != k.len ||
+                              memcmp(set->slot[i].s, k.s, k.len)))
+        i = (i + 1) & (set->cap - 1);
+    return i;
+}
+
+static int set_has(const ByteSet *set, Bytes k)
+{
+    return set->cap && set->slot[set_slot(set, k)].s;
+}
+
+static void set_grow(ByteSet *set)
+{
+    size_t cap = set->cap ? 2 * set->cap : 64;
+    ByteSet bigger = {xcalloc(cap, sizeof(Bytes)), cap, set->n, set->owns};
+    for (size_t i = 0; i < set->cap; i++)
+        if (set->slot[i].s)
+            bigger.slot[set_slot(&bigger, set->slot[i])] = set->slot[i];
+    free(set->slot);
+    *set = bigger;
+}
+
+/* Adds k, which is not in the set (which then owns it, if it owns keys). */
+static void set_add(ByteSet *set, Bytes k)
+{
+    if (2 * (set->n + 1) > set->cap)
+        set_grow(set);
+    set->slot[set_slot(set, k)] = k;
+    set->n++;
+}
+
+static void set_free(ByteSet *set)
+{
+    for (size_t i = 0; set->owns && i < set->cap; i++)
+        free((char *)set->slot[i].s);
+    free(set->slot);
+}
+
+static Bytes text(const char *s)
+{
+    return bytes(s, strlen(s));
+}
 
 static Seq seq_extend(Arena *a, Seq s, const SchedStmt *more, int nmore)
 {
@@ -34,42 +121,53 @@ static Seq seq_extend(Arena *a, Seq s, const SchedStmt *more, int nmore)
     return t;
 }
 
-/* Applies a sequence to a clone of the program; NULL when it is refused. */
-static Program *try_seq(Program *base, Seq s)
+/* Statements st applied to a clone of from (the base or a state made from
+ * it, so that the result is what applying the whole sequence to the base
+ * gives); NULL when one is refused. */
+static Program *apply_to_clone(Program *from, const SchedStmt *st, int n)
 {
-    Program *q = program_clone(base);
+    Program *q = program_clone(from);
     char msg[1024];
     ErrorCtx ctx;
-    error_push(&ctx, msg, sizeof msg, base->file, base->src);
+    error_push(&ctx, msg, sizeof msg, from->file, from->src);
     if (setjmp(ctx.jb)) {
         error_pop(&ctx);
         program_free(q);
         return NULL;
     }
-    Schedule sc;
-    memset(&sc, 0, sizeof sc);
-    sc.name = "candidate";
-    sc.stmt = s.stmt;
-    sc.nstmt = s.n;
-    sc.generated = 1;
+    Schedule sc = {.name = "candidate", .stmt = (SchedStmt *)st, .nstmt = n, .generated = 1};
     schedule_apply(q, &sc);
     error_pop(&ctx);
     return q;
 }
 
-/* Appends text to the growing signature s (length *len, capacity *cap). */
-static char *sig_put(char *s, size_t *len, size_t *cap, const char *text)
+/* The program of queued schedule s. */
+static Program *state_program(Enum *e, Seq s)
 {
-    size_t k = strlen(text);
-    if (*len + k + 1 > *cap) {
-        *cap = 2 * (*cap + k);
-        s = realloc(s, *cap);
-        if (!s)
+    return apply_to_clone(e->root, s.stmt + e->nroot, s.n - e->nroot);
+}
+
+/* A graph's signature: its facts as bytes (not text: it is only compared). */
+typedef struct {
+    char *b;
+    size_t len, cap;
+} Sig;
+
+static void sig_bytes(Sig *s, const void *bytes, size_t n)
+{
+    if (s->len + n > s->cap) {
+        s->cap = 2 * (s->cap + n);
+        s->b = realloc(s->b, s->cap);
+        if (!s->b)
             BUG("out of memory");
     }
-    memcpy(s + *len, text, k + 1);
-    *len += k;
-    return s;
+    memcpy(s->b + s->len, bytes, n);
+    s->len += n;
+}
+
+static void sig_long(Sig *s, long v)
+{
+    sig_bytes(s, &v, sizeof v);
 }
 
 /* A fusion's number in order of first appearance, so that fusing in another
@@ -82,30 +180,39 @@ static int canon_fusion(Program *q, const int *order, int f)
 /* One node: its operation, operands, type, shape, layout and attributes,
  * and its name where the user wrote it (a name the program has); the names
  * transformations generate (sc_x, fused_x, rs_x...) are left out. */
-static void sig_node(Program *q, const Node *n, const int *order, char *item, size_t size)
+static void sig_node(Sig *s, Program *q, const Node *n, const int *order)
 {
-    int k = snprintf(item, size, "%d:t%d.l%d.%d.g%d.f%d.%d", n->op, n->type, n->layout.kind,
-                     n->layout.dim, n->group,
-                     n->fusion >= 0 ? (int)q->fusion[n->fusion].kind : -1,
-                     canon_fusion(q, order, n->fusion));
-    k += snprintf(item + k, size - (size_t)k, ".a%.17g.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d.%d",
-                  n->value, n->redop, n->axis, n->root, n->shift, n->is_recv, n->linear, n->stride,
-                  n->pad, n->to, n->dropout_id, n->target, n->ndim);
-    for (int j = 0; j < n->ndim && k < (int)size - 24; j++)
-        k += snprintf(item + k, size - (size_t)k, "x%ld", n->dim[j].n);
-    for (int j = 0; j < n->nin && k < (int)size - 24; j++)
-        k += snprintf(item + k, size - (size_t)k, ",%d", n->in[j]);
-    if (n->named && q->base && program_find(q->base, n->name) >= 0 && k < (int)size - MAXNAME - 4)
-        snprintf(item + k, size - (size_t)k, "=%s", n->name);
+    const long facts[] = {n->op, n->type, n->layout.kind, n->layout.dim, n->group,
+                          n->fusion >= 0 ? (long)q->fusion[n->fusion].kind : -1,
+                          canon_fusion(q, order, n->fusion), n->redop, n->axis, n->root,
+                          n->shift, n->is_recv, n->linear, n->stride, n->pad, n->to,
+                          n->dropout_id, n->target, n->ndim, n->nin};
+    sig_bytes(s, facts, sizeof facts);
+    sig_bytes(s, &n->value, sizeof n->value);
+    for (int j = 0; j < n->ndim; j++)
+        sig_long(s, n->dim[j].n);
+    for (int j = 0; j < n->nin; j++)
+        sig_long(s, n->in[j]);
+    int user_named = n->named && q->base && program_find(q->base, n->name) >= 0;
+    sig_bytes(s, user_named ? n->name : "", user_named ? strlen(n->name) + 1 : 1);
+}
+
+static void sig_overlaps(Sig *s, Program *q)
+{
+    sig_long(s, q->noverlap);
+    for (int o = 0; o < q->noverlap; o++)
+        for (int i = 0; i < q->overlap[o].nitem; i++) {
+            int first;
+            ref_members(q, q->overlap[o].item[i], &first, 1); /* a fusion by its first member */
+            sig_long(s, first);
+        }
 }
 
 /* The graph without generated names: two schedules with the same one are
  * the same schedule. */
-static char *signature(Program *q)
+static Sig signature(Program *q)
 {
-    size_t cap = 256, len = 0;
-    char *s = xmalloc(cap);
-    s[0] = 0;
+    Sig s = {NULL, 0, 0};
     int *order = xmalloc(((size_t)q->nfusion + 1) * sizeof(int));
     int nf = 0;
     for (int f = 0; f < q->nfusion; f++)
@@ -114,74 +221,11 @@ static char *signature(Program *q)
         Node *n = &q->node[i];
         if (n->fusion >= 0 && order[n->fusion] < 0)
             order[n->fusion] = nf++;
-        char item[512];
-        sig_node(q, n, order, item, sizeof item);
-        s = sig_put(s, &len, &cap, item);
-        s = sig_put(s, &len, &cap, ";");
+        sig_node(&s, q, n, order);
     }
-    char tail[512];
-    int k = snprintf(tail, sizeof tail, "ol%d", q->noverlap);
-    for (int o = 0; o < q->noverlap && k < 400; o++)
-        for (int i = 0; i < q->overlap[o].nitem; i++) {
-            Ref r = q->overlap[o].item[i];
-            int first;
-            ref_members(q, r, &first, 1); /* a fusion by its first member */
-            k += snprintf(tail + k, sizeof tail - (size_t)k, ",%d", first);
-        }
-    s = sig_put(s, &len, &cap, tail);
+    sig_overlaps(&s, q);
     free(order);
     return s;
-}
-
-static int is_comp(const Node *n)
-{
-    OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
-}
-
-/* The name of the unit (fused computation or statement) holding node id. */
-static const char *unit_of(Program *q, int id)
-{
-    Node *n = node_of(q, id);
-    if (n->fusion >= 0) {
-        FuseKind k = q->fusion[n->fusion].kind;
-        return k == F_ALLREDUCE ? NULL : q->fusion[n->fusion].name;
-    }
-    if (!is_comp(n) && n->op != O_SEND)
-        return NULL;
-    int h = statement_head(q, id);
-    return node_of(q, h)->named ? node_of(q, h)->name : NULL;
-}
-
-static int add_name(const char **names, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], name))
-            return n;
-    if (n < MAX_ARGS)
-        names[n++] = name;
-    return n;
-}
-
-/* The computation units downstream of node from (through computations). */
-static int downstream_units(Program *q, int from, const char **units)
-{
-    int n = 0;
-    char *reach = xcalloc((size_t)q->nnode, 1);
-    reach[from] = 1;
-    for (int i = from + 1; i < q->nnode; i++) {
-        Node *d = &q->node[i];
-        int hit = 0;
-        for (int k = 0; k < d->nin; k++)
-            hit |= reach[d->in[k]];
-        const char *u = hit ? unit_of(q, i) : NULL;
-        if (!u)
-            continue;
-        reach[i] = 1;
-        n = add_name(units, n, u);
-    }
-    free(reach);
-    return n;
 }
 
 /* Is everything written in statement id a computation (no inline collective)? */
@@ -189,108 +233,203 @@ static int pure_statement(Program *p, int id)
 {
     int ids[256], c = statement_nodes(p, id, ids, 256);
     for (int k = 0; k < c && k < 256; k++)
-        if (!is_comp(node_of(p, ids[k])))
+        if (!is_computation(node_of(p, ids[k])))
             return 0;
     return c <= 256;
 }
 
-/* The base: each connected group of computation statements fused. */
-static Seq base_seq(Enum *e)
+static int set_of(int *up, int i)
+{
+    while (up[i] != i)
+        i = up[i] = up[up[i]];
+    return i;
+}
+
+/* Joins computation statement i with those its statement reads (i, the
+ * largest id so far, becomes the group's). */
+static void join_readers(Program *p, int *up, int i)
+{
+    up[i] = i;
+    int ids[256], c = statement_nodes(p, i, ids, 256);
+    for (int k = 0; k < c && k < 256; k++)
+        for (int j = 0; j < node_of(p, ids[k])->nin; j++) {
+            int v = node_of(p, ids[k])->in[j];
+            if (up[v] >= 0 && v != i)
+                up[set_of(up, v)] = i;
+        }
+}
+
+/* Each named computation statement's group: the largest id of the
+ * statements connected to it through what they read (-1: none). */
+static int *computation_groups(Program *p)
+{
+    int *up = xmalloc(((size_t)p->nnode + 1) * sizeof(int));
+    for (int i = 0; i < p->nnode; i++) {
+        up[i] = -1;
+        if (p->node[i].named && is_computation(&p->node[i]) && pure_statement(p, i))
+            join_readers(p, up, i);
+    }
+    for (int i = 0; i < p->nnode; i++)
+        if (up[i] >= 0)
+            up[i] = set_of(up, i);
+    return up;
+}
+
+/* Links each group's statements in program order: the first of group g is
+ * first[g], the one after statement i next[i] (-1: none). */
+static void link_groups(const int *group, int n, int *first, int *next)
+{
+    int *last = xmalloc(((size_t)n + 1) * sizeof(int));
+    for (int i = 0; i < n; i++)
+        first[i] = next[i] = -1;
+    for (int i = 0; i < n; i++) {
+        int g = group[i];
+        if (g >= 0 && first[g] < 0)
+            first[g] = i;
+        else if (g >= 0)
+            next[last[g]] = i;
+        if (g >= 0)
+            last[g] = i;
+    }
+    free(last);
+}
+
+/* One ComputationFuse per group of two or more statements, in the order of
+ * the groups, naming the statements in program order; their count. */
+static int group_fusions(Enum *e, const int *group, SchedStmt *st)
 {
     Program *p = e->base;
-    int *group = xmalloc((size_t)p->nnode * sizeof(int));
-    for (int i = 0; i < p->nnode; i++)
-        group[i] = -1;
-    for (int i = 0; i < p->nnode; i++) {
-        if (!p->node[i].named || !is_comp(&p->node[i]) || !pure_statement(p, i))
-            continue;
-        group[i] = i;
-        int ids[256], c = statement_nodes(p, i, ids, 256);
-        for (int k = 0; k < c && k < 256; k++)
-            for (int j = 0; j < node_of(p, ids[k])->nin; j++) {
-                int v = node_of(p, ids[k])->in[j];
-                if (group[v] < 0 || v == i)
-                    continue;
-                int from = group[v], to = group[i];
-                for (int m = 0; m < p->nnode; m++)
-                    if (group[m] == from)
-                        group[m] = to;
-            }
-    }
-    Seq s = {NULL, 0};
+    int *first = xmalloc(((size_t)p->nnode + 1) * sizeof(int));
+    int *next = xmalloc(((size_t)p->nnode + 1) * sizeof(int)), n = 0;
+    link_groups(group, p->nnode, first, next);
     for (int g = 0; g < p->nnode; g++) {
-        const char *names[MAX_ARGS];
         int c = 0;
-        for (int i = 0; i < p->nnode; i++)
-            if (group[i] == g && c < MAX_ARGS)
-                names[c++] = p->node[i].name;
-        if (c < 2)
-            continue;
-        SchedStmt st = schedule_stmt(e->a, "fuse", names, c, "ComputationFuse");
-        Seq t = seq_extend(e->a, s, &st, 1);
-        Program *q = try_seq(p, t);
+        for (int i = first[g]; i >= 0; i = next[i])
+            e->args[c++] = p->node[i].name;
+        if (c >= 2)
+            st[n++] = schedule_stmt(e->a, V_FUSE, e->args, c, P_COMPUTATION_FUSE);
+    }
+    free(next);
+    free(first);
+    return n;
+}
+
+/* e->root: the base under those of statements st that apply, each on the
+ * state the ones before it made; moves them to the front, gives their count. */
+static int apply_each(Enum *e, SchedStmt *st, int n)
+{
+    int kept = 0;
+    e->root = program_clone(e->base);
+    for (int i = 0; i < n; i++) {
+        Program *q = apply_to_clone(e->root, &st[i], 1);
         if (q) {
-            s = t;
-            program_free(q);
+            program_free(e->root);
+            e->root = q;
+            st[kept++] = st[i];
         }
     }
+    return kept;
+}
+
+/* The first state: each connected group of computation statements fused,
+ * the fusions that apply (all of them, unless one is refused). Sets e->root
+ * and e->nroot. */
+static Seq root_seq(Enum *e)
+{
+    Program *p = e->base;
+    int *group = computation_groups(p);
+    SchedStmt *st = arena_alloc(e->a, ((size_t)p->nnode + 1) * sizeof(SchedStmt));
+    Seq s = {st, group_fusions(e, group, st)};
     free(group);
+    e->root = apply_to_clone(p, st, s.n);
+    if (!e->root)
+        s.n = apply_each(e, st, s.n);
+    e->nroot = s.n;
     return s;
 }
 
-static void push(Enum *e, Seq s)
+/* Is program q's graph one no queued schedule gives? Then its signature
+ * and name are kept for the schedule about to be queued; at the cap, the
+ * cut is recorded instead. */
+static int is_new(Enum *e, Program *q)
 {
-    if (e->nqueue == MAX_STATES)
+    Sig sig = signature(q);
+    Bytes key = bytes(sig.b, sig.len);
+    int fresh = !set_has(&e->seen, key);
+    if (fresh && e->nqueue == MAX_STATES) {
+        e->cut = 1;
+        fresh = 0;
+    }
+    if (!fresh) {
+        free(sig.b);
+        return 0;
+    }
+    set_add(&e->seen, key);
+    e->note[e->nqueue] = paper_note(e->a, q);
+    return 1;
+}
+
+/* Tries statements st (their names may be q's) after schedule s, whose
+ * program is q; queues the result, with its own copy of st, when new. */
+static void try_candidate(Enum *e, Seq s, Program *q, const SchedStmt *st, int n)
+{
+    if (e->cut)
+        return; /* the list is full and known to be cut */
+    Program *c = apply_to_clone(q, st, n);
+    if (c && is_new(e, c)) {
+        SchedStmt kept[2];
+        ASSERT(n <= 2);
+        for (int i = 0; i < n; i++)
+            kept[i] = schedule_stmt(e->a, st[i].verb, st[i].arg, st[i].narg, st[i].policy);
+        e->queue[e->nqueue++] = seq_extend(e->a, s, kept, n);
+    }
+    program_free(c);
+}
+
+static void try1(Enum *e, Seq s, Program *q, Verb verb, const char **args, int n, Policy pol)
+{
+    SchedStmt st = {.verb = verb, .arg = args, .narg = n, .policy = pol};
+    try_candidate(e, s, q, &st, 1);
+}
+
+/* e->args with room for n names and two more */
+static void room_for_args(Enum *e, int n)
+{
+    if (n + 2 <= e->nargs)
         return;
-    Program *q = try_seq(e->base, s);
-    if (!q)
+    free(e->args);
+    e->nargs = n + 2;
+    e->args = xmalloc((size_t)e->nargs * sizeof(char *));
+}
+
+/* Both splits of AllReduce i (not a Norm's sum, not split already). */
+static void splits(Enum *e, Seq s, Program *q, StateGraph *g, int i)
+{
+    if (node_of(q, q->node[i].in[0])->op == O_PARTIAL_REDUCE || state_sliced_after(g, i))
         return;
-    char *sig = signature(q);
-    program_free(q);
-    for (int i = 0; i < e->nseen; i++)
-        if (!strcmp(e->seen[i], sig)) {
-            free(sig);
-            return;
-        }
-    e->seen[e->nseen++] = sig;
-    e->queue[e->nqueue++] = s;
+    /* its statement's name: split finds an AllReduce written inline */
+    const char *ar[1] = {node_of(q, state_statement_head(g, i))->name};
+    try1(e, s, q, V_SPLIT, ar, 1, P_AR_SPLIT_RS_AG);
+    try1(e, s, q, V_SPLIT, ar, 1, P_AR_SLICE_AG);
 }
 
-static void push1(Enum *e, Seq s, const char *verb, const char **args, int n, const char *pol)
+/* The reorder of AllGather i with every unit downstream of it. */
+static void reorders(Enum *e, Seq s, Program *q, StateGraph *g, int i)
 {
-    SchedStmt st = schedule_stmt(e->a, verb, args, n, pol);
-    push(e, seq_extend(e->a, s, &st, 1));
+    int c = state_downstream_units(g, i, e->args + 1);
+    e->args[0] = q->node[i].name;
+    if (c)
+        try1(e, s, q, V_REORDER, e->args, c + 1, P_AG_REORDER);
 }
 
-/* Is AllReduce id already followed by Slice + AllGather (ARSliceAG)? */
-static int sliced_after(Program *q, int id)
-{
-    int users[8], n = node_users(q, id, users, 8);
-    for (int k = 0; k < n && k < 8; k++)
-        if (node_of(q, users[k])->op == O_SLICE)
-            return 1;
-    return 0;
-}
-
-static void splits_and_reorders(Enum *e, Seq s, Program *q)
+static void splits_and_reorders(Enum *e, Seq s, Program *q, StateGraph *g)
 {
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
-        if (n->fusion >= 0)
-            continue;
-        const char *args[MAX_ARGS];
-        if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op != O_PARTIAL_REDUCE &&
-            !sliced_after(q, i)) {
-            args[0] = node_of(q, statement_head(q, i))->name; /* names it inline too */
-            push1(e, s, "split", args, 1, "ARSplitRSAG");
-            push1(e, s, "split", args, 1, "ARSliceAG");
-        }
-        if (n->op == O_ALLGATHER) {
-            int c = downstream_units(q, i, args + 1);
-            args[0] = n->name;
-            if (c)
-                push1(e, s, "reorder", args, c + 1, "AGReorder");
-        }
+        if (n->fusion < 0 && n->op == O_ALLREDUCE)
+            splits(e, s, q, g, i);
+        if (n->fusion < 0 && n->op == O_ALLGATHER)
+            reorders(e, s, q, g, i);
     }
 }
 
@@ -304,247 +443,84 @@ static void slice_state(Enum *e, Seq s, Program *q)
         if (g->op != O_ALLGATHER || is_output(q, g->id))
             continue;
         const char *a1[1] = {t->name}, *a2[1] = {g->name};
-        SchedStmt st[2] = {schedule_stmt(e->a, "asSlice", a1, 1, NULL),
-                           schedule_stmt(e->a, "dead", a2, 1, NULL)};
-        push(e, seq_extend(e->a, s, st, 2));
+        SchedStmt st[2] = {{.verb = V_ASSLICE, .arg = a1, .narg = 1},
+                           {.verb = V_DEAD, .arg = a2, .narg = 1}};
+        try_candidate(e, s, q, st, 2);
     }
 }
 
-static void fusions(Enum *e, Seq s, Program *q)
+static void fusions(Enum *e, Seq s, Program *q, StateGraph *g)
 {
     for (int i = 0; i < q->nnode; i++) {
         Node *n = &q->node[i];
-        const char *args[MAX_ARGS];
         if (n->fusion >= 0)
             continue;
         if (n->op == O_REDUCESCATTER) {
-            int c = 1;
-            args[0] = n->name;
-            char *reach = xcalloc((size_t)q->nnode, 1);
-            reach[i] = 1;
-            for (int j = i + 1; j < q->nnode; j++) {
-                Node *d = &q->node[j];
-                for (int k = 0; k < d->nin && !reach[j]; k++)
-                    reach[j] = reach[d->in[k]] && (is_comp(d) || d->op == O_ALLGATHER ||
-                                                   d->op == O_ALLREDUCE);
-                if (reach[j] && d->op == O_ALLGATHER && d->fusion < 0)
-                    c = add_name(args, c, d->name);
-            }
-            free(reach);
+            int c = state_gathers_after(g, i, e->args);
             if (c > 1)
-                push1(e, s, "fuse", args, c, "AllReduceFuse");
+                try1(e, s, q, V_FUSE, e->args, c, P_ALLREDUCE_FUSE);
         }
-        if (n->op == O_SEND) {
-            const char *u = unit_of(q, n->in[0]);
-            if (u) {
-                args[0] = u;
-                args[1] = n->name;
-                push1(e, s, "fuse", args, 2, "SendFuse");
-            }
+        const char *u = n->op == O_SEND ? state_unit_of(g, n->in[0]) : NULL;
+        if (u) {
+            const char *args[2] = {u, n->name};
+            try1(e, s, q, V_FUSE, args, 2, P_SEND_FUSE);
         }
     }
 }
 
-/* Operations that can overlap: MatMul, communication, fused collectives. */
-static int overlap_units(Program *q, Ref *units)
+/* overlap(a, b), then overlap(a, b, c) for each candidate c reading b. */
+static void overlaps_from(Enum *e, Seq s, Program *q, StateGraph *g, int a, int b)
 {
-    int n = 0;
-    for (int f = 0; f < q->nfusion; f++)
-        if (!q->fusion[f].dead && q->fusion[f].kind != F_COMPUTATION)
-            units[n++] = REF_FUSION(f);
-    for (int i = 0; i < q->nnode; i++) {
-        Node *d = &q->node[i];
-        if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) && n < 256)
-            units[n++] = i;
+    const char *args[3] = {ref_name(q, state_unit(g, a)), ref_name(q, state_unit(g, b))};
+    try1(e, s, q, V_OVERLAP, args, 2, P_NONE);
+    const int *rc;
+    int nc = state_unit_readers(g, b, &rc);
+    for (int j = 0; j < nc; j++) {
+        if (rc[j] == a || rc[j] == b)
+            continue;
+        args[2] = ref_name(q, state_unit(g, rc[j]));
+        try1(e, s, q, V_OVERLAP, args, 3, P_NONE);
     }
-    return n;
 }
 
-static void overlaps(Enum *e, Seq s, Program *q)
+/* Overlaps of two or three candidates, each reading the one before. */
+static void overlaps(Enum *e, Seq s, Program *q, StateGraph *g)
 {
-    if (q->noverlap)
-        return;
-    Ref units[256];
-    int n = overlap_units(q, units);
-    for (int a = 0; a < n; a++)
-        for (int b = 0; b < n; b++) {
-            if (a == b || !ref_uses(q, units[a], units[b]))
-                continue;
-            const char *args[3] = {ref_name(q, units[a]), ref_name(q, units[b]), NULL};
-            push1(e, s, "overlap", args, 2, NULL);
-            for (int c = 0; c < n; c++) {
-                if (c == a || c == b || !ref_uses(q, units[b], units[c]))
-                    continue;
-                args[2] = ref_name(q, units[c]);
-                push1(e, s, "overlap", args, 3, NULL);
-            }
-        }
+    int n = state_overlap_units(g);
+    for (int a = 0; a < n; a++) {
+        const int *rb;
+        int nb = state_unit_readers(g, a, &rb);
+        for (int i = 0; i < nb; i++)
+            overlaps_from(e, s, q, g, a, rb[i]);
+    }
 }
 
 static void expand(Enum *e, Seq s)
 {
     if (s.n >= MAX_DEPTH)
         return;
-    Program *q = try_seq(e->base, s);
-    if (!q || q->noverlap) {
+    Program *q = state_program(e, s);
+    if (!q || q->noverlap) { /* an overlap is the last statement */
         program_free(q);
         return;
     }
-    splits_and_reorders(e, s, q);
+    StateGraph *g = state_graph_new(q);
+    room_for_args(e, q->nnode);
+    splits_and_reorders(e, s, q, g);
     slice_state(e, s, q);
-    fusions(e, s, q);
-    overlaps(e, s, q);
+    fusions(e, s, q, g);
+    overlaps(e, s, q, g);
+    state_graph_free(g);
     program_free(q);
 }
 
-/* ---- names in the paper's notation ---- */
-
-typedef struct {
-    char buf[512];
-    size_t len;
-    int last_comp; /* the last token was a computation */
-} Name;
-
-static void put(Name *nm, const char *tok, int comp)
+/* The schedule's name: its note's letters and digits, runs of anything
+ * else as one '_', made unique with _2, _3... among names (then added). */
+static const char *ident_of(Arena *a, const char *note, ByteSet *names)
 {
-    if (comp && nm->last_comp)
-        return;
-    size_t tl = strlen(tok);
-    if (nm->len >= tl && !strcmp(nm->buf + nm->len - tl, tok) &&
-        (nm->len == tl || nm->buf[nm->len - tl - 1] == '-'))
-        return; /* AG-AG is one AG */
-    char last = nm->len ? nm->buf[nm->len - 1] : '(';
-    const char *sep = last == '(' || last == ',' ? "" : "-";
-    nm->len += (size_t)snprintf(nm->buf + nm->len, sizeof nm->buf - nm->len, "%s%s", sep, tok);
-    nm->last_comp = comp;
-}
-
-static void put_raw(Name *nm, const char *s)
-{
-    nm->len += (size_t)snprintf(nm->buf + nm->len, sizeof nm->buf - nm->len, "%s", s);
-    nm->last_comp = 0;
-}
-
-static const char *token(Program *q, const Node *n, int *comp)
-{
-    *comp = 0;
-    if (n->op == O_ALLREDUCE && node_of(q, n->in[0])->op == O_PARTIAL_REDUCE)
-        return NULL; /* a Norm's sum across ranks, part of the computation */
-    if (op_info(n->op)->paper)
-        return op_info(n->op)->paper;
-    if (!is_comp(n) || n->op == O_SLICE || n->op == O_TRANSPOSE) /* moves, not computes */
-        return NULL;
-    *comp = 1;
-    return "C";
-}
-
-static int has_update(Program *q)
-{
-    for (int i = 0; i < q->nnode; i++)
-        if (q->node[i].op == O_UPDATE)
-            return 1;
-    return 0;
-}
-
-static void put_node(Name *nm, Program *q, const Node *n, const char *comp_name)
-{
-    int comp;
-    const char *t = token(q, n, &comp);
-    if (t)
-        put(nm, comp ? comp_name : t, comp);
-}
-
-static void put_fusion(Name *nm, Program *q, int f, const char *comp_name, int *done)
-{
-    if (q->fusion[f].kind == F_COMPUTATION) {
-        put(nm, comp_name, 1);
-    } else {
-        if (nm->len && nm->buf[nm->len - 1] != '(' && nm->buf[nm->len - 1] != ',')
-            put_raw(nm, "-");
-        put_raw(nm, "fuse(");
-        static const char *const order[] = {"RS", "C", "P2P", "AG"};
-        for (int k = 0; k < 4; k++)
-            for (int i = 0; i < q->nnode; i++) {
-                int comp;
-                const char *t = q->node[i].fusion == f ? token(q, &q->node[i], &comp) : NULL;
-                if (t && !strcmp(t, order[k]))
-                    put(nm, comp ? comp_name : t, comp);
-            }
-        put_raw(nm, ")");
-    }
-    done[f] = 1;
-}
-
-static const char *paper_name(Arena *a, Program *q)
-{
-    Name nm;
-    memset(&nm, 0, sizeof nm);
-    const char *comp = has_update(q) ? "Opt" : "C";
-    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int));
-    Overlap *ol = q->noverlap ? &q->overlap[0] : NULL;
-    int ol_done = 0;
-    for (int i = 0; i < q->nnode; i++) {
-        Node *n = &q->node[i];
-        int in_ol = 0;
-        for (int k = 0; ol && k < ol->nitem; k++)
-            in_ol |= ol->item[k] == i ||
-                     (n->fusion >= 0 && ol->item[k] == REF_FUSION(n->fusion));
-        if (in_ol) {
-            if (ol_done)
-                continue;
-            ol_done = 1;
-            if (nm.len)
-                put_raw(&nm, "-");
-            put_raw(&nm, "ol(");
-            for (int k = 0; k < ol->nitem; k++) {
-                if (k)
-                    put_raw(&nm, ",");
-                Ref r = ol->item[k];
-                if (REF_IS_FUSION(r))
-                    put_fusion(&nm, q, REF_FUSION_INDEX(r), comp, done);
-                else
-                    put_node(&nm, q, node_of(q, r), comp);
-            }
-            put_raw(&nm, ")");
-            continue;
-        }
-        if (n->fusion >= 0) {
-            if (!done[n->fusion])
-                put_fusion(&nm, q, n->fusion, comp, done);
-            continue;
-        }
-        put_node(&nm, q, n, comp);
-    }
-    free(done);
-    return arena_strdup(a, nm.len ? nm.buf : "C");
-}
-
-/* The paper's tables write computations before a P2P as P2P-C (its text as
- * C-P2P); where a name has C-P2P, the other spelling is given too. */
-static const char *with_paper_alias(Arena *a, const char *note)
-{
-    if (!strstr(note, "C-P2P"))
-        return note;
-    char alias[512];
+    char *buf = arena_alloc(a, strlen(note) + 1);
     size_t n = 0;
-    for (const char *c = note; *c && n + 6 < sizeof alias;) {
-        if (!strncmp(c, "C-P2P", 5)) {
-            memcpy(alias + n, "P2P-C", 5);
-            n += 5;
-            c += 5;
-        } else {
-            alias[n++] = *c++;
-        }
-    }
-    alias[n] = 0;
-    return arena_printf(a, "%s (paper: %s)", note, alias);
-}
-
-static const char *ident_of(Arena *a, const char *note, Program *p)
-{
-    char buf[512];
-    size_t n = 0;
-    for (const char *c = note; *c && *c != ' ' && n + 2 < sizeof buf; c++) {
+    for (const char *c = note; *c && *c != ' '; c++) {
         int alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
         if (alnum)
             buf[n++] = *c;
@@ -554,46 +530,60 @@ static const char *ident_of(Arena *a, const char *note, Program *p)
     while (n && buf[n - 1] == '_')
         n--;
     buf[n] = 0;
-    const char *name = arena_strdup(a, buf);
-    for (int k = 2; schedule_find(p, name); k++)
+    const char *name = buf;
+    for (int k = 2; set_has(names, text(name)); k++)
         name = arena_printf(a, "%s_%d", buf, k);
+    set_add(names, text(name));
     return name;
 }
 
-static void add_schedule(Program *p, Seq s, const char *note)
+/* The queued schedules, in order, after p's own. */
+static void add_schedules(Program *p, const Enum *e)
 {
-    Schedule *grown = arena_alloc(p->arena, (size_t)(p->nsched + 1) * sizeof(Schedule));
-    copy_bytes(grown, p->sched, (size_t)p->nsched * sizeof(Schedule));
-    p->sched = grown;
-    Schedule *sc = &p->sched[p->nsched];
-    sc->name = ident_of(p->arena, note, p);
-    sc->note = note;
-    sc->stmt = s.stmt;
-    sc->nstmt = s.n;
-    sc->generated = 1;
-    p->nsched++;
+    Schedule *all = arena_alloc(p->arena, (size_t)(p->nsched + e->nqueue + 1) * sizeof(Schedule));
+    copy_bytes(all, p->sched, (size_t)p->nsched * sizeof(Schedule));
+    p->sched = all;
+    ByteSet names = {NULL, 0, 0, 0};
+    for (int i = 0; i < p->nsched; i++)
+        set_add(&names, text(p->sched[i].name));
+    for (int i = 0; i < e->nqueue; i++) {
+        Schedule *sc = &p->sched[p->nsched++];
+        sc->name = ident_of(p->arena, e->note[i], &names);
+        sc->note = e->note[i];
+        sc->stmt = e->queue[i].stmt;
+        sc->nstmt = e->queue[i].n;
+        sc->generated = 1;
+    }
+    set_free(&names);
+}
+
+/* Breadth first from the first state, until no state is left or the list
+ * is full and known to be cut. */
+static void search(Enum *e)
+{
+    e->queue = xmalloc(MAX_STATES * sizeof(Seq));
+    e->note = xmalloc(MAX_STATES * sizeof(char *));
+    room_for_args(e, e->base->nnode);
+    Seq root = root_seq(e);
+    if (is_new(e, e->root))
+        e->queue[e->nqueue++] = root;
+    while (e->head < e->nqueue && !e->cut)
+        expand(e, e->queue[e->head++]);
 }
 
 int enumerate_schedules(Program *p)
 {
-    Enum e;
-    memset(&e, 0, sizeof e);
-    e.base = p;
-    e.a = p->arena;
-    e.queue = xmalloc(MAX_STATES * sizeof(Seq));
-    e.seen = xmalloc(MAX_STATES * sizeof(char *));
-    push(&e, base_seq(&e));
-    while (e.head < e.nqueue)
-        expand(&e, e.queue[e.head++]);
+    Enum e = {.base = p, .a = p->arena, .seen = {NULL, 0, 0, 1}};
+    search(&e);
     int before = p->nsched;
-    for (int i = 0; i < e.nqueue; i++) {
-        Program *q = try_seq(p, e.queue[i]);
-        add_schedule(p, e.queue[i], with_paper_alias(p->arena, paper_name(p->arena, q)));
-        program_free(q);
-    }
-    for (int i = 0; i < e.nseen; i++)
-        free(e.seen[i]);
-    free(e.seen);
+    add_schedules(p, &e);
+    if (e.cut)
+        fprintf(stderr, "%s: note: the enumeration stopped at its cap of %d schedules; the "
+                "program has more\n", p->file, MAX_STATES);
+    program_free(e.root);
+    set_free(&e.seen);
+    free(e.args);
+    free(e.note);
     free(e.queue);
     return p->nsched - before;
 }

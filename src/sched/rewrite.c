@@ -1,7 +1,8 @@
 /* rewrite.c: graph surgery shared by the schedule transformations: cloning
- * a program, copying nodes, redirecting uses, re-sorting the nodes into a
- * topological order after new ones were added, and questions about fused
- * operations and references (a node or a fusion) that the rules ask. */
+ * a program, copying nodes, redirecting uses (through an index of readers
+ * while the graph is unsorted), re-sorting the nodes into a topological
+ * order after new ones were added, and questions about fused operations and
+ * references (a node or a fusion) that the rules ask. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -14,6 +15,7 @@ Program *program_clone(Program *base)
     *p = *base;
     p->arena = a;
     p->base = base->base ? base->base : base;
+    p->readers = NULL;
     p->node = xmalloc((size_t)(base->capnode ? base->capnode : 1) * sizeof(Node));
     copy_bytes(p->node, base->node, (size_t)base->nnode * sizeof(Node));
     p->exec_in = arena_alloc(a, (size_t)(base->nexec_in + 1) * sizeof(int));
@@ -61,19 +63,127 @@ Node *node_copy(Program *p, int id, double seq)
     return n;
 }
 
+/* ---- the reader index ----
+ * While splits are applied to an unsorted graph (sched.c), the readers of
+ * each node are listed, so that replace_uses visits the readers of a value
+ * and not the whole graph. A list may still hold a reader that no longer
+ * reads the node (each is checked when used); nodes from nlisted on are not
+ * listed yet and are looked at directly. An entry reader < 0 stands for
+ * Execute output slot -(reader + 1). Memory comes from the program's arena
+ * and is kept for the next run of splits. */
+typedef struct {
+    int reader, next;
+} ReaderEntry;
+
+struct Readers {
+    int active;
+    int *head; /* head[id]: id's first entry, or -1 */
+    int nhead, caphead;
+    int nlisted;
+    ReaderEntry *entry;
+    int nentry, capentry;
+};
+
+static void readers_room(Program *p, Readers *r, int nhead)
+{
+    if (nhead > r->caphead) {
+        r->caphead = 2 * nhead + 64;
+        int *grown = arena_alloc(p->arena, (size_t)r->caphead * sizeof(int));
+        copy_bytes(grown, r->head, (size_t)r->nhead * sizeof(int));
+        r->head = grown;
+    }
+    for (; r->nhead < nhead; r->nhead++)
+        r->head[r->nhead] = -1;
+}
+
+static void readers_add(Program *p, Readers *r, int id, int reader)
+{
+    if (r->nentry == r->capentry) {
+        r->capentry = 2 * r->capentry + 256;
+        ReaderEntry *grown = arena_alloc(p->arena, (size_t)r->capentry * sizeof(ReaderEntry));
+        copy_bytes(grown, r->entry, (size_t)r->nentry * sizeof(ReaderEntry));
+        r->entry = grown;
+    }
+    r->entry[r->nentry] = (ReaderEntry){reader, r->head[id]};
+    r->head[id] = r->nentry++;
+}
+
+void readers_update(Program *p)
+{
+    Readers *r = p->readers;
+    readers_room(p, r, p->nnode);
+    for (; r->nlisted < p->nnode; r->nlisted++)
+        for (int k = 0; k < p->node[r->nlisted].nin; k++)
+            readers_add(p, r, p->node[r->nlisted].in[k], r->nlisted);
+}
+
+void readers_start(Program *p)
+{
+    if (!p->readers)
+        p->readers = arena_alloc(p->arena, sizeof(Readers));
+    Readers *r = p->readers;
+    r->active = 1;
+    r->nhead = r->nlisted = r->nentry = 0;
+    readers_update(p);
+    for (int i = 0; i < p->nexec_out; i++)
+        readers_add(p, r, p->exec_out[i], -(i + 1));
+}
+
+void readers_stop(Program *p)
+{
+    if (p->readers)
+        p->readers->active = 0;
+}
+
+/* Does node i read old after floor_seq (and is it not with)? It reads with. */
+static int redirect_reader(Program *p, int i, int old, int with, double floor_seq)
+{
+    Node *n = &p->node[i];
+    int moved = 0;
+    if (n->dead || i == with || n->seq <= floor_seq)
+        return 0;
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] == old) {
+            n->in[k] = with;
+            moved = 1;
+        }
+    return moved;
+}
+
+/* Entry reader of old's list: redirected to with as replace_uses would. */
+static void redirect_entry(Program *p, int reader, int old, int with, double floor_seq)
+{
+    Readers *r = p->readers;
+    if (reader < 0 && p->exec_out[-(reader + 1)] == old) {
+        p->exec_out[-(reader + 1)] = with;
+        readers_add(p, r, with, reader);
+    } else if (reader >= 0 && redirect_reader(p, reader, old, with, floor_seq)) {
+        readers_add(p, r, with, reader);
+    }
+}
+
+/* replace_uses through the reader index: old's list, then the unlisted. */
+static void replace_listed(Program *p, int old, int with, double floor_seq)
+{
+    Readers *r = p->readers;
+    readers_room(p, r, p->nnode);
+    for (int e = r->head[old]; e >= 0; e = r->entry[e].next)
+        redirect_entry(p, r->entry[e].reader, old, with, floor_seq);
+    for (int i = r->nlisted; i < p->nnode; i++)
+        redirect_reader(p, i, old, with, floor_seq);
+}
+
 /* Makes every live reader of old whose seq is greater than the seq of node
  * after_seq_of (or every reader, when -1) read with instead. */
 void replace_uses(Program *p, int old, int with, int after_seq_of)
 {
     double floor_seq = after_seq_of >= 0 ? node_of(p, after_seq_of)->seq : -1e300;
-    for (int i = 0; i < p->nnode; i++) {
-        Node *n = &p->node[i];
-        if (n->dead || i == with || n->seq <= floor_seq)
-            continue;
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] == old)
-                n->in[k] = with;
+    if (p->readers && p->readers->active) {
+        replace_listed(p, old, with, floor_seq);
+        return;
     }
+    for (int i = 0; i < p->nnode; i++)
+        redirect_reader(p, i, old, with, floor_seq);
     for (int i = 0; i < p->nexec_out; i++)
         if (p->exec_out[i] == old)
             p->exec_out[i] = with;

@@ -14,7 +14,7 @@ _Noreturn void refuse(const Xform *x, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    error_at(x->st->pos, "schedule '%s': %s: %s", x->sched, x->st->verb, msg);
+    error_at(x->st->pos, "schedule '%s': %s: %s", x->sched, stmt_verb_word(x->st), msg);
 }
 
 static int find_fusion(Program *p, const char *name)
@@ -155,6 +155,12 @@ int statement_nodes(Program *p, int id, int *out, int max)
     return count;
 }
 
+int is_computation(const Node *n)
+{
+    OpKind k = op_info(n->op)->kind;
+    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
+}
+
 void check_node(const Xform *x, Node *n)
 {
     char msg[1024];
@@ -190,8 +196,7 @@ const char *schedule_fresh_name(Program *p, const char *dflt)
     return fresh_name(p, dflt, -1);
 }
 
-SchedStmt schedule_stmt(Arena *a, const char *verb, const char **args, int nargs,
-                        const char *policy)
+SchedStmt schedule_stmt(Arena *a, Verb verb, const char **args, int nargs, Policy policy)
 {
     SchedStmt st;
     memset(&st, 0, sizeof st);

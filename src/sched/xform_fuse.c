@@ -5,7 +5,8 @@
  * fuse(..., AllReduceFuse | ARFuse): a ReduceScatter, the sliced
  *   computations on its result and the AllGathers of their results become
  *   one FusedAllReduce; computations on the paths between them are included
- *   even when not named, with the Slices and single values they read.
+ *   even when not named, with the Slices and single values they read. What
+ *   the ReduceScatter's statement computes inline before it stays outside.
  *   Update(t, AllGather(v)) among them (the RS-C-AG form written by hand)
  *   becomes the sliced Update(t, v) followed by the AllGather of t's new
  *   value, the graph reorder makes of an Update: the AllGather ends the
@@ -47,10 +48,21 @@ static void add_ref(Members *m, Ref r)
         m->in[ids[i]] = 1;
 }
 
-static int is_computation(const Node *n)
+/* What a ReduceScatter's statement writes inline before it (the expression
+ * of its input, as the Cast in ReduceScatter("+", Cast(g, FP32), 0)) runs
+ * before a FusedAllReduce, as it would written in a Var of its own: the
+ * fused operation starts at the ReduceScatter. */
+static void leave_out_inline_input(Members *m)
 {
-    OpKind k = op_info(n->op)->kind;
-    return k == K_UNARY || k == K_BINARY || k == K_TERNARY || k == K_UPDATE || k == K_REDUCTION;
+    Program *p = m->p;
+    int *ids = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
+    for (int i = 0; i < m->n; i++) {
+        if (!m->in[i] || node_of(p, i)->op != O_REDUCESCATTER)
+            continue;
+        int c = statement_nodes(p, i, ids, p->nnode);
+        for (int k = 1; k < c; k++) /* ids[0] is the ReduceScatter */
+            m->in[ids[k]] = 0;
+    }
 }
 
 /* A value computed outside the set from a member and read by a member. */
@@ -265,15 +277,12 @@ static void refuse_allreduce_computation(const Xform *x)
 void xform_fuse(const Xform *x)
 {
     Program *p = x->p;
-    const char *pol = x->st->policy;
-    if (!pol)
+    if (x->st->policy == P_NONE)
         refuse(x, "it needs a policy: ComputationFuse, AllReduceFuse or SendFuse");
-    FuseKind kind = !strcmp(pol, "ComputationFuse") ? F_COMPUTATION
-                    : !strcmp(pol, "SendFuse")      ? F_SEND
-                    : !strcmp(pol, "AllReduceFuse") || !strcmp(pol, "ARFuse") ? F_ALLREDUCE
-                                                                              : (FuseKind)-1;
-    if ((int)kind < 0)
-        refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)", pol);
+    if (policy_fuse_kind(x->st->policy) < 0)
+        refuse(x, "unknown policy %s (fuse takes ComputationFuse, AllReduceFuse or SendFuse)",
+               policy_word(x->st->policy));
+    FuseKind kind = (FuseKind)policy_fuse_kind(x->st->policy);
     if (x->st->narg < 1)
         refuse(x, "there is nothing to fuse");
     if (kind == F_COMPUTATION)
@@ -288,6 +297,7 @@ void xform_fuse(const Xform *x)
         check_computations(&m, 0);
         check_shapes(&m);
     } else if (kind == F_ALLREDUCE) {
+        leave_out_inline_input(&m);
         check_allreduce_fuse(&m);
     } else {
         check_send_fuse(&m);
@@ -317,7 +327,7 @@ int in_some_overlap(Program *p, Ref r)
 void xform_overlap(const Xform *x)
 {
     Program *p = x->p;
-    if (x->st->policy)
+    if (x->st->policy != P_NONE)
         refuse(x, "it takes no policy");
     if (x->st->narg < 2)
         refuse(x, "it needs at least two operations");

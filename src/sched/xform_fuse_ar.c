@@ -16,11 +16,11 @@
 /* verb(args, policy) as written, for messages */
 static const char *stmt_text(Arena *a, const SchedStmt *st)
 {
-    const char *s = arena_printf(a, "%s(", st->verb);
+    const char *s = arena_printf(a, "%s(", stmt_verb_word(st));
     for (int i = 0; i < st->narg; i++)
         s = arena_printf(a, "%s%s%s", s, i ? ", " : "", st->arg[i]);
-    if (st->policy)
-        s = arena_printf(a, "%s%s%s", s, st->narg ? ", " : "", st->policy);
+    if (st->policy != P_NONE)
+        s = arena_printf(a, "%s%s%s", s, st->narg ? ", " : "", policy_word(st->policy));
     return arena_printf(a, "%s)", s);
 }
 
@@ -39,7 +39,8 @@ static void shorthand_step(const Xform *x, SchedStmt *st, void (*apply)(const Xf
         error_pop(&ctx);
         const char *m = strstr(msg, "error: ");
         m = m ? m + 7 : msg;
-        const char *prefix = arena_printf(p->arena, "schedule '%s': %s: ", x->sched, st->verb);
+        const char *prefix = arena_printf(p->arena, "schedule '%s': %s: ", x->sched,
+                                          stmt_verb_word(st));
         if (!strncmp(m, prefix, strlen(prefix)))
             m += strlen(prefix);
         size_t len = strcspn(m, "\n");
@@ -56,8 +57,7 @@ static void shorthand_step(const Xform *x, SchedStmt *st, void (*apply)(const Xf
  * Norm's sum across ranks)? */
 static int names_allreduce(const Xform *x)
 {
-    const char *pol = x->st->policy;
-    if (!pol || (strcmp(pol, "AllReduceFuse") && strcmp(pol, "ARFuse")) || x->st->narg < 1)
+    if (policy_fuse_kind(x->st->policy) != F_ALLREDUCE || x->st->narg < 1)
         return 0;
     Ref r = xform_arg(x, 0);
     if (REF_IS_FUSION(r))
@@ -85,19 +85,19 @@ static int fuse_allreduce_shorthand(const Xform *x)
     int cap = 2 * p->nnode + x->st->narg + 16, nsplit = 0, nreorder = 0;
     const char **split_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
     const char **reorder_out = arena_alloc(p->arena, (size_t)cap * sizeof(char *));
-    SchedStmt split = schedule_stmt(p->arena, "split", x->st->arg, 1, "ARSplitRSAG");
+    SchedStmt split = schedule_stmt(p->arena, V_SPLIT, x->st->arg, 1, P_AR_SPLIT_RS_AG);
     shorthand_step(x, &split, xform_split, split_out, &nsplit);
     ASSERT(nsplit == 2);
     const char **args = arena_alloc(p->arena, (size_t)(x->st->narg + cap) * sizeof(char *));
     args[0] = split_out[1];
     for (int i = 1; i < x->st->narg; i++)
         args[i] = x->st->arg[i];
-    SchedStmt reorder = schedule_stmt(p->arena, "reorder", args, x->st->narg, "AGReorder");
+    SchedStmt reorder = schedule_stmt(p->arena, V_REORDER, args, x->st->narg, P_AG_REORDER);
     shorthand_step(x, &reorder, xform_reorder, reorder_out, &nreorder);
     args[0] = split_out[0];
     for (int i = 0; i < nreorder; i++)
         args[i + 1] = reorder_out[i];
-    SchedStmt fuse = schedule_stmt(p->arena, "fuse", args, nreorder + 1, x->st->policy);
+    SchedStmt fuse = schedule_stmt(p->arena, V_FUSE, args, nreorder + 1, x->st->policy);
     fuse.out = x->st->out;
     fuse.nout = x->st->nout;
     int nfuse = 0;

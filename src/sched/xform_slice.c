@@ -22,7 +22,7 @@ static Node *sliced_update_of(const Xform *x, Node *t)
 void xform_asslice(const Xform *x)
 {
     Program *p = x->p;
-    if (x->st->narg != 1 || x->st->policy)
+    if (x->st->narg != 1 || x->st->policy != P_NONE)
         refuse(x, "it takes one tensor");
     xform_outs(x, 0, "nothing");
     Ref r = xform_arg(x, 0);
@@ -63,7 +63,7 @@ void xform_asslice(const Xform *x)
 void xform_dead(const Xform *x)
 {
     Program *p = x->p;
-    if (x->st->narg != 1 || x->st->policy)
+    if (x->st->narg != 1 || x->st->policy != P_NONE)
         refuse(x, "it takes one value");
     xform_outs(x, 0, "nothing");
     Ref r = xform_arg(x, 0);

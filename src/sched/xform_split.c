@@ -6,8 +6,6 @@
  * AllReduce of at least one dimension: slices may be uneven (shape.c). */
 #include "sched/sched.h"
 
-#include <string.h>
-
 static void check_splittable(const Xform *x, Node *ar)
 {
     if (ar->op != O_ALLREDUCE)
@@ -23,7 +21,7 @@ static void check_splittable(const Xform *x, Node *ar)
 
 /* A statement such as 'Var avg = AllReduce("+", g) / n;' names its one
  * inline AllReduce; any other value stands for itself. */
-static int inline_allreduce(Program *p, int id)
+int split_target(Program *p, int id)
 {
     if (node_of(p, id)->op == O_ALLREDUCE)
         return id;
@@ -39,23 +37,23 @@ static int inline_allreduce(Program *p, int id)
 void xform_split(const Xform *x)
 {
     Program *p = x->p;
-    const char *policy = x->st->policy ? x->st->policy : "ARSplitRSAG";
-    if (strcmp(policy, "ARSplitRSAG") && strcmp(policy, "ARSliceAG"))
-        refuse(x, "unknown policy %s (split takes ARSplitRSAG or ARSliceAG)", policy);
+    Policy policy = x->st->policy == P_NONE ? P_AR_SPLIT_RS_AG : x->st->policy;
+    if (policy != P_AR_SPLIT_RS_AG && policy != P_AR_SLICE_AG)
+        refuse(x, "unknown policy %s (split takes ARSplitRSAG or ARSliceAG)", policy_word(policy));
+    int rs = policy == P_AR_SPLIT_RS_AG;
     if (x->st->narg != 1)
         refuse(x, "it takes one AllReduce, not %d values", x->st->narg);
-    xform_outs(x, 2, !strcmp(policy, "ARSplitRSAG") ? "the ReduceScatter and the AllGather"
-                                                    : "the Slice and the AllGather");
+    xform_outs(x, 2, rs ? "the ReduceScatter and the AllGather" : "the Slice and the AllGather");
     Ref r = xform_arg(x, 0);
     if (REF_IS_FUSION(r))
         refuse(x, "'%s' is a fused operation, not an AllReduce", ref_name(p, r));
-    r = inline_allreduce(p, r);
+    r = split_target(p, r);
     check_splittable(x, node_of(p, r));
     int ar = r;
     double seq = node_of(p, ar)->seq;
     Node *first = node_copy(p, ar, seq + 0.25);
     int fid = first->id;
-    if (!strcmp(policy, "ARSplitRSAG")) {
+    if (rs) {
         first->op = O_REDUCESCATTER;
         first->axis = 0;
     } else {
@@ -71,10 +69,9 @@ void xform_split(const Xform *x)
     int gid = ag->id;
     check_node(x, ag);
     replace_uses(p, ar, gid, fid);
-    if (!strcmp(policy, "ARSplitRSAG"))
+    if (rs)
         node_of(p, ar)->dead = 1;
     const char *arname = node_of(p, ar)->name;
-    int rs = !strcmp(policy, "ARSplitRSAG");
     xform_name(x, 0, fid, arena_printf(p->arena, "%s_%s", rs ? "rs" : "sl", arname));
     xform_name(x, 1, gid, arena_printf(p->arena, "ag_%s", arname));
 }

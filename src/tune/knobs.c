@@ -41,33 +41,51 @@
 #define _DEFAULT_SOURCE /* setenv */
 #include "tune/tune.h"
 
+#include "coconet_cuda.h" /* COCO_FUSED_ALGOS */
+
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const names[NKNOB] = {"default", "oneshot", "twoshot", "push",
-                                         "nccl",    "chunks1", "chunks4"};
-static const char *const envs[NKNOB] = {"",
-                                        "COCONET_FUSED=oneshot",
-                                        "COCONET_FUSED=twoshot",
-                                        "COCONET_FUSED=push",
-                                        "COCONET_FUSED=nccl",
-                                        "COCONET_OVERLAP_CHUNKS=1",
-                                        "COCONET_OVERLAP_CHUNKS=4"};
+/* Each set: its name and environment (NULL: its algorithm's spelling and
+ * COCONET_FUSED=spelling), the algorithm it asks (COCO_FUSED_*) and the
+ * overlap's chunks (0: the default) */
+typedef struct {
+    const char *name, *env;
+    int algo, chunks;
+} KnobSet;
+
+static const KnobSet knob_table[NKNOB] = {
+    [KNOB_DEFAULT] = {"default", "", COCO_FUSED_AUTO, 0},
+    [KNOB_ONESHOT] = {NULL, NULL, COCO_FUSED_ONESHOT, 0},
+    [KNOB_TWOSHOT] = {NULL, NULL, COCO_FUSED_TWOSHOT, 0},
+    [KNOB_PUSH] = {NULL, NULL, COCO_FUSED_PUSH, 0},
+    [KNOB_NCCL] = {NULL, NULL, COCO_FUSED_NCCL, 0},
+    [KNOB_CHUNKS1] = {"chunks1", "COCONET_OVERLAP_CHUNKS=1", COCO_FUSED_AUTO, 1},
+    [KNOB_CHUNKS4] = {"chunks4", "COCONET_OVERLAP_CHUNKS=4", COCO_FUSED_AUTO, 4},
+};
+
+#define FUSED_ENV(name, spelling) "COCONET_FUSED=" spelling,
+static const char *const algo_names[] = {COCO_FUSED_ALGOS(COCO_FUSED_SPELLING)};
+static const char *const algo_envs[] = {COCO_FUSED_ALGOS(FUSED_ENV)};
 
 const char *knob_name(int k)
 {
-    return k >= 0 && k < NKNOB ? names[k] : "?";
+    if (k < 0 || k >= NKNOB)
+        return "?";
+    return knob_table[k].name ? knob_table[k].name : algo_names[knob_table[k].algo];
 }
 
 const char *knob_env(int k)
 {
-    return k >= 0 && k < NKNOB ? envs[k] : "";
+    if (k < 0 || k >= NKNOB)
+        return "";
+    return knob_table[k].env ? knob_table[k].env : algo_envs[knob_table[k].algo];
 }
 
 int knob_parse(const char *name)
 {
     for (int k = 0; k < NKNOB; k++)
-        if (!strcmp(name, names[k]))
+        if (!strcmp(name, knob_name(k)))
             return k;
     return -1;
 }
@@ -79,10 +97,9 @@ int knob_chunks(int k)
 
 void knob_values(int k, int *fused_algo, int *overlap_chunks)
 {
-    /* coco_cuda_ctx.fused_algo: 0 auto, 1 one-shot, 2 two-shot, 3 NCCL, 4 push */
-    *fused_algo = k == KNOB_ONESHOT ? 1 : k == KNOB_TWOSHOT ? 2 : k == KNOB_NCCL ? 3
-                  : k == KNOB_PUSH  ? 4 : 0;
-    *overlap_chunks = k == KNOB_CHUNKS1 || k == KNOB_CHUNKS4 ? knob_chunks(k) : 0;
+    const KnobSet *set = &knob_table[k >= 0 && k < NKNOB ? k : KNOB_DEFAULT];
+    *fused_algo = set->algo;
+    *overlap_chunks = set->chunks;
 }
 
 void knob_clear_env(void)

@@ -49,13 +49,15 @@ static int load_record(Program *p, Record *r, char *err, size_t errlen)
 static int load(const char *file, const coco_tune_options *o, Program **p, char *err,
                 size_t errlen)
 {
-    coco_config cfg = {o->defines, o->ndefines, o->nranks, o->group_size};
-    *p = coco_load_file(file, &cfg, err, errlen);
+    coco_config cfg = {.defines = o->defines, .ndefines = o->ndefines, .nranks = o->nranks,
+                       .group_size = o->group_size};
+    int status;
+    *p = coco_load_file_status(file, &cfg, &status, err, errlen);
     if (*p && o->sched_file && coco_add_schedules(*p, o->sched_file, err, errlen)) {
         coco_program_free(*p);
         *p = NULL;
     }
-    return *p ? 0 : -1;
+    return *p ? 0 : status == COCO_LOAD_BAD_CONFIG ? 2 : 1;
 }
 
 int coco_tune_show(const char *file, const coco_tune_options *o, FILE *out, char *err,
@@ -63,9 +65,10 @@ int coco_tune_show(const char *file, const coco_tune_options *o, FILE *out, char
 {
     Program *p;
     Record r;
-    if (load(file, o, &p, err, errlen))
-        return 1;
-    int rc = load_record(p, &r, err, errlen) ? 1 : 0;
+    int rc = load(file, o, &p, err, errlen);
+    if (rc)
+        return rc;
+    rc = load_record(p, &r, err, errlen) ? 1 : 0;
     if (!rc)
         record_print(&r, out);
     record_free(&r);

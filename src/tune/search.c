@@ -29,11 +29,10 @@
  *
  * Then search_confirm times the candidates within a margin of the best
  * again, in a few more rounds, and each keeps the median of its times: a
- * pick made on one measurement that strayed (one candidate's, 4 % off
- * while the others of two tunes agreed within 0.5 %) is made again on
- * three. The margin has a floor in milliseconds as well as a fraction: at
- * 14 us a step, one tune timed the same fused kernel 0.0140 and 0.0158 ms
- * as two candidates, 13 % apart. */
+ * pick made on one measurement that strayed is made again on three. The
+ * margin has a floor in milliseconds as well as a fraction, since at
+ * microseconds a step a timer's jitter exceeds the fraction (doc/cli.md,
+ * coconet tune). */
 #include "tune/tune.h"
 
 #include <math.h>

@@ -30,27 +30,22 @@
 enum { MAXPOINTS = 256, MAXTUNED = 8, MAXDEF = 512 };
 #define INPLACE_ELEMENTS (1L << 24)
 /* What a candidate costs beyond its runs, seconds, when a launch is
- * weighed (--launch-cost; search_costs): 0.03 s of buffers and copies
- * (self_attention at B=8 S=1024 H=3072, P = 2), and where it is checked in
- * place, CHECK_COST_S for each value its rank compares with the CPU
- * reference (33 more adam candidates at 2^20, about 4.2 M values a rank,
- * added 3.6 s at P = 4: bench/results/2026-11-26-h200x4-e.md; before the
- * checks ran on the rank's threads, a6c0081). By default
- * no launch is weighed: a slot's ranks stay up from one round to the next
- * (timer_cuda.c), so a second round costs its candidates alone. */
+ * weighed (--launch-cost; search_costs): CAND_COST_S of buffers and
+ * copies, and where it is checked in place, CHECK_COST_S for each value its
+ * rank compares with the CPU reference; both measured (doc/cli.md, coconet
+ * tune). By default no launch is weighed: a slot's ranks stay up from one
+ * round to the next (timer_cuda.c), so a second round costs its candidates
+ * alone. */
 #define CAND_COST_S 0.03
 #define CHECK_COST_S 25e-9
-/* The best confirmed (search_confirm): the candidates within 5 % of it, or
- * within 2 us, at most 6, timed twice more. Two tunes of adam at 2^24 on
- * one H100 timed one candidate 4 % apart (0.1644 and 0.1572 ms) while the
- * others agreed within 0.5 % (bench/results/2026-11-27-h100x4.md); at
- * 2^20 and one H200 rank (14 us a step), one exhaustive tune timed the
- * same fused kernel 0.0140 and 0.0158 ms as two candidates, 1.8 us apart,
- * and left the second unconfirmed (bench/results/2026-11-27-h200x4-b.md):
- * a pick on one such time is made again on three. */
+/* The best confirmed (search_confirm): the candidates within
+ * CONFIRM_MARGIN of it, or within CONFIRM_FLOOR_MS, at most CONFIRM_MOST,
+ * timed CONFIRM_ROUNDS more times, since one time of a candidate can stray
+ * beyond the others' spread (doc/cli.md, coconet tune): a pick on one such
+ * time is made again on three. */
 #define CONFIRM_MARGIN 0.05
 #define CONFIRM_FLOOR_MS 0.002
-enum { CONFIRM_ROUNDS = 2, CONFIRM_MOST = 6 };
+enum { CONFIRM_MOST = 6 };
 
 /* ---- options: --sizes and --check-size ---- */
 
@@ -60,50 +55,51 @@ typedef struct {
     int n;
 } SizeList;
 
-/* a value: a positive integer or 2^k */
-static int parse_value(const char *s, long *v)
+/* [text, text + n) is a size's name */
+static int is_name(const char *text, size_t n)
 {
-    char *end;
-    errno = 0;
-    if (!strncmp(s, "2^", 2)) {
-        long k = strtol(s + 2, &end, 10);
-        if (errno || end == s + 2 || *end || k < 0 || k > 40)
-            return -1;
-        *v = 1L << k;
-        return 0;
-    }
-    *v = strtol(s, &end, 10);
-    return errno || end == s || *end || *v <= 0 ? -1 : 0;
+    int bad = n == 0 || n >= MAXNAME;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = !(text[i] == '_' || (text[i] >= 'A' && text[i] <= 'Z') ||
+                (text[i] >= 'a' && text[i] <= 'z') || (i && text[i] >= '0' && text[i] <= '9'));
+    return !bad;
 }
 
-/* "NAME=v1,v2,..." into l; -1 with a message */
+/* The values after "NAME=" (every one read whole, as -D reads a size) into
+ * l; NULL, or what is wrong with the first bad one (in its text, in why) */
+static const char *parse_values(const char *s, SizeList *l, char *why, size_t len)
+{
+    for (;;) {
+        size_t n = strcspn(s, ",");
+        const char *wrong = l->n == (int)(sizeof l->value / sizeof *l->value)
+                                ? "one value more than 64"
+                                : size_text_read(s, n, &l->value[l->n++]);
+        if (wrong) {
+            snprintf(why, len, "'%.*s': %s", (int)n, s, wrong);
+            return why;
+        }
+        if (!s[n])
+            return NULL;
+        s += n + 1;
+    }
+}
+
+/* "NAME=v1,v2,..." (many), or "NAME=v", into l; -1 with a message */
 static int parse_sizes(const char *opt, const char *text, SizeList *l, int many, char *err,
                        size_t errlen)
 {
     const char *eq = strchr(text, '=');
-    size_t n = eq ? (size_t)(eq - text) : 0;
+    char why[256] = "";
     memset(l, 0, sizeof *l);
-    int bad = !eq || n == 0 || n >= MAXNAME;
-    for (size_t i = 0; i < n && !bad; i++)
-        bad = !(text[i] == '_' || (text[i] >= 'A' && text[i] <= 'Z') ||
-                (text[i] >= 'a' && text[i] <= 'z') || (i && text[i] >= '0' && text[i] <= '9'));
+    int bad = !eq || !is_name(text, (size_t)(eq - text)) || !eq[1];
     if (!bad) {
-        memcpy(l->name, text, n);
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%s", eq + 1);
-        bad = !buf[0];
-        for (char *s = buf; !bad && s;) {
-            char *comma = strchr(s, ',');
-            if (comma)
-                *comma = 0;
-            bad = l->n == 64 || parse_value(s, &l->value[l->n++]);
-            s = comma ? comma + 1 : NULL;
-        }
-        bad |= !many && l->n != 1;
+        memcpy(l->name, text, (size_t)(eq - text));
+        bad = parse_values(eq + 1, l, why, sizeof why) || (!many && l->n != 1);
     }
     if (bad)
-        snprintf(err, errlen, "coconet: %s '%s': expected NAME=%s with positive integers or 2^k "
-                 "(k up to 40)\n", opt, text, many ? "v1,v2,... (at most 64 values)" : "v");
+        snprintf(err, errlen, "coconet: %s '%s': expected NAME=%s, each an integer or 2^k from 1 "
+                 "to 10^13%s%s\n", opt, text, many ? "v1,v2,... (at most 64 values)" : "v",
+                 why[0] ? ": " : "", why);
     return bad ? -1 : 0;
 }
 
@@ -133,9 +129,11 @@ static int defines_name(const char *def, const char *name)
     return !strncmp(def, name, n) && def[n] == '=';
 }
 
-/* Loads the program with the user's -D, less those `drop` says, plus extra */
+/* Loads the program with the user's -D, less those `drop` says, plus extra;
+ * whose fault a failure is in *status (COCO_LOAD_*) */
 static Program *load_with(const Setup *s, const char *const *extra, int nextra,
-                          int (*drop)(const Setup *, const char *), char *err, size_t errlen)
+                          int (*drop)(const Setup *, const char *), int *status, char *err,
+                          size_t errlen)
 {
     const char *defs[MAXDEF];
     int n = 0;
@@ -144,8 +142,9 @@ static Program *load_with(const Setup *s, const char *const *extra, int nextra,
             defs[n++] = s->o->defines[i];
     for (int i = 0; i < nextra && n < MAXDEF; i++)
         defs[n++] = extra[i];
-    coco_config cfg = {defs, n, s->o->nranks, s->o->group_size};
-    Program *p = coco_load_file(s->file, &cfg, err, errlen);
+    coco_config cfg = {.defines = defs, .ndefines = n, .nranks = s->o->nranks,
+                       .group_size = s->o->group_size};
+    Program *p = coco_load_file_status(s->file, &cfg, status, err, errlen);
     if (p && s->o->sched_file && coco_add_schedules(p, s->o->sched_file, err, errlen)) {
         coco_program_free(p);
         return NULL;
@@ -341,7 +340,7 @@ static int check_open(Tune *tu, char *err, size_t errlen)
         snprintf(buf[i], sizeof buf[i], "%s=%ld", tu->s.check[i].name, tu->s.check[i].value[0]);
         extra[i] = buf[i];
     }
-    cp->p = load_with(&tu->s, extra, tu->s.ncheck, drop_sized, err, errlen);
+    cp->p = load_with(&tu->s, extra, tu->s.ncheck, drop_sized, NULL, err, errlen);
     if (!cp->p || !(cp->v = variants(cp->p, &cp->nv, err, errlen)))
         return -1;
     record_sizes(cp->p, cp->sizes, sizeof cp->sizes);
@@ -480,8 +479,8 @@ static int tune_point(Tune *tu, Program *p, Record *rec, int *ok, char *err, siz
                          tu->inplace ? MEASURE_BOTH : MEASURE_TIME, err, errlen);
     if (!rc) {
         rc = search_run(&s, launch_point, tu, show_progress, err, errlen);
-        ConfirmRule rule = {o->confirm == 0 ? CONFIRM_ROUNDS : o->confirm, CONFIRM_MARGIN,
-                            CONFIRM_FLOOR_MS, CONFIRM_MOST};
+        ConfirmRule rule = {.rounds = o->confirm, .margin = CONFIRM_MARGIN,
+                            .floor_ms = CONFIRM_FLOOR_MS, .most = CONFIRM_MOST};
         if (!rc)
             rc = search_confirm(&s, launch_point, tu, &rule, err, errlen);
         tu->t->close(tu->t, SLOT_POINT);
@@ -592,11 +591,16 @@ static int parse_options(const coco_tune_options *o, SizeList *tuned, SizeList *
             return 2;
     s->ntuned = o->nsizes;
     s->ncheck = 0;
-    for (const char *c = o->check_size; c && *c && s->ncheck < MAXTUNED;) {
-        char one[256];
+    for (const char *c = o->check_size; c && *c;) {
+        if (s->ncheck == MAXTUNED) {
+            snprintf(err, errlen, "coconet: --check-size: at most %d sizes\n", MAXTUNED);
+            return 2;
+        }
         size_t n = strcspn(c, ",");
-        snprintf(one, sizeof one, "%.*s", (int)n, c);
-        if (parse_sizes("--check-size", one, &check[s->ncheck++], 0, err, errlen))
+        char *one = strndup(c, n);
+        int bad = parse_sizes("--check-size", one, &check[s->ncheck++], 0, err, errlen);
+        free(one);
+        if (bad)
             return 2;
         c += n + (c[n] == ',');
     }
@@ -617,9 +621,12 @@ static TuneTimer *make_timer(const coco_tune_options *o, FILE *log, char *err, s
     if (fake && *fake)
         return timer_fake_new(fake, err, errlen);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    TimerConfig c = {o->nranks, o->iters > 0 ? o->iters : 20,
-                     o->threads > 0 ? o->threads : (cores > 0 ? (int)cores : 1),
-                     o->timeout_s > 0 ? o->timeout_s : 300, o->seed ? o->seed : 1, log};
+    TimerConfig c = {.nranks = o->nranks,
+                     .iters = o->iters > 0 ? o->iters : 20,
+                     .threads = o->threads > 0 ? o->threads : (cores > 0 ? (int)cores : 1),
+                     .timeout_s = o->timeout_s > 0 ? o->timeout_s : 300,
+                     .seed = o->seed ? o->seed : 1,
+                     .log = log};
     return timer_cuda_new(&c, err, errlen);
 }
 
@@ -639,7 +646,7 @@ static int tune_points(Tune *tu, Program *base, char *err, size_t errlen)
     const char *defs[MAXTUNED];
     for (int k = 0; k < n && !rc; k++) {
         point_defines(&tu->s, k, buf, defs);
-        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, NULL, err, errlen);
         int ok = 0;
         rc = !p || tune_point(tu, p, &rec, &ok, err, errlen);
         all_ok &= ok;
@@ -663,7 +670,7 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
     if (o->plan) {
         for (int k = 0; k < npoints(&tu->s); k++) {
             point_defines(&tu->s, k, buf, defs);
-            Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+            Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, NULL, err, errlen);
             int rc = !p || plan_point(tu, p, err, errlen);
             coco_program_free(p);
             if (rc)
@@ -674,7 +681,7 @@ static int run_tune(Tune *tu, Program *base, char *err, size_t errlen)
     int total = 0;
     for (int k = 0; k < npoints(&tu->s); k++) { /* the progress bar's total */
         point_defines(&tu->s, k, buf, defs);
-        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, err, errlen);
+        Program *p = load_with(&tu->s, defs, tu->s.ntuned, drop_tuned, NULL, err, errlen);
         int nv;
         Program **v = p ? variants(p, &nv, err, errlen) : NULL;
         Program **lv = v ? as_run(v, nv) : NULL;
@@ -730,9 +737,10 @@ int coco_tune(const char *file, const coco_tune_options *o, FILE *out, char *err
     int rc = parse_options(o, tuned, check, &tu.s, err, errlen);
     if (rc)
         return rc;
-    Program *base = tu.s.base = load_with(&tu.s, NULL, 0, drop_none, err, errlen);
-    if (!base)
-        return 1;
+    int status;
+    Program *base = tu.s.base = load_with(&tu.s, NULL, 0, drop_none, &status, err, errlen);
+    if (!base) /* a bad -D is the command line's error */
+        return status == COCO_LOAD_BAD_CONFIG ? 2 : 1;
     rc = check_names(&tu.s, base, err, errlen);
     FILE *log = NULL;
     if (!rc && o->log && !(log = fopen(o->log, "a"))) {

@@ -7,11 +7,11 @@ A vector store (or load) the compiler splits into four (16 bytes of FP32, 8
 of FP16) shows in PTX as four stores of one element in a row, with no branch
 between them, to consecutive elements at one address register R: [R+o],
 [R+o+4], [R+o+8], [R+o+12] (the one-element tail paths test a bound before
-each). It cost the fused AllReduce 10 % at 2^28 on 2 GPUs
-(bench/results/2026-11-23-h200x2-b.md), and the compiler did it for some
-loop shapes and not others (over scattered tensors, in one-shot
-AllReduces, in the push's slot stores), until rt/kernels/coco_vec.cuh wrote
-its vector stores out in PTX (coco_store_bytes).
+each). It slows the fused AllReduce (doc/design.md, The CUDA backend),
+and the compiler does it for some loop shapes and not others (over
+scattered tensors, in one-shot AllReduces, in the push's slot stores)
+unless the stores are written out in PTX, as rt/kernels/coco_vec.cuh's
+coco_store_bytes does.
 
 Prints one line per split access (file, kernel, line); exit status 1 if any."""
 import re

@@ -20,13 +20,13 @@
 // filters, C and K not multiples of 16 or of the tiles) and every type, each
 // tile shape of coco_conv_igemm and the automatic choice (coco_conv2d itself)
 // run on random data in [-1, 1) into a NaN-poisoned output, and every element
-// is judged as the GPU check of coconet judges it (src/tolerance.c and the
-// contraction slack of src/cuda_job.c, with P = 1) against the FP64 sum of
+// is judged as the GPU check of coconet judges it (src/cpu/tolerance.c and the
+// contraction slack of src/cuda/cuda_job.c, with P = 1) against the FP64 sum of
 // the same inputs: |got - exact| <= max(4 |ref - exact|, 2 max|ref - exact|,
 // 6 ulps of the value's scale, C*R*S * u * scale), u = 2^-24 (2^-53 for
 // FP64), ref = the reference kernel (the CPU executor's arithmetic: products
 // rounded to FP32, FP64 for FP64, added in order c, r, s). Then a ResNet-like
-// layer (N=32, C=K=256, H=W=14, 3x3, pad 1) is timed with the old direct
+// layer (N=32, C=K=256, H=W=14, 3x3, pad 1) is timed with the direct
 // kernel (coco_conv2d_kernel) and each tile shape: median of --reps runs (CUDA
 // events) after 3 warm-up runs, in GFLOP/s counting 2*N*K*OH*OW*C*R*S.
 // Exit status 0 when every check passed.
@@ -39,15 +39,13 @@
 
 #include "coco_device.cuh"
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    cudaGetErrorString(e_));                                                \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
+// A failed CUDA call (coco_check.cuh): FILE:LINE: CALL: WHY on `to`, exit status 2
+static void ck_failed(FILE *to, const char *call, const char *file, int line, const char *why)
+{
+    fprintf(to, "%s:%d: %s: %s\n", file, line, call, why);
+    exit(2);
+}
+#define CK(call) COCO_CHECK_CALL(CUDA, call, #call, ck_failed, stderr)
 
 static const char *const tname[] = {"FP16", "BF16", "FP32", "FP64"};
 
@@ -106,7 +104,7 @@ static double host_value(const void *p, long i, int t)
     }
 }
 
-// type_ulp of src/tolerance.c
+// type_ulp of src/cpu/tolerance.c
 static double ulp(int t, double v)
 {
     static const int bits[] = {11, 8, 24, 53}, emin[] = {-14, -126, -126, -1022};

@@ -258,11 +258,11 @@ static int rt_run(CocoRt *rt, const CocoRtVariant *v, CocoRtTiming *t, char *err
                   size_t errlen)
 {
     char sym[256];
-    snprintf(sym, sizeof sym, "coco_run__%s", v->name);
+    snprintf(sym, sizeof sym, COCO_RUN_PREFIX "%s", v->name);
     coco_cuda_run_fn run = (coco_cuda_run_fn)(size_t)dlsym(rt->so, sym);
     if (!run) {
-        snprintf(err, errlen, "rank %d: the generated code has no entry point %s", rt->rank,
-                 sym);
+        snprintf(err, errlen, "rank %d: the generated code has no entry point for '%s' (%s)",
+                 rt->rank, v->name, sym);
         return -1;
     }
     coco_test_die(rt->rank, "upload", v->name);
@@ -461,13 +461,13 @@ void coco_session_arena(const coco_session *s, void **base, size_t *bytes, size_
 int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, size_t errlen)
 {
     char sym[256];
-    snprintf(sym, sizeof sym, "coco_run__%s", a->variant);
+    snprintf(sym, sizeof sym, COCO_RUN_PREFIX "%s", a->variant);
     coco_cuda_run_fn run = a->module >= 0 && a->module < s->nmodules
                                ? (coco_cuda_run_fn)(size_t)dlsym(s->so[a->module], sym)
                                : NULL;
     if (!run) {
-        snprintf(err, errlen, "rank %d: the generated code has no entry point for '%s' "
-                 "(coco_run__%s)", s->rank, a->variant, a->variant);
+        snprintf(err, errlen, "rank %d: the generated code has no entry point for '%s' (%s)",
+                 s->rank, a->variant, sym);
         return -1;
     }
     a->outside = 0;

@@ -5,6 +5,7 @@
 #include <nccl.h>
 #include <stdio.h>
 
+#include "coco_check.cuh"
 #include "coconet_cuda.h"
 
 extern "C" {
@@ -35,20 +36,12 @@ extern "C" int coco_run__program(coco_cuda_ctx *ctx, const coco_cuda_args *a)
         snprintf(ctx->err, ctx->errlen, "rank %d: group.cu: no GROUP communicator", ctx->rank);
         return 1;
     }
-    ncclResult_t r = ncclAllReduce(a->input[0], ctx->workspace, (size_t)n, ncclFloat, ncclSum,
-                                   (ncclComm_t)ctx->group, st);
-    if (r != ncclSuccess) {
-        snprintf(ctx->err, ctx->errlen, "rank %d: ncclAllReduce failed at %s:%d: %s", ctx->rank,
-                 __FILE__, __LINE__, ncclGetErrorString(r));
-        return 1;
-    }
+    COCO_CHECK_RET(NCCL,
+                   ncclAllReduce(a->input[0], ctx->workspace, (size_t)n, ncclFloat, ncclSum,
+                                 (ncclComm_t)ctx->group, st),
+                   "ncclAllReduce", coco_check_failed, ctx);
     half_of<<<(unsigned)((n + 255) / 256), 256, 0, st>>>((const float *)ctx->workspace,
                                                           (float *)a->output[0], n);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        snprintf(ctx->err, ctx->errlen, "rank %d: kernel launch failed at %s:%d: %s", ctx->rank,
-                 __FILE__, __LINE__, cudaGetErrorString(e));
-        return 1;
-    }
+    COCO_CHECK_RET(CUDA, cudaGetLastError(), "kernel launch", coco_check_failed, ctx);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coco_check.cuh"
 #include "coconet_cuda.h"
 
 extern "C" {
@@ -28,19 +29,8 @@ extern const char *const coco_schedule_names[]; // const alone would make it loc
 const char *const coco_schedule_names[] = {"program", NULL};
 }
 
-#define TRY(call, ok, why)                                                                  \
-    do {                                                                                    \
-        if (!(ok)) {                                                                        \
-            snprintf(ctx->err, ctx->errlen, "rank %d: %s failed at %s:%d: %s", ctx->rank,   \
-                     #call, __FILE__, __LINE__, why);                                       \
-            return 1;                                                                       \
-        }                                                                                   \
-    } while (0)
-#define CUDA(call)                                                                          \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        TRY(call, e_ == cudaSuccess, cudaGetErrorString(e_));                               \
-    } while (0)
+// the CUDA calls' check (coco_check.cuh): call, this file and line, and CUDA's words
+#define CUDA(call) COCO_CHECK_RET(CUDA, call, #call, coco_check_failed, ctx)
 
 enum { NONE, MEMCHECK, RACECHECK, SYNCCHECK };
 
@@ -78,7 +68,8 @@ extern "C" int coco_run__program(coco_cuda_ctx *ctx, const coco_cuda_args *a)
     int defect = !c ? NONE : !strcmp(c, "memcheck") ? MEMCHECK : !strcmp(c, "racecheck") ? RACECHECK
                  : !strcmp(c, "synccheck") ? SYNCCHECK : NONE;
     long n = a->size[0];
-    TRY(ranks, ctx->nranks == 1, "this control runs on one rank");
+    if (ctx->nranks != 1)
+        return coco_check_failed(ctx, "ranks", __FILE__, __LINE__, "this control runs on one rank");
     static float *own; // kept for the process's life: freeing it would not sync
     if (!own)
         CUDA(cudaMalloc(&own, 256 * sizeof(float)));

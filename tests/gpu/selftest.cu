@@ -10,6 +10,7 @@
 #include <nccl.h>
 #include <stdio.h>
 
+#include "coco_check.cuh"
 #include "coconet_cuda.h"
 
 extern "C" {
@@ -18,24 +19,10 @@ extern const char *const coco_schedule_names[]; // const alone would make it loc
 const char *const coco_schedule_names[] = {"program", "rsag", NULL};
 }
 
-#define TRY(call, ok, why)                                                                  \
-    do {                                                                                    \
-        if (!(ok)) {                                                                        \
-            snprintf(ctx->err, ctx->errlen, "rank %d: %s failed at %s:%d: %s", ctx->rank,   \
-                     #call, __FILE__, __LINE__, why);                                       \
-            return 1;                                                                       \
-        }                                                                                   \
-    } while (0)
-#define NCCL(call)                                                                          \
-    do {                                                                                    \
-        ncclResult_t r_ = (call);                                                           \
-        TRY(call, r_ == ncclSuccess, ncclGetErrorString(r_));                               \
-    } while (0)
-#define CUDA(call)                                                                          \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        TRY(call, e_ == cudaSuccess, cudaGetErrorString(e_));                               \
-    } while (0)
+// the library calls' checks (coco_check.cuh): the message names the call,
+// this file and line, and the library's words
+#define NCCL(call) COCO_CHECK_RET(NCCL, call, #call, coco_check_failed, ctx)
+#define CUDA(call) COCO_CHECK_RET(CUDA, call, #call, coco_check_failed, ctx)
 
 // selftest.coco:11  Var p_ = Update(p, p - lr * avg);  (p_ is also output 1)
 __global__ void update(float *p, const __half *avg, float lr, float *out, long n)
@@ -82,7 +69,9 @@ extern "C" size_t coco_workspace__rsag(const coco_cuda_ctx *ctx, const long *siz
 extern "C" int coco_run__rsag(coco_cuda_ctx *ctx, const coco_cuda_args *a)
 {
     long n = a->size[0], part = n / ctx->nranks;
-    TRY(split, part * ctx->nranks == n, "N is not divisible by the ranks");
+    if (part * ctx->nranks != n)
+        return coco_check_failed(ctx, "split", __FILE__, __LINE__,
+                                 "N is not divisible by the ranks");
     NCCL(ncclReduceScatter(a->input[0], ctx->workspace, (size_t)part, ncclHalf, ncclSum,
                            (ncclComm_t)ctx->world, (cudaStream_t)ctx->stream));
     NCCL(ncclAllGather(ctx->workspace, a->output[0], (size_t)part, ncclHalf,

@@ -8,6 +8,8 @@
 #                           (gen: `coconet gen` into a scratch directory)
 #   // ulimit: KIB          optional: run under `ulimit -v KIB` (address space),
 #                           so that a memory refusal is the same on any machine
+#   // status: N            optional: the exit status (default 1; 2: a bad
+#                           command line, such as a bad -D)
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
 check_error() {
     f=$1
@@ -18,6 +20,7 @@ check_error() {
     noline=$(grep -c '^// noline' "$TMP/head")
     cmd=$(sed -n 's|^// command: ||p' "$TMP/head")
     ulimit_v=$(sed -n 's|^// ulimit: ||p' "$TMP/head")
+    status=$(sed -n 's|^// status: ||p' "$TMP/head")
     if [ -z "$expect" ]; then bad "$f: the first line is not '// expect: MESSAGE'"; return; fi
     if [ "$cmd" = gen ]; then
         rm -rf "$TMP/gen-out" && mkdir -p "$TMP/gen-out"
@@ -29,7 +32,7 @@ check_error() {
     set +f
     ulimit_v=
     if [ -n "$why" ]; then bad "$f: coconet ${cmd:-check} $why: $(err1)"; return; fi
-    if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1 ($(err1))"; return; fi
+    if [ $rc -ne "${status:-1}" ]; then bad "$f: exit status $rc, expected ${status:-1} ($(err1))"; return; fi
     if ! grep -F -q -- "$expect" "$TMP/err"; then
         bad "$f: expected '$expect', got: $(err1)"; return
     fi

@@ -2,9 +2,10 @@
 # Nesting: parentheses, calls, unary minus and size parentheses may nest
 # exactly 200 deep (doc/language.md): 200 levels check, 201 are refused.
 # -D: a size or a scalar's value on the command line is read by the file's
-# grammar (decimal digits; a scalar: ["-"] NUMBER); quoted forms that the
-# error files cannot pass (" 8", "8 ") are refused here, and the numbers
-# the file accepts are accepted. Line ends: a lone CR ends a line and CRLF
+# grammar (a size: decimal digits, or 2^k; a scalar: ["-"] NUMBER); quoted
+# forms that the error files cannot pass (" 8", "8 ") are refused here, as
+# a bad command line (exit status 2), and the numbers the file accepts are
+# accepted. Line ends: a lone CR ends a line and CRLF
 # is one line end, so that messages give the right line and column.
 # --dump DIR: a place that cannot be written is refused before the run.
 # print: a sum of 200000 terms is printed (not by recursion) and reads back.
@@ -17,6 +18,17 @@ front_refused() {
     coco "$@"
     if [ -n "$why" ]; then bad "front $what: $why: $(err1)"
     elif [ $rc -ne 1 ]; then bad "front $what: exit status $rc, expected 1 ($(err1))"
+    elif ! head -n 1 "$TMP/err" | grep -F -q -- "$expect"; then
+        bad "front $what: expected '$expect', got: $(err1)"
+    else ok; fi
+}
+# front_usage WHAT EXPECT ARGS...: `coconet ARGS` exits 2 (a bad command
+# line) with EXPECT in its first line of stderr
+front_usage() {
+    what=$1; expect=$2; shift 2
+    coco "$@"
+    if [ -n "$why" ]; then bad "front $what: $why: $(err1)"
+    elif [ $rc -ne 2 ]; then bad "front $what: exit status $rc, expected 2 ($(err1))"
     elif ! head -n 1 "$TMP/err" | grep -F -q -- "$expect"; then
         bad "front $what: expected '$expect', got: $(err1)"
     else ok; fi
@@ -74,9 +86,9 @@ fi
 
 # -D with spaces, and the numbers the file's grammar accepts
 printf 'Size N;\nTensor x(FP32, [N], Replicated, WORLD);\nScalar s(FP32, 1);\nVar y = x * s;\nExecute f({x}, {y});\n' >"$TMP/define.coco"
-front_refused "-D N=' 8'" "-D N= 8: a size must be a positive integer" check "$TMP/define.coco" -D "N= 8"
-front_refused "-D N='8 '" "-D N=8 : a size must be a positive integer" check "$TMP/define.coco" -D "N=8 "
-front_refused "-D s=' 8'" "-D s= 8: the value of a scalar must be a number" check "$TMP/define.coco" -D N=4 -D "s= 8"
+front_usage "-D N=' 8'" "-D N= 8: a size must be a positive integer" check "$TMP/define.coco" -D "N= 8"
+front_usage "-D N='8 '" "-D N=8 : a size must be a positive integer" check "$TMP/define.coco" -D "N=8 "
+front_usage "-D s=' 8'" "-D s= 8: the value of a scalar must be a number" check "$TMP/define.coco" -D N=4 -D "s= 8"
 front_accepted "-D N=8" check "$TMP/define.coco" -D N=8
 for v in 1e3 -1.5e-3 .5 7 0.25E+2; do
     front_accepted "-D s=$v" check "$TMP/define.coco" -D N=4 -D "s=$v"

@@ -56,12 +56,11 @@ tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
 # candidate takes its knobs with it into a launch: --exhaustive times every
 # (variant x knob set) of a point in one launch of the ranks; pruning, in
 # one, and one more for what the calibrated model does not prune. By
-# default a launch costs 0.8 s a rank (3.2 s here) and a candidate checked in
-# place 0.03 s and 25 ns a value its rank checks (4.2 M values: 0.13 s): at
-# 2^20 the 33 candidates beyond the model's reach cost more than a launch,
-# and are pruned or timed in a second launch; where a launch costs 5 s the
-# first times them all; --launch-cost 0 weighs no launch, and pruning alone
-# decides
+# default, as with --launch-cost 0, no launch is weighed (the ranks stay up
+# from one round to the next) and pruning alone decides; a candidate checked
+# in place costs 0.03 s and 25 ns a value its rank checks (4.2 M values:
+# 0.13 s), so where a launch costs 5 s, more than the 33 candidates beyond
+# the model's reach at 2^20, the first round times them all
 COCONET_TUNE_FAKE=$fixture
 export COCONET_TUNE_FAKE
 coco tune examples/adam.coco --ranks 4 --sizes N=2^20

@@ -1,5 +1,5 @@
 # ---- which fused collectives become kernels over the peers' memory ----
-# (src/emit_lsa.c, src/emit_send.c; generation only, no nvcc): "VARIANT
+# (src/gen/emit_lsa.c, src/gen/emit_send.c; generation only, no nvcc): "VARIANT
 # one|two" per FusedAllReduce and "VARIANT send" per fused Send generated so,
 # compared with the expected list in tests/gen/fused/NAME.expect (its header:
 # the program, the arguments of `coconet gen`, and whether the rules below,

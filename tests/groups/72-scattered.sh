@@ -4,7 +4,7 @@
 # members' total size (Scattered[a, b, c] -> [a+b+c]).
 # And the CUDA of a scattered program compiles (the cuda-gen group has the
 # example), as the runtime builds it for a run on 4 ranks (COCO_ONLY_P,
-# src/cuda_build.c): the fused kernels' and the scattered collectives'
+# src/cuda/cuda_build.c): the fused kernels' and the scattered collectives'
 # instances for 4 ranks, none for 1, 2 or 8; and LAMB's for one rank (its
 # fused kernels, one and two of them, and collectives over members, over
 # local memory), none for 2, 4 or 8. Each source is compiled without the

@@ -1,4 +1,4 @@
-# ---- the arithmetic of generated kernels (src/emit_value.c) ----
+# ---- the arithmetic of generated kernels (src/gen/emit_value.c) ----
 # FP32 instructions where they round as the CPU's double does, double
 # arithmetic elsewhere (the statements expected: tests/gen/arith.expect);
 # tests/gpu/arith.coco runs each line on GPUs.

@@ -17,12 +17,12 @@ done
 # the nvcc checks, on every core at once (the largest sources first), then
 # judged in order. Each source is compiled without its variants that repeat
 # another of its variants but for their names (tests/gen/unique_variants.py:
-# the same code, already checked; 30% of the variants).
+# the same code, already checked).
 #  obj: the C++ and CUDA front end and NVVM, warnings as errors, for the GPUs
 #    the runtime builds for (compute_90), as PTX (which nvcc's ptxas reads
-#    again): SASS, which took three quarters of the time (mlp: 187 s against
-#    43 s), is checked for four programs (ptx), whose inline PTX (coco_vec.cuh's
-#    stores) every program shares;
+#    again): SASS, which takes most of the build's time, is checked for four
+#    programs (ptx), whose inline PTX (coco_vec.cuh's stores) every program
+#    shares;
 #  ptx: every vector access stays one in the PTX (tests/gen/split_vectors.py),
 #    built as the runtime builds it (-O3) for an H100/H200 (sm_90) and 4
 #    ranks: a one-shot AllReduce, scattered tensors (FP16 and FP32), LAMB;

@@ -108,7 +108,7 @@ def r64(x):
 ROUND = {"FP16": r16, "BF16": rbf16, "FP32": r32, "FP64": r64}
 
 # ---------------------------------------------------------------------------
-# counter-based random numbers (the formula of src/rng.c), on uint64 arrays
+# counter-based random numbers (the formula of src/cpu/rng.c), on uint64 arrays
 
 M64 = (1 << 64) - 1
 

@@ -9,6 +9,7 @@ to build against; and the programs of coconet.torch's optimizers and layer
 The torch-side tests need a GPU: tests/gpu/torch.sh."""
 import ctypes
 import os
+import re
 
 import numpy as np
 import pytest
@@ -36,6 +37,16 @@ def test_knobs():
         S.parse_knobs("COCONET_FUSED=fast")
     with pytest.raises(coconet.CocoError, match="COCONET_OVERLAP_CHUNKS=0..64"):
         S.parse_knobs("COCONET_OVERLAP_CHUNKS=65")
+
+
+def test_fused_names_match_header():
+    """FUSED is COCO_FUSED_ALGOS of include/coconet_cuda.h, value for value"""
+    with open(os.path.join(ROOT, "include", "coconet_cuda.h"), encoding="utf-8") as f:
+        text = f.read()
+    body = re.search(r"#define COCO_FUSED_ALGOS\(X\)((?:.*\\\n)*.*)", text).group(1)
+    spellings = re.findall(r'X\(\s*\w+\s*,\s*"([^"]*)"\s*\)', body)
+    assert spellings, "no X(NAME, spelling) in COCO_FUSED_ALGOS"
+    assert S.FUSED == {name: value for value, name in enumerate(spellings)}
 
 
 def _nccl_tree(tmp_path, name, version, device_api=True):

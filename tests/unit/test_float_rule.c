@@ -1,4 +1,4 @@
-/* test_float_rule.c: the rounding facts src/emit_value.c relies on when it
+/* test_float_rule.c: the rounding facts src/gen/emit_value.c relies on when it
  * computes in FP32 instead of double, checked with the host's IEEE
  * arithmetic (the GPU's __fadd_rn, ... round the same way), against the CPU
  * executor's rounding (type_round of the operation in double):

@@ -87,6 +87,30 @@ static void test_hand_counted(void)
     group_end("hand-counted");
 }
 
+/* The largest value held at the peak is found where the peak was, not at
+ * the end: n (a MatMul of 1000 x 1000, 8 MB a rank) is freed after its
+ * Norm, and the peak is while n is made (with its scratch). */
+static void test_largest_at_peak(void)
+{
+    coco_program *p = load("Size N = 1000;\nTensor u(FP32, [N, 1], Replicated, WORLD);\n"
+                           "Tensor v(FP32, [1, N], Replicated, WORLD);\n"
+                           "Var n = MatMul(u, v);\nVar s = Norm(n);\nVar z = u * s;\n"
+                           "Execute p({u, v}, {z});\n", 2);
+    check(p != NULL, "load the MatMul program");
+    if (!p)
+        return;
+    Footprint f;
+    exec_footprint(p, 0, &f);
+    char msg[256];
+    snprintf(msg, sizeof msg, "at the peak: largest %d (%.0f bytes), at %d, %d values",
+             f.largest, f.largest_bytes, f.at, f.values);
+    int n = f.largest >= 0 ? f.largest : 0;
+    check(f.largest >= 0 && !strcmp(p->node[n].name, "n") && f.largest_bytes == 2 * 8e6 &&
+          f.at == f.largest && f.values == 3, msg);
+    program_free(p);
+    group_end("the largest value at the peak");
+}
+
 /* The executor's own count of a run of p equals the footprint's. */
 static int agrees(Program *p, const char *what)
 {
@@ -229,6 +253,7 @@ static void test_limits(void)
 int main(void)
 {
     test_hand_counted();
+    test_largest_at_peak();
     test_examples(1);
     test_examples(3);
     group_end("footprint equals the executor's count");
