@@ -67,6 +67,14 @@ static inline int coco_lsa_has_instance(long nranks)
     return 0 COCO_LSA_RANKS(COCO_LSA_RANK_TEST_);
 }
 
+/* The shapes of a row kernel's row groups held in registers, X(R, W): R
+ * vectors a thread, W warps a row, in the order the host tries them (the
+ * least W, then the least R, that holds the row: coco_rows_shape,
+ * rt/kernels/coco_rows.cuh); the generator emits an instance for each
+ * (src/gen/emit_rows.c). */
+#define COCO_ROWS_SHAPES(X) \
+    X(1, 1) X(2, 1) X(4, 1) X(8, 1) X(12, 1) X(16, 1) X(12, 2) X(16, 2) X(12, 4) X(16, 4)
+
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte
  * that each rank's collective moves (2 M N K over 2 (P - 1) / P M N element

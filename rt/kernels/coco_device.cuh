@@ -769,4 +769,5 @@ extern "C" int coco_l2_clear(void *buf, size_t bytes, void *stream)
 
 #include "coco_vec.cuh"
 #include "coco_lsa.cuh"
+#include "coco_rows.cuh"
 #include "coco_overlap.cuh"

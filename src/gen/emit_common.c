@@ -126,6 +126,57 @@ int emit_same_local_shape(const Node *a, const Node *b)
     return 1;
 }
 
+/* Is d the literal extent 1 (as a Keep reduction leaves it)? */
+static int literal_one(const Dim *d)
+{
+    return d->text && !strcmp(d->text, "1");
+}
+
+static int sliced_on(const Node *n, int k)
+{
+    return n->layout.kind == L_SLICED && n->layout.dim == k;
+}
+
+/* Are dimension ka of a and kb of b one local extent, for every size and rank? */
+static int same_dim(const Node *a, int ka, const Node *b, int kb)
+{
+    int sa = sliced_on(a, ka), sb = sliced_on(b, kb);
+    const char *ta = a->dim[ka].text, *tb = b->dim[kb].text;
+    return sa == sb && (!sa || a->group == b->group) && a->dim[ka].n == b->dim[kb].n &&
+           (ta == NULL) == (tb == NULL) && (!ta || !strcmp(ta, tb));
+}
+
+int emit_row_reduction(Program *p, const Node *n)
+{
+    if ((n->op != O_NORM && n->op != O_REDUCE_TENSOR) || !n->keepdim || n->ndim < 1)
+        return 0;
+    const Node *x = node_of(p, n->in[0]);
+    return n->axis == x->ndim - 1 && !literal_one(&x->dim[n->axis]);
+}
+
+int emit_row_shaped(const Node *x, const Node *s)
+{
+    int last = s->ndim - 1;
+    if (x->ndim != s->ndim || last < 0 || !literal_one(&x->dim[last]) ||
+        literal_one(&s->dim[last]) || sliced_on(x, last))
+        return 0;
+    for (int k = 0; k < last; k++)
+        if (!same_dim(x, k, s, k))
+            return 0;
+    return 1;
+}
+
+int emit_col_shaped(const Node *x, const Node *s)
+{
+    int lx = x->ndim - 1, ls = s->ndim - 1;
+    if (lx < 0 || x->ndim > s->ndim || literal_one(&s->dim[ls]) || !same_dim(x, lx, s, ls))
+        return 0;
+    for (int k = 0; k < lx; k++)
+        if (!literal_one(&x->dim[k]))
+            return 0;
+    return 1;
+}
+
 /* Sorts ids[0..n) ascending: program order. */
 void emit_program_order(int *ids, int n)
 {

@@ -40,15 +40,24 @@ static void find_roles(Emitter *e)
 }
 
 /* Groups consecutive fused elementwise nodes of one fusion and one element
- * count into segments; every other elementwise node is a segment alone. */
+ * count into segments; every other elementwise node is a segment alone.
+ * First, a fusion's elementwise nodes and row reductions that make one row
+ * kernel are one segment (emit_rows.c). */
 static void find_segments(Emitter *e)
 {
     Program *p = e->p;
     int cur = -1, fusion = -1;
     long count = 0;
+    e->row_shape = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
+    for (int i = 0; i < p->nnode; i++)
+        e->segment[i] = e->row_shape[i] = -1;
+    rows_find_segments(e);
     for (int i = 0; i < p->nnode; i++) {
         Node *n = &p->node[i];
-        e->segment[i] = -1;
+        if (e->segment[i] >= 0) { /* a row kernel's */
+            cur = -1;
+            continue;
+        }
         if (op_info(n->op)->kind == K_LEAF)
             continue;
         if (!emit_is_elementwise(n)) {
@@ -176,7 +185,7 @@ static void emit_scratch(Emitter *e, const Node *n)
     FILE *o = e->o;
     int id = n->id;
     const char *ws = emit_ws(e, id);
-    if (op_info(n->op)->kind == K_REDUCTION)
+    if (op_info(n->op)->kind == K_REDUCTION && e->segment[id] < 0) /* not a row kernel's */
         fprintf(o, "    void *t%d = %sCOCO_RED_BLOCKS * sizeof(double));\n", id, ws);
     int sliced = n->op == O_REDUCESCATTER ? id : n->op == O_ALLGATHER ? n->in[0] : -1;
     int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
@@ -359,6 +368,10 @@ static void emit_segment_kernel(Emitter *e, int seg)
 {
     Program *p = e->p;
     FILE *o = e->o;
+    if (e->row_shape[seg] >= 0) {
+        rows_emit_segment_kernel(e, seg);
+        return;
+    }
     int *ins;
     int nin = segment_inputs(e, seg, &ins);
     mark_flat(e, seg, ins, nin);
@@ -900,6 +913,12 @@ static void emit_comm(Emitter *e, const Node *n)
 static void emit_node(Emitter *e, const Node *n, int *done_segment)
 {
     int seg = e->segment[n->id];
+    if (seg >= 0 && e->row_shape[seg] >= 0) { /* launched where its last member is */
+        if (n->id == rows_segment_last(e, seg) && !done_segment[seg])
+            rows_emit_segment_launch(e, seg);
+        done_segment[seg] |= n->id == rows_segment_last(e, seg);
+        return;
+    }
     if (seg >= 0) {
         if (!done_segment[seg])
             emit_segment_launch(e, seg);

@@ -1,8 +1,9 @@
 /* emit_cuda.h: what the parts of the CUDA code generator share. The parts,
  * from the top: emit_cuda.c (the entry points, elementwise kernels, library
  * calls) calls emit_lsa.c and emit_lsa_plan.c (a FusedAllReduce as kernels
- * over the peers' memory), emit_send.c (a fused Send as one kernel storing
- * into the receiver), emit_scatter.c (scattered tensors), emit_value.c (one
+ * over the peers' memory), emit_rows.c (row kernels: computations holding
+ * row reductions), emit_send.c (a fused Send as one kernel storing into the
+ * receiver), emit_scatter.c (scattered tensors), emit_value.c (one
  * element's arithmetic) and emit_common.c (helpers), each only those below
  * it in this list. A part that must lower a node of the program (a fused
  * operation's NCCL path) does so through Emitter.emit_node. */
@@ -43,12 +44,26 @@ struct Emitter {
                         kernels keep it in registers, or address its members): taken
                         from the workspace's end (coco_ws_tail), needed only when that
                         path can run (lsa_mark_nccl_only) */
+    const char *rowrole; /* per node, in the row kernel being written (emit_rows.c): its
+                            role (RR_*), which says how its value is read; else NULL */
+    int *row_shape; /* per segment: a node of the rows' shape of a row segment (one row
+                       kernel: emit_rows.c), or -1 */
     /* the lowering of node n (its segment's kernel launch, once), then the
      * copy of a new value into its tensor (emit_cuda.c) */
     void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
     void **scratch; /* emit_alloc's blocks not yet freed */
     int nscratch, capscratch;
 };
+
+/* The roles of the nodes of a row kernel (emit_rows.c, Emitter.rowrole):
+ * members computed once (0-dim), per element of the rows' shape, per row
+ * (the rows' shape with last extent 1), row reductions, values loaded per
+ * element (a FusedAllReduce's ReduceScatter and Slices) or per row (a
+ * Slice of a value per row) and AllGathers; operands read per element
+ * (flat), per column (lb<x>: broadcast along the rows, the last dimension
+ * the rows'), per row (x<x>[rrow]) and scalars. */
+enum { RR_NONE, RR_ZERO, RR_ELEM, RR_ROW, RR_RED, RR_LOAD, RR_ROWLOAD, RR_GATHER,
+       RR_FLAT, RR_COL, RR_ROWIN, RR_SCALAR };
 
 /* ---- emit_common.c ---- */
 extern const char *const emit_tname[NTYPE];
@@ -88,6 +103,13 @@ void emit_flat_set(Emitter *e, int id);      /* e->flat[id] = 1 */
 void emit_flat_clear(Emitter *e);            /* e->flat all 0 again */
 /* a new value that is also an output: the copy into its tensor */
 void emit_state_copy(Emitter *e, const Node *n);
+/* Rows: is n a reduction along its input's last dimension that keeps it
+ * (Norm or ReduceTensor with Keep: a row reduction)? Is x of the rows'
+ * shape s but for a last extent of 1 (a value per row), or broadcast along
+ * the rows (its last dimension s's, every other 1: a value per column)? */
+int emit_row_reduction(Program *p, const Node *n);
+int emit_row_shaped(const Node *x, const Node *s);
+int emit_col_shaped(const Node *x, const Node *s);
 /* the node whose shape segment seg's kernel iterates over, or -1 */
 int emit_segment_shape(Emitter *e, int seg);
 void emit_size_expr(Emitter *e, const char *text); /* a size expression, in C */
@@ -113,6 +135,8 @@ void emit_lin_first(Emitter *e, int x, const char *indent);
 const char *emit_register_type(Type t);
 /* r<id> = the value of elementwise node n (a statement inside the v loop) */
 void emit_value_statement(Emitter *e, int seg, const Node *n);
+/* operand x of a member of segment seg as a float (in_float) or a double */
+void emit_operand_value(Emitter *e, int seg, int x, int in_float);
 /* INDENT r<id> = element v of raw array FROM, node n's value */
 void emit_register_load(Emitter *e, const char *indent, const Node *n, const char *from);
 /* INDENT r<id> = double expression FROM rounded to n's type */
@@ -156,6 +180,21 @@ void lsa_emit_workspace(Emitter *e, int f);    /* their workspace, with the body
 void lsa_mark_nccl_only(Emitter *e, int f);    /* e->nccl_only: what only its NCCL path uses */
 int lsa_window_nodes(Emitter *e, int f, int *ids); /* what its kernels reach in the peers */
 void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or the NCCL path */
+
+/* ---- emit_rows.c: row kernels (computations holding row reductions) ---- */
+/* In find_segments: each fusion whose elementwise members and row
+ * reductions make one row kernel becomes one segment (e->row_shape). */
+void rows_find_segments(Emitter *e);
+void rows_emit_segment_kernel(Emitter *e, int seg); /* its kernel (before the body) */
+/* its launch, where its last member is (rows_segment_last), then the copies
+ * of its members' new values into their tensors */
+void rows_emit_segment_launch(Emitter *e, int seg);
+int rows_segment_last(Emitter *e, int seg);
+/* The launches of kernel<V REST, R> for each R (V > 1: if (R == r) ... for
+ * each of COCO_ROWS_VECTORS, else the streaming R = 0; V = 1: R = 0), each
+ * followed by args(e, ctx)'s argument list */
+void rows_emit_instances(Emitter *e, const char *kernel, int v, const char *rest,
+                         void (*args)(Emitter *, const void *), const void *ctx);
 
 /* ---- emit_overlap.c: overlap(MatMul, FusedAllReduce) chunk by chunk ---- */
 int ovl_matmul(Emitter *e, int f);   /* the MatMul fusion f's launch chunks, or -1 */

@@ -105,7 +105,7 @@ static int has_op(Emitter *e, const Lsa *l, Op op)
 static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
     Node *rs = nd(e, l->rs);
-    if (has_op(e, l, O_DROPOUT) || l->nred)
+    if (has_op(e, l, O_DROPOUT) || l->nred || l->rows)
         return 0;
     for (int k = 0; k < l->nm; k++)
         if (stores_local(e, l, l->m[k]))
@@ -128,7 +128,7 @@ static int oneshot_allowed(Emitter *e, const Lsa *l, const int *ins, int nin)
  * push_choice. */
 static int push_allowed(const Lsa *l)
 {
-    return !l->nred || l->scat < 0;
+    return !l->rows && (!l->nred || l->scat < 0);
 }
 
 /* Does kernel 0's element loop go in rounds when its instance pushes
@@ -232,7 +232,8 @@ static int needs_coords(Emitter *e, const Lsa *l, int kn, const int *ins, int ni
  * (emit_go): the others take the coordinates, which serve every shape. */
 static int lin_param(Emitter *e, const Lsa *l, const int *ins, int nin)
 {
-    return l->scat < 0 && (needs_coords(e, l, 0, ins, nin) || needs_coords(e, l, 1, ins, nin));
+    return !l->rows && l->scat < 0 &&
+           (needs_coords(e, l, 0, ins, nin) || needs_coords(e, l, 1, ins, nin));
 }
 
 /* A broadcast operand that kernel kn reads element by element */
@@ -815,7 +816,8 @@ static void emit_comment(Emitter *e, int f, const Lsa *l)
 {
     Program *p = e->p;
     fprintf(e->o, "// FusedAllReduce %s as %s over the peers' memory:", p->fusion[f].name,
-            l->nred ? "two kernels (a cross-rank reduction between them)" : "one kernel");
+            l->rows ? "a row kernel (emit_rows.c)"
+            : l->nred ? "two kernels (a cross-rank reduction between them)" : "one kernel");
     for (int k = 0; k < l->nm; k++) {
         Node *n = nd(e, l->m[k]);
         if (n->named || lsa_kept(e, l, n->id) || n->op == O_ALLGATHER)
@@ -894,6 +896,61 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
     fprintf(o, "        return 1;\n    return 0;\n}\n\n");
 }
 
+/* A fusion of whole rows (l->rows): one row kernel, its body emit_rows.c's
+ * (each rank its slice's rows; R, the vectors a thread holds, and W, the
+ * warps a row, chosen by the host: coco_rows_shape). No push, one-shot,
+ * U = 1 or LIN instances. */
+static void emit_row_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
+                            const int *zs, int nz)
+{
+    fprintf(e->o, "template <int V, int P, int R, int W>\n__global__ void __launch_bounds__(COCO_ROWS_THREADS) "
+                  "%s_f%d(", e->v, f);
+    emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
+    fprintf(e->o, ")\n");
+    rows_emit_lsa_body(e, l);
+}
+
+typedef struct {
+    const Lsa *l;
+    const int *ins, *zs;
+    int nin, nz;
+} RowArgs;
+
+static void emit_row_args(Emitter *e, const void *ctx)
+{
+    const RowArgs *a = ctx;
+    fputc('(', e->o);
+    emit_params(e, a->l, a->ins, a->nin, a->zs, a->nz, EMIT_FORWARD);
+    fprintf(e->o, ");\n");
+}
+
+/* The host's dispatch over a row kernel's instances (V, P and R: block
+ * from V and H, the grid the launch's, the same on every rank) */
+static void emit_go_rows(Emitter *e, int f, const Lsa *l, const int *ins, int nin, const int *zs,
+                         int nz)
+{
+    FILE *o = e->o;
+    int vmax = rows_lsa_vmax(e, l);
+    RowArgs a = {l, ins, zs, nin, nz};
+    fprintf(o, "static int %s_f%d_go(int V, int P, int ONESHOT, int U, int PUSH, int FORM, "
+               "dim3 grid, dim3 block, cudaStream_t st, ", e->v, f);
+    emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
+    fprintf(o, ")\n{\n    (void)ONESHOT;\n    (void)U;\n    (void)PUSH;\n    (void)FORM;\n"
+               "    const long H = it.dim[it.nd - 1];\n"
+               "    const CocoRowsShape shape = coco_rows_shape(H, V);\n    (void)shape;\n"
+               "    block = coco_rows_block(H, V);\n");
+    for (int vi = 0; vi < (vmax > 1 ? 2 : 1); vi++)
+        for (int pi = 0; pi < NLSA_RANKS; pi++) {
+            int v = vi ? 1 : vmax;
+            fprintf(o, "#if COCO_HAS_P(%d)\n    if (V == %d && P == %d) {\n", lsa_ranks[pi], v,
+                    lsa_ranks[pi]);
+            rows_emit_instances(e, arena_printf(e->p->arena, "%s_f%d", e->v, f), v,
+                                arena_printf(e->p->arena, ", %d", lsa_ranks[pi]), emit_row_args, &a);
+            fprintf(o, "    } else\n#endif\n");
+        }
+    fprintf(o, "        return 1;\n    return 0;\n}\n\n");
+}
+
 void lsa_emit_kernel(Emitter *e, int f)
 {
     Lsa l;
@@ -905,11 +962,16 @@ void lsa_emit_kernel(Emitter *e, int f)
         e->segment[l.m[k]] = l.seg;
     }
     emit_comment(e, f, &l);
-    for (int kn = 0; kn < (l.nred ? 2 : 1); kn++)
-        emit_kernel(e, f, &l, kn, ins, nin, zs, nz);
-    if (chunked(&l))
-        emit_one_rank_kernel(e, f, &l, ins, nin, zs, nz);
-    emit_go(e, f, &l, ins, nin, zs, nz);
+    if (l.rows) {
+        emit_row_kernel(e, f, &l, ins, nin, zs, nz);
+        emit_go_rows(e, f, &l, ins, nin, zs, nz);
+    } else {
+        for (int kn = 0; kn < (l.nred ? 2 : 1); kn++)
+            emit_kernel(e, f, &l, kn, ins, nin, zs, nz);
+        if (chunked(&l))
+            emit_one_rank_kernel(e, f, &l, ins, nin, zs, nz);
+        emit_go(e, f, &l, ins, nin, zs, nz);
+    }
     for (int k = 0; k < l.nm; k++)
         e->segment[l.m[k]] = saved[k];
     emit_free(e, saved);
@@ -1039,6 +1101,8 @@ static void emit_usable(Emitter *e, const Lsa *l, int nwin)
             fprintf(o, " &&\n            coco_lsa_members_usable(ctx, c%d, %zu)", id,
                     type_size(nd(e, id)->type));
     }
+    if (l->rows) /* rows of some element (an empty row takes the NCCL path) */
+        fprintf(o, " && h%d.dim[h%d.nd - 1] > 0", l->rs, l->rs);
     for (int pi = 0; pi < NLSA_RANKS; pi++)
         fprintf(o, "%sG_WORLD == %d", pi ? " || " : " && (", lsa_ranks[pi]);
     fprintf(o, ")) {\n");
@@ -1112,7 +1176,8 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     int *ins, *zs, nz;
     int nin = prepare(e, f, &l, &ins, &zs, &nz);
     Node *rs = nd(e, l.rs), *x = nd(e, rs->in[0]);
-    int vmax = vector_width(e, &l, ins, nin, zs, nz), one = oneshot_allowed(e, &l, ins, nin);
+    int vmax = l.rows ? rows_lsa_vmax(e, &l) : vector_width(e, &l, ins, nin, zs, nz);
+    int one = oneshot_allowed(e, &l, ins, nin);
     fprintf(o, "    { /* line %d: FusedAllReduce %s */\n", rs->pos.line, p->fusion[f].name);
     int alias = one_rank_alias(e, &l, f);
     if (alias >= 0) /* no kernel, no copy: the sum over one rank is the value */
@@ -1122,7 +1187,9 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     fprintf(o, "        CocoShape it = h%d;\n"
                "        const long cs = coco_padded_count(it, 0, G_WORLD) / G_WORLD, nall = "
                "coco_count(h%d);\n", rs->id, x->id);
-    if (l.scat < 0) {
+    if (l.rows) {
+        rows_emit_lsa_choice(e, &l); /* H, V, grid and block */
+    } else if (l.scat < 0) {
         int nvec = emit_vector_buffers(e, &l, zs, nz);
         fprintf(o, "        int V = !ctx->fused_vec && coco_pick_vec(%d, vp, vs, %d) == %d ? "
                    "%d : 1;\n", vmax, nvec, vmax, vmax);
@@ -1135,7 +1202,9 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment)
     /* the grid from vmax, not V, and from cs or the bucket count, not the
      * rank's own slice (the last ones may be shorter): every rank must sync
      * each barrier (one per block) equally often */
-    if (l.scat < 0)
+    if (l.rows)
+        ; /* rows_emit_lsa_choice's */
+    else if (l.scat < 0)
         fprintf(o, "        dim3 grid, block;\n        coco_lsa_grid(ctx, cs, %d, &grid, &block);\n",
                 vmax);
     else

@@ -27,6 +27,7 @@ typedef struct {
     int red[LSA_MAXRED]; /* the cross-rank reductions, in program order */
     int nred;
     int scat;    /* a scattered operand whose buckets the kernels take (c<scat>), or -1 */
+    int rows;    /* it holds row reductions or values per row: one row kernel (emit_rows.c) */
 } Lsa;
 
 int lsa_plan(Emitter *e, int f, Lsa *l); /* fills l (free with lsa_free); qualifies? */
@@ -44,5 +45,12 @@ int lsa_red_across(Emitter *e, const Lsa *l, int k); /* the fold of the ranks' v
 int lsa_red_partial_type(Emitter *e, const Lsa *l, int k);
 /* Is operand id addressed through its scattered tensor's members? */
 int lsa_scattered(Emitter *e, const Lsa *l, int id);
+
+/* ---- emit_rows.c: a FusedAllReduce whose slices are whole rows (l->rows) ---- */
+int rows_lsa_ok(Emitter *e, const Lsa *l);    /* can its members make the row kernel? */
+int rows_lsa_vmax(Emitter *e, const Lsa *l);  /* V: 16 bytes of its widest vector operand */
+void rows_emit_lsa_body(Emitter *e, const Lsa *l); /* the kernel's body, after its parameters */
+/* in its launch, after `it` and cs: H, V and its grid and block */
+void rows_emit_lsa_choice(Emitter *e, const Lsa *l);
 
 #endif

@@ -8,6 +8,10 @@
  * computed inside, and cross-rank reductions (emit_lsa.h) whose folded
  * elements need no other reduction's result; and when its members read
  * nothing computed between its first member and themselves outside it.
+ * Row reductions (along the last dimension, with Keep) and values per row
+ * make it one row kernel instead (l->rows, emit_rows.c), where the
+ * ReduceScatter's slices are whole rows and the operands are read by row,
+ * column or element.
  *
  * Members depending on no reduction are level 0 (kernel 0), the others
  * level 1 (kernel 1). Kernel 1 recomputes the level-0 Slices and 0-dim
@@ -100,6 +104,19 @@ static int whole_reduction(Emitter *e, const Lsa *l, const Node *rs, const Node 
            emit_same_local_shape(x, node_of(p, rs->in[0]));
 }
 
+/* A row reduction of a value of the slice's shape, or an elementwise value
+ * per row (the slice's shape with a last extent of 1): computed row by row
+ * in the row kernel (emit_rows.c). The ReduceScatter cuts dimension 0 and
+ * the rows lie along the last, another: each slice is whole rows. */
+static int row_member(Emitter *e, const Node *rs, const Node *n)
+{
+    if (rs->ndim < 2)
+        return 0;
+    if (emit_row_reduction(e->p, n))
+        return emit_same_local_shape(node_of(e->p, n->in[0]), rs);
+    return emit_is_elementwise(n) && emit_row_shaped(n, rs);
+}
+
 static int member_allowed(Emitter *e, const Lsa *l, const Node *rs, const Node *n)
 {
     Program *p = e->p;
@@ -108,16 +125,16 @@ static int member_allowed(Emitter *e, const Lsa *l, const Node *rs, const Node *
                node_of(p, n->in[0])->layout.kind == L_SLICED &&
                node_of(p, n->in[0])->layout.dim == 0 && !lsa_kept(e, l, n->in[0]);
     if (n->op == O_SLICE)
-        return n->axis == 0 && unsliced(node_of(p, n->in[0])) &&
-               !lsa_is_member(l, n->in[0]) && emit_same_local_shape(n, rs);
+        return n->axis == 0 && unsliced(node_of(p, n->in[0])) && !lsa_is_member(l, n->in[0]) &&
+               (emit_same_local_shape(n, rs) || (rs->ndim >= 2 && emit_row_shaped(n, rs)));
     if (n->op == O_PARTIAL_REDUCE)
         return partial_allowed(e, l, rs, n);
     if (n->op == O_ALLREDUCE)
         return partial_allreduce(e, l, rs, n);
     if (n->op == O_NORM || n->op == O_REDUCE_TENSOR)
-        return whole_reduction(e, l, rs, n);
+        return whole_reduction(e, l, rs, n) || row_member(e, rs, n);
     if (emit_is_elementwise(n))
-        return n->ndim == 0 || emit_same_local_shape(n, rs);
+        return n->ndim == 0 || emit_same_local_shape(n, rs) || row_member(e, rs, n);
     return 0;
 }
 
@@ -166,7 +183,7 @@ static int levels(Emitter *e, Lsa *l)
         }
         if (n->op == O_PARTIAL_REDUCE && lev)
             return 0;
-        if (n->op == O_ALLREDUCE || n->op == O_NORM || n->op == O_REDUCE_TENSOR) {
+        if (n->op == O_ALLREDUCE || ((n->op == O_NORM || n->op == O_REDUCE_TENSOR) && !n->ndim)) {
             if (l->nred == LSA_MAXRED)
                 return 0;
             l->red[l->nred++] = n->id;
@@ -273,6 +290,7 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
         Node *n = node_of(p, l->m[k]);
         if (!member_allowed(e, l, rs, n))
             return 0;
+        l->rows |= row_member(e, rs, n) || (n->op == O_SLICE && !emit_same_local_shape(n, rs));
         for (int j = 0; j < n->nin; j++) {
             Node *in = node_of(p, n->in[j]);
             if (!lsa_is_member(l, in->id) && in->id > l->rs && op_info(in->op)->kind != K_LEAF)
@@ -282,7 +300,9 @@ int lsa_plan(Emitter *e, int f, Lsa *l)
     if (!levels(e, l) || !scattered_operands(e, l))
         return 0;
     needs(e, l);
-    return 1;
+    /* rows: no cross-rank reduction, no scattered operand, and operands
+     * the row kernel reads (else the NCCL path) */
+    return !l->rows || (!l->nred && l->scat < 0 && rows_lsa_ok(e, l));
 }
 
 void lsa_free(Emitter *e, Lsa *l)

@@ -98,11 +98,20 @@ static void emit_operand(Emitter *e, int seg, int x, int in_float)
         fprintf(e->o, "%s(l%d, v, %s)", ld, x, emit_tname[n->type]);
     else if (n->ndim == 0) /* also before a kernel's loop, where c is not defined */
         fprintf(e->o, "%s(x%d, 0, %s)", ld, x, emit_tname[n->type]);
+    else if (e->rowrole && e->rowrole[x] == RR_COL) /* its vector at the column (emit_rows.c) */
+        fprintf(e->o, "%s(lb%d, v, %s)", ld, x, emit_tname[n->type]);
+    else if (e->rowrole && e->rowrole[x] == RR_ROWIN) /* the row's element */
+        fprintf(e->o, "%s(x%d, rrow, %s)", ld, x, emit_tname[n->type]);
     else if (e->lin) /* under LIN its vector's elements, lb<x> (emit_lin_first) */
         fprintf(e->o, "(LIN ? %s(lb%d, v, %s) : %s(x%d, coco_bidx(h%d, it, c), %s))", ld, x,
                 emit_tname[n->type], ld, x, x, emit_tname[n->type]);
     else
         fprintf(e->o, "%s(x%d, coco_bidx(h%d, it, c), %s)", ld, x, x, emit_tname[n->type]);
+}
+
+void emit_operand_value(Emitter *e, int seg, int x, int in_float)
+{
+    emit_operand(e, seg, x, in_float);
 }
 
 /* A comparison, 1 or 0, in float or double. */
@@ -170,6 +179,7 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
         emit_operand(e, seg, n->in[0], 0);
         fprintf(o, ", %.17g, seed, %d, %s)", n->value, n->dropout_id,
                 !n->ndim ? "0"
+                : e->rowrole ? arena_printf(e->p->arena, "lg%d + i", n->id) /* emit_rows.c */
                 : e->lin ? arena_printf(e->p->arena, "LIN ? lg%d + i : coco_gidx(h%d, c)", n->id, n->id)
                          : arena_printf(e->p->arena, "coco_gidx(h%d, c)", n->id));
         return;
