@@ -69,11 +69,12 @@ static inline int coco_lsa_has_instance(long nranks)
 
 /* The shapes of a row kernel's row groups held in registers, X(R, W): R
  * vectors a thread, W warps a row, in the order the host tries them (the
- * least W, then the least R, that holds the row: coco_rows_shape,
- * rt/kernels/coco_rows.cuh); the generator emits an instance for each
- * (src/gen/emit_rows.c). */
+ * first that holds the row: coco_rows_shape, rt/kernels/coco_rows.cuh; at
+ * most 8 vectors a thread but for the longest rows, so that a block of 256
+ * threads takes at most about 128 registers a thread: two blocks an SM);
+ * the generator emits an instance for each (src/gen/emit_rows.c). */
 #define COCO_ROWS_SHAPES(X) \
-    X(1, 1) X(2, 1) X(4, 1) X(8, 1) X(12, 1) X(16, 1) X(12, 2) X(16, 2) X(12, 4) X(16, 4)
+    X(1, 1) X(2, 1) X(4, 1) X(8, 1) X(6, 2) X(8, 2) X(6, 4) X(8, 4) X(12, 4) X(16, 4)
 
 /* overlap(MatMul, FusedAllReduce)'s chunks when coco_cuda_ctx.overlap_chunks
  * is 0 (COCONET_OVERLAP_CHUNKS unset): 4 where the MatMul's FLOPs per byte

@@ -29,6 +29,9 @@
 // at most, within the documented tolerance (doc/gpu.md, Row kernels).
 #pragma once
 
+#include <stdlib.h>
+#include <string.h>
+
 // Threads of a block of a row kernel
 enum { COCO_ROWS_THREADS = 256 };
 // The most warps of a row in the streaming form
@@ -49,12 +52,35 @@ __host__ __device__ inline int coco_rows_stream_warps(long H, int V)
     return w < 1 ? 1 : w > COCO_ROWS_MAXW ? COCO_ROWS_MAXW : (int)w;
 }
 
+// COCONET_ROWS_SHAPE=R,W (for measurements): that shape of
+// COCO_ROWS_SHAPES wherever it holds the row, or "stream": the streaming
+// form; read once. {0, 0} when unset or another value.
+static inline CocoRowsShape coco_rows_asked(void)
+{
+    static CocoRowsShape asked = {-1, -1};
+    if (asked.r < 0) {
+        const char *s = getenv("COCONET_ROWS_SHAPE");
+        asked.r = asked.w = 0;
+        if (s && !strcmp(s, "stream"))
+            asked.w = -1;
+        else if (s && sscanf(s, "%d,%d", &asked.r, &asked.w) != 2)
+            asked.r = asked.w = 0;
+    }
+    return asked;
+}
+
 // The shape for rows of H elements, V a vector: the first of
-// COCO_ROWS_SHAPES that holds the row, else (or V = 1) the streaming form
+// COCO_ROWS_SHAPES that holds the row (or the one asked for), else (or
+// V = 1) the streaming form
 static inline CocoRowsShape coco_rows_shape(long H, int V)
 {
     static const CocoRowsShape set[] = {COCO_ROWS_SHAPES(COCO_ROWS_SHAPE_ITEM)};
-    for (int k = 0; V > 1 && k < (int)(sizeof set / sizeof *set); k++)
+    const CocoRowsShape asked = coco_rows_asked();
+    for (int k = 0; V > 1 && asked.w >= 0 && k < (int)(sizeof set / sizeof *set); k++)
+        if (asked.r && set[k].r == asked.r && set[k].w == asked.w &&
+            32L * set[k].w * set[k].r * V >= H)
+            return set[k];
+    for (int k = 0; V > 1 && asked.w >= 0 && k < (int)(sizeof set / sizeof *set); k++)
         if (32L * set[k].w * set[k].r * V >= H)
             return set[k];
     const CocoRowsShape stream = {0, coco_rows_stream_warps(H, V)};
@@ -138,6 +164,55 @@ __device__ __forceinline__ double coco_rows_fold(int op, double a, int W, double
     for (int j = 1; j < W; j++)
         a = coco_red_step(op, a, sh[first + j]);
     return a;
+}
+
+// A row kernel's FP16 and BF16 registers (src/gen/emit_value.c): their
+// own type; as a float or a double, exactly; stored.
+__device__ __forceinline__ float coco_f32(__half x)
+{
+    return __half2float(x);
+}
+
+__device__ __forceinline__ float coco_f32(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+
+// As a double: FP16 in one conversion (cuda_fp16's are inline assembly, which
+// the compiler does not fold: through float it took two)
+__device__ __forceinline__ double coco_f64(__half x)
+{
+#ifdef __CUDA_ARCH__
+    double d;
+    asm("cvt.f64.f16 %0, %1;" : "=d"(d) : "h"(__half_as_ushort(x)));
+    return d;
+#else
+    return (double)__half2float(x);
+#endif
+}
+
+__device__ __forceinline__ double coco_f64(__nv_bfloat16 x)
+{
+    return (double)__bfloat162float(x);
+}
+
+// x rounded once to T (FP16 or BF16)
+template <int T> __device__ __forceinline__ CocoRaw<T> coco_raw16(float x)
+{
+    if constexpr (T == COCO_FP16)
+        return __float2half_rn(x);
+    else
+        return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ void coco_st(void *p, long i, int, __half x)
+{
+    ((__half *)p)[i] = x;
+}
+
+__device__ __forceinline__ void coco_st(void *p, long i, int, __nv_bfloat16 x)
+{
+    ((__nv_bfloat16 *)p)[i] = x;
 }
 
 // x (exact in double) rounded once to type T, as stored

@@ -133,6 +133,9 @@ void emit_lin_first(Emitter *e, int x, const char *indent);
 /* the C type of the register r<id> of a value of type t: float (FP16,
  * BF16 and FP32 values are floats exactly) or double */
 const char *emit_register_type(Type t);
+/* the C type of member r<id> of type t in the kernel being written: in a row
+ * kernel FP16 and BF16 values in their own type (__half, __nv_bfloat16) */
+const char *emit_value_type(const Emitter *e, Type t);
 /* r<id> = the value of elementwise node n (a statement inside the v loop) */
 void emit_value_statement(Emitter *e, int seg, const Node *n);
 /* operand x of a member of segment seg as a float (in_float) or a double */

@@ -588,9 +588,8 @@ static void emit_row_members(Emitter *e, const Rows *w, int p)
         if (w->phase[n->id] != p)
             continue;
         if (w->role[n->id] == RR_ROWLOAD) { /* the whole tensor at the part's row */
-            fprintf(e->o, RI "%s r%d = %s(z%d, base / H + rrow, %s);\n",
-                    emit_register_type(n->type), n->id, n->type == T_FP64 ? "coco_ld" : "coco_ldf",
-                    n->in[0], tn(e, n->id));
+            fprintf(e->o, RI "%s r%d = ((const CocoRaw<%s> *)z%d)[base / H + rrow];\n",
+                    emit_value_type(e, n->type), n->id, tn(e, n->id), n->in[0]);
         } else if (w->role[n->id] == RR_ROW) {
             emit_value_statement(e, w->seg, n);
             fprintf(e->o, RI "(void)r%d;\n", n->id);

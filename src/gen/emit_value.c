@@ -19,7 +19,12 @@
  *     ulp or two of the C library's: their FP64 results may differ from
  *     the CPU's in the last bit, narrower ones very rarely.
  * Values of FP16, BF16 and FP32 type live in float registers (they are
- * floats exactly), FP64 ones in double registers. So a fused optimizer step
+ * floats exactly), FP64 ones in double registers; in a row kernel
+ * (emit_rows.c) FP16 and BF16 ones in registers of their own type, where
+ * +, - and * of two values of that type are one correctly rounded 16-bit
+ * instruction that is never contracted (__hadd_rn, ...: the same double
+ * rounding argument as FP32's, 53 >= 2 * 11 + 2 and 2 * 8 + 2), and every
+ * other use converts them to float, exactly. So a fused optimizer step
  * is FP32 instructions, not conversions between float and double and FP64
  * divisions: the GPU converts to and from 64-bit types at an eighth of its
  * FP32 rate. */
@@ -30,6 +35,19 @@
 const char *emit_register_type(Type t)
 {
     return t == T_FP64 ? "double" : "float";
+}
+
+/* Does a value of type t live in a 16-bit register (a row kernel's)? */
+static int raw_register(const Emitter *e, Type t)
+{
+    return e->rowrole && (t == T_FP16 || t == T_BF16);
+}
+
+const char *emit_value_type(const Emitter *e, Type t)
+{
+    if (raw_register(e, t))
+        return t == T_FP16 ? "__half" : "__nv_bfloat16";
+    return emit_register_type(t);
 }
 
 /* Is operand x's value a float (an FP16, BF16 or FP32 value, or a finite
@@ -90,6 +108,8 @@ static void emit_operand(Emitter *e, int seg, int x, int in_float)
     const char *ld = in_float ? "coco_ldf" : "coco_ld";
     if (n->op == O_CONST)
         fprintf(e->o, in_float ? "(float)%.17g" : "%.17g", n->value);
+    else if (e->segment[x] == seg && raw_register(e, n->type))
+        fprintf(e->o, in_float ? "coco_f32(r%d)" : "coco_f64(r%d)", x);
     else if (e->segment[x] == seg)
         fprintf(e->o, "r%d", x);
     else if (n->op == O_SCALAR)
@@ -191,10 +211,77 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
     fputc(')', o);
 }
 
+/* Is operand x of n a value of n's 16-bit type (a literal it holds)? */
+static int raw_operand(Emitter *e, const Node *n, int x)
+{
+    const Node *v = node_of(e->p, x);
+    if (v->op == O_CONST)
+        return isfinite(v->value) && type_round(n->type, v->value) == v->value;
+    return v->type == n->type;
+}
+
+/* Is n +, - or * (or the negation) of values of its 16-bit type, in a row
+ * kernel: one 16-bit instruction? */
+static int raw_arithmetic(Emitter *e, const Node *n)
+{
+    if (!raw_register(e, n->type) ||
+        (n->op != O_ADD && n->op != O_SUB && n->op != O_MUL && n->op != O_NEG))
+        return 0;
+    for (int k = 0; k < n->nin; k++)
+        if (!raw_operand(e, n, n->in[k]))
+            return 0;
+    return 1;
+}
+
+/* Operand x of such an n, as a value of its 16-bit type */
+static void emit_raw_operand(Emitter *e, int seg, const Node *n, int x)
+{
+    Node *v = node_of(e->p, x);
+    const char *t = emit_tname[n->type];
+    if (v->op == O_CONST)
+        fprintf(e->o, "coco_raw16<%s>((float)%.17g)", t, v->value);
+    else if (e->segment[x] == seg)
+        fprintf(e->o, "r%d", x);
+    else if (v->op == O_SCALAR)
+        fprintf(e->o, "coco_raw16<%s>((float)s%d)", t, x);
+    else if (e->flat[x])
+        fprintf(e->o, "l%d[v]", x);
+    else if (e->rowrole[x] == RR_COL)
+        fprintf(e->o, "lb%d[v]", x);
+    else if (v->ndim == 0 || e->rowrole[x] == RR_ROWIN) /* once, or the row's */
+        fprintf(e->o, "((const CocoRaw<%s> *)x%d)[%s]", t, x, v->ndim == 0 ? "0" : "rrow");
+    else
+        BUG("a row kernel's operand read neither by element, column nor row");
+}
+
+/* r<id> = n's value in one 16-bit instruction (raw_arithmetic) */
+static void emit_raw_statement(Emitter *e, int seg, const Node *n)
+{
+    static const char *const fn[] = {[O_ADD] = "__hadd_rn", [O_SUB] = "__hsub_rn",
+                                     [O_MUL] = "__hmul_rn", [O_NEG] = "__hneg"};
+    fprintf(e->o, "            %s r%d = %s(", emit_value_type(e, n->type), n->id, fn[n->op]);
+    for (int k = 0; k < n->nin; k++) {
+        fputs(k ? ", " : "", e->o);
+        emit_raw_operand(e, seg, n, n->in[k]);
+    }
+    fputs(");\n", e->o);
+}
+
 void emit_value_statement(Emitter *e, int seg, const Node *n)
 {
     FILE *o = e->o;
+    if (raw_arithmetic(e, n)) {
+        emit_raw_statement(e, seg, n);
+        return;
+    }
     int in_float = float_arithmetic(e, n);
+    if (raw_register(e, n->type)) { /* one rounding, float or double to its type */
+        fprintf(o, "            %s r%d = %s<%s>(", emit_value_type(e, n->type), n->id,
+                in_float ? "coco_raw16" : "coco_rows_raw", emit_tname[n->type]);
+        emit_value(e, seg, n, in_float);
+        fputs(");\n", o);
+        return;
+    }
     fprintf(o, "            %s r%d = ", emit_register_type(n->type), n->id);
     if (in_float && n->type == T_FP32) {
         emit_value(e, seg, n, 1);
@@ -209,13 +296,20 @@ void emit_value_statement(Emitter *e, int seg, const Node *n)
 void emit_register_load(Emitter *e, const char *indent, const Node *n, const char *from)
 {
     int wide = n->type == T_FP64;
-    fprintf(e->o, "%s%s r%d = %s(%s, v, %s);\n", indent, emit_register_type(n->type), n->id,
-            wide ? "coco_ld" : "coco_ldf", from, emit_tname[n->type]);
+    if (raw_register(e, n->type))
+        fprintf(e->o, "%s%s r%d = (%s)[v];\n", indent, emit_value_type(e, n->type), n->id, from);
+    else
+        fprintf(e->o, "%s%s r%d = %s(%s, v, %s);\n", indent, emit_register_type(n->type), n->id,
+                wide ? "coco_ld" : "coco_ldf", from, emit_tname[n->type]);
 }
 
 void emit_register_round(Emitter *e, const char *indent, const Node *n, const char *from)
 {
     int wide = n->type == T_FP64;
-    fprintf(e->o, "%s%s r%d = %s(%s, %s);\n", indent, emit_register_type(n->type), n->id,
-            wide ? "coco_round" : "coco_narrow", from, emit_tname[n->type]);
+    if (raw_register(e, n->type))
+        fprintf(e->o, "%s%s r%d = coco_rows_raw<%s>(%s);\n", indent, emit_value_type(e, n->type),
+                n->id, emit_tname[n->type], from);
+    else
+        fprintf(e->o, "%s%s r%d = %s(%s, %s);\n", indent, emit_register_type(n->type), n->id,
+                wide ? "coco_round" : "coco_narrow", from, emit_tname[n->type]);
 }
