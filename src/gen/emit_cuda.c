@@ -49,6 +49,7 @@ static void find_segments(Emitter *e)
     int cur = -1, fusion = -1;
     long count = 0;
     e->row_shape = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
+    e->row_at = emit_alloc(e, ((size_t)p->nnode + 1) * sizeof(int));
     for (int i = 0; i < p->nnode; i++)
         e->segment[i] = e->row_shape[i] = -1;
     rows_find_segments(e);
@@ -913,10 +914,10 @@ static void emit_comm(Emitter *e, const Node *n)
 static void emit_node(Emitter *e, const Node *n, int *done_segment)
 {
     int seg = e->segment[n->id];
-    if (seg >= 0 && e->row_shape[seg] >= 0) { /* launched where its last member is */
-        if (n->id == rows_segment_last(e, seg) && !done_segment[seg])
+    if (seg >= 0 && e->row_shape[seg] >= 0) { /* launched at one of its members */
+        if (n->id == e->row_at[seg] && !done_segment[seg])
             rows_emit_segment_launch(e, seg);
-        done_segment[seg] |= n->id == rows_segment_last(e, seg);
+        done_segment[seg] |= n->id == e->row_at[seg];
         return;
     }
     if (seg >= 0) {

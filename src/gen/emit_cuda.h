@@ -48,6 +48,7 @@ struct Emitter {
                             role (RR_*), which says how its value is read; else NULL */
     int *row_shape; /* per segment: a node of the rows' shape of a row segment (one row
                        kernel: emit_rows.c), or -1 */
+    int *row_at;    /* per row segment: the member where its kernel is launched */
     /* the lowering of node n (its segment's kernel launch, once), then the
      * copy of a new value into its tensor (emit_cuda.c) */
     void (*emit_node)(Emitter *e, const Node *n, int *done_segment);
@@ -189,10 +190,9 @@ void lsa_emit_launch(Emitter *e, int f, int *done_segment); /* its launch, or th
  * reductions make one row kernel becomes one segment (e->row_shape). */
 void rows_find_segments(Emitter *e);
 void rows_emit_segment_kernel(Emitter *e, int seg); /* its kernel (before the body) */
-/* its launch, where its last member is (rows_segment_last), then the copies
- * of its members' new values into their tensors */
+/* its launch (where its member e->row_at[seg] is), then the copies of its
+ * members' new values into their tensors */
 void rows_emit_segment_launch(Emitter *e, int seg);
-int rows_segment_last(Emitter *e, int seg);
 /* The launches of kernel<V REST, R> for each R (V > 1: if (R == r) ... for
  * each of COCO_ROWS_VECTORS, else the streaming R = 0; V = 1: R = 0), each
  * followed by args(e, ctx)'s argument list */

@@ -13,7 +13,8 @@
  *   - a fused computation's row reductions and elementwise members (a
  *     ComputationFuse, or a FusedAllReduce's NCCL path between its
  *     ReduceScatter and AllGather) as one kernel of one segment
- *     (emit_cuda.c), launched where its last member is.
+ *     (emit_cuda.c), launched at its first member that follows its
+ *     operands.
  *
  * A row goes to a group of W warps (coco_rows.cuh): each thread holds R
  * vectors of V elements (R and W template parameters: each vector's place
@@ -814,11 +815,6 @@ static int segment_first(Emitter *e, int seg)
     return e->seg_member[e->seg_first[seg]];
 }
 
-static int segment_last(Emitter *e, int seg)
-{
-    return e->seg_member[e->seg_first[seg + 1] - 1];
-}
-
 static void rows_of_segment(Emitter *e, int seg, Rows *w)
 {
     memset(w, 0, sizeof *w);
@@ -829,26 +825,33 @@ static void rows_of_segment(Emitter *e, int seg, Rows *w)
     ASSERT(rows_analyse(e, w));
 }
 
-/* Is every value w reads or writes contiguous (no scattered tensor), and
- * is every member read outside only after its last member (where the
- * kernel is launched)? */
-static int segment_fits(Emitter *e, const Rows *w)
+/* Where the kernel of w (a segment's) is launched: at its first member
+ * that follows every operand computed in the program, where no member is
+ * read outside before it; -1 where there is none, or where it reads or
+ * writes a scattered tensor (no row kernel). */
+static int segment_at(Emitter *e, const Rows *w)
 {
     Program *p = e->p;
-    int last = w->m[w->nm - 1];
+    int need = -1, at = -1;
     for (int k = 0; k < w->nm; k++)
         if (emit_scat_of(e, w->m[k]))
-            return 0;
-    for (int k = 0; k < w->nin; k++)
+            return -1;
+    for (int k = 0; k < w->nin; k++) {
         if (emit_scat_of(e, w->in[k]))
-            return 0;
-    for (int j = 0; j <= last; j++) {
+            return -1;
+        if (op_info(nd(e, w->in[k])->op)->kind != K_LEAF && w->in[k] > need)
+            need = w->in[k];
+    }
+    for (int k = 0; k < w->nm && at < 0; k++)
+        if (w->m[k] > need)
+            at = w->m[k];
+    for (int j = w->m[0]; j < at; j++) {
         Node *u = &p->node[j];
         for (int i = 0; !u->dead && !is_member(w, j) && i < u->nin; i++)
             if (is_member(w, u->in[i]))
-                return 0;
+                return -1;
     }
-    return 1;
+    return at;
 }
 
 /* Fusion f's row reductions and elementwise members as one row segment,
@@ -869,11 +872,13 @@ static int find_segment(Emitter *e, int f)
         if (w.shape < 0 && emit_row_reduction(p, n))
             w.shape = n->in[0];
     }
-    int ok = w.shape >= 0 && rows_analyse(e, &w) && segment_fits(e, &w);
+    int at = w.shape >= 0 && rows_analyse(e, &w) ? segment_at(e, &w) : -1, ok = at >= 0;
     for (int k = 0; ok && k < w.nm; k++)
         e->segment[w.m[k]] = e->nsegment;
-    if (ok)
+    if (ok) {
+        e->row_at[e->nsegment] = at;
         e->row_shape[e->nsegment++] = w.shape;
+    }
     if (w.shape >= 0)
         rows_free(e, &w);
     emit_free(e, w.m);
@@ -984,9 +989,4 @@ void rows_emit_segment_launch(Emitter *e, int seg)
     for (int k = 0; k < w.nm; k++)
         emit_state_copy(e, nd(e, w.m[k]));
     rows_free(e, &w);
-}
-
-int rows_segment_last(Emitter *e, int seg)
-{
-    return segment_last(e, seg);
 }
