@@ -14,14 +14,17 @@
 #             pairing of types; tests/gpu/transformer_ops.coco: reductions that
 #             keep their dimension, Exp, Erf..., Transposes read in place by
 #             cuBLASLt; tests/oracle/programs/ragged.coco: uneven slices along
-#             dimensions 0 and 1) x every schedule x P, at the examples' sizes
+#             dimensions 0 and 1; tests/gpu/rows_*.coco: row kernels, a
+#             LayerNorm, RMSNorm, softmax, LayerNorm backward, one overlapped
+#             with its MatMul) x every schedule x P, at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
 #   knobs     the last runs of examples alone (scattered W = 41, also on the
 #             NCCL paths, and 401, and COCONET_FUSED_VEC=1 /
 #             COCONET_FUSED_PEERS=1 / COCONET_FUSED=push; at P = 1
-#             COCONET_ONE_RANK_FUSED=1);
+#             COCONET_ONE_RANK_FUSED=1; row kernels on the NCCL path, in each
+#             shape, with long rows, overlapped in chunks);
 #   tune      `coconet tune` of examples/adam.coco and self_attention.coco at
 #             their own sizes (checked where timed), then adam's
 #             `run --schedule tuned` (its knob set in the ranks' environment,
@@ -255,7 +258,9 @@ part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/gpu/transformer_ops.coco \
-             tests/oracle/programs/ragged.coco; do
+             tests/oracle/programs/ragged.coco tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco \
+             tests/gpu/rows_softmax.coco tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco \
+             tests/gpu/rows_mm.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
@@ -285,6 +290,7 @@ part_examples() {
     done
     scattered_fused
     tuning_knobs
+    row_knobs
 }
 
 # the fused collectives' scattered and tuning runs of the examples part alone
@@ -292,6 +298,36 @@ part_knobs() {
     heading "## Fused collectives over scattered tensors, and the fused kernels' other instances"
     scattered_fused
     tuning_knobs
+    row_knobs
+}
+
+# Row kernels (src/gen/emit_rows.c), the schedule `rows` of
+# tests/gpu/rows_ln.coco: on the NCCL path (COCONET_FUSED=nccl: ReduceScatter
+# + one row kernel + AllGather), one element a step (COCONET_FUSED_VEC=1:
+# the streaming form), each shape of COCO_ROWS_SHAPES (COCONET_ROWS_SHAPE:
+# one warp of 1 vector, two of 6, four of 16, the streaming form) at rows of
+# 64, then rows of 3072, 5000 (two warps), 12288 (four) and 40000 (the
+# streaming form); tests/gpu/rows_mm.coco's MatMul overlapped with the row
+# kernel in 3 chunks of uneven rows.
+row_knobs() {
+    f=tests/gpu/rows_ln.coco
+    chosen "$f" || return 0
+    for p in $RANKS; do
+        allowed "$f" "$p" || continue
+        for knob in FUSED=nccl FUSED_VEC=1 ROWS_SHAPE=1,1 ROWS_SHAPE=6,2 ROWS_SHAPE=16,4 \
+                    ROWS_SHAPE=stream; do
+            export "COCONET_$knob"
+            run rows_ln "$knob" "$p" "$f" --schedule rows
+            unset "COCONET_${knob%%=*}"
+        done
+        for h in 3072 5000 12288 40000; do
+            run rows_ln "S=4 H=$h" "$p" "$f" --schedule rows -D S=4 -D H="$h"
+        done
+        COCONET_OVERLAP_CHUNKS=3
+        export COCONET_OVERLAP_CHUNKS
+        run rows_mm "OVERLAP_CHUNKS=3" "$p" tests/gpu/rows_mm.coco --schedule rows_ol
+        unset COCONET_OVERLAP_CHUNKS
+    done
 }
 
 # The fused kernels' other instances, which the autotuner may pick: one

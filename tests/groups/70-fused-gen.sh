@@ -1,6 +1,7 @@
 # ---- which fused collectives become kernels over the peers' memory ----
 # (src/gen/emit_lsa.c, src/gen/emit_send.c; generation only, no nvcc): "VARIANT
-# one|two" per FusedAllReduce and "VARIANT send" per fused Send generated so,
+# one|two|rows" per FusedAllReduce and "VARIANT send" per fused Send generated so,
+# and "VARIANT rowseg" per fused computation generated as one row kernel,
 # compared with the expected list in tests/gen/fused/NAME.expect (its header:
 # the program, the arguments of `coconet gen`, and whether the rules below,
 # which every generated fused kernel keeps, are checked too). Over scattered tensors, and
@@ -13,7 +14,9 @@ fused_kinds() {
     awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
          /^\/\/ FusedAllReduce .* as two kernels/ { print v, "two" }
          /^\/\/ FusedAllReduce .* as one kernel/ { print v, "one" }
-         /^\/\/ fused Send .* as one kernel/ { print v, "send" }' "$1"
+         /^\/\/ fused Send .* as one kernel/ { print v, "send" }
+         /^\/\/ FusedAllReduce .* as a row kernel/ { print v, "rows" }
+         /^\/\/ a row kernel:/ { print v, "rowseg" }' "$1"
 }
 # The NCCL path's own buffers come from the workspace's end (coco_ws_tail)
 # and the kernels' path never names one; the dry run asks for them only
@@ -87,6 +90,25 @@ for x in tests/gen/fused/*.expect; do
     cu=$(ls "$TMP"/fused/*.cu | head -n 1)
     got=$(fused_kinds "$cu" | paste -sd, -)
     if [ "$got" = "$want" ]; then ok; else bad "fused kernels of $f ($x): got '$got', expected '$want'"; fi
+    if grep -q '^# rules: rows$' "$x"; then
+        # row kernels (src/gen/emit_rows.c): each FusedAllReduce's has its
+        # grid from its part's rows (coco_rows_lsa_grid), no push, and an
+        # instance of each shape of COCO_ROWS_SHAPES at each P with vectors
+        # (its one-rank form at P = 1) and the streaming one with V = 1;
+        # each fused computation's is launched with the same shapes
+        rows=$(grep -c '^// FusedAllReduce .* as a row kernel' "$cu")
+        segs=$(grep -c '^// a row kernel:' "$cu")
+        grids=$(grep -c '^        coco_rows_lsa_grid(ctx, cs, H, [0-9]*, &grid, &block);$' "$cu")
+        seg_grids=$(grep -c '^        const dim3 grid = coco_rows_grid(nrows, H, V, 65535), block = coco_rows_block(H, V);$' "$cu")
+        no_push=$(grep -c '^ *if (go(st, 0, grid, coco_chunks_all(cs)))$' "$cu")
+        shapes=$(grep -c '^        else if (shape.r == 6 && shape.w == 2)$' "$cu")
+        streams=$(grep -c '^        v[0-9]*_f[0-9]*<1, [1248], 0, 0><<<grid, block, 0, st>>>(' "$cu")
+        seg_streams=$(grep -c '^        v[0-9]*_k[0-9]*<1, 0, 0><<<grid, block, 0, st>>>(' "$cu")
+        if [ "$rows" -gt 0 ] && [ "$grids" -eq "$rows" ] && [ "$no_push" -ge "$rows" ] &&
+            [ "$seg_grids" -eq "$segs" ] && [ "$shapes" -eq $((4 * rows + segs)) ] &&
+            [ "$streams" -eq $((4 * rows)) ] && [ "$seg_streams" -eq "$segs" ]; then ok
+        else bad "$f: $rows row FusedAllReduces ($grids grids by rows, $no_push launches without push, $streams streaming instances), $segs row computations ($seg_grids grids, $seg_streams streaming instances), $shapes dispatches of a shape"; fi
+    fi
     if ! grep -q '^# rules: yes$' "$x"; then continue; fi
     # every two-kernel fusion exchanges its ranks' folds and ends on a barrier
     two=$(grep -c 'as two kernels' "$cu")

@@ -3,7 +3,9 @@
 group cuda-gen
 mkdir -p "$TMP/gen"
 for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
-         tests/gpu/arith.coco tests/gpu/transformer_ops.coco tests/oracle/programs/ragged.coco; do
+         tests/gpu/arith.coco tests/gpu/transformer_ops.coco tests/oracle/programs/ragged.coco \
+         tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco tests/gpu/rows_softmax.coco \
+         tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco; do
     name=$(basename "$f" .coco)
     dir=$TMP/gen/$name
     coco gen "$f" -o "$dir" --all-schedules
