@@ -13,9 +13,32 @@ for f in bench/*.coco; do
     if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 done
-for sh in bench/fused.sh bench/scattered.sh bench/mp.sh; do
+for sh in bench/fused.sh bench/scattered.sh bench/mp.sh bench/rows.sh; do
     if sh -n "$sh" 2>"$TMP/err"; then ok; else bad "$sh: $(err1)"; fi
 done
+# bench/rows.sh: the programs it writes run on the CPU backend, the fused
+# schedule matching the program; its table from reports and PyTorch's
+# times (tests/bench/rows: fixtures in coconet's and torch_rows.py's
+# formats): the rows, GB/s as a share of the copy, ln_bwd = ln_dx + ln_dgdb
+rm -rf "$TMP/rows" && mkdir -p "$TMP/rows"
+PROGRAMS_ONLY=1 SIZES=16x64 TYPES="FP16 BF16" sh bench/rows.sh "$TMP/rows" >"$TMP/rows.out" 2>&1
+n=0
+for f in "$TMP"/rows/*.coco; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    coco run "$f" --ranks 1 --schedule fused
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "bench/rows.sh's $(basename "$f"): ${why:-exit status $rc}: $(err1)"
+    elif ! grep -q '^fused  *bitwise ' "$TMP/out"; then bad "bench/rows.sh's $(basename "$f"): fused not bitwise"
+    else ok; fi
+done
+if [ "$n" -eq 10 ]; then ok; else bad "bench/rows.sh PROGRAMS_ONLY=1 wrote $n programs, not 10"; fi
+rm -rf "$TMP/rows" && cp -r tests/bench/rows "$TMP/rows"
+SUMMARY_ONLY=1 sh bench/rows.sh "$TMP/rows" >"$TMP/rows.out" 2>&1
+fwd=$(grep '^| ln_fwd |' "$TMP/rows/summary.md")
+bwd=$(grep '^| ln_bwd |' "$TMP/rows/summary.md")
+if [ "$fwd" = "| ln_fwd | FP16 | 8192x3072 | 0.0600 | 2517 | 84.4 % | 84.3 % | 0.4000 | 0.1800 | 3.00 |" ] &&
+    [ "$bwd" = "| ln_bwd | FP16 | 8192x3072 | 0.2700 | 559 | 18.7 % | - | 0.3000 | 0.2500 | 0.93 |" ]; then ok
+else bad "bench/rows.sh's table: got '$fwd' and '$bwd'"; fi
 if command -v "$PYTHON" >/dev/null 2>&1; then
     if timeout 60 "$PYTHON" tests/bench/check_plot.py >"$TMP/plot.out" 2>&1; then ok; else
         bad "tests/bench/check_plot.py:"; head -n 20 "$TMP/plot.out" | sed 's/^/  /'
@@ -37,8 +60,10 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     else bad "bench/plot_roofline.py: got '$got', expected '$want'"; fi
     note=
     grep -q 'plot_fig10.py not checked' "$TMP/mp.out" && note="plot_fig10.py skipped: no matplotlib"
-    if "$PYTHON" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
-        bench/torch_mp.py 2>"$TMP/err"; then ok; else bad "bench/torch_mp.py: $(tail -n 1 "$TMP/err")"; fi
+    for py in bench/torch_mp.py bench/torch_rows.py; do
+        if "$PYTHON" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
+            "$py" 2>"$TMP/err"; then ok; else bad "$py: $(tail -n 1 "$TMP/err")"; fi
+    done
     # rows timed with --reference none (result unchecked) are timings; a
     # failed check (REPLICAS) is not
     printf '%s\n' "tool,program,optimizer,precision,N,variant,schedule,result,ms" \
