@@ -635,6 +635,33 @@ __device__ __forceinline__ double coco_erf(double x)
     return erf(x);
 }
 
+// Exp, Log, Erf and Tanh (F: 0, 1, 2, 3) of a float x rounded to t, FP16 or
+// BF16, with the bits of the double function's rounding: the float
+// function, within a few ulps of a float (2 at most in CUDA's library),
+// decides unless its value lies within 2^-20 of it (relative: 8 ulps and
+// more) of a rounding boundary of t, which both neighbours' roundings then
+// show; there the double function does, as it does for every element of
+// the double path (src/gen/emit_value.c). Float instructions for all but
+// about one element in a few thousand.
+template <int F> __device__ __forceinline__ float coco_fn_float(float x)
+{
+    return F == 0 ? expf(x) : F == 1 ? logf(x) : F == 2 ? erff(x) : tanhf(x);
+}
+
+template <int F> __device__ __forceinline__ double coco_fn_double(double x)
+{
+    return F == 0 ? exp(x) : F == 1 ? log(x) : F == 2 ? erf(x) : tanh(x);
+}
+
+template <int F> __device__ __forceinline__ float coco_fn16(float x, int t)
+{
+    const float y = coco_fn_float<F>(x), r = coco_roundf(y, t);
+    if (coco_roundf(__fmul_rn(y, 1.00000095367431640625f), t) == r &&
+        coco_roundf(__fmul_rn(y, 0.99999904632568359375f), t) == r)
+        return r;
+    return coco_narrow(coco_fn_double<F>((double)x), t);
+}
+
 // Max(a, b) and Min(a, b) as the CPU's fold of a then b: b where it is
 // larger (smaller) or NaN, else a (a where they are equal, +0 and -0 too).
 __device__ __forceinline__ double coco_max(double a, double b)

@@ -13,7 +13,10 @@
  *   - double arithmetic rounded to the type (coco_round, coco_narrow)
  *     otherwise: mixed FP32/FP16 operands rounded to FP16, BF16 results,
  *     FP64, Pow, Tanh, Exp, Log, Erf, Dropout, constants that are not
- *     floats. A comparison or an Ite's condition compares the operands'
+ *     floats; but Tanh, Exp, Log and Erf of a float rounded to FP16 or
+ *     BF16 take the float function where its value is far enough from a
+ *     rounding boundary to decide it, else the double one (coco_fn16:
+ *     the same bits, float instructions for nearly every element). A comparison or an Ite's condition compares the operands'
  *     values exactly, each in its own register type (a condition 1e-300 is
  *     not zero). CUDA's double Pow, Tanh, Exp, Log and Erf are within an
  *     ulp or two of the C library's: their FP64 results may differ from
@@ -67,11 +70,22 @@ static int is_half_value(const Node *x)
     return x->type == T_FP16;
 }
 
+/* Is n Exp, Log, Erf or Tanh of a float value rounded to FP16 or BF16:
+ * the float function where it decides the rounding (coco_fn16)? */
+static int fn16(Emitter *e, const Node *n)
+{
+    int fn = n->op == O_EXP || n->op == O_LOG || n->op == O_ERF || n->op == O_TANH;
+    return fn && (n->type == T_FP16 || n->type == T_BF16) &&
+           is_float_value(node_of(e->p, n->in[0]));
+}
+
 /* Does FP32 arithmetic give node n's value with the CPU's bits? */
 static int float_arithmetic(Emitter *e, const Node *n)
 {
     if (n->type == T_FP64)
         return 0;
+    if (fn16(e, n))
+        return 1;
     switch (n->op) {
     case O_NEG: case O_RELU: case O_CAST: case O_ABS: /* exact, then one rounding to n's type */
         return is_float_value(node_of(e->p, n->in[0]));
@@ -187,10 +201,16 @@ static void emit_value(Emitter *e, int seg, const Node *n, int in_float)
         return;
     case O_NEG: fputs("-", o); break;
     case O_SQRT: fputs(in_float ? "__fsqrt_rn" : "__dsqrt_rn", o); break;
-    case O_TANH: fputs("coco_tanh", o); break;
-    case O_EXP: fputs("coco_exp", o); break;
-    case O_LOG: fputs("coco_log", o); break;
-    case O_ERF: fputs("coco_erf", o); break;
+    case O_TANH: case O_EXP: case O_LOG: case O_ERF:
+        if (in_float) { /* fn16: rounded to n's type already */
+            fprintf(o, "coco_fn16<%d>(", n->op == O_EXP ? 0 : n->op == O_LOG ? 1 : n->op == O_ERF ? 2 : 3);
+            emit_operand(e, seg, n->in[0], 1);
+            fprintf(o, ", %s)", emit_tname[n->type]);
+            return;
+        }
+        fputs(n->op == O_TANH ? "coco_tanh" : n->op == O_EXP ? "coco_exp" : n->op == O_LOG ? "coco_log"
+                                                                                    : "coco_erf", o);
+        break;
     case O_ABS: fputs(in_float ? "fabsf" : "fabs", o); break;
     case O_RELU: fputs(in_float ? "coco_reluf" : "coco_relu", o); break;
     case O_CAST: break;
@@ -283,7 +303,7 @@ void emit_value_statement(Emitter *e, int seg, const Node *n)
         return;
     }
     fprintf(o, "            %s r%d = ", emit_register_type(n->type), n->id);
-    if (in_float && n->type == T_FP32) {
+    if (in_float && (n->type == T_FP32 || fn16(e, n))) { /* fn16: rounded already */
         emit_value(e, seg, n, 1);
         fputs(";\n", o);
         return;
