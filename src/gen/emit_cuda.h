@@ -2,7 +2,8 @@
  * from the top: emit_cuda.c (the entry points, elementwise kernels, library
  * calls) calls emit_lsa.c and emit_lsa_plan.c (a FusedAllReduce as kernels
  * over the peers' memory), emit_send.c (a fused Send as one kernel storing
- * into the receiver), emit_scatter.c (scattered tensors), emit_value.c (one
+ * into the receiver), emit_lowering.c (what the lowering of a collective or
+ * a MatMul shares), emit_scatter.c (scattered tensors), emit_value.c (one
  * element's arithmetic) and emit_common.c (helpers), each only those below
  * it in this list. A part that must lower a node of the program (a fused
  * operation's NCCL path) does so through Emitter.emit_node. */
@@ -49,6 +50,20 @@ struct Emitter {
     void **scratch; /* emit_alloc's blocks not yet freed */
     int nscratch, capscratch;
 };
+
+/* ---- emit_lowering.c: what emit_cuda.c's lowering of a collective or a
+ * MatMul shares with the parts that lower them otherwise ---- */
+const char *emit_comm_of(Emitter *e, const Node *n); /* the communicator of n's NCCL calls */
+int emit_redop_code(RedOp r);                        /* coco_nccl_op's code of r */
+int emit_widened(const Node *n); /* does collective n reduce FP16/BF16 values in FP32? */
+void emit_narrow(Emitter *e, const Node *n);  /* `narrow` where widened: NCCL sums FP16 itself */
+void emit_reduce_result(Emitter *e, const Node *n); /* where widened, unless narrow: the FP32
+                                                       result into b<n> */
+/* is n a Transpose that the MatMuls reading it read in place (no copy)? */
+int emit_transpose_in_place(Emitter *e, const Node *n);
+/* the buffer a MatMul reads for operand x: x's, or its input's for a
+ * Transpose read in place (*trans set) */
+int emit_matmul_source(Emitter *e, const Node *x, int *trans);
 
 /* ---- emit_common.c ---- */
 extern const char *const emit_tname[NTYPE];
