@@ -10,8 +10,10 @@
  *     ncclSend/ncclRecv on WORLD; a FusedAllReduce is ReduceScatter + one
  *     fused kernel + AllGather (or kernels over the peers' memory:
  *     emit_lsa.c), a fused Send its kernels + ncclSend/ncclRecv (or one
- *     kernel storing into the receiver: emit_send.c); overlapped chains run
- *     in order on the stream.
+ *     kernel storing into the receiver: emit_send.c); a MatMul overlapped
+ *     with a FusedAllReduce runs in chunks (emit_overlap.c), with an
+ *     AllGather or ReduceScatter by its blocks (emit_overlap_blocks.c);
+ *     other overlapped chains run in order on the stream.
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
  * comment naming the program statements it computes. */
@@ -910,6 +912,8 @@ static void emit_body(Emitter *e, const char *entry)
         int f = e->lsa_node[i];
         if (ovl_deferred(e, i)) /* computed by its overlapped fusion's launch */
             continue;
+        if (e->ovl_block[i] == OVL_BLOCK_DEFERRED) /* with the MatMul it overlaps */
+            continue;
         if (f >= 0 && !p->node[i].dead) {
             if (!fused_done[f] && p->fusion[f].kind == F_SEND)
                 send_emit_launch(e, f, done);
@@ -918,7 +922,8 @@ static void emit_body(Emitter *e, const char *entry)
             fused_done[f] = 1;
             continue;
         }
-        emit_node(e, &p->node[i], done);
+        if (!ovl_blocks_launch(e, i, done)) /* a MatMul by a collective's blocks */
+            emit_node(e, &p->node[i], done);
     }
     emit_free(e, fused_done);
     emit_free(e, done);
@@ -1032,6 +1037,7 @@ static void emit_variant_code(Emitter *e, int vi)
             send_claim(e, f);
             send_emit_kernel(e, f);
         }
+    ovl_blocks_find(e);
     e->nccl_only = emit_alloc(e, (size_t)p->nnode);
     for (int f = 0; f < p->nfusion; f++)
         if (e->lsa[f] && p->fusion[f].kind == F_ALLREDUCE)

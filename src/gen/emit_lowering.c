@@ -1,7 +1,8 @@
 /* emit_lowering.c: what the lowering of a collective or a MatMul
- * (emit_cuda.c) shares with the parts that lower them otherwise: a
- * collective's communicator and reduction code, whether it reduces FP16
- * and BF16 values in FP32, and the buffer a MatMul reads for each operand. */
+ * (emit_cuda.c) shares with the overlaps that lower them otherwise
+ * (emit_overlap_blocks.c): a collective's communicator and reduction code,
+ * whether it reduces FP16 and BF16 values in FP32, and the buffer a MatMul
+ * reads for each operand. */
 #include "gen/emit_cuda.h"
 
 /* Does collective n reduce FP16/BF16 values? Those reduce in FP32 (the
@@ -60,7 +61,9 @@ int emit_redop_code(RedOp r)
 /* Is n a Transpose that the MatMuls reading it read in place (cuBLASLt's
  * transpose flag, no copy)? So it is when it is read only as MatMul
  * operands and is no output; MatMuls with a Transpose operand are not
- * overlapped (emit_overlap.c), so their launch reads the Transpose's input. */
+ * overlapped with a FusedAllReduce (emit_overlap.c), so their launch reads
+ * the Transpose's input (by a collective's blocks, emit_overlap_blocks.c,
+ * they read it too: emit_matmul_source). */
 int emit_transpose_in_place(Emitter *e, const Node *n)
 {
     if (n->op != O_TRANSPOSE || e->out_index[n->id] >= 0)
