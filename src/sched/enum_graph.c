@@ -194,15 +194,38 @@ static int listed(const char **names, int n, const char *name)
     return 0;
 }
 
+/* A reduction along a dimension the ReduceScatter cuts: no FusedAllReduce
+ * holds one (xform_fuse.c, check_whole_rows). */
+static int cut_reduction(const Node *d)
+{
+    return d->op == O_PARTIAL_REDUCE && d->axis >= 0;
+}
+
+/* after[id]: reached node id computes from a cut reduction (reached[] is
+ * in program order, so a node's inputs come before it). */
+static void mark_after_cuts(StateGraph *g, int n, char *after)
+{
+    for (int i = 1; i < n; i++) {
+        const Node *d = node_of(g->q, g->reached[i]);
+        int a = cut_reduction(d);
+        for (int k = 0; !a && k < d->nin; k++)
+            a = after[d->in[k]];
+        after[g->reached[i]] = (char)a;
+    }
+}
+
 int state_gathers_after(StateGraph *g, int rs, const char **names)
 {
     int n = walk_readers(g, rs, computation_or_gather), c = 0;
+    char *after = xcalloc((size_t)g->q->nnode + 1, 1);
+    mark_after_cuts(g, n, after);
     names[c++] = node_of(g->q, rs)->name;
     for (int i = 1; i < n; i++) {
         const Node *d = node_of(g->q, g->reached[i]);
-        if (d->op == O_ALLGATHER && d->fusion < 0 && !listed(names, c, d->name))
+        if (d->op == O_ALLGATHER && d->fusion < 0 && !after[d->id] && !listed(names, c, d->name))
             names[c++] = d->name;
     }
+    free(after);
     return c;
 }
 

@@ -67,7 +67,9 @@ const char *state_unit_of(const StateGraph *g, int id); /* its unit's name, or N
  * order (room for q->nnode); their count */
 int state_downstream_units(StateGraph *g, int from, const char **units);
 /* rs's name, then the unfused AllGathers downstream of ReduceScatter rs
- * through computations and collectives, in program order; their count */
+ * through computations and collectives, in program order, but those that
+ * gather a value computed from a reduction along a dimension rs cuts (no
+ * FusedAllReduce holds one); their count */
 int state_gathers_after(StateGraph *g, int rs, const char **names);
 int state_overlap_units(StateGraph *g);                /* the overlap candidates */
 Ref state_unit(const StateGraph *g, int u);            /* candidate u */

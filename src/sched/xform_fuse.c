@@ -169,6 +169,27 @@ static void check_shapes(Members *m)
     }
 }
 
+/* Each rank's slice holds whole rows of every reduction of a FusedAllReduce:
+ * none reduces along the dimension the ReduceScatter cuts (a PartialReduce
+ * along a dimension, which reorder makes of such a reduction). Reductions
+ * of every element (a Norm's sum across ranks, as LAMB's) are taken. */
+static void check_whole_rows(Members *m, int rs)
+{
+    Program *p = m->p;
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(p, i);
+        if (!m->in[i] || n->op != O_PARTIAL_REDUCE || n->axis < 0)
+            continue;
+        Node *y = node_of(p, n->in[0]);
+        int head = statement_head(p, i);
+        refuse(m->x, "%s reduces along dimension %d of %s, the dimension ReduceScatter %s cuts "
+               "(%s): each rank's slice holds only part of every row it reduces, but a "
+               "FusedAllReduce reduces whole rows (reduce along another dimension, or leave %s "
+               "out of the fused operation)", value_desc(p, head), n->axis, value_desc(p, y->id),
+               value_desc(p, rs), layout_str(p->arena, y->layout), value_desc(p, head));
+    }
+}
+
 static void check_allreduce_fuse(Members *m)
 {
     int rs = -1, ag = -1;
@@ -179,6 +200,7 @@ static void check_allreduce_fuse(Members *m)
         refuse(m->x, "a FusedAllReduce ends with AllGathers of its results; none is given");
     add_paths(m, rs);
     add_helpers(m);
+    check_whole_rows(m, rs);
     for (int i = 0; i < m->n; i++) {
         Node *n = node_of(m->p, i);
         if (!m->in[i] || i == rs || n->ndim == 0 || n->op == O_SLICE)
