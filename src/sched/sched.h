@@ -87,8 +87,12 @@ void xform_fuse(const Xform *x);
 /* xform_fuse_ar.c: the verb fuse: fuse(allreduce, C..., AllReduceFuse) as
  * split + reorder + fuse, anything else xform_fuse */
 void xform_fuse_verb(const Xform *x);
+/* xform_overlap.c */
 void xform_overlap(const Xform *x);
 int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
+/* the node an overlap item stands for: r itself, or the one MatMul that
+ * computation statement r writes inline; -1 for a fused operation */
+int overlap_operation(Program *p, Ref r);
 void xform_asslice(const Xform *x);
 void xform_dead(const Xform *x);
 
