@@ -243,6 +243,19 @@ static void list_fusion_units(StateGraph *g, int *fusion_unit)
     }
 }
 
+/* The node candidate i is named by: i, or for a MatMul written inline in a
+ * computation's statement ('Var h = MatMul(x, w) + b;') that statement,
+ * which stands for it in an overlap (overlap_operation). */
+static int unit_node(const StateGraph *g, int i)
+{
+    Program *q = g->q;
+    int h = g->head[i];
+    if (q->node[i].op == O_MATMUL && h != i && is_computation(&q->node[h]) &&
+        overlap_operation(q, h) == i)
+        return h;
+    return i;
+}
+
 /* Fused collectives and Sends (not computations), then unfused MatMuls and
  * communications while there are fewer than MAX_OVERLAP_UNITS candidates;
  * node_unit and fusion_unit give each one's index (-1: none). */
@@ -251,13 +264,15 @@ static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
     Program *q = g->q;
     g->unit = xmalloc(((size_t)q->nfusion + MAX_OVERLAP_UNITS + 1) * sizeof(Ref));
     list_fusion_units(g, fusion_unit);
+    for (int i = 0; i < q->nnode; i++)
+        node_unit[i] = -1;
     for (int i = 0; i < q->nnode; i++) {
         Node *d = &q->node[i];
-        node_unit[i] = -1;
         if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) &&
             g->nunit < MAX_OVERLAP_UNITS) {
-            node_unit[i] = g->nunit;
-            g->unit[g->nunit++] = i;
+            int u = unit_node(g, i);
+            node_unit[u] = g->nunit;
+            g->unit[g->nunit++] = u;
         }
     }
 }
