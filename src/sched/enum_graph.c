@@ -256,8 +256,16 @@ static int unit_node(const StateGraph *g, int i)
     return i;
 }
 
+/* An AllReduce of a PartialReduce: part of a reduction's computation
+ * (reorder's, over a sliced dimension), which is no overlap candidate. */
+static int partial_sum(Program *q, const Node *d)
+{
+    return d->op == O_ALLREDUCE && node_of(q, d->in[0])->op == O_PARTIAL_REDUCE;
+}
+
 /* Fused collectives and Sends (not computations), then unfused MatMuls and
- * communications while there are fewer than MAX_OVERLAP_UNITS candidates;
+ * communications (but a reduction's sum across ranks) while there are fewer
+ * than MAX_OVERLAP_UNITS candidates;
  * node_unit and fusion_unit give each one's index (-1: none). */
 static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
 {
@@ -268,7 +276,7 @@ static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
         node_unit[i] = -1;
     for (int i = 0; i < q->nnode; i++) {
         Node *d = &q->node[i];
-        if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) &&
+        if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) && !partial_sum(q, d) &&
             g->nunit < MAX_OVERLAP_UNITS) {
             int u = unit_node(g, i);
             node_unit[u] = g->nunit;

@@ -11,7 +11,9 @@
  *     can be reduced as soon as it is written;
  *   - MatMul then FusedAllReduce: as for a ReduceScatter, and every row
  *     reduction of the fused computation reduces along the last dimension of
- *     a value of the MatMul's rows: a chunk of rows holds each row whole.
+ *     a value of the MatMul's rows: a chunk of rows holds each row whole;
+ *   - FusedAllReduce then MatMul: as for each AllGather of the fused
+ *     operation that the MatMul reads.
  * An item names a MatMul, a communication, a fused operation or a
  * computation's statement; a statement that writes one MatMul inline
  * ('Var h = MatMul(x, w) + b;') stands for that MatMul in these rules. */
@@ -39,9 +41,10 @@ int overlap_operation(Program *p, Ref r)
         return -1;
     if (is_overlapped_kind(node_of(p, r)))
         return r;
-    int *ids = arena_alloc(p->arena, (size_t)p->nnode * sizeof(int));
-    int c = statement_nodes(p, r, ids, p->nnode), found = -1, count = 0;
-    for (int k = 1; k < c && k < p->nnode; k++)
+    int ids[256], c = statement_nodes(p, r, ids, 256), found = -1, count = 0;
+    if (c > 256)
+        return r; /* a statement that long stands for itself */
+    for (int k = 1; k < c; k++)
         if (is_overlapped_kind(node_of(p, ids[k]))) {
             found = ids[k];
             count++;
@@ -164,6 +167,25 @@ static void check_matmul_fused(const Xform *x, int mm, int f)
                node_of(p, r)->axis, value_desc(p, node_of(p, r)->in[0]), value_desc(p, mm));
 }
 
+/* A MatMul after a FusedAllReduce reads the AllGathers that end it: each
+ * it reads, as after that AllGather alone. */
+static void check_fused_matmul(const Xform *x, int f, int mm)
+{
+    Program *p = x->p;
+    const Node *m = node_of(p, mm);
+    for (int i = 0; i < p->nnode; i++) {
+        int d;
+        if (!p->node[i].dead && p->node[i].fusion == f && p->node[i].op == O_ALLGATHER &&
+            gathered_operand(p, i, m, &d) >= 0)
+            check_gather_matmul(x, i, mm);
+    }
+}
+
+static int is_fused_allreduce(Program *p, Ref r)
+{
+    return REF_IS_FUSION(r) && p->fusion[REF_FUSION_INDEX(r)].kind == F_ALLREDUCE;
+}
+
 /* The rules of the pairs the generated code runs in chunks (top). */
 static void check_pair(const Xform *x, Ref a, Ref b)
 {
@@ -171,10 +193,11 @@ static void check_pair(const Xform *x, Ref a, Ref b)
     int oa = overlap_operation(p, a), ob = overlap_operation(p, b);
     if (is_op(p, oa, O_ALLGATHER) && is_op(p, ob, O_MATMUL))
         check_gather_matmul(x, oa, ob);
+    if (is_fused_allreduce(p, a) && is_op(p, ob, O_MATMUL))
+        check_fused_matmul(x, REF_FUSION_INDEX(a), ob);
     if (is_op(p, oa, O_MATMUL) && is_op(p, ob, O_REDUCESCATTER))
         check_scatter_reads(x, oa, ob);
-    if (is_op(p, oa, O_MATMUL) && REF_IS_FUSION(b) &&
-        p->fusion[REF_FUSION_INDEX(b)].kind == F_ALLREDUCE)
+    if (is_op(p, oa, O_MATMUL) && is_fused_allreduce(p, b))
         check_matmul_fused(x, oa, REF_FUSION_INDEX(b));
 }
 
