@@ -139,4 +139,14 @@ for name in 'MM-RS-C-ol(AG,MM)-C' 'ol(MM,RS)-C-ol(AG,MM)-C' 'ol(MM,fuse(RS-C-AG)
     else ok; fi
 done
 run_schedules "$TMP/boundary.coco" --ranks 4
+# every item of an enumerated overlap has a token in the name: no candidate
+# is a part of a computation (a reduction's sum across ranks, as the bias
+# gradients of examples/transformer_sp_backward.coco have)
+for f in examples/*.coco; do
+    coco schedules "$f"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules $f: ${why:-exit status $rc}: $(err1)"
+    elif grep -E '// .*(\(,|,\)|,,|\(\))' "$TMP/out" >"$TMP/nameless"; then
+        bad "schedules $f: an item without a name: $(head -n 1 "$TMP/nameless")"
+    else ok; fi
+done
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
