@@ -113,4 +113,40 @@ elif ! grep -q -F -x "  fuse(rs_avg, ag_p1, AllReduceFuse);" "$TMP/out"; then
 else ok; fi
 run_schedules "$TMP/cast_inline.coco" --ranks 4
 run_schedules "$TMP/cast_inline.coco" --ranks 3
+# A layer boundary (row-parallel MatMul, AllReduce, a row norm, a
+# column-parallel MatMul written inline with its bias; 7 tokens, uneven
+# slices at 4 ranks): the enumeration overlaps the AllGather with the
+# MatMul that reads it (named by its statement), and both MatMuls at once,
+# named in the paper's notation; every schedule matches the program.
+boundary() {
+    echo "Size T = 7, H = 8;"
+    echo "Tensor x(FP32, [T,H], Sliced(1), WORLD, RANK);"
+    echo "Tensor w(FP32, [H,H], Sliced(0), WORLD, RANK);"
+    echo "Tensor w1(FP32, [H,2*H], Sliced(1), WORLD, RANK);"
+    echo "Tensor b1(FP32, [2*H], Sliced(0), WORLD, RANK);"
+    echo "Var proj = MatMul(x, w);"
+    echo 'Var s = AllReduce("+", proj);'
+    echo 'Var n = s / Sqrt(ReduceTensor("+", s * s, -1, Keep) + 1);'
+    echo "Var h = MatMul(n, w1) + b1;"
+    echo "Execute boundary({x, w, w1, b1}, {h});"
+}
+boundary >"$TMP/boundary.coco"
+coco schedules "$TMP/boundary.coco"
+for name in 'MM-RS-C-ol(AG,MM)-C' 'ol(MM,RS)-C-ol(AG,MM)-C' 'ol(MM,fuse(RS-C-AG))-MM-C'; do
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of a layer boundary: ${why:-exit status $rc}: $(err1)"
+    elif ! grep -q -F -- "// $name" "$TMP/out"; then
+        bad "schedules of a layer boundary: no $name: $(grep -c '^Schedule ' "$TMP/out") schedules"
+    else ok; fi
+done
+run_schedules "$TMP/boundary.coco" --ranks 4
+# every item of an enumerated overlap has a token in the name: no candidate
+# is a part of a computation (a reduction's sum across ranks, as the bias
+# gradients of examples/transformer_sp_backward.coco have)
+for f in examples/*.coco; do
+    coco schedules "$f"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules $f: ${why:-exit status $rc}: $(err1)"
+    elif grep -E '// .*(\(,|,\)|,,|\(\))' "$TMP/out" >"$TMP/nameless"; then
+        bad "schedules $f: an item without a name: $(head -n 1 "$TMP/nameless")"
+    else ok; fi
+done
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"
