@@ -86,6 +86,17 @@ coco tune "$TMP/layers20.coco" --plan
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
 else ok; fi
+# five AllReduces, each split and fused or not: schedules of up to 15
+# statements, fewer than the cap: the depth (10) cuts the list, and a note says so
+awk 'BEGIN { for (i = 1; i <= 5; i++) {
+        printf "Tensor x%d(FP32, [8], Local, WORLD, RANK);\n", i
+        printf "Var y%d = AllReduce(\"+\", x%d);\n", i, i }
+    print "Execute f({x1,x2,x3,x4,x5}, {y1,y2,y3,y4,y5});" }' >"$TMP/deep.coco"
+coco schedules "$TMP/deep.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 5 AllReduces: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F "note: the enumeration tried schedules of at most 10 statements" "$TMP/err"; then
+    bad "schedules of 5 AllReduces: no note of the depth: $(err1)"
+else ok; fi
 # sgd_cast INLINE|VAR: an optimizer step whose AllReduce reads a Cast
 sgd_cast() {
     echo "Size N = 1024;"
