@@ -12,8 +12,8 @@
  * questions asked of a state's graph are answered from facts gathered once
  * (enum_graph.c), so that a candidate costs time linear in the program.
  * The search keeps at most MAX_STATES schedules of at most MAX_DEPTH
- * statements; when a program has more, the list stops at the cap and a note
- * on stderr says so. */
+ * statements; when a program has more, the list stops at the cap, or at
+ * the depth, and a note on stderr says so. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -50,6 +50,7 @@ typedef struct {
     int nqueue, head;
     ByteSet seen;      /* the queued schedules' graph signatures */
     int cut;           /* a distinct valid schedule was left out at the cap */
+    int deep;          /* a schedule of MAX_DEPTH statements was not extended */
     const char **args; /* a candidate's arguments: room for every node's name */
     int nargs;         /* room in args */
 } Enum;
@@ -550,8 +551,10 @@ static void overlaps(Enum *e, Seq s, Program *q, StateGraph *g)
 
 static void expand(Enum *e, Seq s)
 {
-    if (s.n >= MAX_DEPTH)
+    if (s.n >= MAX_DEPTH) {
+        e->deep = 1;
         return;
+    }
     Program *q = state_program(e, s);
     if (!q)
         return;
@@ -633,6 +636,9 @@ int enumerate_schedules(Program *p)
     if (e.cut)
         fprintf(stderr, "%s: note: the enumeration stopped at its cap of %d schedules; the "
                 "program has more\n", p->file, MAX_STATES);
+    else if (e.deep)
+        fprintf(stderr, "%s: note: the enumeration tried schedules of at most %d statements; "
+                "longer ones were not tried\n", p->file, MAX_DEPTH);
     program_free(e.root);
     set_free(&e.seen);
     free(e.args);

@@ -59,19 +59,8 @@ elif ! grep -q -F -x -- "  reorder(ag_s$all, AGReorder);" "$TMP/out"; then
     bad "schedules of 100 readers: no reorder of all 100: $(grep -m 1 reorder "$TMP/out" | cut -c 1-200)"
 else ok; fi
 run_schedules "$TMP/fanout100.coco" --ranks 4
-# layers N: N chained Tanh(AllReduce("+", MatMul(x, w) * c)) statements
-layers() {
-    awk -v n="$1" 'BEGIN {
-        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
-        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
-        print "Scalar c(FP32, 0.5);"
-        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
-        for (i = 1; i < n; i++)
-            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
-        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
-}
-layers 80 >"$TMP/layers80.coco"
-layers 20 >"$TMP/layers20.coco"
+chained_layers 80 >"$TMP/layers80.coco"
+chained_layers 20 >"$TMP/layers20.coco"
 cap_note="note: the enumeration stopped at its cap of 4000 schedules"
 coco schedules "$TMP/layers80.coco"
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 80 layers: ${why:-exit status $rc}: $(err1)"
@@ -85,6 +74,17 @@ else ok; fi
 coco tune "$TMP/layers20.coco" --plan
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
+else ok; fi
+# five AllReduces, each split and fused or not: schedules of up to 15
+# statements, fewer than the cap: the depth (10) cuts the list, and a note says so
+awk 'BEGIN { for (i = 1; i <= 5; i++) {
+        printf "Tensor x%d(FP32, [8], Local, WORLD, RANK);\n", i
+        printf "Var y%d = AllReduce(\"+\", x%d);\n", i, i }
+    print "Execute f({x1,x2,x3,x4,x5}, {y1,y2,y3,y4,y5});" }' >"$TMP/deep.coco"
+coco schedules "$TMP/deep.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 5 AllReduces: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F "note: the enumeration tried schedules of at most 10 statements" "$TMP/err"; then
+    bad "schedules of 5 AllReduces: no note of the depth: $(err1)"
 else ok; fi
 # sgd_cast INLINE|VAR: an optimizer step whose AllReduce reads a Cast
 sgd_cast() {
