@@ -57,13 +57,13 @@ tune_expect "chunks of a MatMul by a ReduceScatter's blocks" "^ol_MM_RS_C_AG +ch
 # collective; none on one rank (the MatMul alone) nor where a MatMul follows
 # a FusedAllReduce (nothing chunks it)
 coco tune tests/gpu/overlap_blocks.coco --ranks 4 --plan
-tune_expect "overlap_blocks at P = 4" ", 4 ranks: 11 variants, 33 candidates;"
+tune_expect "overlap_blocks at P = 4" ", 4 ranks: 12 variants, 36 candidates;"
 tune_expect "the MatMuls by both collectives' blocks" "^ol_both +chunks4 "
 tune_expect "by the AllGather's blocks" "^ol_ag +chunks1 "
 if grep -q '^MM_ol_fuse_RS_C_AG_MM  *chunks' "$TMP/out"; then
     bad "tune: chunks for a MatMul after its FusedAllReduce"; else ok; fi
 coco tune tests/gpu/overlap_blocks.coco --ranks 1 --plan
-tune_expect "overlap_blocks at P = 1" ", 1 rank: 11 variants, 15 candidates;"
+tune_expect "overlap_blocks at P = 1" ", 1 rank: 12 variants, 16 candidates;"
 if grep -q '^ol_both  *chunks' "$TMP/out"; then bad "tune: chunks on one rank"; else ok; fi
 
 # the search against recorded times; pruning at 1.5 finds the best (paper

@@ -336,10 +336,9 @@ want=$(grep -v '^#' tests/gen/overlap_blocks.expect)
 if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
 else bad "MatMuls by a collective's blocks (tests/gen/overlap_blocks.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
 # overlap(MatMul, FusedAllReduce) whose computation reduces within each
-# rank's rows, along H and along B (tests/gpu/rows_overlap.coco's ol_rows):
-# where it is chunked, it cuts whole units of the B rows the reduction along
-# B spans (src/gen/emit_overlap.c, row_unit), the kernels' chunks and the
-# MatMul's. (Its fusion runs over the peers' memory, and so is chunked, only
+# row (tests/gpu/rows_overlap.coco's ol_rows): where it is chunked, it cuts
+# whole units of the rows a reduction spans (src/gen/emit_overlap.c,
+# row_unit), the kernels' chunks and the MatMul's. (Its fusion runs over the peers' memory, and so is chunked, only
 # where the fused kernels take reductions within rows.)
 rm -rf "$TMP/rows"
 coco gen tests/gpu/rows_overlap.coco -o "$TMP/rows" --all-schedules
