@@ -108,6 +108,29 @@ static inline long coco_overlap_default_chunks(long M, long N, long K, long P, l
                : 1;
 }
 
+/* overlap(AllGather, MatMul) and overlap(MatMul, ReduceScatter), the MatMul
+ * by the collective's blocks (src/gen/emit_overlap_blocks.c): the chunks of
+ * each rank's block, 0 for none (the two in order, on one stream), under
+ * `chunks` (coco_cuda_ctx.overlap_chunks: 0 the default, 1 none, more that
+ * many). By default one over P > 1 ranks (the ranks' blocks are the
+ * chunks) and none on one rank (the MatMul alone); at most `most` (the
+ * largest block's rows) and COCO_OVERLAP_MAX_BLOCK_CHUNKS / P (the NCCL
+ * calls of one overlap); none where the MatMul has no rows (M) or the
+ * collective's rows no elements (width: the gathered depth, or the reduced
+ * width). Shared by the runtime's launch (rt/kernels/coco_overlap.cuh) and
+ * the autotuner's cost model (src/tune/cost.c). */
+enum { COCO_OVERLAP_MAX_BLOCK_CHUNKS = 256 };
+
+static inline int coco_overlap_block_count(long chunks, long P, long most, long M, long width)
+{
+    long want = chunks > 1 ? chunks : chunks == 0 && P > 1;
+    if (want < 1 || P < 1 || M <= 0 || width <= 0 || most <= 0)
+        return 0;
+    long cap = COCO_OVERLAP_MAX_BLOCK_CHUNKS / P;
+    want = want < cap ? want : cap;
+    return (int)(want < most ? want : most);
+}
+
 typedef struct {
     int rank;          /* this process's rank in WORLD */
     int nranks;        /* ranks in WORLD */

@@ -142,6 +142,20 @@ run_schedules() {
     ok
 }
 
+# chained_layers N: a program of N chained Tanh(AllReduce("+", MatMul(x, w)
+# * c)) statements, each AllReduce written inline: more schedules than the
+# enumeration's cap from 7 layers on (groups schedules and scaling)
+chained_layers() {
+    awk -v n="$1" 'BEGIN {
+        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
+        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
+        print "Scalar c(FP32, 0.5);"
+        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
+        for (i = 1; i < n; i++)
+            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
+        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
+}
+
 for g in tests/groups/*.sh; do
     name=$(basename "$g" .sh)
     name=${name#[0-9][0-9]-}

@@ -13,6 +13,15 @@
 // descriptors hold: type, M, N, K, the batch and its strides, and the SM
 // target (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: the overlapped MatMul of
 // emit_lsa.c leaves SMs to the collective's kernels; 0: all SMs).
+//
+// A chunk of rows of a larger product (coco_matmul_rows: the overlaps of
+// src/gen/emit_overlap_blocks.c) takes the algorithm of the whole product's
+// plan, not one of its own: one algorithm fixes how each element's sum over
+// K is split and ordered (tile, split-K count, reduction scheme), whatever
+// rows a call covers, so every chunk computes its elements as the whole
+// product under that key does, bit for bit. Where cuBLASLt refuses that
+// algorithm for a chunk (cublasLtMatmulAlgoCheck), the chunk takes its own
+// heuristic's (within the MatMul's tolerance: doc/gpu.md, Tolerance).
 #ifndef COCO_MATMUL_CUH
 #define COCO_MATMUL_CUH
 
@@ -20,6 +29,7 @@ struct CocoMatmulKey {
     int t, sms, align; // align: the largest power of two up to 256 dividing every address
     long M, N, K, batch, sa, sb, sc;
     int ta, tb; // A, B stored transposed
+    long whole; // a chunk of rows: the rows of the product whose algorithm it takes; 0: none
 };
 
 struct CocoMatmulPlan {
@@ -36,7 +46,7 @@ static bool coco_matmul_same(const CocoMatmulKey &a, const CocoMatmulKey &b)
 {
     return a.t == b.t && a.sms == b.sms && a.align == b.align && a.M == b.M && a.N == b.N && a.K == b.K &&
            a.batch == b.batch && a.sa == b.sa && a.sb == b.sb && a.sc == b.sc && a.ta == b.ta &&
-           a.tb == b.tb;
+           a.tb == b.tb && a.whole == b.whole;
 }
 
 static void coco_matmul_plan_free(CocoMatmulPlan *p)
@@ -82,9 +92,44 @@ static bool coco_matmul_pref(cublasLtMatmulPreference_t pref, uint64_t workspace
     return true;
 }
 
-// The descriptors of key k and the heuristic's first algorithm for them.
+// The heuristic's first algorithm for p's descriptors, with the runtime's
+// workspace and addresses aligned to k.align (none found: has_algo 0).
+static void coco_matmul_heuristic(const coco_cuda_ctx *ctx, CocoMatmulPlan *p)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t best;
+    int found = 0;
+    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        coco_matmul_pref(pref, ctx->lt_workspace_bytes, (uint32_t)p->key.align) &&
+        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, p->op, p->la, p->lb, p->lc,
+                                       p->lc, pref, 1, &best, &found) == CUBLAS_STATUS_SUCCESS &&
+        found > 0) {
+        p->algo = best.algo;
+        p->has_algo = 1;
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+}
+
+// Algorithm `pin` for p's descriptors, if cuBLASLt takes it there within the
+// runtime's workspace: true, and it is p's.
+static bool coco_matmul_pin(const coco_cuda_ctx *ctx, CocoMatmulPlan *p,
+                            const cublasLtMatmulAlgo_t *pin)
+{
+    cublasLtMatmulHeuristicResult_t r;
+    if (cublasLtMatmulAlgoCheck((cublasLtHandle_t)ctx->lt, p->op, p->la, p->lb, p->lc, p->lc, pin,
+                                &r) != CUBLAS_STATUS_SUCCESS ||
+        r.workspaceSize > ctx->lt_workspace_bytes)
+        return false;
+    p->algo = *pin;
+    p->has_algo = 1;
+    return true;
+}
+
+// The descriptors of key k and their algorithm: `pin` where given and
+// taken (coco_matmul_pin), else the heuristic's first.
 static cublasStatus_t coco_matmul_plan_make(const coco_cuda_ctx *ctx, const CocoMatmulKey &k,
-                                            CocoMatmulPlan *p)
+                                            CocoMatmulPlan *p, const cublasLtMatmulAlgo_t *pin)
 {
     cudaDataType_t dt = k.t == COCO_FP16 ? CUDA_R_16F : k.t == COCO_BF16 ? CUDA_R_16BF
                         : k.t == COCO_FP32 ? CUDA_R_32F : CUDA_R_64F;
@@ -122,24 +167,27 @@ static cublasStatus_t coco_matmul_plan_make(const coco_cuda_ctx *ctx, const Coco
         coco_matmul_plan_free(p);
         return s;
     }
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t best;
-    int found = 0;
-    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        coco_matmul_pref(pref, ctx->lt_workspace_bytes, (uint32_t)k.align) &&
-        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, p->op, p->la, p->lb, p->lc,
-                                       p->lc, pref, 1, &best, &found) == CUBLAS_STATUS_SUCCESS &&
-        found > 0) {
-        p->algo = best.algo;
-        p->has_algo = 1;
-    }
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
+    if (!pin || !coco_matmul_pin(ctx, p, pin))
+        coco_matmul_heuristic(ctx, p);
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// The key of the whole product a chunk of rows (k.whole) takes its
+// algorithm from: the key of that product as one call of one batch.
+static CocoMatmulKey coco_matmul_whole_key(const CocoMatmulKey &k)
+{
+    CocoMatmulKey w = k;
+    w.M = k.whole;
+    w.sa = k.whole * k.K;
+    w.sb = 0;
+    w.sc = k.whole * k.N;
+    w.whole = 0;
+    return w;
+}
+
 // The plan of key k: kept, or made now (the oldest one given up when all
-// COCO_MATMUL_PLANS are taken). NULL with *status on a cuBLASLt error.
+// COCO_MATMUL_PLANS are taken); a chunk of rows' after its whole product's,
+// whose algorithm it takes. NULL with *status on a cuBLASLt error.
 static CocoMatmulPlan *coco_matmul_plan(const coco_cuda_ctx *ctx, const CocoMatmulKey &k,
                                         cublasStatus_t *status)
 {
@@ -148,16 +196,52 @@ static CocoMatmulPlan *coco_matmul_plan(const coco_cuda_ctx *ctx, const CocoMatm
     for (int i = 0; i < used; i++)
         if (coco_matmul_same(plans[i].key, k))
             return &plans[i];
+    cublasLtMatmulAlgo_t pin = {};
+    int pinned = 0;
+    if (k.whole > 0) { // the whole product's algorithm, copied before any plan is given up
+        const CocoMatmulPlan *w = coco_matmul_plan(ctx, coco_matmul_whole_key(k), status);
+        if (!w)
+            return NULL;
+        pin = w->algo;
+        pinned = w->has_algo;
+    }
     int at = used < COCO_MATMUL_PLANS ? used++ : next++ % COCO_MATMUL_PLANS;
     if (plans[at].op)
         coco_matmul_plan_free(&plans[at]);
-    *status = coco_matmul_plan_make(ctx, k, &plans[at]);
+    *status = coco_matmul_plan_make(ctx, k, &plans[at], pinned ? &pin : NULL);
     if (*status != CUBLAS_STATUS_SUCCESS) {
         if (at == used - 1)
             used--;
         return NULL;
     }
     return &plans[at];
+}
+
+// The product of key k (A, B, C at these addresses) on `stream`.
+static int coco_matmul_run(coco_cuda_ctx *ctx, int line, const CocoMatmulKey &k, const void *A,
+                           const void *B, void *Cm, cudaStream_t stream)
+{
+    float f1 = 1, f0 = 0;
+    double d1 = 1, d0 = 0;
+    const void *one = k.t == COCO_FP64 ? (const void *)&d1 : (const void *)&f1;
+    const void *zero = k.t == COCO_FP64 ? (const void *)&d0 : (const void *)&f0;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    CocoMatmulPlan *p = coco_matmul_plan(ctx, k, &s);
+    if (p)
+        s = cublasLtMatmul((cublasLtHandle_t)ctx->lt, p->op, one, B, p->la, A, p->lb, zero, Cm,
+                           p->lc, Cm, p->lc, p->has_algo ? &p->algo : NULL, ctx->lt_workspace,
+                           ctx->lt_workspace_bytes, stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        COCO_FAIL(ctx, "MatMul", line, "cublasLtMatmul (M=%ld N=%ld K=%ld batch=%ld): status %d",
+                  k.M, k.N, k.K, k.batch, (int)s);
+    return 0;
+}
+
+// The largest power of two up to 256 dividing `bits`.
+static inline int coco_matmul_align_of(size_t bits)
+{
+    bits |= 256;
+    return (int)(bits & (~bits + 1));
 }
 
 // C = A * B on stream `stream`: `batch` products, A, B and C of product j
@@ -168,23 +252,32 @@ static int coco_matmul_op(coco_cuda_ctx *ctx, int line, int t, const void *A, in
                           const void *B, int tb, void *Cm, long M, long N, long K, long batch,
                           long strideA, long strideB, long strideC, int sms, cudaStream_t stream)
 {
-    float f1 = 1, f0 = 0;
-    double d1 = 1, d0 = 0;
-    const void *one = t == COCO_FP64 ? (const void *)&d1 : (const void *)&f1;
-    const void *zero = t == COCO_FP64 ? (const void *)&d0 : (const void *)&f0;
-    size_t bits = (size_t)A | (size_t)B | (size_t)Cm | 256;
-    CocoMatmulKey k = {t, sms, (int)(bits & (~bits + 1)), M, N, K, batch, strideA, strideB,
-                       strideC, ta, tb};
-    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-    CocoMatmulPlan *p = coco_matmul_plan(ctx, k, &s);
-    if (p)
-        s = cublasLtMatmul((cublasLtHandle_t)ctx->lt, p->op, one, B, p->la, A, p->lb, zero, Cm,
-                           p->lc, Cm, p->lc, p->has_algo ? &p->algo : NULL, ctx->lt_workspace,
-                           ctx->lt_workspace_bytes, stream);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        COCO_FAIL(ctx, "MatMul", line, "cublasLtMatmul (M=%ld N=%ld K=%ld batch=%ld): status %d",
-                  M, N, K, batch, (int)s);
-    return 0;
+    CocoMatmulKey k = {t, sms, coco_matmul_align_of((size_t)A | (size_t)B | (size_t)Cm), M, N, K,
+                       batch, strideA, strideB, strideC, ta, tb, 0};
+    return coco_matmul_run(ctx, line, k, A, B, Cm, stream);
+}
+
+// The alignment every chunk of rows of a product keeps: A and C at any row
+// (K and N elements of es bytes a row), B, and `other` (where the chunks
+// also read A's rows: coco_matmul_rows).
+static inline int coco_matmul_rows_align(const void *A, const void *B, const void *Cm,
+                                         const void *other, long K, long N, long es)
+{
+    return coco_matmul_align_of((size_t)A | (size_t)B | (size_t)Cm | (size_t)other |
+                                (size_t)(K * es) | (size_t)(N * es));
+}
+
+// Rows of C = A * B (one batch, A as it lies, B stored [N][K] where tb):
+// `rows` of them, A and C given at the first, by the algorithm of the whole
+// product of `whole` rows (the file's top says why) with `align`
+// (coco_matmul_rows_align) and `sms` (0: all), on `stream`. No mark: the
+// overlaps' chunks make one step (src/gen/emit_overlap_blocks.c).
+static int coco_matmul_rows(coco_cuda_ctx *ctx, int line, int t, const void *A, const void *B,
+                            int tb, void *Cm, long rows, long N, long K, long whole, int align,
+                            int sms, cudaStream_t stream)
+{
+    CocoMatmulKey k = {t, sms, align, rows, N, K, 1, rows * K, 0, rows * N, 0, tb, whole};
+    return coco_matmul_run(ctx, line, k, A, B, Cm, stream);
 }
 
 // The same with both operands as they lie.

@@ -1,6 +1,8 @@
 // coco_overlap.cuh: the host side of overlap(MatMul, FusedAllReduce) chunk
 // by chunk (src/gen/emit_overlap.c says how the chunks and the kernels
-// meet), included by coco_device.cuh after coco_lsa.cuh.
+// meet), and of overlap(AllGather, MatMul) and overlap(MatMul,
+// ReduceScatter) by the collective's blocks (src/gen/emit_overlap_blocks.c),
+// included by coco_device.cuh after coco_lsa.cuh.
 #ifndef COCO_OVERLAP_CUH
 #define COCO_OVERLAP_CUH
 
@@ -155,6 +157,61 @@ static inline dim3 coco_overlap_grid(const coco_cuda_ctx *ctx, dim3 grid)
     if (most < grid.x)
         grid.x = most;
     return grid;
+}
+
+// ---- overlap(AllGather, MatMul), overlap(MatMul, ReduceScatter): the
+// MatMul's rows by the collective's blocks (src/gen/emit_overlap_blocks.c) ----
+
+// The chunks of each rank's block of MatMul rows under ctx's knob
+// (coco_overlap_block_count, include/coconet_cuda.h: 0 for none). Every
+// argument is the same on every rank, and so is the count: the ranks issue
+// the same NCCL calls.
+static inline int coco_overlap_block_chunks(const coco_cuda_ctx *ctx, long P, long most, long M,
+                                            long width)
+{
+    return coco_overlap_block_count(ctx->overlap_chunks, P, most, M, width);
+}
+
+// Rows [*lo, *hi) of chunk c of `sub` of block q: block q of a dimension of
+// n indices over P ranks (language.md 6), rpi MatMul rows an index; *first,
+// the block's first row.
+static inline void coco_block_rows(long n, long P, long q, long rpi, int sub, int c, long *first,
+                                   long *lo, long *hi)
+{
+    long len = coco_part_len(n, P, q) * rpi;
+    *first = coco_part_lo(n, P, q) * rpi;
+    *lo = *first + len * c / sub;
+    *hi = *first + len * (c + 1) / sub;
+}
+
+// n events of this process (made as needed, kept for its life), or NULL
+// with ctx->err.
+static inline cudaEvent_t *coco_overlap_block_events(coco_cuda_ctx *ctx, int n)
+{
+    static cudaEvent_t ev[COCO_OVERLAP_MAX_BLOCK_CHUNKS + 2];
+    static int made;
+    if (n > COCO_OVERLAP_MAX_BLOCK_CHUNKS + 2) {
+        snprintf(ctx->err, ctx->errlen, "rank %d: overlap: %d events asked, %d at most", ctx->rank,
+                 n, COCO_OVERLAP_MAX_BLOCK_CHUNKS + 2);
+        return NULL;
+    }
+    for (; made < n; made++) {
+        cudaError_t e = cudaEventCreateWithFlags(&ev[made], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            snprintf(ctx->err, ctx->errlen, "rank %d: overlap: cudaEventCreateWithFlags: %s",
+                     ctx->rank, cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+    return ev;
+}
+
+// The overlapped MatMul's SM target: over P > 1 ranks what the collective's
+// SMs leave (coco_overlap_comm_sms: NCCL's kernels find SMs while the
+// MatMul runs); on one rank all (0), as the MatMul alone takes.
+static inline int coco_overlap_block_sms(const coco_cuda_ctx *ctx, long P)
+{
+    return P > 1 ? coco_overlap_matmul_sms(ctx) : 0;
 }
 
 #endif

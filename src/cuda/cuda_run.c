@@ -36,6 +36,10 @@ static int count_entries(const char *dir, const char *prefix)
 
 int cuda_gpu_count(void)
 {
+    /* a test hook: the stand-in runtime's tests run where no driver is */
+    const char *test = getenv("COCONET_TEST_GPUS");
+    if (test && *test)
+        return atoi(test);
     int n = count_entries("/proc/driver/nvidia/gpus", "");
     if (n < 0) {
         n = count_entries("/dev", "nvidia");

@@ -10,8 +10,10 @@
  *     ncclSend/ncclRecv on WORLD; a FusedAllReduce is ReduceScatter + one
  *     fused kernel + AllGather (or kernels over the peers' memory:
  *     emit_lsa.c), a fused Send its kernels + ncclSend/ncclRecv (or one
- *     kernel storing into the receiver: emit_send.c); overlapped chains run
- *     in order on the stream.
+ *     kernel storing into the receiver: emit_send.c); a MatMul overlapped
+ *     with a FusedAllReduce runs in chunks (emit_overlap.c), with an
+ *     AllGather or ReduceScatter by its blocks (emit_overlap_blocks.c);
+ *     other overlapped chains run in order on the stream.
  * Sizes are run-time arguments, so one build serves every size; local shapes
  * are computed from them on the host at each call. Every kernel carries a
  * comment naming the program statements it computes. */
@@ -153,32 +155,6 @@ static void emit_buffer(Emitter *e, const Node *n)
     }
 }
 
-/* Does collective n reduce FP16/BF16 values? Those reduce in FP32 (the
- * language's semantics: reductions accumulate in higher precision, rounded
- * once), at the cost of moving FP32 data; but for FP16 over at most two
- * ranks, see emit_narrow. */
-static int widened(const Node *n)
-{
-    int reduces = n->op == O_ALLREDUCE || n->op == O_REDUCESCATTER || n->op == O_REDUCE;
-    return reduces && (n->type == T_FP16 || n->type == T_BF16);
-}
-
-/* `narrow`, for a widened collective: whether NCCL reduces the FP16 values
- * themselves, which it does over at most two ranks. There each element is
- * one operation on two FP16 values, rounded once: NCCL's FP16 sum (or
- * product, max, min) is correctly rounded, and so is the language's, FP32
- * then FP16 (a rounding to 24 bits and then to 11 is one rounding to 11,
- * 24 >= 2 x 11 + 2): the same bits, with half the bytes and no conversions.
- * BF16 keeps FP32 (a BF16 subnormal is an FP32 one: that NCCL's BF16 sum
- * keeps it is not established), and so does a scattered operand (its
- * conversion gathers its members). */
-static void emit_narrow(Emitter *e, const Node *n)
-{
-    if (widened(n))
-        fprintf(e->o, "        const int narrow = %d && G_%s <= 2; /* emit_cuda.c, emit_narrow */\n",
-                n->type == T_FP16 && !emit_scat_of(e, n->in[0]), group_name(n->group));
-}
-
 /* Workspace some operations need besides their result: t<id> (a reorder of
  * parts, or reduction partials), w<id>i and w<id>o (FP32 copies). */
 static void emit_scratch(Emitter *e, const Node *n)
@@ -197,10 +173,10 @@ static void emit_scratch(Emitter *e, const Node *n)
     snprintf(padded, sizeof padded, "coco_padded_count(h%d, %d, G_%s)", sliced, d, g);
     if (sliced >= 0 && d != 0) /* the parts along d, block q at q * chunk */
         fprintf(o, "    void *t%d = %s%s * %zu);\n", id, ws, padded, ts);
-    if (widened(n) && n->op == O_REDUCESCATTER)
+    if (emit_widened(n) && n->op == O_REDUCESCATTER)
         fprintf(o, "    void *w%di = %s%s * 4);\n    void *w%do = %s%s * 4);\n", id, ws, padded,
                 id, ws, emit_room(e, n));
-    else if (widened(n))
+    else if (emit_widened(n))
         fprintf(o, "    void *w%di = %s%s * 4);\n    void *w%do = %s%s * 4);\n", id, ws,
                 emit_room(e, node_of(e->p, n->in[0])), id, ws, emit_room(e, n));
 }
@@ -558,51 +534,12 @@ static void emit_segment_launch(Emitter *e, int seg)
 
 /* ---- other operations ---- */
 
-/* The communicator of n's NCCL calls: GROUP's, or over WORLD the one that
- * coco_world picks for the whole value's bytes (the same on every rank). */
-static const char *comm_of(Emitter *e, const Node *n)
-{
-    if (n->group == G_GROUP)
-        return "(ncclComm_t)ctx->group";
-    return arena_printf(e->p->arena, "coco_world(ctx, coco_gcount(h%d) * %zu)", n->id,
-                        type_size(n->type));
-}
-
-static int redop_code(RedOp r)
-{
-    return r == R_SUM ? 0 : r == R_PROD ? 1 : r == R_MAX ? 2 : r == R_MIN ? 3 : 4;
-}
-
-/* Is n a Transpose that the MatMuls reading it read in place (cuBLASLt's
- * transpose flag, no copy)? So it is when it is read only as MatMul
- * operands and is no output; MatMuls with a Transpose operand are not
- * overlapped (emit_overlap.c), so their launch reads the Transpose's input. */
-static int transpose_in_place(Emitter *e, const Node *n)
-{
-    if (n->op != O_TRANSPOSE || e->out_index[n->id] >= 0)
-        return 0;
-    for (int j = n->id + 1; j < e->p->nnode; j++) {
-        const Node *u = &e->p->node[j];
-        for (int k = 0; !u->dead && k < u->nin; k++)
-            if (u->in[k] == n->id && u->op != O_MATMUL)
-                return 0;
-    }
-    return 1;
-}
-
-/* The buffer a MatMul reads for operand x: x's, or for a Transpose read in
- * place its input's (*trans set). */
-static int matmul_source(Emitter *e, const Node *x, int *trans)
-{
-    *trans = transpose_in_place(e, x);
-    return *trans ? x->in[0] : x->id;
-}
-
 /* The cuBLASLt call of a MatMul with an operand read transposed: A stored
  * [K][M] cannot merge its batches into rows, B is [N][K] (per batch). */
 static void emit_matmul_transposed(Emitter *e, const Node *n, const Node *a)
 {
-    int ta, tb, sa = matmul_source(e, a, &ta), sb = matmul_source(e, node_of(e->p, n->in[1]), &tb);
+    int ta, tb, sa = emit_matmul_source(e, a, &ta);
+    int sb = emit_matmul_source(e, node_of(e->p, n->in[1]), &tb);
     if (ta)
         fprintf(e->o, "        long M = h%d.dim[%d], batch = rows / M;\n", a->id, a->ndim - 2);
     else
@@ -661,7 +598,7 @@ static void emit_conv(Emitter *e, const Node *n)
 static void emit_reduction(Emitter *e, const Node *n)
 {
     Node *x = node_of(e->p, n->in[0]);
-    int op = n->op == O_NORM ? 4 : redop_code(n->redop);
+    int op = n->op == O_NORM ? 4 : emit_redop_code(n->redop);
     fprintf(e->o, "    { /* line %d: %s = %s */\n", n->pos.line, n->name, op_info(n->op)->name);
     if (n->axis < 0)
         fprintf(e->o, "        long outer = 1, len = coco_count(h%d), inner = 1;\n", x->id);
@@ -705,7 +642,7 @@ static void emit_slice(Emitter *e, const Node *n)
 }
 
 /* The source, destination and NCCL type of a reducing collective; FP16/BF16
- * are widened to FP32 copies first (see widened): count elements of src. */
+ * are widened to FP32 copies first (see emit_widened): count elements of src. */
 static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, const char *count)
 {
     FILE *o = e->o;
@@ -714,8 +651,8 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, con
     int members = emit_scat_of(e, xi) && !strcmp(src, arena_printf(e->p->arena, "b%d", xi));
     fprintf(o, "        const void *src = %s;\n        void *dst = b%d;\n"
                "        ncclDataType_t nt = coco_nccl_type(%s);\n",
-            widened(n) && members ? "NULL" : src, id, emit_tname[n->type]);
-    if (!widened(n))
+            emit_widened(n) && members ? "NULL" : src, id, emit_tname[n->type]);
+    if (!emit_widened(n))
         return;
     fprintf(o, "        if (!narrow) {\n");
     if (members)
@@ -728,17 +665,6 @@ static void emit_reduce_operands(Emitter *e, const Node *n, const char *src, con
                "            src = w%di;\n            dst = w%do;\n"
                "            nt = ncclFloat32;\n        }\n",
             op_info(n->op)->name, n->pos.line, id, id);
-}
-
-static void emit_reduce_result(Emitter *e, const Node *n)
-{
-    if (!widened(n))
-        return;
-    fprintf(e->o, "        if (!narrow) {\n"
-                  "            coco_convert_kernel<<<coco_grid(coco_count(h%d)), 256, 0, st>>>(w%do, "
-                  "COCO_FP32, b%d, %s, coco_count(h%d));\n"
-                  "            COCO_LAUNCHED(ctx, \"%s\", %d);\n        }\n",
-            n->id, n->id, n->id, emit_tname[n->type], n->id, op_info(n->op)->name, n->pos.line);
 }
 
 /* Send: each rank sends to the same index in group g + shift and receives
@@ -799,10 +725,10 @@ static void emit_block_sizes(Emitter *e, int sliced, int d, const char *g, const
 static void emit_reduce_scatter(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
-    int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = redop_code(n->redop);
-    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
+    int l = n->pos.line, xi = n->in[0], id = n->id, d = n->axis, rop = emit_redop_code(n->redop);
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = emit_comm_of(e, n);
     /* the bytes of an element NCCL reduces: FP32 where widened, unless narrow */
-    const char *es = arena_printf(e->p->arena, widened(n) ? "(narrow ? %zu : 4)" : "%zu",
+    const char *es = arena_printf(e->p->arena, emit_widened(n) ? "(narrow ? %zu : 4)" : "%zu",
                                   type_size(n->type));
     char src[32], count[64];
     snprintf(src, sizeof src, d ? "t%d" : "b%d", d ? id : xi);
@@ -838,7 +764,7 @@ static void emit_all_gather(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     int l = n->pos.line, xi = n->in[0], id = n->id, d = node_of(e->p, xi)->layout.dim;
-    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = comm_of(e, n);
+    const char *g = group_name(n->group), *t = emit_tname[n->type], *comm = emit_comm_of(e, n);
     size_t es = type_size(n->type);
     emit_block_sizes(e, xi, d, g, arena_printf(e->p->arena, "%zu", es));
     fprintf(o, "        char *out = (char *)%s%d;\n"
@@ -865,8 +791,8 @@ static void emit_comm(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
     Node *x = node_of(e->p, n->in[0]);
-    const char *name = op_info(n->op)->name, *comm = comm_of(e, n), *t = emit_tname[n->type];
-    int l = n->pos.line, xi = x->id, id = n->id, rop = redop_code(n->redop);
+    const char *name = op_info(n->op)->name, *comm = emit_comm_of(e, n), *t = emit_tname[n->type];
+    int l = n->pos.line, xi = x->id, id = n->id, rop = emit_redop_code(n->redop);
     char src[32];
     snprintf(src, sizeof src, "b%d", xi);
     fprintf(o, "    { /* line %d: %s = %s */\n", l, n->name, name);
@@ -933,7 +859,7 @@ static void emit_node(Emitter *e, const Node *n, int *done_segment)
     } else if (n->op == O_SLICE) {
         emit_slice(e, n);
     } else if (n->op == O_TRANSPOSE) {
-        if (transpose_in_place(e, n))
+        if (emit_transpose_in_place(e, n))
             return;
         emit_transpose(e, n);
     } else if (op_info(n->op)->kind == K_COMM) {
@@ -982,7 +908,7 @@ static void emit_body(Emitter *e, const char *entry)
             continue;
         emit_shape(e, n);
         int in_registers = e->segment[i] >= 0 && !emit_stored(e, i);
-        if (!in_registers && !transpose_in_place(e, n))
+        if (!in_registers && !emit_transpose_in_place(e, n))
             emit_buffer(e, n);
         emit_scratch(e, n);
     }
@@ -1006,6 +932,8 @@ static void emit_body(Emitter *e, const char *entry)
         int f = e->lsa_node[i];
         if (ovl_deferred(e, i)) /* computed by its overlapped fusion's launch */
             continue;
+        if (e->ovl_block[i] == OVL_BLOCK_DEFERRED) /* with the MatMul it overlaps */
+            continue;
         if (f >= 0 && !p->node[i].dead) {
             if (!fused_done[f] && p->fusion[f].kind == F_SEND)
                 send_emit_launch(e, f, done);
@@ -1014,7 +942,8 @@ static void emit_body(Emitter *e, const char *entry)
             fused_done[f] = 1;
             continue;
         }
-        emit_node(e, &p->node[i], done);
+        if (!ovl_blocks_launch(e, i, done)) /* a MatMul by a collective's blocks */
+            emit_node(e, &p->node[i], done);
     }
     emit_free(e, fused_done);
     emit_free(e, done);
@@ -1128,6 +1057,7 @@ static void emit_variant_code(Emitter *e, int vi)
             send_claim(e, f);
             send_emit_kernel(e, f);
         }
+    ovl_blocks_find(e);
     e->nccl_only = emit_alloc(e, (size_t)p->nnode);
     for (int f = 0; f < p->nfusion; f++)
         if (e->lsa[f] && p->fusion[f].kind == F_ALLREDUCE)

@@ -1,11 +1,13 @@
 /* emit_cuda.h: what the parts of the CUDA code generator share. The parts,
  * from the top: emit_cuda.c (the entry points, elementwise kernels, library
- * calls) calls emit_lsa.c and emit_lsa_plan.c (a FusedAllReduce as kernels
- * over the peers' memory), emit_rows.c (row kernels: computations holding
- * row reductions), emit_send.c (a fused Send as one kernel storing into the
- * receiver), emit_scatter.c (scattered tensors), emit_value.c (one
- * element's arithmetic) and emit_common.c (helpers), each only those below
- * it in this list. A part that must lower a node of the program (a fused
+ * calls) calls emit_overlap_blocks.c (a MatMul by an AllGather's or a
+ * ReduceScatter's blocks), emit_lsa.c and emit_lsa_plan.c (a FusedAllReduce
+ * as kernels over the peers' memory), emit_rows.c (row kernels: computations
+ * holding row reductions), emit_send.c (a fused Send as one kernel storing
+ * into the receiver), emit_lowering.c (what the lowering of a collective or a
+ * MatMul shares), emit_scatter.c (scattered tensors), emit_value.c (one
+ * element's arithmetic) and emit_common.c (helpers), each only those below it
+ * in this list. A part that must lower a node of the program (a fused
  * operation's NCCL path) does so through Emitter.emit_node. */
 #ifndef COCO_EMIT_CUDA_H
 #define COCO_EMIT_CUDA_H
@@ -40,6 +42,9 @@ struct Emitter {
     int *lsa_node;  /* per node: the fusion whose kernels compute it, or -1 */
     int *overlap_mm; /* per fusion: the MatMul its launch computes in chunks, overlapped
                         with its kernels (emit_overlap.c), or -1 */
+    int *ovl_block;  /* per node: for a MatMul run by the blocks of the collective it
+                        overlaps (emit_overlap_blocks.c), that collective; for the
+                        collective, OVL_BLOCK_DEFERRED (emitted with its MatMul); else -1 */
     char *nccl_only; /* per node: its buffers serve only a FusedAllReduce's NCCL path (the
                         kernels keep it in registers, or address its members): taken
                         from the workspace's end (coco_ws_tail), needed only when that
@@ -65,6 +70,20 @@ struct Emitter {
  * the rows'), per row (x<x>[rrow]) and scalars. */
 enum { RR_NONE, RR_ZERO, RR_ELEM, RR_ROW, RR_RED, RR_LOAD, RR_ROWLOAD, RR_GATHER,
        RR_FLAT, RR_COL, RR_ROWIN, RR_SCALAR };
+
+/* ---- emit_lowering.c: what emit_cuda.c's lowering of a collective or a
+ * MatMul shares with the overlaps that lower them otherwise ---- */
+const char *emit_comm_of(Emitter *e, const Node *n); /* the communicator of n's NCCL calls */
+int emit_redop_code(RedOp r);                        /* coco_nccl_op's code of r */
+int emit_widened(const Node *n); /* does collective n reduce FP16/BF16 values in FP32? */
+void emit_narrow(Emitter *e, const Node *n);  /* `narrow` where widened: NCCL sums FP16 itself */
+void emit_reduce_result(Emitter *e, const Node *n); /* where widened, unless narrow: the FP32
+                                                       result into b<n> */
+/* is n a Transpose that the MatMuls reading it read in place (no copy)? */
+int emit_transpose_in_place(Emitter *e, const Node *n);
+/* the buffer a MatMul reads for operand x: x's, or its input's for a
+ * Transpose read in place (*trans set) */
+int emit_matmul_source(Emitter *e, const Node *x, int *trans);
 
 /* ---- emit_common.c ---- */
 extern const char *const emit_tname[NTYPE];
@@ -206,6 +225,14 @@ int ovl_deferred(Emitter *e, int id); /* is node id that MatMul of some fusion? 
  * MatMul mm in chunks, each followed by the kernels on the side stream, or
  * mm whole then the kernels (push: the instance's push flag, C) */
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment);
+/* ---- emit_overlap_blocks.c: overlap(AllGather, MatMul) and overlap(MatMul,
+ * ReduceScatter) by the collective's blocks ---- */
+enum { OVL_BLOCK_DEFERRED = -2 };
+void ovl_blocks_find(Emitter *e); /* fills e->ovl_block (after the fusions' e->overlap_mm) */
+/* if mm is such a MatMul: its launch with the collective's (by blocks, or in
+ * order without chunks), 1; else nothing, 0 */
+int ovl_blocks_launch(Emitter *e, int mm, int *done_segment);
+
 /* ---- emit_send.c: a fused Send as one kernel storing into the receiver ---- */
 int send_eligible(Emitter *e, int f);          /* can fusion f be that kernel? */
 void send_claim(Emitter *e, int f);            /* marks the nodes it computes */

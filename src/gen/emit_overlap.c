@@ -40,7 +40,12 @@
  * the whole grid, with no flag to wait for: its first barrier finds the
  * MatMul done on every rank). Chunking needs rows that part the same way
  * as the tensor: M a multiple of P, each part Mp whole rows
- * (coco_overlap_chunks decides at run time; else C = 1). Not chunked:
+ * (coco_overlap_chunks decides at run time; else C = 1). Where the fusion
+ * reduces within a rank's rows (a reduction along a dimension after the
+ * sliced one: row_unit), the chunks are whole units of the rows one such
+ * reduction spans (mU), so that each reduction finds all of its elements
+ * in one chunk: the kernels' chunk c is then units [u c / C, u (c + 1) / C)
+ * of the u of a part. Not chunked:
  * fusions with cross-rank reductions (two kernels, the second needs every
  * element) or scattered operands. */
 #include "gen/emit_lsa.h"
@@ -85,6 +90,38 @@ static int overlapped_producer(Emitter *e, int f)
     return -1;
 }
 
+static int is_row_reduction(Emitter *e, const Lsa *l, const Node *n)
+{
+    return (n->op == O_REDUCE_TENSOR || n->op == O_NORM || n->op == O_PARTIAL_REDUCE) &&
+           lsa_red_index(l, n->id) < 0;
+}
+
+/* Where fusion l holds reductions within a rank's rows (row reductions:
+ * along a dimension a > 0 of a member x shaped as the ReduceScatter's
+ * value), each reduces, for each index of x's dimensions before a, the
+ * elements of x's dimensions from a on: whole MatMul rows, as many as x's
+ * dimensions a to the last but one hold, so the chunks must be made of
+ * such units. The unit's rows as C ("": one row, no reduction spans more),
+ * or NULL where chunks cannot keep the reductions whole. */
+static const char *row_unit(Emitter *e, const Lsa *l)
+{
+    const Node *rs = nd(e, l->rs), *x = NULL;
+    int axis = rs->ndim - 1;
+    for (int k = 0; k < l->nm; k++) {
+        const Node *n = nd(e, l->m[k]), *in = n->nin ? nd(e, n->in[0]) : NULL;
+        if (!is_row_reduction(e, l, n))
+            continue;
+        if (n->axis < 1 || !emit_same_local_shape(in, rs))
+            return NULL;
+        if (n->axis < axis)
+            x = in, axis = n->axis;
+    }
+    char *unit = arena_printf(e->p->arena, "%s", "");
+    for (int d = axis; x && d < x->ndim - 1; d++)
+        unit = arena_printf(e->p->arena, "%s%sh%d.dim[%d]", unit, *unit ? " * " : "", x->id, d);
+    return unit;
+}
+
 int ovl_matmul(Emitter *e, int f)
 {
     int mm = overlapped_producer(e, f);
@@ -99,7 +136,7 @@ int ovl_matmul(Emitter *e, int f)
     int ok = rs->in[0] == mm && !l.nred && l.scat < 0 && a->type == b->type && b->ndim == 2 &&
              a->op != O_TRANSPOSE && b->op != O_TRANSPOSE &&
              a->ndim >= 2 && a->nmember == 0 && b->nmember == 0 && !updated(a) && !updated(b) &&
-             !read_elsewhere(e, mm, rs->id);
+             !read_elsewhere(e, mm, rs->id) && row_unit(e, &l);
     lsa_free(e, &l);
     return ok ? mm : -1;
 }
@@ -112,24 +149,36 @@ int ovl_deferred(Emitter *e, int id)
     return 0;
 }
 
-/* The MatMul's sizes in the launch block: K, N, rows M, and `chunks`. */
-static void emit_sizes(Emitter *e, const Node *mm)
+/* The MatMul's sizes in the launch block: K, N, rows M, and `chunks` (of
+ * units of mU rows where the fusion's row reductions span several: row_unit) */
+static void emit_sizes(Emitter *e, const Node *mm, const char *unit)
 {
     Node *a = nd(e, mm->in[0]), *b = nd(e, mm->in[1]);
-    fprintf(e->o, "        const long mK = h%d.dim[%d], mN = h%d.dim[1], mM = mK ? coco_count(h%d) / mK : 0;\n"
-                  "        const int chunks = coco_overlap_chunks(ctx, mM, mN, mK, %zu, G_WORLD, cs, nall);\n",
-            a->id, a->ndim - 1, b->id, a->id, type_size(mm->type));
+    fprintf(e->o, "        const long mK = h%d.dim[%d], mN = h%d.dim[1], mM = mK ? coco_count(h%d) / mK : 0;\n",
+            a->id, a->ndim - 1, b->id, a->id);
+    if (*unit)
+        fprintf(e->o, "        const long mU = %s; /* the rows a row reduction spans */\n"
+                      "        const int chunks = mU > 0 ? coco_overlap_chunks(ctx, mM / mU, mN * mU, mK, "
+                      "%zu, G_WORLD, cs, nall) : 1;\n", unit, type_size(mm->type));
+    else
+        fprintf(e->o, "        const int chunks = coco_overlap_chunks(ctx, mM, mN, mK, %zu, G_WORLD, cs, nall);\n",
+                type_size(mm->type));
 }
 
 /* The chunks of the MatMul and their signals on the main stream, then `go`
  * (the launch block's lambda): the kernel on the side stream, each block
  * waiting for each chunk's flag; with the tail, the last chunk's launch on
- * the main stream after it. */
-static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
+ * the main stream after it. With a row unit (row_unit), the chunks are
+ * whole units: the kernels' chunk c is units [u*c/C, u*(c+1)/C) of the u
+ * of a part, each mN * mU elements, the MatMul's the same rows. */
+static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push, const char *unit)
 {
     FILE *o = e->o;
     size_t es = type_size(mm->type);
-    int l = mm->pos.line;
+    int l = mm->pos.line, u = *unit != 0;
+    const char *rows = u ? "mP / mU" : "mP", *cols = u ? "mN * mU" : "mN";
+    const char *row0 = u ? "mP / mU * c / chunks * mU" : "mP * c / chunks";
+    const char *row1 = u ? "mP / mU * (c + 1) / chunks * mU" : "mP * (c + 1) / chunks";
     fprintf(o, "            const long mP = mM / G_WORLD;\n"
                "            cudaStream_t side = (cudaStream_t)ctx->side_stream;\n"
                "            cudaEvent_t *ev = coco_overlap_events(ctx);\n"
@@ -140,12 +189,12 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "            /* the side kernel's chunks: all, or all but the last (COCONET_OVERLAP_TAIL) */\n"
                "            const int tail = ctx->overlap_tail ? 1 : 0;\n"
                "            const int by_push = %s && ctx->fused_algo == COCO_FUSED_PUSH;\n"
-               "            CocoChunks ck = {chunks, mP, mN, flag, 0, chunks - tail};\n"
+               "            CocoChunks ck = {chunks, %s, %s, flag, 0, chunks - tail};\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaEventRecord(ev[0], st));\n"
                "            COCO_CUDA_QUIET(ctx, \"MatMul\", %d, cudaStreamWaitEvent(side, ev[0], 0));\n"
                "            const int sms = coco_overlap_matmul_sms(ctx);\n"
                "            for (int c = 0; c < chunks; c++) {\n"
-               "                const long row0 = mP * c / chunks, row1 = mP * (c + 1) / chunks;\n"
+               "                const long row0 = %s, row1 = %s;\n"
                "                if (coco_matmul_on(ctx, %d, %s, (const char *)b%d + row0 * mK * %zu, b%d, "
                "(char *)b%d + row0 * mN * %zu, row1 - row0, mN, mK, G_WORLD, mP * mK, 0, mP * mN, sms, st))\n"
                "                    return 1;\n"
@@ -163,24 +212,38 @@ static void emit_chunks(Emitter *e, const Node *mm, int line, const char *push)
                "            COCO_MARK(ctx, COCO_MARK_KERNEL, \"overlap(MatMul, FusedAllReduce)\", %d, "
                "\"chunks\");\n"
                "            if (tail) { /* the last chunk on the whole grid, after the MatMul */\n"
-               "                const CocoChunks last = {chunks, mP, mN, NULL, chunks - 1, chunks};\n"
+               "                const CocoChunks last = {chunks, %s, %s, NULL, chunks - 1, chunks};\n"
                "                if (go(st, by_push, grid, last))\n"
                "                    COCO_FAIL(ctx, \"FusedAllReduce\", %d, \"no kernel instance for %%ld "
                "ranks\", G_WORLD);\n"
                "                COCO_LAUNCHED(ctx, \"FusedAllReduce\", %d);\n"
                "            }\n",
-            l, push, l, l, l, emit_tname[mm->type], mm->in[0], es, mm->in[1], mm->id, es, l, line, line,
-            line, line, line, line, line);
+            l, push, rows, cols, l, l, row0, row1, l, emit_tname[mm->type], mm->in[0], es, mm->in[1],
+            mm->id, es, l, line, line, line, line, line, rows, cols, line, line);
+}
+
+/* The row unit (row_unit) of the fusion whose launch chunks MatMul mm */
+static const char *unit_of(Emitter *e, int mm)
+{
+    int f = 0;
+    while (f < e->p->nfusion && e->overlap_mm[f] != mm)
+        f++;
+    Lsa l;
+    lsa_plan(e, f, &l);
+    const char *unit = row_unit(e, &l);
+    lsa_free(e, &l);
+    return unit;
 }
 
 void ovl_emit_launch(Emitter *e, int mm, int line, const char *push, int *done_segment)
 {
     FILE *o = e->o;
     Node *m = nd(e, mm);
-    emit_sizes(e, m);
+    const char *unit = unit_of(e, mm);
+    emit_sizes(e, m, unit);
     fprintf(o, "        if (chunks > 1) { /* line %d: MatMul %s, chunk by chunk, overlapped */\n",
             m->pos.line, m->name);
-    emit_chunks(e, m, line, push);
+    emit_chunks(e, m, line, push, unit);
     fprintf(o, "        } else {\n");
     e->emit_node(e, m, done_segment);
     fprintf(o, "            if (go(st, %s, grid, coco_chunks_all(cs)))\n"

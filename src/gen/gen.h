@@ -23,6 +23,17 @@
 /* ---- lower_collectives.c: collectives the CUDA backend generates as FusedAllReduces ---- */
 Program *lower_collectives(Program *p); /* a lowered clone, or NULL: nothing to lower */
 
+/* ---- emit_overlap_blocks.c: the overlaps the CUDA backend runs by a
+ * collective's blocks ---- */
+/* Overlap items `before`, `after` of p: an AllGather of a value sliced along
+ * dimension 0 and the MatMul reading it as its left operand (OVERLAP_GATHER),
+ * or a MatMul and the ReduceScatter along dimension 0 of its result
+ * (OVERLAP_SCATTER); neither fused, the MatMul of one batch (a 2-D right
+ * operand) and, before a ReduceScatter, of a left operand not read
+ * transposed. Else 0. */
+enum { OVERLAP_GATHER = 1, OVERLAP_SCATTER = 2 };
+int overlap_block_pair(const Program *p, Ref before, Ref after);
+
 /* ---- emit_cuda.c: CUDA source for a program and its scheduled variants ---- */
 /* Its parts, each line alone: a prologue (the includes), then each
  * variant's code after CUDA_PART_VARIANT, then the shared tables after

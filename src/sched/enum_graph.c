@@ -194,15 +194,38 @@ static int listed(const char **names, int n, const char *name)
     return 0;
 }
 
+/* A reduction along a dimension the ReduceScatter cuts: no FusedAllReduce
+ * holds one (xform_fuse.c, check_whole_rows). */
+static int cut_reduction(const Node *d)
+{
+    return d->op == O_PARTIAL_REDUCE && d->axis >= 0;
+}
+
+/* after[id]: reached node id computes from a cut reduction (reached[] is
+ * in program order, so a node's inputs come before it). */
+static void mark_after_cuts(StateGraph *g, int n, char *after)
+{
+    for (int i = 1; i < n; i++) {
+        const Node *d = node_of(g->q, g->reached[i]);
+        int a = cut_reduction(d);
+        for (int k = 0; !a && k < d->nin; k++)
+            a = after[d->in[k]];
+        after[g->reached[i]] = (char)a;
+    }
+}
+
 int state_gathers_after(StateGraph *g, int rs, const char **names)
 {
     int n = walk_readers(g, rs, computation_or_gather), c = 0;
+    char *after = xcalloc((size_t)g->q->nnode + 1, 1);
+    mark_after_cuts(g, n, after);
     names[c++] = node_of(g->q, rs)->name;
     for (int i = 1; i < n; i++) {
         const Node *d = node_of(g->q, g->reached[i]);
-        if (d->op == O_ALLGATHER && d->fusion < 0 && !listed(names, c, d->name))
+        if (d->op == O_ALLGATHER && d->fusion < 0 && !after[d->id] && !listed(names, c, d->name))
             names[c++] = d->name;
     }
+    free(after);
     return c;
 }
 
@@ -220,21 +243,44 @@ static void list_fusion_units(StateGraph *g, int *fusion_unit)
     }
 }
 
+/* The node candidate i is named by: i, or for a MatMul written inline in a
+ * computation's statement ('Var h = MatMul(x, w) + b;') that statement,
+ * which stands for it in an overlap (overlap_operation). */
+static int unit_node(const StateGraph *g, int i)
+{
+    Program *q = g->q;
+    int h = g->head[i];
+    if (q->node[i].op == O_MATMUL && h != i && is_computation(&q->node[h]) &&
+        overlap_operation(q, h) == i)
+        return h;
+    return i;
+}
+
+/* An AllReduce of a PartialReduce: part of a reduction's computation
+ * (reorder's, over a sliced dimension), which is no overlap candidate. */
+static int partial_sum(Program *q, const Node *d)
+{
+    return d->op == O_ALLREDUCE && node_of(q, d->in[0])->op == O_PARTIAL_REDUCE;
+}
+
 /* Fused collectives and Sends (not computations), then unfused MatMuls and
- * communications while there are fewer than MAX_OVERLAP_UNITS candidates;
+ * communications (but a reduction's sum across ranks) while there are fewer
+ * than MAX_OVERLAP_UNITS candidates;
  * node_unit and fusion_unit give each one's index (-1: none). */
 static void list_units(StateGraph *g, int *node_unit, int *fusion_unit)
 {
     Program *q = g->q;
     g->unit = xmalloc(((size_t)q->nfusion + MAX_OVERLAP_UNITS + 1) * sizeof(Ref));
     list_fusion_units(g, fusion_unit);
+    for (int i = 0; i < q->nnode; i++)
+        node_unit[i] = -1;
     for (int i = 0; i < q->nnode; i++) {
         Node *d = &q->node[i];
-        node_unit[i] = -1;
-        if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) &&
+        if (d->fusion < 0 && (d->op == O_MATMUL || op_is_comm(d->op)) && !partial_sum(q, d) &&
             g->nunit < MAX_OVERLAP_UNITS) {
-            node_unit[i] = g->nunit;
-            g->unit[g->nunit++] = i;
+            int u = unit_node(g, i);
+            node_unit[u] = g->nunit;
+            g->unit[g->nunit++] = u;
         }
     }
 }

@@ -1,7 +1,8 @@
 /* enumerate.c: enumerates the distinct valid schedules of a program, as the
  * paper's autotuner does: first fuse each connected group of computations
  * (ComputationFuse), then explore split, reorder (with asSlice and dead of
- * the state it slices), fuse and, last, overlap, breadth first. Every
+ * the state it slices), fuse and, last, overlap (then only more overlaps of
+ * MatMuls), breadth first. Every
  * candidate is applied for real (so invalid ones are dropped by the same
  * rules a user meets) and two schedules giving the same graph are one.
  * Each result gets a name in the paper's notation, e.g. ol(MM,fuse(RS-C-AG))
@@ -11,8 +12,8 @@
  * questions asked of a state's graph are answered from facts gathered once
  * (enum_graph.c), so that a candidate costs time linear in the program.
  * The search keeps at most MAX_STATES schedules of at most MAX_DEPTH
- * statements; when a program has more, the list stops at the cap and a note
- * on stderr says so. */
+ * statements; when a program has more, the list stops at the cap, or at
+ * the depth, and a note on stderr says so. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -49,6 +50,7 @@ typedef struct {
     int nqueue, head;
     ByteSet seen;      /* the queued schedules' graph signatures */
     int cut;           /* a distinct valid schedule was left out at the cap */
+    int deep;          /* a schedule of MAX_DEPTH statements was not extended */
     const char **args; /* a candidate's arguments: room for every node's name */
     int nargs;         /* room in args */
 } Enum;
@@ -468,18 +470,70 @@ static void fusions(Enum *e, Seq s, Program *q, StateGraph *g)
     }
 }
 
+/* Does one of the n items stand for a MatMul? */
+static int has_matmul(Program *q, const Ref *item, int n)
+{
+    for (int k = 0; k < n; k++) {
+        int op = overlap_operation(q, item[k]);
+        if (op >= 0 && node_of(q, op)->op == O_MATMUL)
+            return 1;
+    }
+    return 0;
+}
+
+static int first_node(Program *q, Ref r)
+{
+    int first = -1;
+    ref_members(q, r, &first, 1);
+    return first;
+}
+
+/* May overlap(items) follow q's overlaps? Several overlaps are those of
+ * MatMuls (both MatMuls of a layer), each after the ones before it in
+ * program order: one order for each set. */
+static int may_follow(Program *q, const Ref *items, int n)
+{
+    if (!q->noverlap)
+        return 1;
+    if (!has_matmul(q, items, n))
+        return 0;
+    int last = -1;
+    for (int o = 0; o < q->noverlap; o++) {
+        const Overlap *ol = &q->overlap[o];
+        if (!has_matmul(q, ol->item, ol->nitem))
+            return 0;
+        for (int k = 0; k < ol->nitem; k++)
+            if (first_node(q, ol->item[k]) > last)
+                last = first_node(q, ol->item[k]);
+    }
+    return first_node(q, items[0]) > last;
+}
+
+/* overlap of the n candidates u[] when it may follow q's overlaps */
+static void try_overlap(Enum *e, Seq s, Program *q, StateGraph *g, const int *u, int n)
+{
+    Ref items[3];
+    const char *args[3];
+    for (int k = 0; k < n; k++) {
+        items[k] = state_unit(g, u[k]);
+        args[k] = ref_name(q, items[k]);
+    }
+    if (may_follow(q, items, n))
+        try1(e, s, q, V_OVERLAP, args, n, P_NONE);
+}
+
 /* overlap(a, b), then overlap(a, b, c) for each candidate c reading b. */
 static void overlaps_from(Enum *e, Seq s, Program *q, StateGraph *g, int a, int b)
 {
-    const char *args[3] = {ref_name(q, state_unit(g, a)), ref_name(q, state_unit(g, b))};
-    try1(e, s, q, V_OVERLAP, args, 2, P_NONE);
+    int u[3] = {a, b};
+    try_overlap(e, s, q, g, u, 2);
     const int *rc;
     int nc = state_unit_readers(g, b, &rc);
     for (int j = 0; j < nc; j++) {
         if (rc[j] == a || rc[j] == b)
             continue;
-        args[2] = ref_name(q, state_unit(g, rc[j]));
-        try1(e, s, q, V_OVERLAP, args, 3, P_NONE);
+        u[2] = rc[j];
+        try_overlap(e, s, q, g, u, 3);
     }
 }
 
@@ -497,18 +551,20 @@ static void overlaps(Enum *e, Seq s, Program *q, StateGraph *g)
 
 static void expand(Enum *e, Seq s)
 {
-    if (s.n >= MAX_DEPTH)
-        return;
-    Program *q = state_program(e, s);
-    if (!q || q->noverlap) { /* an overlap is the last statement */
-        program_free(q);
+    if (s.n >= MAX_DEPTH) {
+        e->deep = 1;
         return;
     }
+    Program *q = state_program(e, s);
+    if (!q)
+        return;
     StateGraph *g = state_graph_new(q);
     room_for_args(e, q->nnode);
-    splits_and_reorders(e, s, q, g);
-    slice_state(e, s, q);
-    fusions(e, s, q, g);
+    if (!q->noverlap) { /* after an overlap come only overlaps */
+        splits_and_reorders(e, s, q, g);
+        slice_state(e, s, q);
+        fusions(e, s, q, g);
+    }
     overlaps(e, s, q, g);
     state_graph_free(g);
     program_free(q);
@@ -580,6 +636,9 @@ int enumerate_schedules(Program *p)
     if (e.cut)
         fprintf(stderr, "%s: note: the enumeration stopped at its cap of %d schedules; the "
                 "program has more\n", p->file, MAX_STATES);
+    else if (e.deep)
+        fprintf(stderr, "%s: note: the enumeration tried schedules of at most %d statements; "
+                "longer ones were not tried\n", p->file, MAX_DEPTH);
     program_free(e.root);
     set_free(&e.seen);
     free(e.args);

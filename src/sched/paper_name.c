@@ -1,8 +1,9 @@
 /* paper_name.c: an enumerated schedule's name in the paper's notation,
  * read off the scheduled program: its operations in order as tokens (MM,
  * AR, RS, AG, P2P, C for a run of computations, Opt for an optimizer's),
- * fused collectives as fuse(...) and the overlap as ol(...), e.g.
- * ol(MM,fuse(RS-C-AG)). A name has no length limit: its text grows. */
+ * fused collectives as fuse(...) and each overlap as ol(...), e.g.
+ * ol(MM,fuse(RS-C-AG)) or ol(MM,RS)-C-ol(AG,MM). A name has no length
+ * limit: its text grows. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -103,13 +104,28 @@ static void put_fusion(Name *nm, Program *q, int f, const char *comp_name, int *
     done[f] = 1;
 }
 
-/* Is node i (or its fused operation) an item of overlap ol? */
-static int in_overlap(const Overlap *ol, const Node *n, int i)
+/* ol_of[i]: the overlap node i is in (as an item, the MatMul a
+ * computation item stands for, or a member of a fused item), or -1; the
+ * rest of a computation item's statement is named after the overlap. */
+static void mark_overlaps(Program *q, int *ol_of)
 {
-    int in = 0;
-    for (int k = 0; ol && k < ol->nitem; k++)
-        in |= ol->item[k] == i || (n->fusion >= 0 && ol->item[k] == REF_FUSION(n->fusion));
-    return in;
+    int *fusion_ol = xmalloc(((size_t)q->nfusion + 1) * sizeof(int));
+    for (int f = 0; f < q->nfusion; f++)
+        fusion_ol[f] = -1;
+    for (int i = 0; i < q->nnode; i++)
+        ol_of[i] = -1;
+    for (int o = 0; o < q->noverlap; o++)
+        for (int k = 0; k < q->overlap[o].nitem; k++) {
+            Ref r = q->overlap[o].item[k];
+            if (REF_IS_FUSION(r))
+                fusion_ol[REF_FUSION_INDEX(r)] = o;
+            else
+                ol_of[overlap_operation(q, r)] = o;
+        }
+    for (int i = 0; i < q->nnode; i++)
+        if (q->node[i].fusion >= 0 && fusion_ol[q->node[i].fusion] >= 0)
+            ol_of[i] = fusion_ol[q->node[i].fusion];
+    free(fusion_ol);
 }
 
 static void put_overlap(Name *nm, Program *q, const Overlap *ol, const char *comp, int *done)
@@ -124,21 +140,22 @@ static void put_overlap(Name *nm, Program *q, const Overlap *ol, const char *com
         if (REF_IS_FUSION(r))
             put_fusion(nm, q, REF_FUSION_INDEX(r), comp, done);
         else
-            put_node(nm, q, node_of(q, r), comp);
+            put_node(nm, q, node_of(q, overlap_operation(q, r)), comp);
     }
     put_raw(nm, ")");
 }
 
 /* Node i's part of the name: the overlap it is in (once), its fused
  * operation (once), or its own token. */
-static void put_part(Name *nm, Program *q, int i, const char *comp, int *done, int *ol_done)
+static void put_part(Name *nm, Program *q, int i, const char *comp, int *done, const int *ol_of,
+                     char *ol_done)
 {
     Node *n = &q->node[i];
-    Overlap *ol = q->noverlap ? &q->overlap[0] : NULL;
-    if (in_overlap(ol, n, i)) {
-        if (!*ol_done)
-            put_overlap(nm, q, ol, comp, done);
-        *ol_done = 1;
+    int o = ol_of[i];
+    if (o >= 0) {
+        if (!ol_done[o])
+            put_overlap(nm, q, &q->overlap[o], comp, done);
+        ol_done[o] = 1;
     } else if (n->fusion >= 0) {
         if (!done[n->fusion])
             put_fusion(nm, q, n->fusion, comp, done);
@@ -151,9 +168,14 @@ static const char *paper_name(Arena *a, Program *q)
 {
     Name nm = {NULL, 0, 0, 0};
     const char *comp = has_update(q) ? "Opt" : "C";
-    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int)), ol_done = 0;
+    int *done = xcalloc((size_t)q->nfusion + 1, sizeof(int));
+    char *ol_done = xcalloc((size_t)q->noverlap + 1, 1);
+    int *ol_of = xmalloc(((size_t)q->nnode + 1) * sizeof(int));
+    mark_overlaps(q, ol_of);
     for (int i = 0; i < q->nnode; i++)
-        put_part(&nm, q, i, comp, done, &ol_done);
+        put_part(&nm, q, i, comp, done, ol_of, ol_done);
+    free(ol_of);
+    free(ol_done);
     free(done);
     const char *name = arena_strdup(a, nm.len ? nm.buf : "C");
     free(nm.buf);

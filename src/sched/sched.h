@@ -67,7 +67,9 @@ const char *state_unit_of(const StateGraph *g, int id); /* its unit's name, or N
  * order (room for q->nnode); their count */
 int state_downstream_units(StateGraph *g, int from, const char **units);
 /* rs's name, then the unfused AllGathers downstream of ReduceScatter rs
- * through computations and collectives, in program order; their count */
+ * through computations and collectives, in program order, but those that
+ * gather a value computed from a reduction along a dimension rs cuts (no
+ * FusedAllReduce holds one); their count */
 int state_gathers_after(StateGraph *g, int rs, const char **names);
 int state_overlap_units(StateGraph *g);                /* the overlap candidates */
 Ref state_unit(const StateGraph *g, int u);            /* candidate u */
@@ -85,8 +87,12 @@ void xform_fuse(const Xform *x);
 /* xform_fuse_ar.c: the verb fuse: fuse(allreduce, C..., AllReduceFuse) as
  * split + reorder + fuse, anything else xform_fuse */
 void xform_fuse_verb(const Xform *x);
+/* xform_overlap.c */
 void xform_overlap(const Xform *x);
 int in_some_overlap(Program *p, Ref r); /* is r an item of an overlap? */
+/* the node an overlap item stands for: r itself, or the one MatMul that
+ * computation statement r writes inline; -1 for a fused operation */
+int overlap_operation(Program *p, Ref r);
 void xform_asslice(const Xform *x);
 void xform_dead(const Xform *x);
 

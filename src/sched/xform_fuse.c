@@ -1,4 +1,4 @@
-/* xform_fuse.c: fuse and overlap.
+/* xform_fuse.c: fuse.
  *
  * fuse(..., ComputationFuse): computations (values with their inline parts,
  *   or fused computations) become one operation.
@@ -14,9 +14,7 @@
  * fuse(..., SendFuse): computations and the Send of their result become one
  *   fused Send.
  * Valid only when dependencies are preserved: no value outside the fused
- *   set both reads from it and is read by it.
- * overlap(a, b, ...): a chain in which each operation consumes the
- *   previous one runs overlapped. */
+ *   set both reads from it and is read by it. (overlap: xform_overlap.c) */
 #include "sched/sched.h"
 
 #include <string.h>
@@ -169,6 +167,27 @@ static void check_shapes(Members *m)
     }
 }
 
+/* Each rank's slice holds whole rows of every reduction of a FusedAllReduce:
+ * none reduces along the dimension the ReduceScatter cuts (a PartialReduce
+ * along a dimension, which reorder makes of such a reduction). Reductions
+ * of every element (a Norm's sum across ranks, as LAMB's) are taken. */
+static void check_whole_rows(Members *m, int rs)
+{
+    Program *p = m->p;
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(p, i);
+        if (!m->in[i] || n->op != O_PARTIAL_REDUCE || n->axis < 0)
+            continue;
+        Node *y = node_of(p, n->in[0]);
+        int head = statement_head(p, i);
+        refuse(m->x, "%s reduces along dimension %d of %s, the dimension ReduceScatter %s cuts "
+               "(%s): each rank's slice holds only part of every row it reduces, but a "
+               "FusedAllReduce reduces whole rows (reduce along another dimension, or leave %s "
+               "out of the fused operation)", value_desc(p, head), n->axis, value_desc(p, y->id),
+               value_desc(p, rs), layout_str(p->arena, y->layout), value_desc(p, head));
+    }
+}
+
 static void check_allreduce_fuse(Members *m)
 {
     int rs = -1, ag = -1;
@@ -179,6 +198,7 @@ static void check_allreduce_fuse(Members *m)
         refuse(m->x, "a FusedAllReduce ends with AllGathers of its results; none is given");
     add_paths(m, rs);
     add_helpers(m);
+    check_whole_rows(m, rs);
     for (int i = 0; i < m->n; i++) {
         Node *n = node_of(m->p, i);
         if (!m->in[i] || i == rs || n->ndim == 0 || n->op == O_SLICE)
@@ -313,43 +333,4 @@ void xform_fuse(const Xform *x)
             n->fusion = f;
     }
     xform_name(x, 0, REF_FUSION(f), arena_printf(p->arena, "fused_%s", x->st->arg[0]));
-}
-
-int in_some_overlap(Program *p, Ref r)
-{
-    for (int i = 0; i < p->noverlap; i++)
-        for (int k = 0; k < p->overlap[i].nitem; k++)
-            if (p->overlap[i].item[k] == r)
-                return 1;
-    return 0;
-}
-
-void xform_overlap(const Xform *x)
-{
-    Program *p = x->p;
-    if (x->st->policy != P_NONE)
-        refuse(x, "it takes no policy");
-    if (x->st->narg < 2)
-        refuse(x, "it needs at least two operations");
-    xform_outs(x, 1, "the overlapped chain");
-    Ref *items = arena_alloc(p->arena, (size_t)x->st->narg * sizeof(Ref));
-    for (int i = 0; i < x->st->narg; i++) {
-        items[i] = xform_arg(x, i);
-        if (!REF_IS_FUSION(items[i]) && node_of(p, items[i])->fusion >= 0)
-            refuse(x, "%s is inside fused operation '%s': overlap the fused operation",
-                   ref_desc(p, items[i]), p->fusion[node_of(p, items[i])->fusion].name);
-        if (in_some_overlap(p, items[i]))
-            refuse(x, "%s is already overlapped", ref_desc(p, items[i]));
-        if (i && !ref_uses(p, items[i - 1], items[i]))
-            refuse(x, "%s does not consume %s: only a producer-consumer chain can overlap",
-                   ref_desc(p, items[i]), ref_desc(p, items[i - 1]));
-    }
-    const char *name = overlap_name_check(x);
-    Overlap *grown = arena_alloc(p->arena, (size_t)(p->noverlap + 1) * sizeof(Overlap));
-    copy_bytes(grown, p->overlap, (size_t)p->noverlap * sizeof(Overlap));
-    p->overlap = grown;
-    Overlap *o = &p->overlap[p->noverlap++];
-    o->name = name;
-    o->item = items;
-    o->nitem = x->st->narg;
 }

@@ -29,13 +29,16 @@
  * run in chunks (src/gen/emit_overlap.c: 4 under chunks4; under the other
  * kernel knob sets the runtime's default for the MatMul's shape,
  * coco_overlap_default_chunks of include/coconet_cuda.h; none under
- * chunks1 and nccl) take the slowest of their bandwidth times and their
+ * chunks1 and nccl), and so do those of a MatMul and an AllGather or a
+ * ReduceScatter run by the collective's blocks (src/gen/emit_overlap_blocks.c:
+ * P chunks, one a rank's block, 4 P under chunks4, none under chunks1 and by
+ * default on one rank): they take the slowest of their bandwidth times and their
  * latencies once a chunk; every other overlap runs in order. The
  * variant's time: the sum of its steps on the slowest rank. A variant is costed as the backend
  * runs it (lower_collectives applied: the callers pass that form). */
 #include "tune/tune.h"
 
-#include "coconet_cuda.h" /* coco_overlap_default_chunks */
+#include "coconet_cuda.h" /* coco_overlap_default_chunks, coco_overlap_block_count */
 
 #include <stdlib.h>
 #include <string.h>
@@ -294,9 +297,23 @@ static int default_chunks(const Program *v, int o, int rank)
     return 1;
 }
 
+/* The chunks of an overlap by a collective's blocks under knob set k, all
+ * blocks' (coco_overlap_block_count, include/coconet_cuda.h, for blocks of
+ * many rows): P, one a block, by default (1, in order, on one rank); 4 P
+ * under chunks4; 1 under chunks1. The fused collectives' algorithms leave
+ * it as it is. */
+static int block_chunks(const Program *v, int k)
+{
+    long knob = k == KNOB_CHUNKS1 || k == KNOB_CHUNKS4 ? knob_chunks(k) : 0;
+    int sub = coco_overlap_block_count(knob, v->nranks, 1L << 40, 1, 1);
+    return sub ? v->nranks * sub : 1;
+}
+
 /* The chunks overlap o runs in under knob set k (1: in order) */
 static int overlap_chunks(const Program *v, int o, int k, int rank)
 {
+    if (o >= 0 && knob_block_overlap(v, o))
+        return block_chunks(v, k);
     if (o < 0 || !knob_chunked_overlap(v, o) || k == KNOB_CHUNKS1 || k == KNOB_NCCL)
         return 1;
     return k == KNOB_CHUNKS4 ? knob_chunks(k) : default_chunks(v, o, rank);

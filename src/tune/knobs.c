@@ -7,24 +7,21 @@
  * include/coconet_rt.h), for its runs alone, which is how the tuner times
  * every knob set of every variant of a size point in one launch of the
  * ranks. A set changes one knob: the fused collectives' algorithm
- * (COCONET_FUSED's values), or the chunks of an overlapped MatMul and
- * FusedAllReduce (COCONET_OVERLAP_CHUNKS'); the other keeps its default.
+ * (COCONET_FUSED's values), or the chunks of an overlapped MatMul
+ * (COCONET_OVERLAP_CHUNKS'); the other keeps its default.
  * The rest (blocks, threads, vectors, SMs...) keep the runtime's defaults,
  * or what the user's environment sets for every launch.
  *
  * A variant is judged as the CUDA backend runs it: after
  * lower_collectives (src/cuda), which makes FP16 AllReduces and those over
  * scattered tensors FusedAllReduces (the callers pass that form).
- *   no FusedAllReduce and no fused Send: default only (the knobs change
- *     nothing in it);
+ *   no FusedAllReduce and no fused Send: default only (the algorithms
+ *     change nothing in it);
  *   a FusedAllReduce, P > 1: twoshot, nccl, and oneshot and push where some
  *     FusedAllReduce of it can take them (the kernels' own rules,
  *     src/gen/emit_lsa.c: one-shot needs no Dropout, no cross-rank
  *     reduction and no tensor operand as large as the reduced one; push
- *     needs contiguous operands or no cross-rank reduction); and chunks1
- *     (no chunks), chunks4 when it overlaps a MatMul with a FusedAllReduce
- *     (src/gen/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
- *     collective byte and rows, 1 or 4: include/coconet_cuda.h).
+ *     needs contiguous operands or no cross-rank reduction).
  *     `default` (auto) is not a set of its own: it picks one of the
  *     algorithms by size (the tuner times the program under it too, as the
  *     baseline: search.c);
@@ -37,7 +34,14 @@
  *     kernel's one-rank instance (doc/gpu.md, "One rank"; each is the
  *     faster on some programs). One rank's fused
  *     kernels are one instance whatever the algorithm, so twoshot stands for
- *     them all; nccl is a copy. */
+ *     them all; nccl is a copy.
+ * And at P > 1, beside those, chunks1 (no chunks: in order) and chunks4
+ * where an overlap runs a MatMul in chunks: with a FusedAllReduce
+ * (src/gen/emit_overlap.c; `default` chunks by the MatMul's FLOPs per
+ * collective byte and rows, 1 or 4: include/coconet_cuda.h), or with an
+ * AllGather or a ReduceScatter by the collective's blocks
+ * (src/gen/emit_overlap_blocks.c; `default` one chunk a rank's block,
+ * chunks4 four). */
 #define _DEFAULT_SOURCE /* setenv */
 #include "tune/tune.h"
 
@@ -206,18 +210,31 @@ static int live_fusion(const Program *p, int f)
     return 0;
 }
 
+/* Does overlap o of v overlap a MatMul with the FusedAllReduce right after
+ * it (what src/gen/emit_overlap.c chunks)? */
+static int fused_overlap(const Program *v, int o)
+{
+    for (int i = 1; i < v->overlap[o].nitem; i++) {
+        Ref a = v->overlap[o].item[i - 1], b = v->overlap[o].item[i];
+        if (!REF_IS_FUSION(a) && REF_IS_FUSION(b) && v->node[a].op == O_MATMUL &&
+            !v->node[a].dead && v->fusion[REF_FUSION_INDEX(b)].kind == F_ALLREDUCE &&
+            live_fusion(v, REF_FUSION_INDEX(b)))
+            return 1;
+    }
+    return 0;
+}
+
+int knob_block_overlap(const Program *v, int o)
+{
+    for (int i = 1; i < v->overlap[o].nitem; i++)
+        if (overlap_block_pair(v, v->overlap[o].item[i - 1], v->overlap[o].item[i]))
+            return 1;
+    return 0;
+}
+
 int knob_chunked_overlap(const Program *v, int o)
 {
-    int matmul = 0, fused = 0;
-    for (int i = 0; i < v->overlap[o].nitem; i++) {
-        Ref r = v->overlap[o].item[i];
-        if (REF_IS_FUSION(r))
-            fused |= v->fusion[REF_FUSION_INDEX(r)].kind == F_ALLREDUCE &&
-                     live_fusion(v, REF_FUSION_INDEX(r));
-        else
-            matmul |= v->node[r].op == O_MATMUL && !v->node[r].dead;
-    }
-    return matmul && fused;
+    return fused_overlap(v, o) || knob_block_overlap(v, o);
 }
 
 typedef struct {
@@ -252,20 +269,18 @@ int knob_sets(const Program *v, int *sets)
         sets[n++] = KNOB_DEFAULT;
         if (v->nranks == 1 && u.form)
             sets[n++] = KNOB_TWOSHOT;
-        return n;
-    }
-    if (!u.allreduce) {
+    } else if (!u.allreduce) {
         sets[n++] = KNOB_DEFAULT;
         sets[n++] = KNOB_NCCL;
-        return n;
+    } else {
+        if (u.oneshot)
+            sets[n++] = KNOB_ONESHOT;
+        sets[n++] = KNOB_TWOSHOT;
+        if (u.push)
+            sets[n++] = KNOB_PUSH;
+        sets[n++] = KNOB_NCCL;
     }
-    if (u.oneshot)
-        sets[n++] = KNOB_ONESHOT;
-    sets[n++] = KNOB_TWOSHOT;
-    if (u.push)
-        sets[n++] = KNOB_PUSH;
-    sets[n++] = KNOB_NCCL;
-    if (u.chunks) {
+    if (v->nranks > 1 && u.chunks) {
         sets[n++] = KNOB_CHUNKS1;
         sets[n++] = KNOB_CHUNKS4;
     }

@@ -31,9 +31,13 @@ void knob_values(int k, int *fused_algo, int *overlap_chunks);
 /* Clears COCONET_FUSED and COCONET_OVERLAP_CHUNKS from this process's
  * environment, which the ranks inherit: the knob sets say everything */
 void knob_clear_env(void);
-/* Does overlap o of v overlap a MatMul with a FusedAllReduce (chunked by
- * COCONET_OVERLAP_CHUNKS)? */
+/* Does overlap o of v run in chunks that COCONET_OVERLAP_CHUNKS counts: a
+ * MatMul with a FusedAllReduce (src/gen/emit_overlap.c), or with an
+ * AllGather or ReduceScatter by its blocks (knob_block_overlap)? */
 int knob_chunked_overlap(const Program *v, int o);
+/* Does overlap o of v hold a MatMul run by the blocks of an AllGather or
+ * ReduceScatter (overlap_block_pair, src/gen/emit_overlap_blocks.c)? */
+int knob_block_overlap(const Program *v, int o);
 
 /* ---- cost.c: the cost model ---- */
 typedef struct {

@@ -18,7 +18,8 @@ Transposes, scalars and constants:
   data-parallel  Local gradients, AllReduce, Updates of Replicated state
                  (optionally with a Norm, as LAMB does);
   model-parallel a MatMul of operands sliced on the contraction dimension,
-                 AllReduce, then bias / residual / activation chains;
+                 AllReduce, then bias / residual / activation chains, and
+                 the next layer's column-parallel MatMul;
   pipeline       GROUP-local values reduced in each group, computed on and
                  sent to the next group (a ring, or with Linear no wrap-around);
   replicated     chains over Replicated and Local values with collectives.
@@ -159,10 +160,15 @@ class Gen:
             c1 = self.var(self.row_reduction(c1, 2))
         c2 = self.var(self.pointwise(c1, ["res", "bias"], self.r.randint(1, 2)))
         outs = [c2] + ([c1] if self.r.random() < 0.3 else [])
+        ins = ["w", "x", "bias", "res"]
         if self.r.random() < 0.3:  # a sum over the sliced dimension: per rank, then added
             m = self.var('AllReduce("+", PartialReduce("+", x, -1, Keep))')
             outs.append(self.var("x - %s * 0.125" % m))
-        self.execute(["w", "x", "bias", "res"], outs)
+        if self.r.random() < 0.4:  # the next layer: a column-parallel MatMul, named or inline
+            self.lines.append("Tensor w2(%s, [H,%d], Sliced(1), WORLD, RANK);" % (t, LCM))
+            ins.append("w2")
+            outs.append(self.var(self.pick(["MatMul(%s, w2)", "MatMul(%s, w2) * 0.5 + 1"]) % c2))
+        self.execute(ins, outs)
 
     def pipeline(self):
         b = self.size(2)

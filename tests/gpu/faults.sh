@@ -72,8 +72,9 @@ SAN_MEMCHECK=${SAN_MEMCHECK:-examples/adam.coco examples/lamb.coco examples/sgd_
 examples/adam_scattered.coco tests/gpu/lamb_scattered.coco tests/gpu/norms.coco \
 tests/gpu/send.coco,--group-size,1 examples/pipeline.coco,--group-size,1 \
 examples/pipeline_linear.coco,--group-size,1 examples/self_attention.coco examples/mlp.coco \
-examples/conv2d.coco examples/reduce_broadcast.coco tests/gpu/rows_ln.coco tests/gpu/rows_bwd.coco \
-tests/gpu/rows_ln.coco,-D,S=3,-D,H=5000}
+examples/conv2d.coco examples/reduce_broadcast.coco examples/transformer_sp.coco \
+examples/transformer_sp_backward.coco examples/rmsnorm_sp.coco examples/softmax.coco \
+tests/gpu/rows_ln.coco tests/gpu/rows_bwd.coco tests/gpu/rows_ln.coco,-D,S=3,-D,H=5000}
 SAN_RACECHECK=${SAN_RACECHECK:-$SAN_MEMCHECK}
 
 # ---- rows ----

@@ -14,9 +14,15 @@
 #             pairing of types; tests/gpu/transformer_ops.coco: reductions that
 #             keep their dimension, Exp, Erf..., Transposes read in place by
 #             cuBLASLt; tests/oracle/programs/ragged.coco: uneven slices along
-#             dimensions 0 and 1; tests/gpu/rows_*.coco: row kernels, a
-#             LayerNorm, RMSNorm, softmax, LayerNorm backward, one overlapped
-#             with its MatMul) x every schedule x P, at the examples' sizes
+#             dimensions 0 and 1; tests/gpu/overlap_blocks.coco,
+#             overlap_blocks_t.coco and gather_matmul.coco: MatMuls by the
+#             blocks of an AllGather or a ReduceScatter, also in 3 chunks a
+#             block and in order, COCONET_OVERLAP_CHUNKS=3 and 1;
+#             tests/gpu/rows_overlap.coco: a MatMul overlapped with a fused
+#             computation that reduces within rows; tests/gpu/rows_*.coco: row
+#             kernels, a LayerNorm, RMSNorm, softmax, LayerNorm backward, one
+#             overlapped with its MatMul) x every schedule x P, at the
+#             examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
@@ -258,9 +264,10 @@ part_examples() {
     heading "## Examples at their own sizes, every schedule"
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/gpu/transformer_ops.coco \
-             tests/oracle/programs/ragged.coco tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco \
-             tests/gpu/rows_softmax.coco tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco \
-             tests/gpu/rows_mm.coco; do
+             tests/oracle/programs/ragged.coco tests/gpu/overlap_blocks.coco \
+             tests/gpu/overlap_blocks_t.coco tests/gpu/gather_matmul.coco tests/gpu/rows_overlap.coco \
+             tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco tests/gpu/rows_softmax.coco \
+             tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco tests/gpu/rows_mm.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do
@@ -349,6 +356,22 @@ tuning_knobs() {
                 run "$name" "B=8 S=16 H=64, OVERLAP_CHUNKS=3, $knob" "$p" "$f" -D B=8 -D S=16 -D H=64 \
                     --all-schedules
                 unset COCONET_OVERLAP_CHUNKS "COCONET_${knob%%=*}"
+            done
+        done
+    done
+    # overlap(AllGather, MatMul) and overlap(MatMul, ReduceScatter) by the
+    # collective's blocks (src/gen/emit_overlap_blocks.c): 3 chunks a block
+    # (on one rank too: its own block in 3, each chunk by the whole
+    # product's algorithm), and none (the two in order)
+    for f in tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco tests/gpu/gather_matmul.coco; do
+        chosen "$f" || continue
+        name=$(basename "$f" .coco)
+        for p in $RANKS; do
+            allowed "$f" "$p" || continue
+            for c in 3 1; do
+                export COCONET_OVERLAP_CHUNKS=$c
+                run "$name" "file's, OVERLAP_CHUNKS=$c" "$p" "$f" --all-schedules
+                unset COCONET_OVERLAP_CHUNKS
             done
         done
     done

@@ -125,20 +125,6 @@ scaling_ranks() {
     scaling_verdict "$name: run at P=$p" "$(cat "$TMP/t1")" "$(cat "$TMP/t4")"
 }
 scaling_sched() { scaling_chain "$1" schedule; }
-# scaling_layers N: N chained layers, each an AllReduce written inline,
-# with more schedules than the enumeration's cap (4000) from 7 layers on:
-# `coconet schedules` then tries each candidate in time linear in the
-# program, so that the capped list takes time linear in the layers
-scaling_layers() {
-    awk -v n="$1" 'BEGIN {
-        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
-        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
-        print "Scalar c(FP32, 0.5);"
-        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
-        for (i = 1; i < n; i++)
-            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
-        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
-}
 scaling_check "one expression" 50000 scaling_expr
 scaling_check "chained Vars" 12500 scaling_chain
 scaling_check "chained Vars with a schedule" 20000 scaling_sched
@@ -148,5 +134,5 @@ scaling_check "a schedule of many splits" 2000 scaling_splits
 scaling_check "chained Vars" 5000 scaling_chain gen
 scaling_check "chained Ites" 5000 scaling_ites gen
 scaling_ranks "adam's ranks" 256 examples/adam.coco -D N=64 --backend cpu
-scaling_check "enumerating the schedules of chained layers" 20 scaling_layers schedules
+scaling_check "enumerating the schedules of chained layers" 20 chained_layers schedules
 group_end

@@ -59,19 +59,8 @@ elif ! grep -q -F -x -- "  reorder(ag_s$all, AGReorder);" "$TMP/out"; then
     bad "schedules of 100 readers: no reorder of all 100: $(grep -m 1 reorder "$TMP/out" | cut -c 1-200)"
 else ok; fi
 run_schedules "$TMP/fanout100.coco" --ranks 4
-# layers N: N chained Tanh(AllReduce("+", MatMul(x, w) * c)) statements
-layers() {
-    awk -v n="$1" 'BEGIN {
-        print "Tensor x(FP32, [8,8], Sliced(1), WORLD, RANK);"
-        print "Tensor w(FP32, [8,8], Sliced(0), WORLD, RANK);"
-        print "Scalar c(FP32, 0.5);"
-        print "Var v0 = Tanh(AllReduce(\"+\", MatMul(x, w) * c));"
-        for (i = 1; i < n; i++)
-            printf "Var v%d = Tanh(AllReduce(\"+\", MatMul(Slice(v%d, 1), w) * c));\n", i, i - 1
-        printf "Execute f({x,w}, {v%d});\n", n - 1 }'
-}
-layers 80 >"$TMP/layers80.coco"
-layers 20 >"$TMP/layers20.coco"
+chained_layers 80 >"$TMP/layers80.coco"
+chained_layers 20 >"$TMP/layers20.coco"
 cap_note="note: the enumeration stopped at its cap of 4000 schedules"
 coco schedules "$TMP/layers80.coco"
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 80 layers: ${why:-exit status $rc}: $(err1)"
@@ -85,6 +74,17 @@ else ok; fi
 coco tune "$TMP/layers20.coco" --plan
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
+else ok; fi
+# five AllReduces, each split and fused or not: schedules of up to 15
+# statements, fewer than the cap: the depth (10) cuts the list, and a note says so
+awk 'BEGIN { for (i = 1; i <= 5; i++) {
+        printf "Tensor x%d(FP32, [8], Local, WORLD, RANK);\n", i
+        printf "Var y%d = AllReduce(\"+\", x%d);\n", i, i }
+    print "Execute f({x1,x2,x3,x4,x5}, {y1,y2,y3,y4,y5});" }' >"$TMP/deep.coco"
+coco schedules "$TMP/deep.coco"
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 5 AllReduces: ${why:-exit status $rc}: $(err1)"
+elif ! grep -q -F "note: the enumeration tried schedules of at most 10 statements" "$TMP/err"; then
+    bad "schedules of 5 AllReduces: no note of the depth: $(err1)"
 else ok; fi
 # sgd_cast INLINE|VAR: an optimizer step whose AllReduce reads a Cast
 sgd_cast() {
@@ -113,4 +113,40 @@ elif ! grep -q -F -x "  fuse(rs_avg, ag_p1, AllReduceFuse);" "$TMP/out"; then
 else ok; fi
 run_schedules "$TMP/cast_inline.coco" --ranks 4
 run_schedules "$TMP/cast_inline.coco" --ranks 3
+# A layer boundary (row-parallel MatMul, AllReduce, a row norm, a
+# column-parallel MatMul written inline with its bias; 7 tokens, uneven
+# slices at 4 ranks): the enumeration overlaps the AllGather with the
+# MatMul that reads it (named by its statement), and both MatMuls at once,
+# named in the paper's notation; every schedule matches the program.
+boundary() {
+    echo "Size T = 7, H = 8;"
+    echo "Tensor x(FP32, [T,H], Sliced(1), WORLD, RANK);"
+    echo "Tensor w(FP32, [H,H], Sliced(0), WORLD, RANK);"
+    echo "Tensor w1(FP32, [H,2*H], Sliced(1), WORLD, RANK);"
+    echo "Tensor b1(FP32, [2*H], Sliced(0), WORLD, RANK);"
+    echo "Var proj = MatMul(x, w);"
+    echo 'Var s = AllReduce("+", proj);'
+    echo 'Var n = s / Sqrt(ReduceTensor("+", s * s, -1, Keep) + 1);'
+    echo "Var h = MatMul(n, w1) + b1;"
+    echo "Execute boundary({x, w, w1, b1}, {h});"
+}
+boundary >"$TMP/boundary.coco"
+coco schedules "$TMP/boundary.coco"
+for name in 'MM-RS-C-ol(AG,MM)-C' 'ol(MM,RS)-C-ol(AG,MM)-C' 'ol(MM,fuse(RS-C-AG))-MM-C'; do
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of a layer boundary: ${why:-exit status $rc}: $(err1)"
+    elif ! grep -q -F -- "// $name" "$TMP/out"; then
+        bad "schedules of a layer boundary: no $name: $(grep -c '^Schedule ' "$TMP/out") schedules"
+    else ok; fi
+done
+run_schedules "$TMP/boundary.coco" --ranks 4
+# every item of an enumerated overlap has a token in the name: no candidate
+# is a part of a computation (a reduction's sum across ranks, as the bias
+# gradients of examples/transformer_sp_backward.coco have)
+for f in examples/*.coco; do
+    coco schedules "$f"
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules $f: ${why:-exit status $rc}: $(err1)"
+    elif grep -E '// .*(\(,|,\)|,,|\(\))' "$TMP/out" >"$TMP/nameless"; then
+        bad "schedules $f: an item without a name: $(head -n 1 "$TMP/nameless")"
+    else ok; fi
+done
 group_end "$nsched schedule runs checked, $sskip program x P combinations skipped"

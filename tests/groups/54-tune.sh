@@ -35,9 +35,11 @@ tune_refused() {
 # FusedAllReduce with a computation is one kernel over contiguous operands,
 # its elementwise form or not: adam's 5 fused optimizers, none of lamb's
 # (Norms) or adam_scattered's, mlp's 2 fused layers; FP16 AllReduces are
-# FusedAllReduces on the backend: every algorithm; overlapped MatMuls: chunks)
-for c in "adam 4 19 59" "adam 1 19 24" "lamb 4 18 56" "lamb 1 18 18" "self_attention 4 18 79" \
-         "mlp 4 17 74" "mlp 1 17 19" "adam_scattered 1 19 19" "pipeline 4 27 51"; do
+# FusedAllReduces on the backend: every algorithm; overlapped MatMuls: chunks,
+# with a FusedAllReduce and, by its blocks, with a ReduceScatter: the
+# layers' ol(MM,RS)-C-AG
+for c in "adam 4 19 59" "adam 1 19 24" "lamb 4 18 56" "lamb 1 18 18" "self_attention 4 18 81" \
+         "mlp 4 17 76" "mlp 1 17 19" "adam_scattered 1 19 19" "pipeline 4 27 51"; do
     set -- $c
     coco tune "examples/$1.coco" --ranks "$2" --plan
     tune_expect "$1 at P = $2" ", $2 ranks?: $3 variants, $4 candidates;"
@@ -49,6 +51,20 @@ if grep -q '^paper  *oneshot' "$TMP/out"; then bad "tune: paper has no one-shot 
 tune_expect "the program's knob sets (its FP16 AllReduce fused)" "^program +oneshot "
 coco tune examples/self_attention.coco --ranks 4 --plan
 tune_expect "chunks of an overlapped MatMul" "^paper +chunks4 "
+tune_expect "chunks of a MatMul by a ReduceScatter's blocks" "^ol_MM_RS_C_AG +chunks4 "
+# the overlaps by a collective's blocks (src/gen/emit_overlap_blocks.c):
+# chunks1 and chunks4 beside default at P > 1, with or without a fused
+# collective; none on one rank (the MatMul alone) nor where a MatMul follows
+# a FusedAllReduce (nothing chunks it)
+coco tune tests/gpu/overlap_blocks.coco --ranks 4 --plan
+tune_expect "overlap_blocks at P = 4" ", 4 ranks: 12 variants, 36 candidates;"
+tune_expect "the MatMuls by both collectives' blocks" "^ol_both +chunks4 "
+tune_expect "by the AllGather's blocks" "^ol_ag +chunks1 "
+if grep -q '^MM_ol_fuse_RS_C_AG_MM  *chunks' "$TMP/out"; then
+    bad "tune: chunks for a MatMul after its FusedAllReduce"; else ok; fi
+coco tune tests/gpu/overlap_blocks.coco --ranks 1 --plan
+tune_expect "overlap_blocks at P = 1" ", 1 rank: 12 variants, 16 candidates;"
+if grep -q '^ol_both  *chunks' "$TMP/out"; then bad "tune: chunks on one rank"; else ok; fi
 
 # the search against recorded times; pruning at 1.5 finds the best (paper
 # through NCCL, which the model ranks slowest), at 1.1 it prunes it and picks

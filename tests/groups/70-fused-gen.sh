@@ -305,6 +305,79 @@ want=$(grep -v '^#' tests/gen/overlap.expect)
 if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
 else bad "chunked MatMuls (tests/gen/overlap.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
 
+# overlap(AllGather, MatMul) and overlap(MatMul, ReduceScatter), the MatMul
+# by the collective's blocks (src/gen/emit_overlap_blocks.c): the variants
+# and their kinds (tests/gen/overlap_blocks.expect: gather, gather+alias
+# where on one rank the gathered workspace value is its operand's buffer,
+# scatter). In each chunked path every NCCL call is on the side stream (a
+# broadcast from, or a reduce to, each chunk's block's rank), the MatMul's
+# chunks are cuBLASLt calls over rows on the main stream taking the whole
+# product's algorithm (its mM rows), each after its block's event (gather)
+# or before it (scatter), and the main stream joins the side stream at the
+# end; beside it, the two in order (the collective's own block first).
+block_kinds() { # NAME CU: "NAME VARIANT KIND" per overlap by blocks
+    awk -v n="$1" '/^\/\/ =+ .*: .* =+$/ { v = $4 }
+        / by its blocks as they arrive \*\/$/ { k = "gather"; w = v }
+        /, each reduced as it is written \*\/$/ { k = "scatter"; w = v }
+        k && /^        } else \{$/ { e = NR }
+        k && e && NR == e + 1 { if (k == "gather" && /one rank: the value is the operand/) k = "gather+alias"
+                                print n, w, k; k = ""; e = 0 }' "$2"
+}
+got=""
+for f in examples/self_attention.coco examples/mlp.coco examples/pipeline_linear.coco \
+         tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco; do
+    name=$(basename "$f" .coco)
+    rm -rf "$TMP/ovb"
+    coco gen "$f" -o "$TMP/ovb" --all-schedules
+    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    cu=$(ls "$TMP"/ovb/*.cu | head -n 1)
+    got="$got$(block_kinds "$name" "$cu")
+"
+    gathers=$(grep -c ' by its blocks as they arrive \*/$' "$cu")
+    scatters=$(grep -c ', each reduced as it is written \*/$' "$cu")
+    paths=$(grep -c '^        if (sub > 0) {$' "$cu")
+    bcasts=$(grep -c 'ncclBroadcast(own, (char \*)b[0-9]* + lo \* mK \* [0-9]*, (size_t)((hi - lo) \* mK), coco_nccl_type(COCO_[A-Z0-9]*), (int)q, comm, side), "ncclBroadcast");$' "$cu")
+    reduces=$(grep -c 'ncclReduce((const char \*)src + lo \* mN \* ns, out, (size_t)n, nt, coco_nccl_op([0-9]), (int)q, comm, side), "ncclReduce");$' "$cu")
+    rows=$(grep -c 'coco_matmul_rows(ctx, [0-9]*, COCO_[A-Z0-9]*, .*, hi - lo, mN, mK, mM, align, sms, st))$' "$cu")
+    arrived=$(awk '/cudaEventRecord\(ev\[1 \+ q \* sub \+ c\], side\)\);$/ { r++ }
+                   /cudaStreamWaitEvent\(st, ev\[1 \+ q \* sub \+ c\], 0\)\);$/ { w++ }
+                   END { print (r < w ? r : w) + 0 }' "$cu")
+    written=$(awk '/cudaEventRecord\(ev\[k\], st\)\);$/ { r++ } /cudaStreamWaitEvent\(side, ev\[k\], 0\)\);$/ { w++ }
+                   END { print (r < w ? r : w) + 0 }' "$cu")
+    joins=$(grep -c 'cudaStreamWaitEvent(st, ev\[last\], 0));$' "$cu")
+    on_main=$(awk '/^        if \(sub > 0\) \{$/ { on = 1 } /^        } else \{$/ { on = 0 }
+                   on && /nccl(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\(/ && !/, comm, side\), "nccl/ { n++ }
+                   END { print n + 0 }' "$cu")
+    if [ "$paths" -eq $((gathers + scatters)) ] && [ "$bcasts" -eq "$gathers" ] && [ "$reduces" -eq "$scatters" ] &&
+        [ "$rows" -eq "$paths" ] && [ "$arrived" -eq "$gathers" ] && [ "$written" -eq "$scatters" ] &&
+        [ "$joins" -eq "$paths" ] && [ "$on_main" -eq 0 ]; then ok
+    else bad "$f: $gathers gathers and $scatters scatters by blocks, $paths chunked paths, $bcasts broadcasts and $reduces reduces on the side stream, $rows MatMul chunks over rows, $arrived chunks after their block's event, $written events after their chunk, $joins joins, $on_main NCCL calls on the main stream"; fi
+done
+rm -rf "$TMP/ovb"
+want=$(grep -v '^#' tests/gen/overlap_blocks.expect)
+if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
+else bad "MatMuls by a collective's blocks (tests/gen/overlap_blocks.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
+# overlap(MatMul, FusedAllReduce) whose computation reduces within each
+# row (tests/gpu/rows_overlap.coco's ol_rows): where it is chunked, it cuts
+# whole units of the rows a reduction spans (src/gen/emit_overlap.c,
+# row_unit), the kernels' chunks and the MatMul's. (Its fusion runs over the peers' memory, and so is chunked, only
+# where the fused kernels take reductions within rows.)
+rm -rf "$TMP/rows"
+coco gen tests/gpu/rows_overlap.coco -o "$TMP/rows" --all-schedules
+if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen tests/gpu/rows_overlap.coco: ${why:-exit status $rc}: $(err1)"
+else
+    # its schedule ol_rows (the enumerated ones fuse no reduction)
+    cu=$TMP/rows/ol_rows.cu
+    awk '/^\/\/ =+ .*: .* =+$/ { on = $4 == "ol_rows" } on' "$TMP/rows/rows_overlap.cu" >"$cu"
+    chunked=$(grep -c 'chunk by chunk, overlapped \*/$' "$cu")
+    units=$(grep -c '^        const long mU = h[0-9]*\.dim\[1\]; /\* the rows a row reduction spans \*/$' "$cu")
+    whole=$(grep -c '^                const long row0 = mP / mU \* c / chunks \* mU, row1 = mP / mU \* (c + 1) / chunks \* mU;$' "$cu")
+    kernels=$(grep -c '^            CocoChunks ck = {chunks, mP / mU, mN \* mU, flag, 0, chunks - tail};$' "$cu")
+    if [ "$units" -eq "$chunked" ] && [ "$whole" -eq "$chunked" ] && [ "$kernels" -eq "$chunked" ]; then ok
+    else bad "tests/gpu/rows_overlap.coco: $chunked chunked MatMuls, $units with a row unit, $whole cut in units, $kernels kernels' chunks in units"; fi
+fi
+rm -rf "$TMP/rows"
+
 # Linear indices (emit_cuda.h, e->lin): every elementwise kernel that needs
 # its elements' coordinates has an instance without them (LIN), launched
 # when coco_lin_bcast / coco_lin_global allow, and every fused kernel that

@@ -5,7 +5,8 @@ mkdir -p "$TMP/gen"
 for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
          tests/gpu/arith.coco tests/gpu/transformer_ops.coco tests/oracle/programs/ragged.coco \
          tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco tests/gpu/rows_softmax.coco \
-         tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco; do
+         tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco \
+         tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco tests/gpu/rows_overlap.coco; do
     name=$(basename "$f" .coco)
     dir=$TMP/gen/$name
     coco gen "$f" -o "$dir" --all-schedules
@@ -15,6 +16,21 @@ for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb
     elif "$PYTHON" tests/gen/workspace.py "$dir"/*.cu >"$TMP/ws.out" 2>&1; then ok
     else bad "workspace of $f depends on the rank:"; head -n 5 "$TMP/ws.out" | sed 's/^/  /'; fi
     echo "$f" >"$dir/source"
+done
+# The overlaps by a collective's blocks (src/gen/emit_overlap_blocks.c)
+# choose their chunks at run time, from P among others: their programs'
+# code is the same for every P (here 2 and 8 against 4's, which nvcc
+# compiles below with the kernel instances of every P)
+for f in tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco; do
+    name=$(basename "$f" .coco)
+    for p in 2 8; do
+        rm -rf "$TMP/gen-p$p"
+        coco gen "$f" -o "$TMP/gen-p$p" --all-schedules --ranks "$p"
+        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f at P = $p: ${why:-exit status $rc}: $(err1)"
+        elif cmp -s "$TMP/gen-p$p/$name.cu" "$TMP/gen/$name/$name.cu"; then ok
+        else bad "gen $f: the code at P = $p differs from P = 4's"; fi
+        rm -rf "$TMP/gen-p$p"
+    done
 done
 # the nvcc checks, on every core at once (the largest sources first), then
 # judged in order. Each source is compiled without its variants that repeat

@@ -665,12 +665,14 @@ ORACLES = {
     "pipeline_linear": oracle_pipeline_linear,
 }
 
-# the oracles of tests/oracle/programs/*.coco
+# the oracles of tests/oracle/programs/*.coco and of the transformer examples
 try:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import programs_oracles  # noqa: E402
+    import transformer_oracles  # noqa: E402
 
     ORACLES.update(programs_oracles.oracles(sys.modules[__name__]))
+    ORACLES.update(transformer_oracles.oracles(sys.modules[__name__]))
 except ImportError:
     pass
 

@@ -466,7 +466,8 @@ static void test_job(void)
 static int coconet(char *out, size_t len, const char *mode, const char *extra)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "FAKE_RT_MODE=%s ./coconet run tests/gpu/host.coco --backend cuda "
+    snprintf(cmd, sizeof cmd, "FAKE_RT_MODE=%s COCONET_TEST_GPUS=8 ./coconet run tests/gpu/host.coco "
+             "--backend cuda "
              "--cuda-source tests/gpu/host.cu --iters 3 %s", mode, extra);
     char *argv[] = {"sh", "-c", cmd, NULL};
     return run_capture(argv, NULL, out, len, 120);

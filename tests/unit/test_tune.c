@@ -73,6 +73,33 @@ static void expect_sets(Program *p, const char *name, const char *want)
         program_free(v);
 }
 
+/* The overlaps by a collective's blocks (src/gen/emit_overlap_blocks.c):
+ * chunks1 and chunks4 at P > 1, alone (no fused collective) or beside the
+ * algorithms; none on one rank; none for a MatMul after a FusedAllReduce */
+static void test_block_sets(void)
+{
+    char err[1024];
+    coco_config cfg = {NULL, 0, 4, 0};
+    Program *q = coco_load_file("tests/gpu/overlap_blocks.coco", &cfg, err, sizeof err);
+    check(q != NULL, "tests/gpu/overlap_blocks.coco loads");
+    if (!q)
+        return;
+    enumerate_schedules(q);
+    expect_sets(q, "program", "default");
+    expect_sets(q, "ol_rs", "default,chunks1,chunks4");
+    expect_sets(q, "ol_ag", "default,chunks1,chunks4");
+    expect_sets(q, "ol_both", "default,chunks1,chunks4");
+    expect_sets(q, "MM_ol_fuse_RS_C_AG_MM", "twoshot,push,nccl");
+    expect_sets(q, "ol_MM_fuse_RS_C_AG_MM", "twoshot,push,nccl,chunks1,chunks4");
+    program_free(q);
+    cfg.nranks = 1;
+    q = coco_load_file("tests/gpu/overlap_blocks.coco", &cfg, err, sizeof err);
+    if (q) {
+        expect_sets(q, "ol_both", "default");
+        program_free(q);
+    }
+}
+
 static void test_knobs(void)
 {
     Program *p = load_adam(4, "1008");
@@ -117,6 +144,7 @@ static void test_knobs(void)
         expect_sets(q, "paper", "twoshot,push,nccl,chunks1,chunks4");
         program_free(q);
     }
+    test_block_sets();
     p = load_adam(1, "1008");
     if (!p)
         return;
@@ -246,6 +274,33 @@ static void test_cost_chunks(void)
                      "%.6f ms, chunks1 %.6f, chunks4 %.6f", cases[c].nranks, cases[c].S,
                      cases[c].H, dflt, one, four);
             check(four != one && dflt == (cases[c].chunked ? four : one), msg);
+            program_free(v);
+        }
+        program_free(p);
+    }
+}
+
+/* The cost of the overlaps by a collective's blocks: P chunks by default
+ * (one a block), 4 P under chunks4, in order under chunks1: three
+ * predictions at P = 4, each chunk's latencies counted; on one rank in
+ * order by default (the MatMul alone), in 4 chunks under chunks4 as the
+ * runtime runs it (a set the tuner does not offer there) */
+static void test_cost_blocks(void)
+{
+    TuneLimits l = {3000, 350, 800, 1};
+    for (int nranks = 4; nranks >= 1; nranks -= 3) {
+        char err[4096], msg[256];
+        coco_config cfg = {NULL, 0, nranks, 0};
+        Program *p = coco_load_file("tests/gpu/overlap_blocks.coco", &cfg, err, sizeof err);
+        Program *v = p ? as_run(p, "ol_both") : NULL;
+        check(v != NULL, "overlap_blocks' ol_both, as run");
+        if (v) {
+            double dflt = tune_predict_ms(v, KNOB_DEFAULT, &l);
+            double one = tune_predict_ms(v, KNOB_CHUNKS1, &l);
+            double four = tune_predict_ms(v, KNOB_CHUNKS4, &l);
+            snprintf(msg, sizeof msg, "overlap_blocks ol_both at P = %d: default %.6f ms, "
+                     "chunks1 %.6f, chunks4 %.6f", nranks, dflt, one, four);
+            check(nranks > 1 ? one < dflt && dflt < four : one == dflt && dflt < four, msg);
             program_free(v);
         }
         program_free(p);
@@ -598,6 +653,7 @@ int main(void)
     group_end("knob sets");
     test_cost();
     test_cost_chunks();
+    test_cost_blocks();
     group_end("cost model");
     test_search();
     group_end("search");
