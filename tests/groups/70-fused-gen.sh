@@ -358,23 +358,21 @@ want=$(grep -v '^#' tests/gen/overlap_blocks.expect)
 if [ "$(printf '%s' "$got" | sed '/^$/d')" = "$want" ]; then ok
 else bad "MatMuls by a collective's blocks (tests/gen/overlap_blocks.expect): got $(printf '%s' "$got" | paste -sd, -)"; fi
 # overlap(MatMul, FusedAllReduce) whose computation reduces within each
-# row (tests/gpu/rows_overlap.coco's ol_rows): where it is chunked, it cuts
-# whole units of the rows a reduction spans (src/gen/emit_overlap.c,
-# row_unit), the kernels' chunks and the MatMul's. (Its fusion runs over the peers' memory, and so is chunked, only
-# where the fused kernels take reductions within rows.)
+# row (tests/gpu/rows_overlap.coco's ol_rows): the fusion is a row kernel
+# over the peers' memory (src/gen/emit_rows.c) whose rows are the MatMul's
+# (the reductions along its last dimension), so the MatMul runs chunk by
+# chunk and the row kernel takes each chunk's rows after its flag.
 rm -rf "$TMP/rows"
 coco gen tests/gpu/rows_overlap.coco -o "$TMP/rows" --all-schedules
 if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen tests/gpu/rows_overlap.coco: ${why:-exit status $rc}: $(err1)"
 else
-    # its schedule ol_rows (the enumerated ones fuse no reduction)
     cu=$TMP/rows/ol_rows.cu
     awk '/^\/\/ =+ .*: .* =+$/ { on = $4 == "ol_rows" } on' "$TMP/rows/rows_overlap.cu" >"$cu"
     chunked=$(grep -c 'chunk by chunk, overlapped \*/$' "$cu")
-    units=$(grep -c '^        const long mU = h[0-9]*\.dim\[1\]; /\* the rows a row reduction spans \*/$' "$cu")
-    whole=$(grep -c '^                const long row0 = mP / mU \* c / chunks \* mU, row1 = mP / mU \* (c + 1) / chunks \* mU;$' "$cu")
-    kernels=$(grep -c '^            CocoChunks ck = {chunks, mP / mU, mN \* mU, flag, 0, chunks - tail};$' "$cu")
-    if [ "$units" -eq "$chunked" ] && [ "$whole" -eq "$chunked" ] && [ "$kernels" -eq "$chunked" ]; then ok
-    else bad "tests/gpu/rows_overlap.coco: $chunked chunked MatMuls, $units with a row unit, $whole cut in units, $kernels kernels' chunks in units"; fi
+    rowk=$(grep -c '^// FusedAllReduce f as a row kernel (emit_rows.c) over the peers' "$cu")
+    rows=$(grep -c '^            CocoChunks ck = {chunks, mP, mN, flag, 0, chunks - tail};$' "$cu")
+    if [ "$chunked" -eq 1 ] && [ "$rowk" -eq 1 ] && [ "$rows" -eq 1 ]; then ok
+    else bad "tests/gpu/rows_overlap.coco: $chunked chunked MatMuls, $rowk row kernels, $rows chunks of MatMul rows (expected 1 each)"; fi
 fi
 rm -rf "$TMP/rows"
 
