@@ -12,7 +12,10 @@ coconet times (CUDA events, 3 warm-up runs, the median of ITERS runs):
   mm           torch.matmul FP16 [B*S, K] x [K, H] (cuBLAS)
   pointwise    dropout(y + b, 0.1) + r, FP16 [B*S, H]
   layer        mm then pointwise: the Megatron-style model-parallel layer at P = 1
-  mm_shape     torch.matmul FP16 [M, K] x [K, N] at each --mm shape (bench/matmul.sh)
+  mm_shape     torch.matmul FP16 [M, K] x [K, N] at each --mm shape (bench/matmul.sh);
+               a shape nt:MxKxN multiplies by the transpose of a [N, K] tensor,
+               tn:MxKxN multiplies the transpose of a [K, M] tensor (both
+               views, read in place by cuBLAS)
 
     python3 bench/torch_one_gpu.py --pow 24 28 --b 8 16 [--iters 20]
     python3 bench/torch_one_gpu.py --pow --b --mm 8192x768x3072 [--iters 50]
@@ -103,9 +106,12 @@ def layer(b, k, iters):
 
 
 def mm_shape(shape, iters):
-    m, k, n = (int(d) for d in shape.split("x"))
+    form, _, dims = shape.rpartition(":")
+    m, k, n = (int(d) for d in dims.split("x"))
     f16 = dict(device="cuda", dtype=torch.float16)
-    x, w = torch.randn(m, k, **f16), torch.randn(k, n, **f16) / k ** 0.5
+    x = torch.randn(k, m, **f16).t() if form == "tn" else torch.randn(m, k, **f16)
+    w = torch.randn(n, k, **f16).t() if form == "nt" else torch.randn(k, n, **f16)
+    w /= k ** 0.5
     y = x @ w
     row("mm_shape", shape, timed(lambda: torch.matmul(x, w, out=y), iters), 2.0 * m * k * n / 1e3,
         "TFLOP/s")
