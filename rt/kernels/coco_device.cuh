@@ -724,16 +724,81 @@ static __global__ void coco_reduce_final_kernel(const double *parts, int nparts,
     coco_st(out, 0, tout, coco_round(root ? sqrt(acc) : acc, tout));
 }
 
+// A reduction of few outputs over a long dimension (a bias's or a
+// LayerNorm gamma's gradient: [T, H] summed over the T rows) cuts the
+// reduced dimension into segments, so that enough threads share the work:
+// each thread folds one segment of one output in order into parts[], then
+// one thread an output folds its segments in order. Used where the outputs
+// are fewer than COCO_RED_FILL; segments of at least COCO_RED_MIN_SEG
+// elements, at most COCO_RED_MAX_SEGS of them.
+enum { COCO_RED_FILL = 131072, COCO_RED_MIN_SEG = 32, COCO_RED_MAX_SEGS = 64 };
+
+static inline long coco_red_segments(long outputs, long len)
+{
+    if (outputs <= 0 || outputs >= COCO_RED_FILL)
+        return 1;
+    long s = COCO_RED_FILL / outputs, most = len / COCO_RED_MIN_SEG;
+    s = s < most ? s : most;
+    s = s < COCO_RED_MAX_SEGS ? s : COCO_RED_MAX_SEGS;
+    return s < 2 ? 1 : s;
+}
+
+// The workspace bytes of a reduction of `outputs` outputs (t<id> of the
+// generated code): the whole-tensor passes' partials, or the segments'
+static inline size_t coco_red_scratch_bytes(long outputs)
+{
+    long segs = outputs > 0 && outputs < COCO_RED_FILL ? COCO_RED_FILL / outputs : 1;
+    segs = segs < COCO_RED_MAX_SEGS ? segs : COCO_RED_MAX_SEGS;
+    const long parts = segs * outputs > COCO_RED_BLOCKS ? segs * outputs : COCO_RED_BLOCKS;
+    return (size_t)parts * sizeof(double);
+}
+
+// Thread e folds segment e / (outer * inner) of output e % (outer * inner)
+// in the CPU's order into parts[e]
+static __global__ void coco_reduce_segments_kernel(const void *in, int tin, long outer, long len,
+                                                   long inner, long segs, int op, double *parts)
+{
+    const long outs = outer * inner, n = outs * segs;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
+         e += (long)gridDim.x * blockDim.x) {
+        const long s = e / outs, out = e % outs, o = out / inner, i = out % inner;
+        const long lo = len * s / segs, hi = len * (s + 1) / segs;
+        const long base = o * len * inner + i;
+        double acc = coco_red_first(op, coco_ld(in, base + lo * inner, tin));
+#pragma unroll 4
+        for (long a = lo + 1; a < hi; a++)
+            acc = coco_red_step(op, acc, coco_ld(in, base + a * inner, tin));
+        parts[e] = acc;
+    }
+}
+
+// Output e: its segments' partials folded in order, then rounded once
+static __global__ void coco_reduce_segments_final(const double *parts, long outs, long segs,
+                                                  int op, void *out, int tout, int root)
+{
+    const int combine = op == COCO_SUMSQ ? COCO_SUM : op;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < outs;
+         e += (long)gridDim.x * blockDim.x) {
+        double acc = parts[e];
+        for (long s = 1; s < segs; s++)
+            acc = coco_red_step(combine, acc, parts[s * outs + e]);
+        coco_st(out, e, tout, coco_round(root ? sqrt(acc) : acc, tout));
+    }
+}
+
 // Reduces `len` elements for each of outer x inner outputs; root: square
-// root of the result (Norm). scratch: COCO_RED_BLOCKS doubles of workspace.
-// A whole tensor of more than 256 elements takes the two parallel passes
-// (another summation order than the CPU's: a rounding difference at most);
-// otherwise one thread per output sums in the CPU's order (bitwise).
+// root of the result (Norm). scratch: coco_red_scratch_bytes(outer * inner)
+// of workspace. A whole tensor of more than 256 elements takes the two
+// parallel passes, and few outputs of a long dimension its segments
+// (coco_red_segments): another summation order than the CPU's, a rounding
+// of the double accumulator at most; otherwise one thread per output sums
+// in the CPU's order (bitwise).
 static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, void *out, int tout,
                        long outer, long len, long inner, int op, int root, void *scratch)
 {
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    if (outer * inner == 1 && len > 256) {
+    const long outs = outer * inner, segs = coco_red_segments(outs, len);
+    if (outs == 1 && len > 256) {
         // a block per 4096 elements, at most COCO_RED_BLOCKS: small sizes
         // take few blocks, so the final pass sums few parts
         long want = (len + 4095) / 4096;
@@ -742,9 +807,15 @@ static int coco_reduce(coco_cuda_ctx *ctx, int line, const void *in, int tin, vo
         COCO_LAUNCHED(ctx, "reduction", line);
         coco_reduce_final_kernel<<<1, 1, 0, st>>>((const double *)scratch, blocks, op, out, tout,
                                                  root);
+    } else if (segs > 1) {
+        coco_reduce_segments_kernel<<<coco_grid(outs * segs), 256, 0, st>>>(
+            in, tin, outer, len, inner, segs, op, (double *)scratch);
+        COCO_LAUNCHED(ctx, "reduction", line);
+        coco_reduce_segments_final<<<coco_grid(outs), 256, 0, st>>>(
+            (const double *)scratch, outs, segs, op, out, tout, root);
     } else {
-        coco_reduce_kernel<<<coco_grid(outer * inner), 256, 0, st>>>(in, tin, out, tout, outer,
-                                                                    len, inner, op, root);
+        coco_reduce_kernel<<<coco_grid(outs), 256, 0, st>>>(in, tin, out, tout, outer, len, inner,
+                                                           op, root);
     }
     COCO_LAUNCHED(ctx, "reduction", line);
     return 0;
