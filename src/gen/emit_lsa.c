@@ -903,8 +903,8 @@ static void emit_go(Emitter *e, int f, const Lsa *l, const int *ins, int nin, co
 static void emit_row_kernel(Emitter *e, int f, const Lsa *l, const int *ins, int nin,
                             const int *zs, int nz)
 {
-    fprintf(e->o, "template <int V, int P, int R, int W>\n__global__ void __launch_bounds__(COCO_ROWS_THREADS) "
-                  "%s_f%d(", e->v, f);
+    fprintf(e->o, "template <int V, int P, int R, int W>\n__global__ void __launch_bounds__(%s) "
+                  "%s_f%d(", rows_lsa_bounds(e, l), e->v, f);
     emit_params(e, l, ins, nin, zs, nz, EMIT_TYPED);
     fprintf(e->o, ")\n");
     rows_emit_lsa_body(e, l);

@@ -49,6 +49,7 @@ int lsa_scattered(Emitter *e, const Lsa *l, int id);
 /* ---- emit_rows.c: a FusedAllReduce whose slices are whole rows (l->rows) ---- */
 int rows_lsa_ok(Emitter *e, const Lsa *l);    /* can its members make the row kernel? */
 int rows_lsa_vmax(Emitter *e, const Lsa *l);  /* V: 16 bytes of its widest vector operand */
+const char *rows_lsa_bounds(Emitter *e, const Lsa *l); /* its kernel's launch bounds */
 void rows_emit_lsa_body(Emitter *e, const Lsa *l); /* the kernel's body, after its parameters */
 /* in its launch, after `it` and cs: H, V and its grid and block */
 void rows_emit_lsa_choice(Emitter *e, const Lsa *l);

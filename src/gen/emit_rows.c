@@ -753,6 +753,26 @@ int rows_lsa_vmax(Emitter *e, const Lsa *l)
     return v;
 }
 
+/* The launch bounds of a row kernel of w: with BF16 values, at least two
+ * blocks an SM (their arithmetic's registers left one block an SM:
+ * doc/gpu.md, Row kernels) */
+static const char *bounds(Emitter *e, const Rows *w)
+{
+    for (int k = 0; k < w->nm; k++)
+        if (nd(e, w->m[k])->type == T_BF16)
+            return "COCO_ROWS_THREADS, 2";
+    return "COCO_ROWS_THREADS";
+}
+
+const char *rows_lsa_bounds(Emitter *e, const Lsa *l)
+{
+    Rows w;
+    ASSERT(rows_of_lsa(e, l, &w));
+    const char *b = bounds(e, &w);
+    rows_free(e, &w);
+    return b;
+}
+
 void rows_emit_lsa_body(Emitter *e, const Lsa *l)
 {
     FILE *o = e->o;
@@ -921,8 +941,8 @@ void rows_emit_segment_kernel(Emitter *e, int seg)
         if (n->named || stored(e, &w, n->id))
             fprintf(o, " %s (line %d)", n->name, n->pos.line);
     }
-    fprintf(o, "\ntemplate <int V, int R, int W>\n__global__ void __launch_bounds__(COCO_ROWS_THREADS) "
-               "%s_k%d(long n, CocoShape it, unsigned long long seed", e->v, seg);
+    fprintf(o, "\ntemplate <int V, int R, int W>\n__global__ void __launch_bounds__(%s) "
+               "%s_k%d(long n, CocoShape it, unsigned long long seed", bounds(e, &w), e->v, seg);
     emit_segment_params(e, &w);
     fprintf(o, ")\n{\n    (void)seed;\n");
     emit_flat_clear(e);
