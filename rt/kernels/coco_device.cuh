@@ -743,14 +743,15 @@ static inline long coco_red_segments(long outputs, long len)
     return s < 2 ? 1 : s;
 }
 
-// The workspace bytes of a reduction of `outputs` outputs (t<id> of the
-// generated code): the whole-tensor passes' partials, or the segments'
+// The workspace bytes of a reduction of at most `outputs` outputs on any
+// rank (t<id> of the generated code, the same on every rank: the whole
+// tensor's count): the whole-tensor passes' partials, or the segments' (at
+// most COCO_RED_MAX_SEGS an output and COCO_RED_FILL in all)
 static inline size_t coco_red_scratch_bytes(long outputs)
 {
-    long segs = outputs > 0 && outputs < COCO_RED_FILL ? COCO_RED_FILL / outputs : 1;
-    segs = segs < COCO_RED_MAX_SEGS ? segs : COCO_RED_MAX_SEGS;
-    const long parts = segs * outputs > COCO_RED_BLOCKS ? segs * outputs : COCO_RED_BLOCKS;
-    return (size_t)parts * sizeof(double);
+    const long most = COCO_RED_MAX_SEGS * outputs;
+    const long segs = most < COCO_RED_FILL ? most : COCO_RED_FILL;
+    return (size_t)(segs > COCO_RED_BLOCKS ? segs : COCO_RED_BLOCKS) * sizeof(double);
 }
 
 // Thread e folds segment e / (outer * inner) of output e % (outer * inner)

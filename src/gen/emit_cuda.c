@@ -163,7 +163,7 @@ static void emit_scratch(Emitter *e, const Node *n)
     int id = n->id;
     const char *ws = emit_ws(e, id);
     if (op_info(n->op)->kind == K_REDUCTION && e->segment[id] < 0) /* not a row kernel's */
-        fprintf(o, "    void *t%d = %scoco_red_scratch_bytes(coco_count(h%d)));\n", id, ws, id);
+        fprintf(o, "    void *t%d = %scoco_red_scratch_bytes(coco_gcount(h%d)));\n", id, ws, id);
     int sliced = n->op == O_REDUCESCATTER ? id : n->op == O_ALLGATHER ? n->in[0] : -1;
     int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
     const char *g = group_name(n->group);
