@@ -28,7 +28,10 @@ UNIT    := $(patsubst tests/unit/%.c,build/tests/%,$(wildcard tests/unit/*.c))
 # include/nccl.h (the order nvcc searches); its library next to it. The choice
 # is written to build/cuda.conf, which the launcher reads to build generated
 # code against the same NCCL (see doc/gpu.md, "Which NCCL").
+# RT_BUILD: the folder of the runtime, its objects and cuda.conf (build;
+# python/setup.py builds one against PyTorch's NCCL in build/python-rt).
 CUDA_HOME ?= /usr/local/cuda
+RT_BUILD  ?= build
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 ifneq ($(NVCC),)
 CUDA_LIB  ?= $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
@@ -38,7 +41,7 @@ NCCL_LINK ?= $(if $(wildcard $(NCCL_LIB)/libnccl.so),-lnccl,-l:libnccl.so.2)
 # /usr/include must not be named: it would break #include_next in system headers
 NCCL_ISYS := $(addprefix -isystem ,$(filter-out /usr/include /usr/local/include $(CUDA_HOME)/include,$(NCCL_HOME)/include))
 ifneq ($(NCCL_LIB),)
-CUDA_RT   := build/libcoconet_cuda.so build/cuda.conf
+CUDA_RT   := $(RT_BUILD)/libcoconet_cuda.so $(RT_BUILD)/cuda.conf
 else
 $(info nvcc found but no NCCL (include/nccl.h and its library): the CUDA runtime is not built; set NCCL_HOME)
 endif
@@ -83,19 +86,21 @@ build/tests/%: tests/unit/%.c tests/unit/unit_check.h build/libcoconet.a $(HDR) 
 	@mkdir -p build/tests
 	$(LINK) $(CFLAGS) -o $@ $< build/libcoconet.a $(LDLIBS)
 
-# The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers.
-RT_OBJ := build/rt/wait.o build/rt/cuda_child.o build/rt/slab.o build/rt/held.o build/rt/run.o \
-          build/rt/limits.o build/rt/breakdown.o build/rt/session.o
-build/rt/%.o: rt/%.c rt/rt_internal.h rt/kernels/coco_check.cuh include/coconet_rt.h \
-              include/coconet_cuda.h include/coconet_session.h | build
-	@mkdir -p build/rt
-	$(CC) $(CFLAGS) -fPIC -isystem $(CUDA_HOME)/include $(NCCL_ISYS) -c -o $@ $<
+# The GPU runtime: plain C against the CUDA, NCCL and cuBLASLt headers;
+# its objects depend on cuda.conf, so another NCCL rebuilds them; NCCL_HOME's
+# headers come before those CUDA_HOME may hold.
+RT_OBJ := $(patsubst %,$(RT_BUILD)/rt/%.o,wait cuda_child slab held run limits breakdown session)
+$(RT_BUILD)/rt/%.o: rt/%.c rt/rt_internal.h rt/kernels/coco_check.cuh include/coconet_rt.h \
+              include/coconet_cuda.h include/coconet_session.h $(RT_BUILD)/cuda.conf | build
+	@mkdir -p $(RT_BUILD)/rt
+	$(CC) $(CFLAGS) -fPIC $(NCCL_ISYS) -isystem $(CUDA_HOME)/include -c -o $@ $<
 
-build/libcoconet_cuda.so: $(RT_OBJ)
+$(RT_BUILD)/libcoconet_cuda.so: $(RT_OBJ)
 	$(CC) -shared -o $@ $(RT_OBJ) -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -L$(CUDA_LIB) \
 	    -Wl,-rpath,$(CUDA_LIB) $(NCCL_LINK) -lcublasLt -lcudart -ldl
 
-build/cuda.conf: FORCE | build
+$(RT_BUILD)/cuda.conf: FORCE | build
+	@mkdir -p $(RT_BUILD)
 	@printf 'NVCC=%s\nCUDA_LIB=%s\nNCCL_INCLUDE=%s\nNCCL_LIB=%s\nNCCL_LINK=%s\n' \
 	    '$(NVCC)' '$(CUDA_LIB)' '$(NCCL_HOME)/include' '$(NCCL_LIB)' '$(NCCL_LINK)' >$@.tmp
 	@cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@

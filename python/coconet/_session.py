@@ -53,18 +53,33 @@ def parse_knobs(text):
     return fused, chunks
 
 
+def package_home():
+    """The coconet home `pip install` puts in the package (_home: the GPU
+    runtime, its cuda.conf and the headers generated code includes), or
+    None when the package was installed without it or runs from a checkout."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_home")
+    return here if os.path.exists(os.path.join(here, "include", "coconet_cuda.h")) else None
+
+
+def _checkout_home():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.normpath(os.path.join(here, "..", ".."))
+    return root if os.path.exists(os.path.join(root, "include", "coconet_cuda.h")) else None
+
+
 def home():
-    """The coconet checkout whose include/ and rt/kernels/ generated code
-    includes: COCONET_HOME, else the checkout this package lies in; set in
-    the environment, where the C library looks (coco_home)."""
+    """The coconet home whose include/ and rt/kernels/ generated code
+    includes: COCONET_HOME, else the package's own (package_home), else the
+    checkout this package lies in; set in the environment, where the C
+    library looks (coco_home)."""
     env = os.environ.get("COCONET_HOME")
     if env:
         return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.normpath(os.path.join(here, "..", ".."))
-    if not os.path.exists(os.path.join(root, "include", "coconet_cuda.h")):
-        raise CocoError("coconet: the GPU path needs a coconet checkout (its include/ and "
-                        "rt/kernels/): set COCONET_HOME to it")
+    root = package_home() or _checkout_home()
+    if root is None:
+        raise CocoError("coconet: the GPU path is not installed (the package was built "
+                        "without nvcc or PyTorch's NCCL): run `python -m coconet.check`, "
+                        "then reinstall with `pip install --no-build-isolation ./python`")
     os.environ["COCONET_HOME"] = root
     return root
 
@@ -256,9 +271,11 @@ def nccl_setup(runtime_path, loaded):
     calls bind to (loaded: (path, version code), Runtime.nccl()). Raises
     CocoError saying what to do when no headers match it.
 
-    Not /proc/self/maps: PyTorch opens its wheel's libnccl.so.2 by its path
-    even when LD_PRELOAD has loaded another, so both are mapped, and the
-    calls bind to the first."""
+    The runtime `pip install` builds links PyTorch's own libnccl.so.2 (its
+    wheel's), so the calls of both bind to the one library and the versions
+    agree. Not /proc/self/maps: PyTorch opens its wheel's libnccl.so.2 by
+    its path even when another was loaded first (LD_PRELOAD), so both are
+    mapped, and the calls bind to the first."""
     conf = _runtime_conf(runtime_path)
     built = _header_version(conf.get("NCCL_INCLUDE", ""))
     if loaded is None or built == loaded[1]:
@@ -268,15 +285,16 @@ def nccl_setup(runtime_path, loaded):
     inc = os.path.join(prefix, "include")
     if _header_version(inc) == version and os.path.exists(os.path.join(inc, "nccl_device.h")):
         return prefix
-    lib = conf.get("NCCL_LIB", "the runtime's NCCL library directory")
     raise CocoError(
-        "coconet: this process loaded NCCL %s (%s, PyTorch's), but the coconet runtime "
-        "was built with NCCL %s headers and no NCCL %s headers with the device API lie next "
-        "to the loaded library; NCCL's device API has no ABI promise across versions, so "
-        "start the script with LD_PRELOAD=%s/libnccl.so.2 (PyTorch and coconet then share "
-        "NCCL %s), or rebuild coconet with NCCL_HOME set to a prefix with NCCL %s's headers"
-        % (_v(version), path, _v(built) if built else "unknown", _v(version), lib,
-           _v(built) if built else "", _v(version)))
+        "coconet: this process loaded NCCL %s (%s), but the coconet runtime %s was built "
+        "with NCCL %s headers (%s), and no NCCL %s headers with the device API lie next to "
+        "the loaded library; NCCL's device API has no ABI promise across versions, so "
+        "build coconet against the NCCL this process loads: reinstall it in this "
+        "environment (`pip install --no-build-isolation --force-reinstall ./python` builds "
+        "against PyTorch's NCCL), or from a checkout run `make NCCL_HOME=PREFIX` with "
+        "PREFIX/include holding NCCL %s's headers"
+        % (_v(version), path, runtime_path, _v(built) if built else "unknown",
+           conf.get("NCCL_INCLUDE", "no cuda.conf beside it"), _v(version), _v(version)))
 
 
 # ---- the runtime ----
@@ -307,20 +325,20 @@ ID_BYTES = 128
 
 
 def runtime_path():
-    """COCONET_CUDA_RUNTIME, else build/libcoconet_cuda.so of COCONET_HOME,
-    else of the checkout this package lies in."""
+    """COCONET_CUDA_RUNTIME, else build/libcoconet_cuda.so of the coconet
+    home (home(): COCONET_HOME, the package's, the checkout's)."""
     env = os.environ.get("COCONET_CUDA_RUNTIME")
     if env:
         return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(os.environ.get("COCONET_HOME", here), "build",
-                              "libcoconet_cuda.so"),
-                 os.path.join(here, "..", "..", "build", "libcoconet_cuda.so")):
-        if os.path.exists(path):
-            return path
-    raise CocoError("coconet: libcoconet_cuda.so not found (in build/ of COCONET_HOME or of the "
-                    "checkout): run `make` on a machine with nvcc and NCCL, or set "
-                    "COCONET_CUDA_RUNTIME")
+    try:
+        path = os.path.join(home(), "build", "libcoconet_cuda.so")
+    except CocoError as e:
+        raise CocoError("coconet: libcoconet_cuda.so not found: %s" % e)
+    if not os.path.exists(path):
+        raise CocoError("coconet: %s not found: run `make` in the checkout on a machine with "
+                        "nvcc and NCCL, reinstall with `pip install --no-build-isolation "
+                        "./python`, or set COCONET_CUDA_RUNTIME" % path)
+    return path
 
 
 class Runtime:

@@ -75,7 +75,9 @@ def test_nccl_setup(tmp_path):
         S.nccl_setup(rt, (str(bare / "lib" / "libnccl.so.2"), 22809))
     msg = str(e.value)
     assert "loaded NCCL 2.28.9" in msg and "NCCL 2.28.3 headers" in msg
-    assert "LD_PRELOAD=%s/lib/libnccl.so.2" % system in msg
+    assert "LD_PRELOAD" not in msg  # one NCCL by building against it, not by preloading
+    assert "pip install --no-build-isolation --force-reinstall ./python" in msg
+    assert "%s/include" % system in msg and "make NCCL_HOME=PREFIX" in msg
 
 
 def test_runtime_nccl(monkeypatch):
