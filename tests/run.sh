@@ -33,6 +33,8 @@
 #             each variant that repeats another but for its names once);
 #   gpu-faults the GPU fault tests' dying ranks (tests/gpu/faults.sh) on the
 #             stand-in runtime, without a GPU;
+#   pip       `pip install ./python` (the CPU package) into a fresh venv,
+#             offline, and `python -m coconet.check` there;
 #   layers    the compiler's files include and call one way (tests/layers.py);
 #   paths     every repository path a comment or a document names exists
 #             (tests/paths.py).
