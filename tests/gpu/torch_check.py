@@ -274,7 +274,8 @@ def errors(c):
         (dict(ok, m=torch.zeros(2016, device="cuda")[::2]), "given not contiguous"),
         (dict(ok, v=torch.zeros(7, device="cuda")), "given shape [7]"),
         ({k: v for k, v in ok.items() if k != "lr"}, "needs input 'lr' (a number (Scalar))"),
-        (dict(ok, lr=torch.tensor(1.0)), "expected a number (a Python int or float"),
+        (dict(ok, lr=torch.tensor(1.0, device="cuda")), "or a one-element CPU tensor: a GPU "
+         "tensor would need a host sync); given a tensor on cuda"),
         (dict(ok, z=1.0), "has no input 'z'"),
     ]
     for args, want in cases:

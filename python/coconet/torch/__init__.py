@@ -38,18 +38,26 @@ the stream at each launch, so a replay waits for each chunk as the call
 did. One limit: the seed of Dropout is fixed at capture (every replay draws
 the same masks).
 
-Which NCCL: PyTorch loads its own libnccl.so.2 (2.28.9 in torch 2.11's
-wheels) when imported; the runtime and the generated code, loaded after it,
-bind to that library by its soname whatever their rpath says. NCCL's device
-API has no ABI promise across versions, so the generated code must be built
-with the headers of the library loaded: coconet.torch asks the runtime
-which library its NCCL calls bind to (coco_session_nccl: with LD_PRELOAD the
-preloaded one, though PyTorch maps its wheel's too), and builds against its
-own headers when they are next to it
-(prefix/include with nccl_device.h, as NVIDIA's wheel ships them), else
-against the runtime's (build/cuda.conf) when the versions agree, else it
-stops and says to start the script with LD_PRELOAD=<the runtime's
-libnccl.so.2>, so that PyTorch and coconet share one NCCL."""
+torch.compile and export: every call is a torch.library custom op
+(coconet::call; RowParallelLinear's forward coconet::row_parallel, with
+its autograd), taken when the call is traced (under torch.compile or
+torch.export, or on fake or meta tensors; coconet.torch.ops says how);
+eager calls on plain tensors keep the direct path. A Scalar given as a CPU
+tensor changes without recompiling the graph.
+
+Which NCCL: PyTorch loads its own libnccl.so.2 (its wheel's nvidia/nccl)
+when imported; the runtime `pip install ./python` builds links that same
+library and is built with its headers, so PyTorch and coconet share one
+NCCL with no preload. Any runtime and the generated code, loaded after
+PyTorch, bind to the loaded library by its soname whatever their rpath
+says, and NCCL's device API has no ABI promise across versions, so the
+generated code must be built with the headers of the library loaded:
+coconet.torch asks the runtime which library its NCCL calls bind to
+(coco_session_nccl) and builds against the runtime's headers (its
+cuda.conf) when the versions agree, else against headers next to the
+loaded library (prefix/include with nccl_device.h, as NVIDIA's wheel ships
+them), else it stops and says how to rebuild coconet against the loaded
+NCCL."""
 import fcntl
 import os
 import warnings
@@ -59,6 +67,7 @@ import torch.distributed as dist
 
 from .. import CocoError, load
 from .. import _session as S
+from . import ops as _ops
 
 __all__ = ["CocoError", "Compiled", "Bound", "compile", "empty", "zeros", "to_arena",
            "in_arena", "session", "is_open"]
@@ -236,6 +245,7 @@ class Compiled:
         self._warm = False
         self._warned = False
         self._outputs = None  # made in the arena at the first call that needs them
+        self._key = _ops.register(self)  # coconet::call's handle on it
 
     def at(self, sizes):
         """The same variant at other sizes (no new build: the generated code
@@ -278,10 +288,18 @@ class Compiled:
         return t.data_ptr()
 
     def _scalar(self, c, i, spec, value):
+        """A Python number, or a one-element CPU tensor (as a compiled graph
+        passes a changing Scalar; a GPU tensor would need a host sync)."""
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and \
+                value.numel() == 1:
+            value = value.item()
         if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)):
             raise CocoError("input '%s' of '%s' (rank %d): expected a number (a Python "
-                            "int or float: a tensor would need a host sync); given %s"
-                            % (spec.name, self.variant, self.group.rank, type(value).__name__))
+                            "int or float, or a one-element CPU tensor: a GPU tensor would "
+                            "need a host sync); given %s"
+                            % (spec.name, self.variant, self.group.rank,
+                               "a tensor on %s" % value.device
+                               if isinstance(value, torch.Tensor) else type(value).__name__))
         c.scalars[i] = float(value)
 
     def _set(self, c, i, spec, value):
@@ -419,7 +437,10 @@ class Compiled:
         output name), else the call's own in the arena, reused by every
         call; an output that is an Updated input's new value is that input's
         own tensor (its members, for a scattered one)."""
-        _, results = self._fill(self._call, dict(inputs or {}, **named), out)
+        given = dict(inputs or {}, **named)
+        if _ops.traced(given.values()):  # torch.compile, export, fake or meta tensors
+            return _ops.call(self, given, seed, out)
+        _, results = self._fill(self._call, given, out)
         return self._launch(self._call, seed, results)
 
     def bind(self, inputs=None, out=None, **named):
@@ -438,6 +459,7 @@ class Bound:
 
     def __init__(self, compiled, given, out):
         f = self.compiled = compiled
+        self._given, self._out = dict(given), out  # for a traced call (coconet::call)
         self._call = S.Call(f.group.session, f.module, f.spec, *f._knobs)
         by_name, self._results = f._fill(self._call, given, out, scalars_later=True)
         self._scalars = {s.name: i for i, s in enumerate(f.spec.inputs) if s.kind == "scalar"}
@@ -464,6 +486,9 @@ class Bound:
 
     def __call__(self, seed=None, **scalars):
         f = self.compiled
+        self._given.update(scalars)
+        if torch.compiler.is_compiling():  # one coconet::call on the bound tensors
+            return _ops.call(f, self._given, seed, self._out)
         for name, value in scalars.items():
             i = self._scalars.get(name)
             if i is None:

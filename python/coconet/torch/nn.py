@@ -33,7 +33,8 @@ import math
 import torch
 
 from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, \
-    session
+    in_arena, session, to_arena
+from . import ops as _ops
 from .. import programs
 
 _compiled = {}
@@ -89,20 +90,38 @@ class RowParallelLinear(torch.nn.Module):
         self.p_drop, self.residual, self.schedule, self.group = float(p_drop), residual, \
             schedule, group
         self.dtype = dtype
-        dev = self.sess.device
-        self.weight = torch.nn.Parameter(torch.empty(in_features // P, out_features, dtype=dtype,
-                                                     device=dev))
-        bias = empty([out_features], dtype, group)  # read by the fused collective: in the arena
-        bias.zero_()
-        self.bias = torch.nn.Parameter(bias)
-        bound = 1 / math.sqrt(in_features)
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
+        self._key = _ops.register(self)  # coconet::row_parallel's handle on it
         self._out = None
         self._views = {}  # (B, S) -> the output's view of _out
         self._calls = {}  # (B, S, p, residual) -> the program at those sizes
+        if torch.empty(0).is_meta:  # under torch.device("meta"): shapes only, no arena
+            self.weight = torch.nn.Parameter(torch.empty(in_features // P, out_features,
+                                                         dtype=dtype))
+            self.bias = torch.nn.Parameter(torch.empty(out_features, dtype=dtype))
+            return
+        self.weight = torch.nn.Parameter(torch.empty(in_features // P, out_features, dtype=dtype,
+                                                     device=self.sess.device))
+        # read by the fused collective: in the arena
+        self.bias = torch.nn.Parameter(empty([out_features], dtype, group))
+        self.reset_parameters()
         if max_tokens:
             self._out = empty([int(max_tokens) * out_features], dtype, group)
+
+    def reset_parameters(self):
+        """The weight uniform in +-1/sqrt(in_features), the bias zero."""
+        bound = 1 / math.sqrt(self.in_features)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.weight.uniform_(-bound, bound)
+
+    def _apply(self, fn, *args, **kw):
+        """As torch's, then the bias back into the arena where a move (a
+        meta-device layer's to_empty, .to) took it out of it."""
+        super()._apply(fn, *args, **kw)
+        b = self.bias
+        if b.is_cuda and not in_arena(b, self.group):
+            self.bias.data = to_arena(b.data, self.group)
+        return self
 
     @classmethod
     def from_full(cls, weight, bias, **kw):
@@ -130,7 +149,7 @@ class RowParallelLinear(torch.nn.Module):
         view = self._views[(B, S_)] = self._out[:n].view(B, S_, self.out_features)
         return view
 
-    def _run(self, x, residual, p_drop, with_residual):
+    def _run(self, x, residual, p_drop, with_residual, weight=None, bias=None):
         if x.dim() != 3:
             raise CocoError("RowParallelLinear: x must be [B, S, K/P]; given shape %s"
                             % list(x.shape))
@@ -143,7 +162,8 @@ class RowParallelLinear(torch.nn.Module):
                                            "H": self.out_features})
         # the tensors as they are (the call reads their storage only; the
         # backward is _RowParallel's)
-        args = {"w": self.weight, "x": x, "b": self.bias}
+        args = {"w": self.weight if weight is None else weight, "x": x,
+                "b": self.bias if bias is None else bias}
         if with_residual:
             args["r"] = residual
         return fn(args, out={"out": self._out_buffer(B, S_)})
@@ -154,6 +174,8 @@ class RowParallelLinear(torch.nn.Module):
         if not self.residual:
             residual = None
         p = self.p_drop if self.training else 0.0
+        if _ops.traced([x]):  # torch.compile, export, fake or meta tensors
+            return self._forward_op(x, residual, p)
         if not torch.is_grad_enabled() or not (x.requires_grad or self.weight.requires_grad or
                                                 self.bias.requires_grad):
             return self._run(x, residual, p, residual is not None)
@@ -161,4 +183,15 @@ class RowParallelLinear(torch.nn.Module):
             return _RowParallel.apply(x, self.weight, self.bias, residual, self)
         y = _RowParallel.apply(x, self.weight, self.bias, None, self)
         y = torch.nn.functional.dropout(y, p, training=True)
+        return y + residual if residual is not None else y
+
+    def _forward_op(self, x, residual, p):
+        """forward through coconet::row_parallel: with gradients and dropout,
+        the op without them, and torch's dropout and residual (as the
+        direct path)."""
+        grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or
+                                            self.bias.requires_grad)
+        if not grad or p == 0.0:
+            return _ops.row_parallel(self, x, residual, p)
+        y = torch.nn.functional.dropout(_ops.row_parallel(self, x, None, 0.0), p, training=True)
         return y + residual if residual is not None else y
