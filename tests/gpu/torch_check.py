@@ -24,7 +24,22 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         and the dropout path's mask and gradients;
   graph                 a CUDA graph captured around an optimizer program and
                         replayed, against eager calls; the same for the
-                        overlapped self_attention in 3 chunks, on new inputs."""
+                        overlapped self_attention in 3 chunks, on new inputs;
+  compile:rowparallel   RowParallelLinear under torch.compile(fullgraph=True):
+                        no graph break (torch._dynamo.explain), the output
+                        equal to the eager one bit for bit (eval), and with
+                        gradients the output bit for bit, the gradients close;
+  compile:call          adam.coco paper called in a compiled function, lr and
+                        t as CPU tensors: no graph break, p, m, v equal to
+                        eager calls bit for bit, no recompile for a new step;
+  compile:reduce-overhead  the layer under mode="reduce-overhead" (CUDA
+                        graphs) against eager calls, bit for bit;
+  meta                  a layer made under torch.device("meta"), to_empty on
+                        the GPU (its bias back in the arena), given a layer's
+                        state: its output equal to that layer's bit for bit,
+                        and a meta input giving a meta output of the shape;
+  export                torch.export of the layer holds coconet::row_parallel
+                        and its module's output equals the layer's."""
 import argparse
 import glob
 import os
@@ -35,9 +50,12 @@ import traceback
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
-os.environ.setdefault("COCONET_HOME", ROOT)
+# COCONET_CHECK_INSTALLED=1 (tests/gpu/torch_pip.sh): the package pip installed,
+# with its own library and home; else the checkout's python/ and build/
+if os.environ.get("COCONET_CHECK_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
+    os.environ.setdefault("COCONET_HOME", ROOT)
 
 import coconet  # noqa: E402
 from coconet import _session as S  # noqa: E402
@@ -130,6 +148,8 @@ def main_torch(only):
     described = ct.session().session.describe()  # opened by every rank: a collective
     if rank == 0:
         print("session: %s" % described, flush=True)
+        print("coconet: %s, runtime %s" % (os.path.dirname(coconet.__file__),
+                                           ct.session().runtime.path), flush=True)
     for path in EXAMPLES:
         prog, names = variants(path, P)
         base = os.path.basename(path)
@@ -146,6 +166,11 @@ def main_torch(only):
     check("adam_bf16", lambda: optimizer(ctx, "adam", torch.bfloat16))
     check("rowparallel", lambda: rowparallel(ctx))
     check("graph", lambda: graph(ctx))
+    check("compile:rowparallel", lambda: compile_layer(ctx))
+    check("compile:call", lambda: compile_call(ctx))
+    check("compile:reduce-overhead", lambda: compile_graphs(ctx))
+    check("meta", lambda: meta_init(ctx))
+    check("export", lambda: export(ctx))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -609,6 +634,145 @@ def graph_overlap(c):
     err = max_over_ranks(c, err)
     return err == 0.0, ("self_attention paper in 3 chunks: 3 replays on new inputs equal eager "
                         "calls bit for bit: %s (largest difference %.2e)" % (err == 0.0, err))
+
+
+# ---- torch.compile, meta device, export ----
+
+def _layer_data(c, dtype):
+    """A FP32 layer's inputs on this rank: x [2, 32, 128] (its slice), r."""
+    torch, ct, rank, P = c["torch"], c["ct"], c["rank"], c["P"]
+    g = torch.Generator(device="cpu").manual_seed(11)
+    x = torch.randn(2, 32, 128 * P, generator=g)[..., rank * 128:(rank + 1) * 128]
+    r = torch.randn(2, 32, 96, generator=g)
+    return x.contiguous().to("cuda", dtype), ct.to_arena(r.to("cuda", dtype))
+
+
+def _layer(c, **kw):
+    from coconet.torch.nn import RowParallelLinear
+    c["torch"].manual_seed(5)
+    kw.setdefault("p_drop", 0.0)
+    return RowParallelLinear(128 * c["P"], 96, dtype=c["torch"].float32, schedule="fused", **kw)
+
+
+def compile_layer(c):
+    torch = c["torch"]
+    layer = _layer(c).eval()
+    x, r = _layer_data(c, torch.float32)
+    explain = torch._dynamo.explain(layer)(x, r)
+    torch._dynamo.reset()
+    fn = torch.compile(layer, fullgraph=True)
+    with torch.no_grad():
+        want = layer(x, r).clone()
+        got = fn(x, r).clone()
+    layer.train()
+    xg = x.clone().requires_grad_()
+    xc = x.clone().requires_grad_()
+    torch._dynamo.reset()
+    fg = torch.compile(layer, fullgraph=True)
+    we = layer(xg, r)
+    we.sum().backward()
+    ge = (xg.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+    layer.zero_grad()
+    wc = fg(xc, r)
+    wc.sum().backward()
+    gc = (xc.grad, layer.weight.grad, layer.bias.grad)
+    gerr = max(float((a - b).abs().max()) for a, b in zip(ge, gc))
+    ok = explain.graph_break_count == 0 and torch.equal(want, got) and torch.equal(we, wc) \
+        and gerr <= 1e-5
+    return ("PASS" if ok else "FAIL"), (
+        "graph breaks %d (graphs %d); eval output bit for bit: %s; training output bit for "
+        "bit: %s, gradients within %.1e" % (explain.graph_break_count, explain.graph_count,
+                                            torch.equal(want, got), torch.equal(we, wc), gerr))
+
+
+def _adam_args(c, f, seed):
+    torch, ct = c["torch"], c["ct"]
+    rng = np.random.default_rng(seed)
+    args = {}
+    for s in f.spec.inputs:
+        if s.kind != "scalar":
+            dt = torch.float16 if s.type == "FP16" else torch.float32
+            a = torch.from_numpy(exact(rng.standard_normal(s.shape) * 0.5, s.type)).to("cuda", dt)
+            args[s.name] = ct.to_arena(a.abs() if s.name == "v" else a)
+    return args
+
+
+def compile_call(c):
+    torch, ct = c["torch"], c["ct"]
+    f = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper")
+    eager, comp = _adam_args(c, f, 4), _adam_args(c, f, 4)
+
+    def step(args, lr, t):
+        return f(args, lr=lr, t=t, seed=1)
+
+    explain = torch._dynamo.explain(step)(_adam_args(c, f, 4), torch.tensor(1e-3),
+                                          torch.tensor(1.0))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    fn = torch.compile(step, fullgraph=True)
+    for t in (1.0, 2.0, 3.0):
+        step(eager, 1e-3, t)
+        fn(comp, torch.tensor(1e-3, dtype=torch.float64), torch.tensor(t, dtype=torch.float64))
+    torch.cuda.synchronize()
+    same = all(torch.equal(eager[k], comp[k]) for k in eager)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    ok = explain.graph_break_count == 0 and same and graphs == 1
+    return ("PASS" if ok else "FAIL"), ("graph breaks %d; 3 steps equal eager calls bit for bit: "
+                                        "%s; graphs compiled %d" % (explain.graph_break_count,
+                                                                    same, graphs))
+
+
+def compile_graphs(c):
+    torch = c["torch"]
+    layer = _layer(c).eval()
+    x, r = _layer_data(c, torch.float32)
+    torch._dynamo.reset()
+    fn = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    worst = 0.0
+    with torch.no_grad():
+        for k in range(4):  # warm-up, capture, replays
+            xk = x * (k + 1)
+            want = layer(xk, r).clone()
+            got = fn(xk, r).clone()
+            worst = max(worst, float((want - got).abs().max()))
+    return ("PASS" if worst == 0.0 else "FAIL"), (
+        "4 calls under reduce-overhead equal eager calls bit for bit: %s (largest difference "
+        "%.2e)" % (worst == 0.0, worst))
+
+
+def meta_init(c):
+    torch, ct = c["torch"], c["ct"]
+    ref = _layer(c).eval()
+    with torch.device("meta"):
+        layer = _layer(c).eval()
+    if not layer.weight.is_meta:
+        return "FAIL", "the weight made under torch.device('meta') is on %s" % layer.weight.device
+    x, r = _layer_data(c, torch.float32)
+    shape = layer(x.to("meta"), r.to("meta")).shape
+    layer.to_empty(device="cuda")
+    layer.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        want, got = ref(x, r).clone(), layer(x, r).clone()
+    ok = ct.in_arena(layer.bias) and torch.equal(want, got) and tuple(shape) == (2, 32, 96)
+    return ("PASS" if ok else "FAIL"), ("meta forward shape %s; after to_empty the bias in the "
+                                        "arena: %s; output equal to a layer made on the GPU bit "
+                                        "for bit: %s" % (list(shape), ct.in_arena(layer.bias),
+                                                         torch.equal(want, got)))
+
+
+def export(c):
+    torch = c["torch"]
+    layer = _layer(c).eval()
+    x, r = _layer_data(c, torch.float32)
+    ep = torch.export.export(layer, (x, r))
+    has_op = "coconet.row_parallel" in str(ep.graph)
+    with torch.no_grad():
+        want = layer(x, r).clone()
+        got = ep.module()(x, r).clone()
+    ok = has_op and torch.equal(want, got)
+    return ("PASS" if ok else "FAIL"), ("the exported graph holds coconet::row_parallel: %s; its "
+                                        "output equals the layer's bit for bit: %s"
+                                        % (has_op, torch.equal(want, got)))
 
 
 if __name__ == "__main__":
