@@ -39,7 +39,10 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         state: its output equal to that layer's bit for bit,
                         and a meta input giving a meta output of the shape;
   export                torch.export of the layer holds coconet::row_parallel
-                        and its module's output equals the layer's."""
+                        and its module's output equals the layer's;
+  watchdog              (P = 1) a call queued behind a 5 s kernel, with a 1 s
+                        limit: the Python loop waiting on it raises Stalled
+                        naming rank 0 and the call within 3 s."""
 import argparse
 import glob
 import os
@@ -171,6 +174,7 @@ def main_torch(only):
     check("compile:reduce-overhead", lambda: compile_graphs(ctx))
     check("meta", lambda: meta_init(ctx))
     check("export", lambda: export(ctx))
+    check("watchdog", lambda: watchdog(ctx))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -773,6 +777,36 @@ def export(c):
     return ("PASS" if ok else "FAIL"), ("the exported graph holds coconet::row_parallel: %s; its "
                                         "output equals the layer's bit for bit: %s"
                                         % (has_op, torch.equal(want, got)))
+
+
+def watchdog(c):
+    import time
+    torch, ct = c["torch"], c["ct"]
+    if c["P"] > 1:
+        return "SKIP", "at P = 1 only (a dying peer at P > 1: the multi-GPU tests)"
+    g = ct.session()
+    f = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper")
+    args = _adam_args(c, f, 2)
+    f(args, lr=1e-3, t=1.0)
+    torch.cuda.synchronize()
+    kept, g.watch = g.watch, ct.Watchdog(c["rank"], 1.0)
+    msg, took = None, None
+    try:
+        torch.cuda._sleep(int(1e10))  # about 5 s of one spinning kernel
+        f(args, lr=1e-3, t=2.0)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < 20:
+                time.sleep(0.05)
+        except ct.Stalled as e:
+            msg, took = str(e), time.monotonic() - start
+    finally:
+        g.watch.stop()
+        g.watch = kept
+        torch.cuda.synchronize()
+    ok = msg is not None and took < 3 and "rank 0" in msg and "paper" in msg
+    return ("PASS" if ok else "FAIL"), ("Stalled after %s s: %s" % (
+        "%.1f" % took if took is not None else "-", msg or "not raised within 20 s"))
 
 
 if __name__ == "__main__":

@@ -68,9 +68,10 @@ import torch.distributed as dist
 from .. import CocoError, load
 from .. import _session as S
 from . import ops as _ops
+from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
 
-__all__ = ["CocoError", "Compiled", "Bound", "compile", "empty", "zeros", "to_arena",
-           "in_arena", "session", "is_open"]
+__all__ = ["CocoError", "Stalled", "Compiled", "Bound", "compile", "empty", "zeros",
+           "to_arena", "in_arena", "session", "is_open", "synchronize"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
@@ -99,8 +100,10 @@ class _Group:
         env = os.environ.get("COCONET_ARENA_BYTES")
         if arena_bytes is None:
             arena_bytes = int(env) if env else DEFAULT_ARENA
+        self.timeout_s = float(os.environ.get("COCONET_TIMEOUT") or 300)
         self.session = S.Session(self.runtime, self.rank, self.nranks, self.device.index,
-                                 nccl_id, arena_bytes=arena_bytes)
+                                 nccl_id, arena_bytes=arena_bytes, timeout_s=self.timeout_s)
+        self.watch = Watchdog(self.rank, self.timeout_s)  # coconet.torch.watch
 
     def _unique_id(self):
         """Rank 0's NCCL unique id, on every rank (torch.distributed.broadcast)."""
@@ -136,6 +139,17 @@ def session(group=None, arena_bytes=None):
                         "arena of %d bytes; arena_bytes applies to its first use only"
                         % g.session.arena()[1])
     return g
+
+
+def synchronize(group=None):
+    """Waits for the current stream, as torch.cuda.synchronize, but within
+    the session's timeout (COCONET_TIMEOUT): raises Stalled naming the rank
+    when its work does not complete (a peer died, a kernel stalls)."""
+    g = session(group)
+    try:
+        g.session.wait(torch.cuda.current_stream(g.device).cuda_stream)
+    except CocoError as e:
+        raise Stalled("coconet.torch: %s (COCONET_TIMEOUT=%g s)" % (e, g.timeout_s)) from None
 
 
 # ---- tensors in the arena ----
@@ -417,8 +431,11 @@ class Compiled:
         if seed is None:
             self._seed += 1
             seed = self._seed
-        outside = c(int(seed), torch.cuda.current_stream(self.group.device).cuda_stream)
+        stream = torch.cuda.current_stream(self.group.device)
+        outside = c(int(seed), stream.cuda_stream)
         self._warm = True
+        if not capturing:
+            self.group.watch.launched(self, stream)  # named by its repr if it stalls
         if outside and self.group.nranks > 1 and not self._warned:
             self._warned = True
             warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: a "
