@@ -32,6 +32,7 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
   compile:call          adam.coco paper called in a compiled function, lr and
                         t as CPU tensors: no graph break, p, m, v equal to
                         eager calls bit for bit, no recompile for a new step;
+                        the same through a Bound (f.bind);
   compile:reduce-overhead  the layer under mode="reduce-overhead" (CUDA
                         graphs) against eager calls, bit for bit;
   meta                  a layer made under torch.device("meta"), to_empty on
@@ -720,10 +721,19 @@ def compile_call(c):
     torch.cuda.synchronize()
     same = all(torch.equal(eager[k], comp[k]) for k in eager)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    ok = explain.graph_break_count == 0 and same and graphs == 1
+    # a Bound (as the optimizers hold them) called in a compiled function
+    be, bc = f.bind(_adam_args(c, f, 6)), f.bind(_adam_args(c, f, 6))
+    fb = torch.compile(lambda lr, t: bc(lr=lr, t=t, seed=1), fullgraph=True)
+    for t in (1.0, 2.0):
+        be(lr=1e-3, t=t, seed=1)
+        fb(torch.tensor(1e-3, dtype=torch.float64), torch.tensor(t, dtype=torch.float64))
+    torch.cuda.synchronize()
+    bound_same = all(torch.equal(be._given[k], bc._given[k]) for k in eager)
+    ok = explain.graph_break_count == 0 and same and graphs == 1 and bound_same
     return ("PASS" if ok else "FAIL"), ("graph breaks %d; 3 steps equal eager calls bit for bit: "
-                                        "%s; graphs compiled %d" % (explain.graph_break_count,
-                                                                    same, graphs))
+                                        "%s; graphs compiled %d; a Bound's 2 compiled steps "
+                                        "equal eager ones: %s" % (explain.graph_break_count,
+                                                                  same, graphs, bound_same))
 
 
 def compile_graphs(c):

@@ -38,7 +38,8 @@ class Variant:
         self.own = {"y": torch.zeros(4), "z": torch.zeros(5)}
         self.eager_calls = 0
 
-    def __call__(self, given, seed=None, out=None):
+    def __call__(self, inputs=None, seed=None, out=None, **named):  # as Compiled's
+        given = dict(inputs or {}, **named)
         if ops.traced(given.values()):
             return ops.call(self, given, seed, out)
         self.eager_calls += 1
@@ -56,7 +57,7 @@ def inputs():
 
 
 def step(f, x, p, s, a, z):
-    r = f({"x": x, "p": p, "s": s, "a": a}, out={"z": z})
+    r = f({"x": x, "p": p, "s": s}, out={"z": z}, a=a)
     return r["y"] * 1, r["z"], r["p_"]
 
 
@@ -96,10 +97,10 @@ def test_inductor_in_place():
     seen = []
 
     class Watched(Variant):
-        def __call__(self, given, seed=None, out=None):
+        def __call__(self, given, seed=None, out=None, **named):
             if not ops.traced(given.values()):
                 seen.append((given["p"].data_ptr(), out["z"].data_ptr()))
-            return super().__call__(given, seed, out)
+            return super().__call__(given, seed, out, **named)
 
     f = Watched()
     x, p, s = inputs()
