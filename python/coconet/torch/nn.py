@@ -27,7 +27,14 @@ copies; each layer keeps its own output buffer of max_tokens x H (made at
 the first call, larger when a call needs more), so an output is valid until
 the same layer's next call: copy it to keep it longer (training clones
 it for autograd). Calls of one program at one shape share its workspace:
-run them on one stream."""
+run them on one stream.
+
+torch.compile, export and the meta device: traced, forward is one custom
+op, coconet::row_parallel (coconet.torch.ops), returning a new tensor, its
+backward registered. A layer made under torch.device("meta") holds meta
+parameters and no arena memory; to_empty(device="cuda"), then
+reset_parameters or load_state_dict, gives it GPU parameters with the bias
+in the arena (_apply puts it back there after any move)."""
 import math
 
 import torch
