@@ -3,11 +3,12 @@
 Each session has a Watchdog. After a call's launch (not during CUDA-graph
 capture), at most once an interval, the call records a CUDA event on its
 stream (one clock read per call otherwise). A thread polls the events in
-order; when one has not completed `timeout_s` after it was recorded (a peer
-rank died inside a collective, or a kernel stalls), the watchdog logs why,
-naming the rank and the call, and raises Stalled in the thread that made the
-calls (the main thread) at its next Python instruction: a loop waiting on
-the GPU from Python, or coconet.torch.synchronize (a bounded wait in the
+order, in the relaxed capture mode, so that its queries never break a
+CUDA-graph capture. When one has not completed `timeout_s` after it was
+recorded (a peer rank died inside a collective, or a kernel stalls), the
+watchdog logs why, naming the rank and the call, and raises Stalled in the
+thread that made the calls at its next Python instruction: a loop waiting
+on the GPU from Python, or coconet.torch.synchronize (a bounded wait in the
 runtime), then ends with the exception rather than spinning. A thread
 blocked inside a CUDA call of its own (torch.cuda.synchronize) sees it when
 that call returns. The timeout is COCONET_TIMEOUT (seconds, default 300),
@@ -25,6 +26,17 @@ log = logging.getLogger("coconet.torch")
 
 class Stalled(CocoError):
     """GPU work up to a coconet call did not complete within the timeout."""
+
+
+def _relaxed_capture_mode():
+    """This thread's CUDA stream-capture mode relaxed (the driver's
+    per-thread setting), so that its event queries never invalidate a CUDA
+    graph the calling thread captures in torch's default (global) mode."""
+    try:
+        mode = ctypes.c_int(2)  # CU_STREAM_CAPTURE_MODE_RELAXED
+        ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+    except (OSError, AttributeError):
+        pass
 
 
 def _cuda_event(stream):
@@ -78,6 +90,8 @@ class Watchdog:
                 "kernel stalls" % (self.rank, what, now - when, self.timeout_s))
 
     def _run(self):
+        if self._make_event is _cuda_event:
+            _relaxed_capture_mode()
         while not self._stop.wait(self.interval_s):
             why = self.check(time.monotonic())
             if why:
