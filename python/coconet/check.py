@@ -124,11 +124,12 @@ def check_nccl(r, rt, conf):
         return False
     r.found("NCCL loaded", "%s (%s)" % (S._v(loaded[1]), loaded[0]))
     try:
-        S.nccl_setup(rt.path, loaded)
+        prefix = S.nccl_setup(rt.path, loaded)
     except S.CocoError as e:
         r.lacking("NCCL match", str(e).split(";")[0], FIX_INSTALL)
         return False
-    r.found("NCCL match", "the generated code is built against the NCCL this process loads")
+    r.found("NCCL match", "the runtime's headers are of the loaded NCCL" if prefix is None else
+            "generated code builds against the loaded NCCL's own headers (%s/include)" % prefix)
     return True
 
 
