@@ -4,9 +4,9 @@ for each missing piece one line on how to get it:
     python -m coconet.check
 
 The GPU, nvcc, PyTorch, the GPU runtime, the NCCL its headers are of and
-the NCCL this process loads (PyTorch's), whether the loaded NCCL has the
-device API and registers a symmetric window (on a one-rank communicator),
-and the cache of generated code. Without a GPU it says so and exits 0 (the
+the NCCL this process loads (PyTorch's), a one-rank session on GPU 0,
+whether the loaded NCCL has the device API and registers a symmetric
+window (on a one-rank communicator), and the cache of generated code. Without a GPU it says so and exits 0 (the
 CPU part needs none); with one, it exits 1 when a piece is missing."""
 import ctypes
 import glob
@@ -181,6 +181,17 @@ def check_device_api(r, conf, torch):
         r.found("symmetric mem", "a window registered on a one-rank communicator")
 
 
+def check_session(r, rt):
+    """A one-rank session on GPU 0 opened, described and closed."""
+    try:
+        s = S.Session(rt, 0, 1, 0, rt.unique_id(), arena_bytes=1 << 20)
+    except S.CocoError as e:
+        r.lacking("session", str(e), "the message says what failed; see also nvidia-smi")
+        return
+    r.found("session", s.describe())
+    s.close()
+
+
 def cache_dir():
     """Where generated code is built (as the CLI's: COCONET_CACHE, else
     $XDG_CACHE_HOME/coconet, else ~/.cache/coconet)."""
@@ -211,6 +222,7 @@ def main(out=sys.stdout):
     if rt is not None:
         check_nccl(r, rt, conf)
         if has_gpu:
+            check_session(r, rt)
             check_device_api(r, conf, torch)
     check_cache(r)
     if not has_gpu:
