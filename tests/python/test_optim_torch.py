@@ -7,7 +7,7 @@ bound to it, so that everything Python does around the step (groups, None
 gradients, units, hooks and buckets, no_sync, state[p], checkpoints with
 torch.optim.AdamW, masters) is checked against torch's optimizers. The GPU
 checks of the same semantics: tests/gpu/torch_check.py."""
-import contextlib
+import os
 
 import numpy as np
 import pytest
@@ -15,145 +15,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import coconet  # noqa: E402
-from coconet import _session as S  # noqa: E402
-import coconet.torch as ct  # noqa: E402
 from coconet.torch import optim  # noqa: E402
 
-
-# ---- the stand-ins ----
-
-class _Arena:
-    def __init__(self):
-        self.used = 0
-
-    def arena(self):
-        return (0, 1 << 30, self.used)
-
-
-class _Sess:
-    rank, nranks, device = 0, 1, torch.device("cpu")
-
-    def __init__(self):
-        self.session = _Arena()
-
-
-class _Bound:
-    def __init__(self, fn, tensors, gscale):
-        self.fn, self.t, self.scalars = fn, tensors, dict(gscale=gscale)
-
-    def _np(self, spec, value):
-        if spec.kind == "scattered":
-            return np.concatenate([v.detach().float().reshape(-1).numpy() for v in value])
-        return value.detach().float().reshape(-1).numpy().copy()
-
-    def __call__(self, **scalars):
-        self.scalars.update(scalars)
-        run, inputs = self.fn.run, {}
-        for s in self.fn.spec.inputs:
-            if s.kind == "scalar":
-                inputs[s.name] = self.scalars[s.name]
-                continue
-            info = run.tensor_info(s.name, 0)
-            each, _ = run._parts(info.layout, info.group_ranks)
-            a = self._np(s, self.t[s.name])
-            inputs[s.name] = a if each is None else [a]
-        _, new = run.run_cpu(inputs, with_inputs=True)
-        with torch.no_grad():
-            for s in self.fn.spec.inputs:
-                if s.kind == "scalar" or s.name not in new or s.name == "g":
-                    continue
-                a = new[s.name]
-                a = np.asarray(a[0] if isinstance(a, list) else a).reshape(-1)
-                self._put(s, self.t[s.name], a)
-        self.fn.calls += 1
-
-    def _put(self, spec, value, a):
-        members = value if spec.kind == "scattered" else [value]
-        at = 0
-        for v in members:
-            v.copy_(torch.from_numpy(a[at:at + v.numel()].copy()).view(v.shape))
-            at += v.numel()
-
-
-class _Compiled:
-    calls = 0
-
-    def __init__(self, path, schedule="program", group=None):
-        self.program = coconet.load(path, ranks=1)
-        self.run = self.program if schedule == "program" else self.program.schedule(schedule)
-        self.spec = S.VariantSpec(self.program, schedule, 0)
-        _Compiled.built.append(self)
-
-    def bind(self, tensors, gscale):
-        return _Bound(self, tensors, gscale)
-
-
-class _Stream:
-    cuda_stream = 0
-
-    def wait_stream(self, other):
-        pass
+import optim_standins  # noqa: E402
+from optim_standins import model, twin, loss_of, train, close, groups  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def standins(monkeypatch, tmp_path):
     monkeypatch.setenv("COCONET_CACHE", str(tmp_path / "cache"))
-    sess = _Sess()
-    monkeypatch.setattr(optim, "session", lambda group=None, arena_bytes=None: sess)
-    monkeypatch.setattr(optim, "is_open", lambda group=None: True)
-    monkeypatch.setattr(optim, "empty", lambda shape, dtype, group=None: torch.empty(shape,
-                                                                                     dtype=dtype))
-    monkeypatch.setattr(optim, "_compile", _Compiled)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _Stream())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Stream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    _Compiled.built = []
-    yield sess
-
-
-# ---- a small model and its reference ----
-
-def model(seed=3, dtype=torch.float32):
-    torch.manual_seed(seed)
-    m = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8),
-                            torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
-    return m.to(dtype)
-
-
-def twin(m):
-    r = model()
-    r.load_state_dict(m.state_dict())
-    return r
-
-
-def loss_of(m, step):
-    g = torch.Generator().manual_seed(step)
-    x = torch.randn(5, 6, generator=g)
-    y = torch.randint(0, 3, (5,), generator=g)
-    return torch.nn.functional.cross_entropy(m(x.to(next(m.parameters()).dtype)).float(), y)
-
-
-def train(m, opt, steps, sched=None, before=None, zero=True):
-    for step in range(1, steps + 1):
-        if before:
-            before(step)
-        if zero:
-            opt.zero_grad()
-        loss_of(m, step).backward()
-        opt.step()
-        if sched:
-            sched.step()
-
-
-def close(a, b, rtol=2e-5):
-    for p, q in zip(a.parameters(), b.parameters()):
-        assert torch.allclose(p.float(), q.float(), rtol=rtol, atol=1e-6), (p, q)
-
-
-def groups(m):
-    ps = list(m.parameters())
-    return [{"params": [p for p in ps if p.dim() > 1]},
-            {"params": [p for p in ps if p.dim() == 1], "weight_decay": 0.0, "lr": 2e-3}]
+    return optim_standins.install(monkeypatch.setattr)
 
 
 # ---- torch's semantics ----
@@ -393,3 +264,50 @@ def test_overlap_steps_during_backward_and_no_sync():
 def test_lamb_takes_no_buckets():
     opt = optim.LAMB(model().parameters(), overlap=True)
     assert opt._cap is None
+
+
+# ---- several ranks: processes joined by gloo (optim_ranks.py) ----
+
+def ranks(scenario, P, d, timeout_s=None):
+    """Runs optim_ranks.py's scenario at P ranks; each rank's result line."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, COCONET_OPTIM_TIMEOUT=str(timeout_s or 60))
+    for f in os.listdir(d):
+        if f.startswith("result."):
+            os.remove(os.path.join(d, f))
+    procs = [subprocess.Popen([sys.executable, os.path.join(here, "optim_ranks.py"), scenario,
+                               str(r), str(P), str(d)], env=env) for r in range(P)]
+    for p in procs:
+        p.wait(timeout=300)
+    out = []
+    for r in range(P):
+        with open(os.path.join(d, "result.%d" % r)) as f:
+            out.append(f.read())
+    return out
+
+
+def test_ranks_train_checkpoint_and_reshard(tmp_path):
+    got = ranks("train", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+    for P in (3, 1):  # the sharded checkpoint at other world sizes
+        got = ranks("load", P, tmp_path)
+        assert all(g.startswith("OK") for g in got), got
+
+
+def test_ranks_overlap(tmp_path):
+    got = ranks("overlap", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def test_ranks_refusals(tmp_path):
+    got = ranks("disagree", 2, tmp_path)
+    for g in got:
+        assert "parameter 2 (group 0, shape [8, 8]) has a gradient on ranks 0 and None on " \
+               "ranks 1" in g, g
+    got = ranks("rank0_only", 2, tmp_path)
+    for g in got:
+        assert "state_dict() on ranks 0; step() on ranks 1" in g, g
+    got = ranks("rank0_alone", 2, tmp_path, timeout_s=3)
+    assert "state_dict() is collective, but not every rank" in got[0], got[0]

@@ -561,17 +561,16 @@ class _Fused(torch.optim.Optimizer):
         whole = self._sess.nranks == 1 or not u.sliced
         for j, k in enumerate(u.keys):
             p = self._params[k]
+            a, s, n = u.pieces.get(j, (0, 0, 0))  # none of p's state on this rank
             entry = {"step": u.step_t}
-            if j in u.pieces:
-                a, s, n = u.pieces[j]
-                for name in u.names:
-                    t = u.state[name][s:s + n]
-                    if whole:
-                        entry[dict(_STATE)[name]] = t.view(p.shape)
-                    else:
-                        entry[dict(_STATE)[name] + "_local"] = t
-                if not whole:
-                    entry["local_range"] = (a, a + n)
+            for name in u.names:
+                t = u.state[name][s:s + n]
+                if whole:
+                    entry[dict(_STATE)[name]] = t.view(p.shape)
+                else:
+                    entry[dict(_STATE)[name] + "_local"] = t
+            if not whole:
+                entry["local_range"] = (a, a + n)
             self.state[p] = entry
 
     # ---- the step ----
