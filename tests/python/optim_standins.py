@@ -119,6 +119,7 @@ def install(setattr_):
     setattr_(optim, "is_open", lambda group=None: True)
     setattr_(optim, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
     setattr_(optim, "_compile", Compiled)
+    setattr_(optim, "_prebuild", lambda paths, schedule, nranks, nccl_home: None)
     setattr_(torch.cuda, "Stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "current_stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "stream", lambda s: contextlib.nullcontext())

@@ -173,6 +173,43 @@ def _cpu_group(group):
         return None
 
 
+_BUILD_ONE = ("import sys, coconet; from coconet import _session as S; "
+              "S.build(coconet.load(sys.argv[1], ranks=int(sys.argv[2])), sys.argv[3], "
+              "nccl_home=sys.argv[4] or None)")
+
+
+def _prebuild(paths, schedule, nranks, nccl_home):
+    """Builds the programs at `paths` into the cache, several nvcc at a time
+    (child processes), before each is compiled in turn (then a cache hit):
+    the buckets of a model are as many programs. Under the cache's build
+    lock, so that one rank of a machine builds and the others wait."""
+    import fcntl
+    import subprocess
+    import sys
+    if len(paths) < 2:
+        return
+    d = _cache_dir()
+    os.makedirs(d, exist_ok=True)
+    jobs = max(1, min(len(paths), (os.cpu_count() or 2) // 2))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    with open(os.path.join(d, "torch-build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            running = []
+            for path in paths:
+                if len(running) >= jobs:
+                    running.pop(0).wait()
+                running.append(subprocess.Popen(
+                    [sys.executable, "-c", _BUILD_ONE, path, str(nranks), schedule,
+                     nccl_home or ""], env=env, stdout=subprocess.DEVNULL))
+            for p in running:
+                p.wait()  # a failed build fails again, with its message, in compile
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class _Unit:
     """One program's step: the parameters (by key) of one group with one
     step count and type, their tensors, and this rank's slices of their
@@ -458,7 +495,9 @@ class _Fused(torch.optim.Optimizer):
                                   TYPE_NAMES[self._params[k].dtype],
                                   self._params[k].numel() * self._params[k].element_size())
                    for k in active]
-        order = optplan.full_order(self._order, active)
+        # overlapped: members in the backward's order (the buckets'); else in key
+        # order, so that a group's program is the same from run to run
+        order = optplan.full_order(self._order, active) if self._overlap else sorted(active)
         want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
         opts = [self._options(pg) for pg in self.param_groups]
         old, new = list(self._units), []
@@ -468,16 +507,25 @@ class _Fused(torch.optim.Optimizer):
         for u in old:
             if not any(u is n for n in new):
                 self._dissolve(u)
-        self._units = [n if n is not None else self._make_unit(ident, opts[ident.gi])
+        paths = {ident: self._program_path(ident, opts[ident.gi])
+                 for ident, n in zip(want, new) if n is None}
+        _prebuild(sorted(set(paths.values())), self._schedule, self._sess.nranks,
+                  getattr(self._sess, "nccl_home", None))
+        self._units = [n if n is not None else self._make_unit(ident, opts[ident.gi],
+                                                               paths[ident])
                        for ident, n in zip(want, new)]
         self._launcher = optplan.Launcher([u.ident for u in self._units]) \
             if self._overlap else None
 
-    def _make_unit(self, ident, options):
+    def _program_path(self, ident, options):
+        """The unit's program, written into the cache (its text's hash names it)."""
+        counts = [self._params[k].numel() for k in ident.members]
+        text = _program_text(self.kind, counts, ident.dtype, dict(options))
+        return programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
+
+    def _make_unit(self, ident, options, path):
         u = _Unit(ident, options)
         ps = [self._params[k] for k in u.keys]
-        text = _program_text(self.kind, [p.numel() for p in ps], ident.dtype, dict(options))
-        path = programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
         u.fn = _compile(path, schedule=self._schedule, group=self._pg)
         spec = u.fn.spec
         u.names = [n for n, _ in _STATE if any(s.name == n for s in spec.inputs)]
