@@ -52,6 +52,13 @@ torch's semantics, and what is refused:
     refreshes their masters at the next step; refresh_masters() does it
     explicitly (after writes through .data).
 
+Not handled yet (the step's programs will take them): clipping by the
+global norm (torch.nn.utils.clip_grad_norm_ before step() sees each rank's
+local gradients) and GradScaler (it checks each rank's local gradients and
+may skip step() on some ranks only: the others then wait in step()'s
+agreement). _device_inputs and _received are where the step passes device
+tensors to a program and reads what it returns.
+
 Checkpoints (every one collective, unless said):
   - state_dict() on every rank gives torch.optim.AdamW's layout (per
     parameter step, exp_avg, exp_avg_sq, and master_param for 16-bit
