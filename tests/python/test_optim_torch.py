@@ -311,3 +311,21 @@ def test_ranks_refusals(tmp_path):
         assert "state_dict() on ranks 0; step() on ranks 1" in g, g
     got = ranks("rank0_alone", 2, tmp_path, timeout_s=3)
     assert "state_dict() is collective, but not every rank" in got[0], got[0]
+
+
+def test_a_new_optimizer_takes_the_parameters_over():
+    """Recreating the optimizer (after a checkpoint, say): the old one's
+    hooks leave the gradients to the new one, and the new one trains as a
+    fresh torch optimizer does."""
+    a = model()
+    b = twin(a)
+    old = optim.AdamW(a.parameters(), lr=1e-2, overlap=True, bucket_mb=200 / 2 ** 20)
+    train(a, old, 2)
+    train(b, torch.optim.AdamW(b.parameters(), lr=1e-2, foreach=False), 2)
+    new = optim.AdamW(a.parameters(), lr=1e-2, overlap=True, bucket_mb=200 / 2 ** 20)
+    ref = torch.optim.AdamW(b.parameters(), lr=1e-2, foreach=False)
+    train(a, new, 3)
+    train(b, ref, 3)
+    close(a, b)
+    assert all(p.grad is new._grads[k] for k, p in enumerate(a.parameters()))
+    assert not old._launched

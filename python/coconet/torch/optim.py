@@ -112,6 +112,7 @@ import contextlib
 import datetime
 import os
 import pickle
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -217,6 +218,17 @@ def _prebuild(paths, schedule, nranks, nccl_home):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _hook(ref, k):
+    """Parameter k's post-accumulate-grad hook: the optimizer's _on_grad,
+    while the optimizer lives and still owns the parameter (an optimizer
+    made later over the same parameters takes them over)."""
+    def hook(p):
+        opt = ref()
+        if opt is not None and getattr(p, "_coconet_optimizer", None) is ref:
+            opt._on_grad(k, p)
+    return hook
+
+
 class _Unit:
     """One program's step: the parameters (by key) of one group with one
     step count and type, their tensors, and this rank's slices of their
@@ -262,6 +274,7 @@ class _Fused(torch.optim.Optimizer):
         self._side = torch.cuda.Stream(self._sess.device) if self._overlap else None
         self._pool, self._consolidated, self._flats = [], None, []
         self._broadcast = broadcast
+        self._ref = weakref.ref(self)
         for gi in range(len(self.param_groups)):
             self._adopt(gi)
 
@@ -269,8 +282,9 @@ class _Fused(torch.optim.Optimizer):
         if not is_open(self._pg) and not os.environ.get("COCONET_ARENA_BYTES"):
             # the optimizer opens the session: an arena of what it needs, not
             # the 4 GiB default (the rest is the model's: larger micro-batches)
-            nparam = sum(len(pg["params"]) for pg in self.param_groups)
-            units = nparam if self._cap else 1
+            nbytes = sum(p.numel() * p.element_size() for pg in self.param_groups
+                         for p in pg["params"] if p.requires_grad)
+            units = nbytes // self._cap + 2 * len(self.param_groups) if self._cap else 1
             self._sess = session(self._pg, arena_bytes=_arena_need(self.param_groups, self._pg,
                                                                    units))
         else:
@@ -347,9 +361,9 @@ class _Fused(torch.optim.Optimizer):
             mview.copy_(p.data.reshape(-1))
             self._masters[k] = mview
             self._versions[k] = p._version
+        p._coconet_optimizer = self._ref  # the latest optimizer of p owns its gradient
         if k not in self._hooks and p.requires_grad:
-            self._hooks[k] = p.register_post_accumulate_grad_hook(
-                lambda q, k=k: self._on_grad(k, q))
+            self._hooks[k] = p.register_post_accumulate_grad_hook(_hook(self._ref, k))
 
     def _broadcast_params(self, keys):
         src = dist.get_global_rank(self._pg, 0) if self._pg is not None else 0
