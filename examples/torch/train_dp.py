@@ -136,14 +136,21 @@ def no_sync(opt, net, last):
     return net.no_sync() if hasattr(net, "no_sync") else contextlib.nullcontext()
 
 
-def micro_batches(args, data, net, opt, vocab, amp, rank, P, step):
-    """The step's --accum micro-batches, forward and backward; all but the
-    last under no_sync (nothing communicated). The mean loss, detached."""
-    total = 0.0
+def load(args, data, rank, P, step):
+    """The step's --accum micro-batches, on the GPU."""
+    out = []
     for k in range(args.accum):
         x, y = gpt2.batches(data, args.batch, args.seq, rank, P, step * args.accum + k)
-        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-        with no_sync(opt, net, last=k == args.accum - 1):
+        out.append((x.cuda(non_blocking=True), y.cuda(non_blocking=True)))
+    return out
+
+
+def micro_batches(args, batches, net, opt, vocab, amp):
+    """Forward and backward of each micro-batch; all but the last under
+    no_sync (nothing communicated). The mean loss, detached."""
+    total = 0.0
+    for k, (x, y) in enumerate(batches):
+        with no_sync(opt, net, last=k == len(batches) - 1):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
                 logits = net(x)
             loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1)) / args.accum
@@ -170,13 +177,14 @@ def train(args):
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     coconet = args.optimizer.startswith("coconet")
     for step in range(1, args.steps + 1):
+        batches = load(args, data, rank, P, step)
         for pg in opt.param_groups:  # the learning rate's linear warm-up
             pg["lr"] = args.lr * min(1.0, step / args.warmup) if args.warmup > 0 else args.lr
         ev[0].record()
         # coconet: zeroed in place in its arena (set to None, the next backward's
         # gradients would be copied in)
         opt.zero_grad(set_to_none=not coconet)
-        loss = micro_batches(args, data, net, opt, vocab, amp, rank, P, step)
+        loss = micro_batches(args, batches, net, opt, vocab, amp)
         ev[1].record()
         opt.step()
         ev[2].record()
