@@ -100,7 +100,7 @@ class Compiled:
         self.spec = S.VariantSpec(self.program, schedule, self.rank)
         Compiled.built.append(self)
 
-    def bind(self, tensors, gscale):
+    def bind(self, tensors, out=None, gscale=1.0):
         return Bound(self, tensors, gscale)
 
 

@@ -329,3 +329,14 @@ def test_a_new_optimizer_takes_the_parameters_over():
     close(a, b)
     assert all(p.grad is new._grads[k] for k, p in enumerate(a.parameters()))
     assert not old._launched
+
+
+def test_clipping_refused_over_several_programs():
+    a = model()
+    opt = optim.AdamW(a.parameters(), overlap=True, bucket_mb=200 / 2 ** 20)
+    opt.param_groups[0]["max_grad_norm"] = 1.0  # as coconet.torch.clip_grad_norm_ sets it
+    opt.zero_grad()
+    loss_of(a, 1).backward()
+    with pytest.raises(coconet.CocoError, match="group 0 clips by its global norm .* cut into "
+                                                "[0-9]+ programs \\(buckets"):
+        opt.step()

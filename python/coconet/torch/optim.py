@@ -123,7 +123,7 @@ from .. import optplan, programs
 _SLACK = 64 << 20  # bytes: the programs' workspaces (reduction partials) and alignment
 _PER_UNIT = 1 << 20  # bytes: each further program's own workspace
 # the program's state inputs and torch's names for them
-_STATE = (("m", "exp_avg"), ("v", "exp_avg_sq"), ("vmax", "max_exp_avg_sq"))
+_STATE = (("m", "exp_avg"), ("v", "exp_avg_sq"), ("vm", "max_exp_avg_sq"))
 _TIMEOUT = float(os.environ.get("COCONET_OPTIM_TIMEOUT", "60"))
 
 
@@ -152,21 +152,19 @@ def _arena_need(param_groups, group, units=1):
 
 def _program_text(kind, counts, dtype, options):
     """The one place where a group's settings choose the fused step's
-    program: options (decoupled, amsgrad, maximize, capturable) other than
-    the plain program's are passed to coconet.programs.optimizer, and an
-    option it does not take is refused, named."""
-    plain = dict(decoupled=True, amsgrad=False, maximize=False, capturable=False)
-    extra = {k: v for k, v in options.items() if plain.get(k) != v}
+    program: options (coconet.programs.optimizer's keyword arguments: decay
+    "l2", amsgrad, maximize, capturable, ...; those of the plain program
+    left out) go to coconet.programs.optimizer, and one its build does not
+    take is refused, named."""
     try:
-        return programs.optimizer(kind, counts, dtype, **extra)
-    except TypeError:
-        what = {"decoupled": "weight decay added to the gradient (Adam's weight_decay > 0, or "
-                             "decoupled_weight_decay=False)",
-                "amsgrad": "amsgrad=True", "maximize": "maximize=True",
-                "capturable": "capturable=True"}
+        return programs.optimizer(kind, counts, dtype, **dict(options))
+    except (TypeError, ValueError) as e:
+        what = {"decay": "weight decay added to the gradient (Adam's weight_decay > 0, or "
+                         "decoupled_weight_decay=False)"}
+        names = [what.get(k, "%s=%r" % (k, v)) for k, v in sorted(dict(options).items())]
         raise CocoError("coconet.torch.optim: %s is not supported yet: the fused step's program "
-                        "has no such variant (coconet.programs.optimizer)"
-                        % " and ".join(what[k] for k in sorted(extra))) from None
+                        "has no such variant (coconet.programs.optimizer: %s)"
+                        % (" and ".join(names) or "this program", e)) from None
 
 
 def _cpu_group(group):
@@ -232,7 +230,7 @@ def _hook(ref, k):
 class _Unit:
     """One program's step: the parameters (by key) of one group with one
     step count and type, their tensors, and this rank's slices of their
-    state (m, v and, with amsgrad, vmax)."""
+    state (m, v and, with amsgrad, vm)."""
 
     def __init__(self, ident, options):
         self.ident, self.options = ident, options
@@ -375,18 +373,21 @@ class _Fused(torch.optim.Optimizer):
                     self._versions[k] = self._params[k]._version
 
     def _options(self, pg, check=False):
-        """The program variant group pg's settings ask for (see
-        _program_text); with check, refused where the build has none."""
+        """The program variant group pg's settings ask for, as a sorted tuple
+        of coconet.programs.optimizer's keyword arguments that differ from
+        the plain program's (see _program_text); with check, refused where
+        the build has none. The one place to extend with further settings."""
         if pg.get("differentiable"):
             raise CocoError("coconet.torch.optim: differentiable=True is refused: the fused step "
                             "runs outside autograd")
-        decoupled = bool(pg.get("decoupled_weight_decay", True)) or self.kind != "adam" \
-            or float(pg["weight_decay"]) == 0.0
-        opts = (("decoupled", decoupled), ("amsgrad", bool(pg.get("amsgrad", False))),
-                ("maximize", bool(pg.get("maximize", False))),
-                ("capturable", bool(pg.get("capturable", False))))
+        l2 = self.kind == "adam" and not pg.get("decoupled_weight_decay", True) \
+            and float(pg["weight_decay"]) != 0.0  # no decay: both formulas are the plain one
+        opts = dict(decay="l2" if l2 else None, amsgrad=bool(pg.get("amsgrad", False)),
+                    maximize=bool(pg.get("maximize", False)),
+                    capturable=bool(pg.get("capturable", False)))
+        opts = tuple(sorted((k, v) for k, v in opts.items() if v))
         if check:
-            _program_text(self.kind, [1], "FP32", dict(opts))
+            _program_text(self.kind, [1], "FP32", opts)
         return opts
 
     # ---- gradients ----
@@ -520,6 +521,7 @@ class _Fused(torch.optim.Optimizer):
         # order, so that a group's program is the same from run to run
         order = optplan.full_order(self._order, active) if self._overlap else sorted(active)
         want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
+        self._check_whole_groups(want)
         opts = [self._options(pg) for pg in self.param_groups]
         old, new = list(self._units), []
         for ident in want:
@@ -543,6 +545,22 @@ class _Fused(torch.optim.Optimizer):
         counts = [self._params[k].numel() for k in ident.members]
         text = _program_text(self.kind, counts, ident.dtype, dict(options))
         return programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
+
+    def _check_whole_groups(self, units):
+        """A norm over a whole group (max_grad_norm's clipping) needs the
+        group in one program: refused where it is cut into several (buckets,
+        or parameters at different step counts)."""
+        count = {}
+        for u in units:
+            count[u.gi] = count.get(u.gi, 0) + 1
+        for gi, n in count.items():
+            if n > 1 and self.param_groups[gi].get("max_grad_norm") is not None:
+                raise CocoError(
+                    "coconet.torch.optim: group %d clips by its global norm (max_grad_norm) but "
+                    "its step is cut into %d programs (%s): the norm would be each program's; "
+                    "use overlap=False and train the group's parameters alike"
+                    % (gi, n, "buckets of the overlapped mode" if self._cap
+                       else "parameters at different step counts"))
 
     def _make_unit(self, ident, options, path):
         u = _Unit(ident, options)
@@ -655,7 +673,9 @@ class _Fused(torch.optim.Optimizer):
         for name in u.names:
             tensors[name] = u.state[name] if u.sliced else self._member_views(u, name, ps)
         tensors.update(self._device_inputs(u))
-        u.bound = u.fn.bind(tensors, gscale=1.0 / self._sess.nranks)
+        u.bound = u.fn.bind(tensors, out=self._outputs(u), gscale=1.0 / self._sess.nranks)
+        u.scalar_names = [s.name for s in u.fn.spec.inputs
+                          if s.kind == "scalar" and s.name != "gscale"]
 
     def _member_views(self, u, name, ps):
         cuts = [0]
@@ -663,17 +683,36 @@ class _Fused(torch.optim.Optimizer):
             cuts.append(cuts[-1] + p.numel())
         return [u.state[name][a:b] for a, b in zip(cuts, cuts[1:])]
 
+    # Where the program variants that take device tensors plug in (capturable
+    # lr and step count, grad_scale / found_inf, the clipped norm): the
+    # tensors bound with the unit's, the outputs given to bind, what runs
+    # before each call, and what reads the call's results after it.
+
     def _device_inputs(self, u):
-        """Further tensors the unit's program takes (device scalars: grad
-        scale, found_inf, a device lr; the norm's output): none for the plain
-        programs. The variants that take them extend this."""
+        """Further tensors the unit's program takes (0-dimensional device
+        scalars): none for the plain programs."""
         return {}
 
+    def _outputs(self, u):
+        """Tensors for the program's outputs (bind's `out`): None, the
+        program's own."""
+        return None
+
+    def _before(self, u):
+        """Runs before each call of the unit's program (device scalars
+        written on the stream)."""
+
+    def _received(self, u, result):
+        """The program's outputs after a step (a norm, found_inf)."""
+
     def _scalars(self, u):
+        """The Scalars the unit's program takes, by value, from its group."""
         pg = self.param_groups[u.gi]
         b1, b2 = pg["betas"]
-        return dict(lr=float(pg["lr"]), t=float(u.step), beta1=float(b1), beta2=float(b2),
-                    eps=float(pg["eps"]), wd=float(pg["weight_decay"]))
+        values = dict(lr=lambda: pg["lr"], t=lambda: u.step, beta1=lambda: b1,
+                      beta2=lambda: b2, eps=lambda: pg["eps"], wd=lambda: pg["weight_decay"],
+                      maxnorm=lambda: pg["max_grad_norm"])
+        return {n: float(values[n]()) for n in u.scalar_names}
 
     def _launch(self, u):
         """One unit's step on the current stream."""
@@ -681,12 +720,9 @@ class _Fused(torch.optim.Optimizer):
         if u.bound is None:
             self._bind(u)
         u.step += 1
+        self._before(u)
         self._received(u, u.bound(**self._scalars(u)))
         u.step_t.fill_(float(u.step))
-
-    def _received(self, u, result):
-        """The program's outputs after a step (the variants that return a
-        norm or found_inf read them here)."""
 
     def _start(self, u):
         """In the overlapped mode: the unit's step on the side stream, after
