@@ -57,7 +57,9 @@ global norm (torch.nn.utils.clip_grad_norm_ before step() sees each rank's
 local gradients) and GradScaler (it checks each rank's local gradients and
 may skip step() on some ranks only: the others then wait in step()'s
 agreement). _device_inputs and _received are where the step passes device
-tensors to a program and reads what it returns.
+tensors to a program and reads what it returns (also _outputs and
+_before). A group clipped by its global norm (max_grad_norm) must be one
+program: refused where buckets or different step counts cut it.
 
 Checkpoints (every one collective, unless said):
   - state_dict() on every rank gives torch.optim.AdamW's layout (per
