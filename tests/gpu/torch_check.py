@@ -683,7 +683,7 @@ def optim_checkpoint(c):
     rank 0; round trips: ours into torch.optim.AdamW and torch's into ours,
     both then stepped alike; a BF16 model's masters refreshed by
     model.load_state_dict."""
-    torch, dist, rank = c["torch"], c["dist"], c["rank"]
+    torch, rank = c["torch"], c["rank"]
     from coconet.torch import optim
     a, b = twin_models(torch)
     opt = optim.AdamW(split_groups(a, weight_decay=0.0), lr=1e-3)

@@ -65,7 +65,6 @@ def train(rank, P, d):
 def load(rank, P, d):
     """A sharded checkpoint saved at another world size, against its full
     state_dict; then a step, the same on every rank."""
-    import torch.distributed.checkpoint as dcp  # noqa: F401
     a = T.model()
     opt = optim.AdamW(T.groups(a), lr=5.0)
     opt.load_sharded_state_dict(os.path.join(d, "ck"))

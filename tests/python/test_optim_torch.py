@@ -9,7 +9,6 @@ torch.optim.AdamW, masters) is checked against torch's optimizers. The GPU
 checks of the same semantics: tests/gpu/torch_check.py."""
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
