@@ -339,3 +339,21 @@ def test_clipping_refused_over_several_programs():
     with pytest.raises(coconet.CocoError, match="group 0 clips by its global norm .* cut into "
                                                 "[0-9]+ programs \\(buckets"):
         opt.step()
+
+
+def test_started_bucket_kept_when_settings_change():
+    """A bucket stepped during the backward pass is not stepped again at
+    step() when the group's settings ask for another program meanwhile
+    (the next step takes the new one)."""
+    a = model()
+    opt = optim.AdamW(a.parameters(), lr=1e-2, overlap=True, bucket_mb=200 / 2 ** 20)
+    train(a, opt, 1)
+    opt.zero_grad()
+    loss_of(a, 2).backward()
+    assert len(opt._launched) == len(opt._units)
+    opt.param_groups[0]["foreach"] = True  # accepted, no other program: nothing changes
+    opt._options = lambda pg, check=False: (("x", 1),)  # as if a setting chose a variant
+    calls = optim_standins.Compiled.calls
+    opt.step()
+    assert optim_standins.Compiled.calls == calls  # nothing stepped twice
+    assert all(float(opt.state[p]["step"]) == 2 for p in a.parameters())

@@ -526,8 +526,8 @@ class _Fused(torch.optim.Optimizer):
         self._check_whole_groups(want)
         opts = [self._options(pg) for pg in self.param_groups]
         old, new = list(self._units), []
-        for ident in want:
-            same = [u for u in old if u.same(ident, opts[ident.gi])]
+        for ident in want:  # a unit started in this backward pass is kept as it is
+            same = [u for u in old if u.ident is ident or u.same(ident, opts[ident.gi])]
             new.append(same[0] if same else None)
         for u in old:
             if not any(u is n for n in new):
