@@ -266,6 +266,13 @@ class _Fused(torch.optim.Optimizer):
         self._cap = cap if self._overlap else None
         self._open_session()
         self._cpu = _cpu_group(group) if self._sess.nranks > 1 else None
+        self._broadcast = broadcast
+        self._init_books()
+        for gi in range(len(self.param_groups)):
+            self._adopt(gi)
+
+    def _init_books(self):
+        """The optimizer's own records (what each is: where it is used)."""
         self._params, self._where, self._groups_of = [], {}, []
         self._grads, self._masters, self._versions = {}, {}, {}
         self._hooks, self._units, self._parked = {}, [], {}
@@ -273,10 +280,7 @@ class _Fused(torch.optim.Optimizer):
         self._launcher, self._launched, self._no_sync = None, [], False
         self._side = torch.cuda.Stream(self._sess.device) if self._overlap else None
         self._pool, self._consolidated, self._flats = [], None, []
-        self._broadcast = broadcast
         self._ref = weakref.ref(self)
-        for gi in range(len(self.param_groups)):
-            self._adopt(gi)
 
     def _open_session(self):
         if not is_open(self._pg) and not os.environ.get("COCONET_ARENA_BYTES"):
@@ -525,11 +529,8 @@ class _Fused(torch.optim.Optimizer):
         want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
         self._check_whole_groups(want)
         opts = [self._options(pg) for pg in self.param_groups]
-        old, new = list(self._units), []
-        for ident in want:  # a unit started in this backward pass is kept as it is
-            same = [u for u in old if u.ident is ident or u.same(ident, opts[ident.gi])]
-            new.append(same[0] if same else None)
-        for u in old:
+        new = self._matching(want, opts)
+        for u in self._units:
             if not any(u is n for n in new):
                 self._dissolve(u)
         paths = {ident: self._program_path(ident, opts[ident.gi])
@@ -541,6 +542,17 @@ class _Fused(torch.optim.Optimizer):
                        for ident, n in zip(want, new)]
         self._launcher = optplan.Launcher([u.ident for u in self._units]) \
             if self._overlap else None
+
+    def _matching(self, want, opts):
+        """Per wanted unit, the current unit that already is it (the same
+        members and program options; one started in this backward pass is
+        kept as it is), else None."""
+        new = []
+        for ident in want:
+            same = [u for u in self._units
+                    if u.ident is ident or u.same(ident, opts[ident.gi])]
+            new.append(same[0] if same else None)
+        return new
 
     def _program_path(self, ident, options):
         """The unit's program, written into the cache (its text's hash names it)."""
@@ -1025,26 +1037,12 @@ class _Fused(torch.optim.Optimizer):
         """Parks every saved parameter's state with its step, then plans the
         ones that require a gradient and fills their slices from the pieces
         (reads only what this rank's slices and masters need)."""
-        trained = [k for k in steps if self._params[k].requires_grad]
         for k in steps:
             self._parked[k] = {"step": steps[k]}
-        self._plan(trained, [])
-        reads, fills = {}, []
-        for u in self._units:
-            for j, k in enumerate(u.keys):
-                if j not in u.pieces:
-                    continue
-                a, s, n = u.pieces[j]
-                for name in u.names:
-                    dst = u.state[name][s:s + n]
-                    fills += self._cover(prefix, saved, k, dict(_STATE)[name], a, dst, reads)
-        for k in steps:
-            if k not in {x for u in self._units for x in u.keys}:
-                for _, tname in _STATE:
-                    if (k, tname) in saved:
-                        t = torch.empty(self._params[k].numel())
-                        fills += self._cover(prefix, saved, k, tname, 0, t, reads)
-                        self._parked[k][tname] = t.view(self._params[k].shape)
+        self._plan([k for k in steps if self._params[k].requires_grad], [])
+        reads = {}
+        fills = self._unit_fills(prefix, saved, reads) + \
+            self._parked_fills(prefix, saved, steps, reads)
         for k, m in self._masters.items():
             if (k, "master_param") in saved:
                 fills += self._cover(prefix, saved, k, "master_param", 0, m, reads)
@@ -1059,6 +1057,32 @@ class _Fused(torch.optim.Optimizer):
                 del self._parked[k]
             else:
                 self.state[self._params[k]] = self._parked_view(k)
+
+    def _unit_fills(self, prefix, saved, reads):
+        """The copies that fill this rank's slices of the units' state."""
+        fills = []
+        for u in self._units:
+            for j, k in enumerate(u.keys):
+                if j not in u.pieces:
+                    continue
+                a, s, n = u.pieces[j]
+                for name in u.names:
+                    fills += self._cover(prefix, saved, k, dict(_STATE)[name], a,
+                                         u.state[name][s:s + n], reads)
+        return fills
+
+    def _parked_fills(self, prefix, saved, steps, reads):
+        """The copies that fill the whole state of saved parameters left out
+        of the units (not requiring a gradient now), parked."""
+        planned = {k for u in self._units for k in u.keys}
+        fills = []
+        for k in steps:
+            for _, tname in _STATE:
+                if k not in planned and (k, tname) in saved:
+                    t = torch.empty(self._params[k].numel())
+                    fills += self._cover(prefix, saved, k, tname, 0, t, reads)
+                    self._parked[k][tname] = t.view(self._params[k].shape)
+        return fills
 
     def _cover(self, prefix, saved, k, name, start, dst, reads):
         """The reads (into `reads`, by key) and copies that fill dst with
