@@ -42,7 +42,9 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         (buckets stepped during the backward, with no_sync,
                         against the plain mode bit for bit at P <= 2), refusals
                         (differentiable; at P > 1 ranks disagreeing on a None
-                        gradient, the rank-0-only state_dict idiom);
+                        gradient, the rank-0-only state_dict idiom),
+                        broadcast (rank 0's parameters after construction, its
+                        buffers after broadcast_module);
   arena_bytes           coconet.torch.arena_bytes() reports the arena."""
 import argparse
 import contextlib
@@ -183,6 +185,7 @@ def main_torch(only):
     check("optim:dcp", lambda: optim_dcp(ctx))
     check("optim:overlap", lambda: optim_overlap(ctx))
     check("optim:refusals", lambda: optim_refusals(ctx))
+    check("optim:broadcast", lambda: optim_broadcast(ctx))
     check("arena_bytes", lambda: arena_bytes(ctx))
     check("rowparallel", lambda: rowparallel(ctx))
     check("graph", lambda: graph(ctx))
@@ -737,7 +740,7 @@ def bf16_masters(c):
     torch.nn.functional.cross_entropy(a(x).float(), y).backward()
     opt.step()
     # one step of lr 1e-3 from the fresh weights: not from the stale masters
-    moved = max(float((p.float() - q.float()).abs().max()) for p, q in
+    moved = max(float((p.detach().float() - q.detach().float()).abs().max()) for p, q in
                 zip(a.parameters(), fresh.parameters()))
     return moved < 1e-2, "BF16 after model.load_state_dict: one step moved the weights by " \
                          "at most %.1e from the loaded ones (masters refreshed)" % moved
@@ -837,6 +840,25 @@ def optim_refusals(c):
     ok = got == [True] * want
     return ("PASS" if ok else "FAIL"), "%d of %d refusals with the expected message" % (
         sum(got), want)
+
+
+def optim_broadcast(c):
+    """Rank 0's parameters on every rank after the optimizer's construction,
+    and its buffers after coconet.torch.broadcast_module (as DDP's)."""
+    torch, dist, ct, rank = c["torch"], c["dist"], c["ct"], c["rank"]
+    from coconet.torch import optim
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).cuda()
+    with torch.no_grad():
+        for t in list(m.parameters()) + [m[1].running_mean]:
+            t.fill_(float(rank))  # each rank its own values
+    optim.AdamW(m.parameters())
+    params = max(float(p.detach().abs().max()) for p in m.parameters())
+    ct.broadcast_module(m)
+    buffers = float(m[1].running_mean.abs().max())
+    worst = max_over_ranks(c, max(params, buffers))
+    return ("PASS" if worst == 0.0 else "FAIL"), (
+        "after construction and broadcast_module every rank holds rank 0's values: %s "
+        "(largest value %.1f)" % (worst == 0.0, worst))
 
 
 def arena_bytes(c):
