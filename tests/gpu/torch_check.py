@@ -845,7 +845,7 @@ def optim_refusals(c):
 def optim_broadcast(c):
     """Rank 0's parameters on every rank after the optimizer's construction,
     and its buffers after coconet.torch.broadcast_module (as DDP's)."""
-    torch, dist, ct, rank = c["torch"], c["dist"], c["ct"], c["rank"]
+    torch, ct, rank = c["torch"], c["ct"], c["rank"]
     from coconet.torch import optim
     m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).cuda()
     with torch.no_grad():
