@@ -169,16 +169,22 @@ def _program_text(kind, counts, dtype, options):
                         % (" and ".join(names) or "this program", e)) from None
 
 
+_CPU_GROUPS = {}  # id of a process group (None: the default) -> its gloo group
+
+
 def _cpu_group(group):
     """A gloo group over the ranks of `group`, for the ranks' agreements
-    (host values, no GPU synchronisation); None where it cannot be made."""
-    try:
-        if group is None:
-            return dist.new_group(backend="gloo")
-        return dist.new_group(ranks=dist.get_process_group_ranks(group), backend="gloo",
-                              use_local_synchronization=True)
-    except Exception:  # noqa: BLE001 - the agreement then runs on the group itself
-        return None
+    (host values, no GPU synchronisation), made by the first optimizer over
+    that group and shared by the later ones; None where it cannot be made."""
+    key = id(group) if group is not None else None
+    if key not in _CPU_GROUPS:
+        try:
+            _CPU_GROUPS[key] = dist.new_group(backend="gloo") if group is None else \
+                dist.new_group(ranks=dist.get_process_group_ranks(group), backend="gloo",
+                               use_local_synchronization=True)
+        except Exception:  # noqa: BLE001 - the agreement then runs on the group itself
+            _CPU_GROUPS[key] = None
+    return _CPU_GROUPS[key]
 
 
 _BUILD_ONE = ("import sys, coconet; from coconet import _session as S; "
