@@ -9,7 +9,10 @@
 
 One session per process group (rank 0's NCCL unique id broadcast with
 torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
-arena, a symmetric NCCL window from which ct.empty hands out tensors. A
+arena, a symmetric NCCL window from which ct.empty hands out tensors
+(ct.arena_bytes() reports its size and use: a device allocation that
+torch.cuda.memory_allocated does not count). ct.broadcast_module(model)
+gives every rank rank 0's parameters and buffers, as DDP does at its start. A
 compiled callable takes tensors by name, checks each one's element type,
 shape (as this rank holds it), device and contiguity (an error names the
 tensor, what was expected and what was given), enqueues the variant on
