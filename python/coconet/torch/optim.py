@@ -51,6 +51,9 @@ torch's semantics, and what is refused:
     counts (model.load_state_dict, torch.nn.init: the tensor's _version)
     refreshes their masters at the next step; refresh_masters() does it
     explicitly (after writes through .data).
+  - An optimizer made again over the same parameters (after a
+    checkpoint, say) takes them over; the earlier one no longer sees
+    their gradients.
 
 Not handled yet (the step's programs will take them): clipping by the
 global norm (torch.nn.utils.clip_grad_norm_ before step() sees each rank's
@@ -77,7 +80,9 @@ Checkpoints (every one collective, unless said):
     torch.distributed.checkpoint.save (each rank its own slice, under keys
     that say which elements they hold); load_sharded_state_dict(path,
     prefix) loads them at any world size, each rank reading what its slice
-    needs.
+    needs (path: the checkpoint's directory, which every rank reads; put
+    the pieces at the top level of the dict given to save, beside the
+    model's, so that their keys keep the prefix).
   - load_state_dict refreshes the FP32 masters (from master_param, else
     from the 16-bit weights).
 
