@@ -8,8 +8,10 @@
 # tests/gpu/torch_check.py under `torchrun --nproc_per_node=P`: every
 # example under every schedule against run_cpu, the argument errors,
 # coconet.torch.optim.Adam/LAMB (FP32, and Adam with BF16 parameters)
-# against torch's AdamW and the LAMB formula, RowParallelLinear's forward
-# and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
+# against torch's AdamW and the LAMB formula, the optimizers' torch
+# semantics (the optim:* checks: groups, schedulers, frozen parameters,
+# checkpoints, the step overlapped with the backward), RowParallelLinear's
+# forward and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
 # a process that keeps PyTorch's own NCCL (no LD_PRELOAD) gets a session and
 # a correct call (the "nccl" row).
 #

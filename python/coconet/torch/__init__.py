@@ -9,7 +9,10 @@
 
 One session per process group (rank 0's NCCL unique id broadcast with
 torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
-arena, a symmetric NCCL window from which ct.empty hands out tensors. A
+arena, a symmetric NCCL window from which ct.empty hands out tensors
+(ct.arena_bytes() reports its size and use: a device allocation that
+torch.cuda.memory_allocated does not count). ct.broadcast_module(model)
+gives every rank rank 0's parameters and buffers, as DDP does at its start. A
 compiled callable takes tensors by name, checks each one's element type,
 shape (as this rank holds it), device and contiguity (an error names the
 tensor, what was expected and what was given), enqueues the variant on
@@ -61,7 +64,7 @@ from .. import CocoError, load
 from .. import _session as S
 
 __all__ = ["CocoError", "Compiled", "Bound", "compile", "empty", "zeros", "to_arena",
-           "in_arena", "session", "is_open"]
+           "in_arena", "session", "is_open", "arena_bytes", "broadcast_module"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
@@ -127,6 +130,29 @@ def session(group=None, arena_bytes=None):
                         "arena of %d bytes; arena_bytes applies to its first use only"
                         % g.session.arena()[1])
     return g
+
+
+def arena_bytes(group=None):
+    """The arena of this process group's session, in bytes on this rank's
+    GPU: {"size": reserved at the session's start (a device allocation of
+    its own, which torch.cuda.memory_allocated does not count), "used":
+    handed out to tensors so far}. Add "size" to torch's figures to count a
+    run's GPU memory."""
+    _, size, used = session(group).session.arena()
+    return {"size": int(size), "used": int(used)}
+
+
+def broadcast_module(module, group=None):
+    """Rank 0's parameters and buffers (BatchNorm's statistics) on every
+    rank of the group, in place, as DDP does at its construction; call it
+    once, on every rank, before training (coconet.torch.optim broadcasts the
+    parameters it trains by itself, but not the buffers)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src=src, group=group)
 
 
 # ---- tensors in the arena ----
