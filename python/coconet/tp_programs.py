@@ -63,16 +63,18 @@ def _execute(name, ins, outs):
     return "Execute %s({%s}, {%s});" % (name, ", ".join(ins), ", ".join(outs))
 
 
+def _layer(what, direction, dtype, sp, bias, forward, backward):
+    """A layer's program text: its head, then forward's or backward's body"""
+    _check(dtype, direction)
+    name = "%s_%s%s" % (what, "sp_" if sp else "", direction)
+    body = forward if direction == "forward" else backward
+    return "\n".join(_head(what, name) + body(name, dtype, sp, bias)) + "\n"
+
+
 def column_parallel(direction, dtype="FP16", sequence_parallel=True, bias=True):
     """Megatron's ColumnParallelLinear, forward or backward (module doc)."""
-    _check(dtype, direction)
-    name = "column_parallel_%s%s" % ("sp_" if sequence_parallel else "", direction)
-    text = _head("column_parallel", name)
-    if direction == "forward":
-        text += _column_forward(name, dtype, sequence_parallel, bias)
-    else:
-        text += _column_backward(name, dtype, sequence_parallel, bias)
-    return "\n".join(text) + "\n"
+    return _layer("column_parallel", direction, dtype, sequence_parallel, bias,
+                  _column_forward, _column_backward)
 
 
 def _column_forward(name, dtype, sp, bias):
@@ -118,14 +120,8 @@ def _column_backward(name, dtype, sp, bias):
 
 def row_parallel(direction, dtype="FP16", sequence_parallel=True, bias=True):
     """Megatron's RowParallelLinear, forward or backward (module doc)."""
-    _check(dtype, direction)
-    name = "row_parallel_%s%s" % ("sp_" if sequence_parallel else "", direction)
-    text = _head("row_parallel", name)
-    if direction == "forward":
-        text += _row_forward(name, dtype, sequence_parallel, bias)
-    else:
-        text += _row_backward(name, dtype, sequence_parallel, bias)
-    return "\n".join(text) + "\n"
+    return _layer("row_parallel", direction, dtype, sequence_parallel, bias,
+                  _row_forward, _row_backward)
 
 
 def _row_forward(name, dtype, sp, bias):
