@@ -33,59 +33,187 @@ def _members(counts):
     return "Scattered[%s]" % ", ".join(str(int(c)) for c in counts)
 
 
-def optimizer(kind, counts, dtype="FP32"):
+# The variants of the optimizer programs (optimizer's keyword arguments) and
+# their defaults, which give the plain program above.
+VARIANT = dict(decay="decoupled", amsgrad=False, maximize=False, clip=False, amp=False,
+               capturable=False, trust="group")
+FLT_MAX = "3.4028234663852886e38"  # the largest FP32: a larger norm is Inf or NaN
+
+
+def _variant(kind, options):
+    """The options completed with their defaults, checked."""
+    unknown = sorted(set(options) - set(VARIANT))
+    if unknown:
+        raise ValueError("optimizer option '%s': expected one of %s"
+                         % (unknown[0], ", ".join(sorted(VARIANT))))
+    o = dict(VARIANT, **options)
+    if o["decay"] not in ("decoupled", "l2"):
+        raise ValueError("decay '%s': expected decoupled (AdamW) or l2 (Adam)" % o["decay"])
+    if o["trust"] not in ("group", "tensor"):
+        raise ValueError("trust '%s': expected group (one ratio) or tensor (one per "
+                         "parameter tensor)" % o["trust"])
+    if kind == "lamb" and o["amsgrad"]:
+        raise ValueError("amsgrad is an option of adam, not of lamb")
+    if kind == "adam" and o["trust"] != "group":
+        raise ValueError("trust is an option of lamb, not of adam")
+    return o
+
+
+def step_inputs(kind, dtype="FP32", **options):
+    """What a step of optimizer(kind, counts, dtype, **options) takes and
+    gives, by name: `device`, the 0-dimensional FP32 tensors read from
+    device memory (lr and the step count t when capturable, grad_scale gs
+    and found_inf fin with amp); `scalars`, those passed by value; `state`,
+    the optimizer's state tensors (each rank's slice under `paper`); and
+    `outputs`, in order (gnorm: the clipped gradient's global norm before
+    clipping, with clip; found: 1 where the step was skipped, with amp)."""
+    o = _variant(kind, options)
+    device = (["lr", "t"] if o["capturable"] else []) + (["gs", "fin"] if o["amp"] else [])
+    scalars = ([] if o["capturable"] else ["lr", "t"]) + \
+        ["beta1", "beta2", "eps", "wd", "gscale"] + (["maxnorm"] if o["clip"] else [])
+    outputs = ["p_"] + (["w_"] if dtype != "FP32" else []) + \
+        (["gnorm"] if o["clip"] else []) + (["found"] if o["amp"] else [])
+    return dict(device=device, scalars=scalars, state=["m", "v"] + (["vm"] if o["amsgrad"] else []),
+                outputs=outputs)
+
+
+def _gradient(o, mixed):
+    """The lines from the summed gradient avg to gm, the gradient the
+    moments take: averaged (gscale), unscaled by grad_scale (amp; in FP32
+    with 16-bit gradients), its global norm gnorm (a reduction over every
+    rank's slice), the inf/NaN check found, clipped, negated (maximize),
+    plus wd p (L2 decay)."""
+    src = "Cast(avg, FP32)" if mixed and (o["clip"] or o["amp"]) else "avg"
+    scaled = "%s * gscale%s" % (src, " / gs" if o["amp"] else "")
+    lines = []
+    if o["clip"] or o["amp"]:
+        lines += ["Var gu = %s;" % scaled, "Var gnorm = Norm(gu);"]
+        scaled = "gu"
+    if o["amp"]:
+        lines.append("Var found = Max(fin, (gnorm <= %s) == 0);" % FLT_MAX)
+    if o["clip"]:
+        scaled = "gu * Min(maxnorm / (gnorm + 0.000001), 1.0)"
+    if o["maximize"]:
+        scaled = "-(%s)" % scaled if " " in scaled else "-" + scaled
+    if o["decay"] == "l2":
+        scaled += " + wd*p"
+    if scaled == "gu":
+        scaled = "gu * 1"  # a Var computes something
+    return lines + ["Var gm = %s;" % scaled]
+
+
+def _kept(o, tensor, value):
+    """value, or with amp the tensor unchanged where the step is skipped."""
+    return "Ite(found, %s, %s)" % (tensor, value) if o["amp"] else value
+
+
+def _moments(o):
+    lines = ["Var m_ = Update(m, %s);" % _kept(o, "m", "m*beta1 + (1-beta1)*gm"),
+             "Var v_ = Update(v, %s);" % _kept(o, "v", "v*beta2 + (1-beta2)*gm*gm"),
+             "Var m1 = m_/(1-Pow(beta1, t));"]
+    if o["amsgrad"]:
+        lines += ["Var vm_ = Update(vm, %s);" % _kept(o, "vm", "Max(vm, v_)"),
+                  "Var v1 = vm_/(1-Pow(beta2, t));"]
+    else:
+        lines.append("Var v1 = v_/(1-Pow(beta2, t));")
+    return lines
+
+
+def _step(kind, o):
+    """The lines that compute p_, the parameters' new value, and the names
+    of the values they define."""
+    if kind == "adam":
+        wd = "p - lr*wd*p - " if o["decay"] == "decoupled" else "p - "
+        return ["Var p_ = Update(p, %s);" % _kept(o, "p", wd + "lr*(m1/(Sqrt(v1) + eps))")], \
+            ["p_"]
+    wd = " + wd*p" if o["decay"] == "decoupled" else ""
+    lines = ["Var u = m1/(Sqrt(v1) + eps)%s;" % wd,
+             "Var r1 = Norm(p * 1);",
+             "Var r2 = Norm(u);",
+             "Var ratio = Ite(r1 > 0, Ite(r2 > 0, r1 / r2, 1.0), 1.0);",
+             "Var p_ = Update(p, %s);" % _kept(o, "p", "p - lr * ratio * u")]
+    return lines, ["u", "r1", "r2", "ratio", "p_"]
+
+
+def _defined(lines):
+    return [ln.split()[1] for ln in lines if ln.startswith("Var ")]
+
+
+def optimizer(kind, counts, dtype="FP32", **options):
     """The program text: kind "adam" or "lamb", counts the element count of
     each parameter tensor, dtype the type of the model's parameters and
-    gradients."""
+    gradients. The options (VARIANT, all off by default) choose a variant:
+    decay "decoupled" (AdamW, lamb's u + wd p) or "l2" (Adam: wd p added to
+    the gradient); amsgrad (the largest v so far kept as state vm); maximize
+    (the gradient negated); clip (a Scalar maxnorm: the gradient scaled by
+    min(1, maxnorm / (gnorm + 1e-6)), torch.nn.utils.clip_grad_norm_'s
+    factor, gnorm the global norm of the summed and averaged gradient, an
+    output); amp (the gradient divided by the 0-dimensional tensor gs,
+    torch's grad_scale; found, an output, is 1 where fin is not 0 or the
+    gradient has an Inf or NaN, and then m, v, vm and p keep their values:
+    every rank decides on the same summed gradient); capturable (lr and t
+    are 0-dimensional tensors, read from device memory); step_inputs names
+    what a step takes."""
     if kind not in ("adam", "lamb"):
         raise ValueError("optimizer kind '%s': expected adam or lamb" % kind)
     if dtype not in TYPES:
         raise ValueError("dtype '%s': expected one of %s" % (dtype, ", ".join(TYPES)))
+    o = _variant(kind, options)
+    io = step_inputs(kind, dtype, **options)
     sc = _members(counts)
     mixed = dtype != "FP32"
     lines = ["// written by coconet.programs.optimizer: %s over %d parameter tensors%s"
              % (kind, len(counts), ", %s model weights with FP32 master weights" % dtype
-                if mixed else ""),
-             "Tensor g(%s, %s, Local, WORLD, RANK);" % (dtype, sc),
-             "Tensor p(FP32, %s, Replicated, WORLD);" % sc]
+                if mixed else "")]
+    lines += _declarations(o, sc, dtype, io)
+    lines.append('Var avg = AllReduce("+", g);')
+    body = _gradient(o, mixed) + _moments(o)
+    step, _ = _step(kind, o)
+    body += step
     if mixed:
-        lines.append("Tensor w(%s, %s, Replicated, WORLD);" % (dtype, sc))
-    lines += ["Tensor m(FP32, %s, Replicated, WORLD);" % sc,
-              "Tensor v(FP32, %s, Replicated, WORLD);" % sc,
-              "Scalar lr(FP32);  Scalar t(FP32);  Scalar beta1(FP32);  Scalar beta2(FP32);",
-              "Scalar eps(FP32);  Scalar wd(FP32);  Scalar gscale(FP32);",
-              'Var avg = AllReduce("+", g);',
-              "Var gm = avg * gscale;",
-              "Var m_ = Update(m, m*beta1 + (1-beta1)*gm);",
-              "Var v_ = Update(v, v*beta2 + (1-beta2)*gm*gm);",
-              "Var m1 = m_/(1-Pow(beta1, t));",
-              "Var v1 = v_/(1-Pow(beta2, t));"]
-    if kind == "adam":
-        lines.append("Var p_ = Update(p, p - lr*wd*p - lr*(m1/(Sqrt(v1) + eps)));")
-        comps = "gm, m_, v_, m1, v1, p_"
-    else:
-        lines += ["Var u = m1/(Sqrt(v1) + eps) + wd*p;",
-                  "Var r1 = Norm(p * 1);",
-                  "Var r2 = Norm(u);",
-                  "Var ratio = Ite(r1 > 0, Ite(r2 > 0, r1 / r2, 1.0), 1.0);",
-                  "Var p_ = Update(p, p - lr * ratio * u);"]
-        comps = "gm, m_, v_, m1, v1, u, r1, r2, ratio, p_"
-    if mixed:
-        lines.append("Var w_ = Update(w, p_);")
-        comps += ", w_"
-    ins = "g,p,w,m,v" if mixed else "g,p,m,v"
-    outs = "p_, w_" if mixed else "p_"
-    lines += ["Execute %s({%s,lr,t,beta1,beta2,eps,wd,gscale}, {%s});" % (kind, ins, outs), "",
-              "// fuse(RS-Opt-AG): each rank updates its slice, keeps its slice of m and v",
-              "Schedule paper {",
-              "  comps = fuse(%s, ComputationFuse);" % comps,
-              "  (rsG, agG) = split(avg, ARSplitRSAG);",
-              "  (scComp, agP, %sagM, agV) = reorder(agG, comps, AGReorder);"
-              % ("agW, " if mixed else ""),
-              "  asSlice(m); asSlice(v); dead(agM); dead(agV);",
-              "  fuseAR = fuse(rsG, scComp, agP, %sAllReduceFuse);" % ("agW, " if mixed else ""),
-              "}", ""]
+        body.append("Var w_ = Update(w, p_);")
+    lines += body
+    ins = ["g", "p"] + (["w"] if mixed else []) + io["state"] + io["device"] + \
+        ([] if o["capturable"] else ["lr", "t"]) + \
+        [n for n in io["scalars"] if n not in ("lr", "t")]
+    lines.append("Execute %s({%s}, {%s});" % (kind, ",".join(ins), ", ".join(io["outputs"])))
+    lines += _paper(o, mixed, _defined(body), io["outputs"])
     return "\n".join(lines)
+
+
+def _declarations(o, sc, dtype, io):
+    lines = ["Tensor g(%s, %s, Local, WORLD, RANK);" % (dtype, sc),
+             "Tensor p(FP32, %s, Replicated, WORLD);" % sc]
+    if dtype != "FP32":
+        lines.append("Tensor w(%s, %s, Replicated, WORLD);" % (dtype, sc))
+    lines += ["Tensor %s(FP32, %s, Replicated, WORLD);" % (s, sc) for s in io["state"]]
+    lines += ["Tensor %s(FP32, [], Replicated, WORLD);" % d for d in io["device"]]
+    if o["capturable"]:
+        lines.append("Scalar beta1(FP32);  Scalar beta2(FP32);")
+    else:
+        lines.append("Scalar lr(FP32);  Scalar t(FP32);  Scalar beta1(FP32);  "
+                     "Scalar beta2(FP32);")
+    lines.append("Scalar eps(FP32);  Scalar wd(FP32);  Scalar gscale(FP32);%s"
+                 % ("  Scalar maxnorm(FP32);" if o["clip"] else ""))
+    return lines
+
+
+def _paper(o, mixed, comps, outputs):
+    """The schedule `paper`: fuse(RS-Opt-AG), each rank its slice of the
+    state (asSlice)."""
+    ags = ["agP"] + (["agW"] if mixed else [])
+    state = ["m", "v"] + (["vm"] if o["amsgrad"] else [])
+    ag_state = ["ag" + s.upper() for s in state]
+    return ["", "// fuse(RS-Opt-AG): each rank updates its slice, keeps its slice of %s"
+            % " and ".join(state),
+            "Schedule paper {",
+            "  comps = fuse(%s, ComputationFuse);" % ", ".join(comps),
+            "  (rsG, agG) = split(avg, ARSplitRSAG);",
+            "  (scComp, %s) = reorder(agG, comps, AGReorder);" % ", ".join(ags + ag_state),
+            "  %s" % " ".join("asSlice(%s);" % s for s in state) + " " +
+            " ".join("dead(%s);" % a for a in ag_state),
+            "  fuseAR = fuse(rsG, scComp, %s, AllReduceFuse);" % ", ".join(ags),
+            "}", ""]
 
 
 def row_parallel(dtype="FP16", p_drop=0.1, residual=True):
