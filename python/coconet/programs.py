@@ -62,14 +62,18 @@ def _variant(kind, options):
 def step_inputs(kind, dtype="FP32", **options):
     """What a step of optimizer(kind, counts, dtype, **options) takes and
     gives, by name: `device`, the 0-dimensional FP32 tensors read from
-    device memory (lr and the step count t when capturable, grad_scale gs
-    and found_inf fin with amp); `scalars`, those passed by value; `state`,
+    device memory (lr when capturable, the step count t when capturable or
+    with amp, whose skipped steps do not count: the caller adds 1 before a
+    step and subtracts found after it, as torch's fused optimizers do, with
+    no host synchronisation; grad_scale gs and found_inf fin with amp);
+    `scalars`, those passed by value; `state`,
     the optimizer's state tensors (each rank's slice under `paper`); and
     `outputs`, in order (gnorm: the clipped gradient's global norm before
     clipping, with clip; found: 1 where the step was skipped, with amp)."""
     o = _variant(kind, options)
-    device = (["lr", "t"] if o["capturable"] else []) + (["gs", "fin"] if o["amp"] else [])
-    scalars = ([] if o["capturable"] else ["lr", "t"]) + \
+    on_device = dict(lr=o["capturable"], t=o["capturable"] or o["amp"])
+    device = [n for n in ("lr", "t") if on_device[n]] + (["gs", "fin"] if o["amp"] else [])
+    scalars = [n for n in ("lr", "t") if not on_device[n]] + \
         ["beta1", "beta2", "eps", "wd", "gscale"] + (["maxnorm"] if o["clip"] else [])
     outputs = ["p_"] + (["w_"] if dtype != "FP32" else []) + \
         (["gnorm"] if o["clip"] else []) + (["found"] if o["amp"] else [])
@@ -87,8 +91,9 @@ def _gradient(o, mixed):
     scaled = "%s * gscale%s" % (src, " / gs" if o["amp"] else "")
     lines = []
     if o["clip"] or o["amp"]:
-        lines += ["Var gu = %s;" % scaled, "Var gnorm = Norm(gu);"]
-        scaled = "gu"
+        name = "gu" if o["clip"] or o["maximize"] or o["decay"] == "l2" else "gm"
+        lines += ["Var %s = %s;" % (name, scaled), "Var gnorm = Norm(%s);" % name]
+        scaled = name
     if o["amp"]:
         lines.append("Var found = Max(fin, (gnorm <= %s) == 0);" % FLT_MAX)
     if o["clip"]:
@@ -97,9 +102,7 @@ def _gradient(o, mixed):
         scaled = "-(%s)" % scaled if " " in scaled else "-" + scaled
     if o["decay"] == "l2":
         scaled += " + wd*p"
-    if scaled == "gu":
-        scaled = "gu * 1"  # a Var computes something
-    return lines + ["Var gm = %s;" % scaled]
+    return lines + ([] if scaled == "gm" else ["Var gm = %s;" % scaled])
 
 
 def _kept(o, tensor, value):
@@ -153,7 +156,7 @@ def optimizer(kind, counts, dtype="FP32", **options):
     gradient has an Inf or NaN, and then m, v, vm and p keep their values:
     every rank decides on the same summed gradient); capturable (lr and t
     are 0-dimensional tensors, read from device memory); step_inputs names
-    what a step takes."""
+    what a step takes (with amp, t is a tensor too)."""
     if kind not in ("adam", "lamb"):
         raise ValueError("optimizer kind '%s': expected adam or lamb" % kind)
     if dtype not in TYPES:
@@ -165,7 +168,7 @@ def optimizer(kind, counts, dtype="FP32", **options):
     lines = ["// written by coconet.programs.optimizer: %s over %d parameter tensors%s"
              % (kind, len(counts), ", %s model weights with FP32 master weights" % dtype
                 if mixed else "")]
-    lines += _declarations(o, sc, dtype, io)
+    lines += _declarations(sc, dtype, io)
     lines.append('Var avg = AllReduce("+", g);')
     body = _gradient(o, mixed) + _moments(o)
     step, _ = _step(kind, o)
@@ -173,28 +176,22 @@ def optimizer(kind, counts, dtype="FP32", **options):
     if mixed:
         body.append("Var w_ = Update(w, p_);")
     lines += body
-    ins = ["g", "p"] + (["w"] if mixed else []) + io["state"] + io["device"] + \
-        ([] if o["capturable"] else ["lr", "t"]) + \
-        [n for n in io["scalars"] if n not in ("lr", "t")]
+    ins = ["g", "p"] + (["w"] if mixed else []) + io["state"] + io["device"] + io["scalars"]
     lines.append("Execute %s({%s}, {%s});" % (kind, ",".join(ins), ", ".join(io["outputs"])))
     lines += _paper(o, mixed, _defined(body), io["outputs"])
     return "\n".join(lines)
 
 
-def _declarations(o, sc, dtype, io):
+def _declarations(sc, dtype, io):
     lines = ["Tensor g(%s, %s, Local, WORLD, RANK);" % (dtype, sc),
              "Tensor p(FP32, %s, Replicated, WORLD);" % sc]
     if dtype != "FP32":
         lines.append("Tensor w(%s, %s, Replicated, WORLD);" % (dtype, sc))
     lines += ["Tensor %s(FP32, %s, Replicated, WORLD);" % (s, sc) for s in io["state"]]
     lines += ["Tensor %s(FP32, [], Replicated, WORLD);" % d for d in io["device"]]
-    if o["capturable"]:
-        lines.append("Scalar beta1(FP32);  Scalar beta2(FP32);")
-    else:
-        lines.append("Scalar lr(FP32);  Scalar t(FP32);  Scalar beta1(FP32);  "
-                     "Scalar beta2(FP32);")
-    lines.append("Scalar eps(FP32);  Scalar wd(FP32);  Scalar gscale(FP32);%s"
-                 % ("  Scalar maxnorm(FP32);" if o["clip"] else ""))
+    cut = io["scalars"].index("eps")
+    for names in (io["scalars"][:cut], io["scalars"][cut:]):
+        lines.append("  ".join("Scalar %s(FP32);" % n for n in names))
     return lines
 
 

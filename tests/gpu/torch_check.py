@@ -24,7 +24,11 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         and the dropout path's mask and gradients;
   graph                 a CUDA graph captured around an optimizer program and
                         replayed, against eager calls; the same for the
-                        overlapped self_attention in 3 chunks, on new inputs."""
+                        overlapped self_attention in 3 chunks, on new inputs;
+  optstep:VARIANT       the fused step's program variants (clipping,
+                        GradScaler's grad_scale and found_inf, Adam's L2 decay,
+                        amsgrad, maximize, device lr and step count, a captured
+                        step) against torch's fused optimizers: torch_optstep.py."""
 import argparse
 import glob
 import os
@@ -68,7 +72,8 @@ def torch_programs(cache):
     out += [(programs.write(programs.row_parallel(t, 0.0, res), "row_parallel", d), sch)
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
-    return out
+    import torch_optstep
+    return out + torch_optstep.programs_to_build(cache)
 
 
 def build_all(ranks, jobs):
@@ -146,6 +151,11 @@ def main_torch(only):
     check("adam_bf16", lambda: optimizer(ctx, "adam", torch.bfloat16))
     check("rowparallel", lambda: rowparallel(ctx))
     check("graph", lambda: graph(ctx))
+    import torch_optstep
+    cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "coconet")
+    for name in torch_optstep.VARIANTS:
+        check("optstep:" + name, lambda n=name: torch_optstep.run(ctx, n, cache))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

@@ -190,6 +190,8 @@ def test_step_inputs_name_what_a_step_takes():
     assert io["scalars"] == ["beta1", "beta2", "eps", "wd", "gscale", "maxnorm"]
     assert io["state"] == ["m", "v", "vm"]
     assert io["outputs"] == ["p_", "w_", "gnorm", "found"]
+    amp = programs.step_inputs("adam", amp=True)
+    assert amp["device"] == ["t", "gs", "fin"] and amp["scalars"][0] == "lr"
     plain = programs.step_inputs("lamb")
     assert plain["device"] == [] and plain["outputs"] == ["p_"]
     assert plain["scalars"][:2] == ["lr", "t"]
@@ -206,3 +208,21 @@ def test_variant_errors():
         programs.optimizer("adam", [3], trust="tensor")
     with pytest.raises(ValueError, match="trust 'layer'"):
         programs.optimizer("lamb", [3], trust="layer")
+
+
+# The optimizer programs that the cuda-gen group compiles (tests/gpu/optim_*.coco):
+# what coconet.programs.optimizer writes now, for these members and options
+CHECKED_IN = {"optim_adamw_step": ("adam", "FP32", dict(clip=True, amp=True, capturable=True)),
+              "optim_adam_all": ("adam", "BF16", dict(decay="l2", amsgrad=True, maximize=True,
+                                                      clip=True, amp=True, capturable=True)),
+              "optim_lamb_step": ("lamb", "FP32", dict(clip=True, amp=True, capturable=True))}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_IN))
+def test_the_compiled_programs_are_current(name):
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kind, dtype, o = CHECKED_IN[name]
+    with open(os.path.join(root, "tests", "gpu", name + ".coco")) as f:
+        assert f.read() == programs.optimizer(kind, [1024, 33, 4096, 7], dtype, **o), \
+            "tests/gpu/%s.coco: write it again with coconet.programs.optimizer" % name
