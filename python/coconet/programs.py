@@ -54,6 +54,10 @@ def _variant(kind, options):
                          "parameter tensor)" % o["trust"])
     if kind == "lamb" and o["amsgrad"]:
         raise ValueError("amsgrad is an option of adam, not of lamb")
+    if o["trust"] == "tensor":
+        raise ValueError("trust 'tensor' (a trust ratio per parameter tensor) is not written "
+                         "yet: its per-member norms over a scattered tensor are not in the "
+                         "language; trust 'group' is one ratio over the group")
     if kind == "adam" and o["trust"] != "group":
         raise ValueError("trust is an option of lamb, not of adam")
     return o
@@ -79,6 +83,33 @@ def step_inputs(kind, dtype="FP32", **options):
         (["gnorm"] if o["clip"] else []) + (["found"] if o["amp"] else [])
     return dict(device=device, scalars=scalars, state=["m", "v"] + (["vm"] if o["amsgrad"] else []),
                 outputs=outputs)
+
+
+def step_variant(kind, group, decay="decoupled", amp=False):
+    """The options of optimizer() for a parameter group's step, from its
+    settings as torch names them (a dict: amsgrad, maximize, capturable,
+    max_grad_norm; for lamb trust, "group" or "tensor"), the class's
+    decay ("l2" for torch.optim.Adam's formula, "decoupled" for AdamW's)
+    and amp (a GradScaler scales the gradients: grad_scale and found_inf
+    are read at the step). Only the options that differ from VARIANT's
+    defaults, so that equal variants give equal texts (and cache hits)."""
+    o = dict(decay=decay, maximize=bool(group.get("maximize", False)),
+             capturable=bool(group.get("capturable", False)), amp=bool(amp))
+    norm = group.get("max_grad_norm")
+    if norm is not None:
+        if not float(norm) > 0 or float(norm) == float("inf"):
+            raise ValueError("max_grad_norm %r: expected a finite number > 0 (None: no "
+                             "clipping)" % (norm,))
+        o["clip"] = True
+    if kind == "adam":
+        o["amsgrad"] = bool(group.get("amsgrad", False))
+    else:
+        if group.get("amsgrad"):
+            raise ValueError("amsgrad is an option of Adam and AdamW, not of LAMB")
+        o["trust"] = group.get("trust", VARIANT["trust"])
+    o = {k: v for k, v in o.items() if v != VARIANT[k]}
+    _variant(kind, o)
+    return o
 
 
 def _gradient(o, mixed):

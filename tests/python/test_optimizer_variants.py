@@ -204,8 +204,8 @@ def test_variant_errors():
         programs.optimizer("adam", [3], decay="l1")
     with pytest.raises(ValueError, match="amsgrad is an option of adam"):
         programs.optimizer("lamb", [3], amsgrad=True)
-    with pytest.raises(ValueError, match="trust is an option of lamb"):
-        programs.optimizer("adam", [3], trust="tensor")
+    with pytest.raises(ValueError, match="trust 'tensor' .* is not written yet"):
+        programs.optimizer("lamb", [3], trust="tensor")
     with pytest.raises(ValueError, match="trust 'layer'"):
         programs.optimizer("lamb", [3], trust="layer")
 
@@ -226,3 +226,20 @@ def test_the_compiled_programs_are_current(name):
     with open(os.path.join(root, "tests", "gpu", name + ".coco")) as f:
         assert f.read() == programs.optimizer(kind, [1024, 33, 4096, 7], dtype, **o), \
             "tests/gpu/%s.coco: write it again with coconet.programs.optimizer" % name
+
+
+def test_step_variant_from_a_groups_settings():
+    sv = programs.step_variant
+    assert sv("adam", {"lr": 1e-3, "amsgrad": False}) == {}
+    assert sv("adam", {}, decay="l2") == {"decay": "l2"}
+    assert sv("adam", {"amsgrad": True, "maximize": True, "capturable": True,
+                       "max_grad_norm": 1.0}, amp=True) == \
+        dict(amsgrad=True, maximize=True, capturable=True, clip=True, amp=True)
+    assert sv("lamb", {"trust": "group", "max_grad_norm": None}) == {}
+    text = programs.optimizer("adam", [5], "FP32", **sv("adam", {"max_grad_norm": 2.0}))
+    assert "Scalar maxnorm(FP32);" in text
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="max_grad_norm"):
+            sv("adam", {"max_grad_norm": bad})
+    with pytest.raises(ValueError, match="amsgrad is an option of Adam"):
+        sv("lamb", {"amsgrad": True})
