@@ -21,7 +21,16 @@ GradScaler-like power of two and an Inf injected at some steps, against:
 
 Each: the largest relative difference of the parameters over the steps
 (max |p - q| / max |q|) within TOL, found and the step count equal to
-torch's, the norm within 1e-5 relative."""
+torch's, the norm within 1e-5 relative. And through coconet.torch.optim:
+
+  optstep:optim_amp_clip torch_check's small model trained by
+                         coconet.torch.optim.AdamW with coconet.torch.GradScaler
+                         and coconet.torch.clip_grad_norm_ (an Inf injected in
+                         one rank's gradient at one step), against DDP-style
+                         averaging, torch.amp.GradScaler, unscale_,
+                         torch.nn.utils.clip_grad_norm_ and
+                         torch.optim.AdamW(fused=True): the losses, the norms,
+                         the skipped step, the scale and the parameters."""
 import os
 
 import numpy as np
@@ -44,8 +53,13 @@ def program_path(cache, name):
 
 
 def programs_to_build(cache):
-    """(path, schedule) of every program these checks compile."""
-    return [(program_path(cache, n), "paper") for n in sorted(set(VARIANTS) - {"graph"})]
+    """(path, schedule) of every program these checks compile, and the
+    variant coconet.torch.optim builds for optim_amp_clip's model."""
+    from coconet import programs
+    from torch_check import MODEL_COUNTS
+    model = programs.optimizer("adam", MODEL_COUNTS, "FP32", clip=True, amp=True)
+    return [(program_path(cache, n), "paper") for n in sorted(set(VARIANTS) - {"graph"})] + \
+        [(programs.write(model, "adam", os.path.join(cache, "torch-programs")), "paper")]
 
 
 def lr_at(k):
@@ -180,3 +194,60 @@ def run(c, name, cache):
         "found differs from torch's at %d steps; step count %g (torch %g)%s"
         % (STEPS, skipped, worst, TOL, found_bad, t_ours, t_torch,
            "; norm rel %.2e" % norm_err if VARIANTS[name].get("clip") else ""))
+
+
+def optim_amp_clip(c, steps=12, inject=5, maxnorm=0.5):
+    """coconet.torch.optim.AdamW + coconet.torch.GradScaler +
+    coconet.torch.clip_grad_norm_ against their torch twins under DDP-style
+    averaging; (status, detail)."""
+    torch, dist, ct, rank, P = c["torch"], c["dist"], c["ct"], c["rank"], c["P"]
+    from coconet.torch import optim
+    from torch_check import batch, max_over_ranks, model
+    a, ref = model(torch, torch.float32), model(torch, torch.float32)
+    opt = optim.AdamW(a.parameters(), lr=3e-3, weight_decay=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=3e-3, weight_decay=0.01, fused=True)
+    scaler = ct.GradScaler(init_scale=2.0 ** 12, growth_interval=4)
+    rscaler = torch.amp.GradScaler(init_scale=2.0 ** 12, growth_interval=4)
+    worst_loss, worst_norm, skipped, scales = 0.0, 0.0, [], []
+    for k in range(1, steps + 1):
+        x, y = batch(torch, rank, k, torch.float32)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(a(x), y)
+        scaler.scale(loss).backward()
+        if k == inject and rank == k % P:
+            next(a.parameters()).grad[0, 0] = float("inf")
+        norm = ct.clip_grad_norm_(a.parameters(), maxnorm)
+        scaler.step(opt)
+        scaler.update()
+        ropt.zero_grad()
+        rloss = torch.nn.functional.cross_entropy(ref(x), y)
+        rscaler.scale(rloss).backward()
+        for p in ref.parameters():
+            if dist.is_initialized():
+                dist.all_reduce(p.grad)
+            p.grad.div_(P)
+        if k == inject:
+            next(ref.parameters()).grad[0, 0] = float("inf")
+        rscaler.unscale_(ropt)
+        rnorm = torch.nn.utils.clip_grad_norm_(ref.parameters(), maxnorm)
+        rscaler.step(ropt)
+        rscaler.update()
+        torch.cuda.synchronize()
+        if bool(torch.isfinite(rnorm)):
+            worst_norm = max(worst_norm, abs(float(norm) - float(rnorm)) / float(rnorm))
+        else:
+            skipped.append(k)
+        scales.append((scaler.get_scale(), rscaler.get_scale()))
+        l1, l2 = loss.detach().clone(), rloss.detach().clone()
+        worst_loss = max(worst_loss, abs(float(l1) - float(l2)) / abs(float(l2)))
+    pw = max(float((p - q).abs().max() / max(1e-3, float(q.abs().max())))
+             for p, q in zip(a.parameters(), ref.parameters()))
+    pw, worst_loss = max_over_ranks(c, pw), max_over_ranks(c, worst_loss)
+    same_scales = all(s == r for s, r in scales)
+    ok = pw <= 1e-4 and worst_loss <= 1e-4 and worst_norm <= 1e-4 and same_scales and \
+        skipped == [inject]
+    return ("PASS" if ok else "FAIL"), (
+        "%d steps: loss rel %.2e, norm rel %.2e, params rel %.2e (tol 1e-4); skipped %s "
+        "(want [%d]); scales equal to torch's at every step: %s (last %g, torch %g)"
+        % (steps, worst_loss, worst_norm, pw, skipped, inject, same_scales, scales[-1][0],
+           scales[-1][1]))
