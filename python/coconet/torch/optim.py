@@ -30,17 +30,33 @@ Precision: FP32 parameters are updated in place. FP16 or BF16 parameters
 (replicated: 4 bytes per parameter on every rank), from which the program
 writes the rounded model weights in the same kernel.
 
+Clipping, GradScaler and capturable steps (the step's program variant:
+coconet.programs.step_variant, from the group's max_grad_norm, amsgrad,
+maximize and capturable and whether a GradScaler scales the step; a step
+that needs another variant than the last builds it, a collective):
+coconet.torch.clip_grad_norm_ (or a group's max_grad_norm) clips by the
+norm of the summed, averaged gradient inside the step and returns that norm
+as a tensor written by the step; under a GradScaler (coconet.torch.GradScaler
+at P > 1, so that the ranks' scales agree) the step unscales, checks the
+summed gradient for Inf and NaN and skips on every rank together;
+capturable=True reads lr and the step count from device memory
+(coconet.torch._step).
+
 Constraints: the parameters of a group must share one element type and lie
 on this rank's GPU; each group is its own program (built once: nvcc takes
 minutes for a first build of a model, then the cache serves it)."""
 import os
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, is_open, session
 from .. import programs
+from ._step import DeviceScalars
+
+_LIVE = weakref.WeakSet()  # the fused optimizers, for clip_grad_norm_ (_owner)
 
 _ALIGN = 16  # bytes: each member's offset in the flat buffers
 _SLACK = 64 << 20  # bytes: the programs' workspaces (reduction partials) and alignment
@@ -79,8 +95,27 @@ class _Group:
     """One parameter group's program, buffers and state."""
 
 
+def _owner(params):
+    """(optimizer, param group) of the fused optimizer whose one group
+    holds every parameter of params, or None when none holds any of them;
+    refused when they are spread over several groups."""
+    ids = {id(p) for p in params}
+    hits = [(o, pg) for o in list(_LIVE) for pg in o.param_groups
+            if ids & {id(p) for p in pg["params"]}]
+    if not hits:
+        return None
+    if len(hits) > 1 or not ids <= {id(p) for p in hits[0][1]["params"]}:
+        raise CocoError("coconet.torch.clip_grad_norm_: the parameters lie in %d parameter "
+                        "groups%s; the fused step clips each group by its own norm, so give "
+                        "the parameters of one group (or clip each group apart)"
+                        % (len(hits), "" if hits else " and outside them"))
+    return hits[0]
+
+
 class _Fused(torch.optim.Optimizer):
     kind = None
+    decay = "decoupled"  # AdamW's formula; "l2": torch.optim.Adam's
+    _step_supports_amp_scaling = True  # GradScaler gives grad_scale and found_inf to step
 
     def __init__(self, params, lr, betas, eps, weight_decay, group, schedule):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
@@ -99,6 +134,7 @@ class _Fused(torch.optim.Optimizer):
         self._schedule = schedule
         self._warned = False
         self._coco = [self._prepare(pg) for pg in self.param_groups]
+        _LIVE.add(self)
 
     # ---- construction ----
 
@@ -125,9 +161,8 @@ class _Fused(torch.optim.Optimizer):
         self._check(st.params)
         dtype = st.params[0].dtype
         st.dtype = TYPE_NAMES[dtype]
-        text = programs.optimizer(self.kind, [p.numel() for p in st.params], st.dtype)
-        path = programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
-        st.fn = _compile(path, schedule=self._schedule, group=self._pg)
+        st.variant = programs.step_variant(self.kind, pg, self.decay)
+        st.fn = self._compile_variant(st, st.variant)
         offs, total = _layout(st.params)
         st.flat_p = empty([total], dtype, self._pg)
         st.flat_g = empty([total], dtype, self._pg)
@@ -167,7 +202,76 @@ class _Fused(torch.optim.Optimizer):
             st.v_arg = [st.v[a:b] for a, b in zip(cuts, cuts[1:])]
         st.t = 0
         st.bound = None  # st.fn bound to these tensors at the first step
+        st.vm = st.vm_arg = st.norm = st.scalars = None
         return st
+
+    def _compile_variant(self, st, variant):
+        """The group's program for a step variant (programs.step_variant),
+        built or found in the cache; collective."""
+        text = programs.optimizer(self.kind, [p.numel() for p in st.params], st.dtype, **variant)
+        path = programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
+        return _compile(path, schedule=self._schedule, group=self._pg)
+
+    def _norm_output(self, pg):
+        """The 0-dim tensor into which pg's steps write the clipped
+        gradient's norm (coconet.torch.clip_grad_norm_ returns it; NaN
+        until a step has clipped)."""
+        st = self._coco[self.param_groups.index(pg)]
+        if st.norm is None:
+            st.norm = empty([], torch.float32, self._pg)
+            st.norm.fill_(float("nan"))
+        return st.norm
+
+    def _bind(self, st, pg):
+        """st.fn bound to the group's tensors and its device scalars."""
+        io = programs.step_inputs(self.kind, st.dtype, **st.variant)
+        if "vm" in io["state"] and st.vm is None:  # amsgrad's max of v: laid out as v
+            st.vm = empty(st.v.shape, torch.float32, self._pg)
+            st.vm.zero_()
+            at = [a.storage_offset() - st.v.storage_offset() for a in st.v_arg] \
+                if not st.sliced else None
+            st.vm_arg = st.vm if st.sliced else [st.vm[o:o + a.numel()]
+                                                 for o, a in zip(at, st.v_arg)]
+        st.scalars = DeviceScalars(io["device"], self._pg, st.t)
+        tensors = dict(g=st.grads, m=st.m_arg, v=st.v_arg, **st.scalars.tensors)
+        if "vm" in io["state"]:
+            tensors["vm"] = st.vm_arg
+        if st.master is None:
+            tensors["p"] = st.params
+        else:
+            tensors["p"], tensors["w"] = st.master, st.params
+        out = {"gnorm": self._norm_output(pg)} if "gnorm" in io["outputs"] else None
+        extra = dict(gscale=1.0 / self._sess.nranks)
+        if "maxnorm" in io["scalars"]:
+            extra["maxnorm"] = 1.0
+        st.bound = st.fn.bind(tensors, out=out, **extra)
+        st.io = io
+
+    def _step_group(self, pg, st):
+        """One group's step: its variant (built again when the group's
+        settings or a GradScaler ask for another), its device scalars, the
+        call, the step count."""
+        scale, found = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
+        variant = programs.step_variant(self.kind, pg, self.decay,
+                                        amp=scale is not None or found is not None)
+        if variant != st.variant:
+            if st.scalars is not None:  # the device's count of steps taken
+                st.t = int(st.scalars.step_count(st.t))
+            st.variant, st.fn, st.bound = variant, self._compile_variant(st, variant), None
+        if st.bound is None:
+            self._bind(st, pg)
+        st.t += 1
+        st.scalars.before(pg, scale, found)
+        b1, b2 = pg["betas"]
+        values = dict(lr=lambda: pg["lr"], t=lambda: st.t, beta1=lambda: b1, beta2=lambda: b2,
+                      eps=lambda: pg["eps"], wd=lambda: pg["weight_decay"],
+                      maxnorm=lambda: pg["max_grad_norm"])
+        res = st.bound(**{k: float(values[k]()) for k in st.io["scalars"] if k != "gscale"})
+        st.scalars.after(res)
+        if isinstance(res, dict) and "found" in res:  # coconet.torch.GradScaler reads it
+            self._found = res["found"] if self._found is None else \
+                torch.maximum(self._found, res["found"])
+        return res
 
     # ---- the step ----
 
@@ -206,22 +310,12 @@ class _Fused(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._found = None
         for pg, st in zip(self.param_groups, self._coco):
             if st.fn is None:
                 continue
             self._gather_grads(st)
-            st.t += 1
-            b1, b2 = pg["betas"]
-            if st.bound is None:  # the tensors checked once; each step passes its Scalars
-                tensors = dict(g=st.grads, m=st.m_arg, v=st.v_arg)
-                if st.master is None:
-                    tensors["p"] = st.params
-                else:
-                    tensors["p"] = st.master
-                    tensors["w"] = st.params
-                st.bound = st.fn.bind(tensors, gscale=1.0 / self._sess.nranks)
-            st.bound(lr=float(pg["lr"]), t=float(st.t), beta1=float(b1), beta2=float(b2),
-                     eps=float(pg["eps"]), wd=float(pg["weight_decay"]))
+            self._step_group(pg, st)
         return loss
 
     # ---- the state, gathered and scattered ----
@@ -274,7 +368,8 @@ class _Fused(torch.optim.Optimizer):
             at = 0
             for i, p in enumerate(st.params):
                 n = p.numel()
-                entry = {"step": torch.tensor(float(st.t)),
+                entry = {"step": torch.tensor(st.scalars.step_count(st.t) if st.scalars
+                                              else float(st.t)),
                          "exp_avg": m[at:at + n].view(p.shape).clone(),
                          "exp_avg_sq": v[at:at + n].view(p.shape).clone()}
                 if st.master is not None:
@@ -317,6 +412,8 @@ class _Fused(torch.optim.Optimizer):
                     off, n = self._slices(st, name)[rank]
                     mine.reshape(-1).copy_(full[off:off + n])
                 st.t = int(float(got[0].get("step", 0)))
+                if st.scalars is not None and "t" in st.scalars.tensors:
+                    st.scalars.tensors["t"].fill_(float(st.t))
                 if st.master is not None:
                     for m, s, p in zip(st.master, got, st.params):
                         m.copy_(s["master_param"].reshape(-1) if "master_param" in s
