@@ -54,10 +54,6 @@ def _variant(kind, options):
                          "parameter tensor)" % o["trust"])
     if kind == "lamb" and o["amsgrad"]:
         raise ValueError("amsgrad is an option of adam, not of lamb")
-    if o["trust"] == "tensor":
-        raise ValueError("trust 'tensor' (a trust ratio per parameter tensor) is not written "
-                         "yet: its per-member norms over a scattered tensor are not in the "
-                         "language; trust 'group' is one ratio over the group")
     if kind == "adam" and o["trust"] != "group":
         raise ValueError("trust is an option of lamb, not of adam")
     return o
@@ -126,7 +122,7 @@ def _gradient(o, mixed):
         lines += ["Var %s = %s;" % (name, scaled), "Var gnorm = Norm(%s);" % name]
         scaled = name
     if o["amp"]:
-        lines.append("Var found = Max(fin, (gnorm <= %s) == 0);" % FLT_MAX)
+        lines.append("Var found = Max(fin >= 1, (gnorm <= %s) == 0);" % FLT_MAX)
     if o["clip"]:
         scaled = "gu * Min(maxnorm / (gnorm + 0.000001), 1.0)"
     if o["maximize"]:
@@ -161,9 +157,10 @@ def _step(kind, o):
         return ["Var p_ = Update(p, %s);" % _kept(o, "p", wd + "lr*(m1/(Sqrt(v1) + eps))")], \
             ["p_"]
     wd = " + wd*p" if o["decay"] == "decoupled" else ""
+    per = o["trust"] == "tensor"  # each element the norms of its own parameter tensor
     lines = ["Var u = m1/(Sqrt(v1) + eps)%s;" % wd,
-             "Var r1 = Norm(p * 1);",
-             "Var r2 = Norm(u);",
+             "Var r1 = Norm(p, Members);" if per else "Var r1 = Norm(p * 1);",
+             "Var r2 = Norm(u, Members);" if per else "Var r2 = Norm(u);",
              "Var ratio = Ite(r1 > 0, Ite(r2 > 0, r1 / r2, 1.0), 1.0);",
              "Var p_ = Update(p, %s);" % _kept(o, "p", "p - lr * ratio * u")]
     return lines, ["u", "r1", "r2", "ratio", "p_"]
@@ -183,8 +180,9 @@ def optimizer(kind, counts, dtype="FP32", **options):
     min(1, maxnorm / (gnorm + 1e-6)), torch.nn.utils.clip_grad_norm_'s
     factor, gnorm the global norm of the summed and averaged gradient, an
     output); amp (the gradient divided by the 0-dimensional tensor gs,
-    torch's grad_scale; found, an output, is 1 where fin is not 0 or the
-    gradient has an Inf or NaN, and then m, v, vm and p keep their values:
+    torch's grad_scale; found, an output, is 1 where fin (torch's found_inf,
+    0 or 1) is 1 or more, or the gradient has an Inf or NaN, else 0; where
+    it is 1, m, v, vm and p keep their values:
     every rank decides on the same summed gradient); capturable (lr and t
     are 0-dimensional tensors, read from device memory); step_inputs names
     what a step takes (with amp, t is a tensor too)."""

@@ -19,8 +19,11 @@
 #             blocks of an AllGather or a ReduceScatter, also in 3 chunks a
 #             block and in order, COCONET_OVERLAP_CHUNKS=3 and 1;
 #             tests/gpu/rows_overlap.coco: a MatMul overlapped with a fused
-#             computation that reduces within rows) x every schedule x P, at
-#             the examples' sizes
+#             computation that reduces within rows; tests/gpu/optim_lamb_tensor.coco:
+#             LAMB's step with a trust ratio per parameter tensor, Norm(x, Members),
+#             and clipping; tests/oracle/programs/members.coco: Norm(x, Members) in
+#             every type, Local, and Sliced across the ranks) x every schedule x P,
+#             at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
@@ -262,7 +265,8 @@ part_examples() {
     for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
              tests/gpu/scattered_inline.coco tests/gpu/arith.coco tests/gpu/transformer_ops.coco \
              tests/oracle/programs/ragged.coco tests/gpu/overlap_blocks.coco \
-             tests/gpu/overlap_blocks_t.coco tests/gpu/gather_matmul.coco tests/gpu/rows_overlap.coco; do
+             tests/gpu/overlap_blocks_t.coco tests/gpu/gather_matmul.coco tests/gpu/rows_overlap.coco \
+             tests/gpu/optim_lamb_tensor.coco tests/oracle/programs/members.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do

@@ -44,8 +44,11 @@ def reference(kind, p, g, m, v, vm, o, gs=1.0, fin=0.0, maxnorm=None):
         return p - decay - h["lr"] * mh / (np.sqrt(vh) + h["eps"]), m, v, vm, norm, found
     u = mh / (np.sqrt(vh) + h["eps"]) + (h["wd"] * p if o.get("decay", "decoupled") ==
                                          "decoupled" else 0)
-    r1, r2 = np.linalg.norm(p), np.linalg.norm(u)
-    ratio = r1 / r2 if r1 > 0 and r2 > 0 else 1.0
+    cuts = np.cumsum([0] + COUNTS) if o.get("trust") == "tensor" else [0, len(p)]
+    ratio = np.empty_like(p)
+    for a, b in zip(cuts, cuts[1:]):  # one trust ratio per parameter tensor, or one
+        r1, r2 = np.linalg.norm(p[a:b]), np.linalg.norm(u[a:b])
+        ratio[a:b] = r1 / r2 if r1 > 0 and r2 > 0 else 1.0
     return p - h["lr"] * ratio * u, m, v, vm, norm, found
 
 
@@ -118,8 +121,10 @@ def test_adam_variants(tmp_path, schedule, o):
 
 
 @pytest.mark.parametrize("schedule", ["program", "paper"])
-@pytest.mark.parametrize("o", [dict(), dict(decay="l2"), dict(clip=True, amp=True)],
-                         ids=["plain", "l2", "clip-amp"])
+@pytest.mark.parametrize("o", [dict(), dict(decay="l2"), dict(clip=True, amp=True),
+                               dict(trust="tensor"),
+                               dict(trust="tensor", clip=True, amp=True, capturable=True)],
+                         ids=["plain", "l2", "clip-amp", "per-tensor", "per-tensor-clip-amp"])
 def test_lamb_variants(tmp_path, schedule, o):
     maxnorm = 2.5 if o.get("clip") else None
     out, new, want = step(tmp_path, "lamb", schedule, o, maxnorm=maxnorm,
@@ -204,8 +209,6 @@ def test_variant_errors():
         programs.optimizer("adam", [3], decay="l1")
     with pytest.raises(ValueError, match="amsgrad is an option of adam"):
         programs.optimizer("lamb", [3], amsgrad=True)
-    with pytest.raises(ValueError, match="trust 'tensor' .* is not written yet"):
-        programs.optimizer("lamb", [3], trust="tensor")
     with pytest.raises(ValueError, match="trust 'layer'"):
         programs.optimizer("lamb", [3], trust="layer")
 
@@ -215,7 +218,8 @@ def test_variant_errors():
 CHECKED_IN = {"optim_adamw_step": ("adam", "FP32", dict(clip=True, amp=True, capturable=True)),
               "optim_adam_all": ("adam", "BF16", dict(decay="l2", amsgrad=True, maximize=True,
                                                       clip=True, amp=True, capturable=True)),
-              "optim_lamb_step": ("lamb", "FP32", dict(clip=True, amp=True, capturable=True))}
+              "optim_lamb_step": ("lamb", "FP32", dict(clip=True, amp=True, capturable=True)),
+              "optim_lamb_tensor": ("lamb", "FP32", dict(trust="tensor", clip=True))}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKED_IN))
@@ -236,6 +240,7 @@ def test_step_variant_from_a_groups_settings():
                        "max_grad_norm": 1.0}, amp=True) == \
         dict(amsgrad=True, maximize=True, capturable=True, clip=True, amp=True)
     assert sv("lamb", {"trust": "group", "max_grad_norm": None}) == {}
+    assert sv("lamb", {"trust": "tensor"}) == {"trust": "tensor"}
     text = programs.optimizer("adam", [5], "FP32", **sv("adam", {"max_grad_norm": 2.0}))
     assert "Scalar maxnorm(FP32);" in text
     for bad in (0.0, -1.0, float("inf"), float("nan")):
@@ -243,3 +248,14 @@ def test_step_variant_from_a_groups_settings():
             sv("adam", {"max_grad_norm": bad})
     with pytest.raises(ValueError, match="amsgrad is an option of Adam"):
         sv("lamb", {"amsgrad": True})
+
+
+def test_per_tensor_trust_differs_from_the_groups(tmp_path):
+    """The per-tensor ratios are not the group's: a member whose update is
+    small against its weights takes a larger step."""
+    outs = {}
+    for trust in ("group", "tensor"):
+        out, _, want = step(tmp_path, "lamb", "paper", dict(trust=trust))
+        assert np.allclose(out["p_"], want[0], rtol=2e-5, atol=2e-6)
+        outs[trust] = out["p_"]
+    assert not np.allclose(outs["group"], outs["tensor"], rtol=1e-4)
