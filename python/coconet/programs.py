@@ -84,8 +84,10 @@ def step_inputs(kind, dtype="FP32", **options):
 def step_variant(kind, group, decay="decoupled", amp=False):
     """The options of optimizer() for a parameter group's step, from its
     settings as torch names them (a dict: amsgrad, maximize, capturable,
-    max_grad_norm; for lamb trust, "group" or "tensor"), the class's
-    decay ("l2" for torch.optim.Adam's formula, "decoupled" for AdamW's)
+    max_grad_norm; for lamb trust: "tensor", a ratio per parameter tensor
+    as the LAMB paper and apex's FusedLAMB, the default here, or "group",
+    the CoCoNet paper's one ratio), the class's decay ("l2" for
+    torch.optim.Adam's formula, "decoupled" for AdamW's)
     and amp (a GradScaler scales the gradients: grad_scale and found_inf
     are read at the step). Only the options that differ from VARIANT's
     defaults, so that equal variants give equal texts (and cache hits)."""
@@ -102,7 +104,7 @@ def step_variant(kind, group, decay="decoupled", amp=False):
     else:
         if group.get("amsgrad"):
             raise ValueError("amsgrad is an option of Adam and AdamW, not of LAMB")
-        o["trust"] = group.get("trust", VARIANT["trust"])
+        o["trust"] = group.get("trust", "tensor")
     o = {k: v for k, v in o.items() if v != VARIANT[k]}
     _variant(kind, o)
     return o

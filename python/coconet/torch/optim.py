@@ -434,9 +434,12 @@ AdamW = Adam
 
 
 class LAMB(_Fused):
-    """Data-parallel LAMB as examples/lamb.coco writes it: Adam's moments,
-    u = m^/(sqrt(v^) + eps) + wd p, one trust ratio ||p|| / ||u|| over all
-    the group's parameters (1 where either norm is 0), p -= lr ratio u."""
+    """Data-parallel LAMB: Adam's moments, u = m^/(sqrt(v^) + eps) + wd p,
+    p -= lr ratio u with the trust ratio ||p|| / ||u|| (1 where either
+    norm is 0) of each parameter tensor, as the LAMB paper and apex's
+    FusedLAMB define it; a parameter group with "trust": "group" takes one
+    ratio over all its parameters instead (examples/lamb.coco, the CoCoNet
+    paper's program)."""
     kind = "lamb"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
