@@ -66,7 +66,7 @@ def _arena_need(param_groups, group):
     """The arena bytes this optimizer's buffers take: per group the flat
     parameters and gradients, a staging buffer as large as the gradients
     (the push algorithm's), FP32 master weights for 16-bit parameters and
-    this rank's slices of m and v; and some slack."""
+    this rank's slices of m and v (and vm with amsgrad); and some slack."""
     nranks = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
     need = _SLACK
     for pg in param_groups:
@@ -74,7 +74,8 @@ def _arena_need(param_groups, group):
         if not ps:
             continue
         total = _layout(ps)[1]
-        need += 3 * total * ps[0].element_size() + 2 * 4 * (-(-total // nranks)) + 512 * 4
+        states = 3 if pg.get("amsgrad") else 2  # m and v, and amsgrad's vm
+        need += 3 * total * ps[0].element_size() + states * 4 * (-(-total // nranks)) + 512 * 4
         if ps[0].dtype != torch.float32:
             need += 4 * total
     return need
@@ -216,7 +217,7 @@ class _Fused(torch.optim.Optimizer):
         """The 0-dim tensor into which pg's steps write the clipped
         gradient's norm (coconet.torch.clip_grad_norm_ returns it; NaN
         until a step has clipped)."""
-        st = self._coco[self.param_groups.index(pg)]
+        st = next(s for g, s in zip(self.param_groups, self._coco) if g is pg)
         if st.norm is None:
             st.norm = empty([], torch.float32, self._pg)
             st.norm.fill_(float("nan"))
