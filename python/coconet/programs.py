@@ -2,9 +2,13 @@
 layers, written for given sizes (no torch here, so that the CPU tests check
 them against NumPy on the reference executor).
 
-optimizer(kind, counts, dtype): data-parallel Adam (AdamW's decoupled
-weight decay, torch.optim.AdamW's formula) or LAMB (examples/lamb.coco's
-formula: one trust ratio over all the parameters) over scattered tensors
+optimizer(kind, counts, dtype, **variant): data-parallel Adam (AdamW's
+decoupled weight decay, torch.optim.AdamW's formula; or Adam's L2 decay)
+or LAMB (examples/lamb.coco's formula: one trust ratio over all the
+parameters; or one per parameter tensor, Norm(x, Members)), with the
+variant's amsgrad, maximize, clipping by the summed gradient's global norm,
+GradScaler's unscaling and skipped steps, and lr and the step count read
+from device memory (VARIANT, step_variant, step_inputs), over scattered tensors
 whose members are the model's parameters and gradients where they lie
 (examples/adam_scattered.coco). The gradients are summed over the ranks and
 scaled by gscale (1/P: DDP's mean). With dtype FP16 or BF16 the gradients
@@ -12,7 +16,11 @@ and the model's weights w are of that type, and the optimizer keeps FP32
 master weights p, from which w_ takes its rounded copy. The schedule
 `paper` is the paper's fuse(RS-Opt-AG) (Figure 7b): one FusedAllReduce in
 which each rank updates its slice, keeping only its slice of m and v
-(asSlice).
+(asSlice). On GPUs it is one kernel over the peers' memory for the plain
+Adam, two (a cross-rank reduction between them) for Adam with clipping or
+amp and for LAMB with one ratio; LAMB with clipping or amp (two reductions
+in a row) and LAMB per tensor (Norm per member) take the FusedAllReduce's
+NCCL path (ReduceScatter, kernels, AllGather), which is slower.
 
 row_parallel(...): Megatron's row-parallel linear with bias, dropout and
 residual (examples/self_attention.coco with separate input and output

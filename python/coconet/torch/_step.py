@@ -109,7 +109,9 @@ class GradScaler(torch.amp.GradScaler):
     on one rank the ranks' scales would differ. This one, after a step of
     a coconet optimizer, writes that step's found (the same on every rank)
     into what update() reads. Otherwise torch's GradScaler: use it in its
-    place (at one rank both agree)."""
+    place (at one rank both agree). Each parameter group's step decides on
+    its own gradients (its program's found), where torch skips every group
+    when any has an Inf; the scale follows the largest found."""
 
     def step(self, optimizer, *args, **kwargs):
         out = super().step(optimizer, *args, **kwargs)
