@@ -148,15 +148,28 @@ def _kept(o, tensor, value):
 
 
 def _moments(o):
-    lines = ["Var m_ = Update(m, %s);" % _kept(o, "m", "m*beta1 + (1-beta1)*gm"),
-             "Var v_ = Update(v, %s);" % _kept(o, "v", "v*beta2 + (1-beta2)*gm*gm"),
-             "Var m1 = m_/(1-Pow(beta1, t));"]
+    """m_, v_ (vm_), and the bias-corrected m1 and v1. With amp the new
+    moments are values of their own (mn, vn, vmn), which the Updates keep
+    only where the step is not skipped and m1 and v1 read: so nothing but
+    the Updates and p_ waits for found, and LAMB's norm of u is no later
+    than the gradient's norm (one cross-rank reduction after another would
+    take the fused operation's NCCL path)."""
+    if not o["amp"]:
+        lines = ["Var m_ = Update(m, m*beta1 + (1-beta1)*gm);",
+                 "Var v_ = Update(v, v*beta2 + (1-beta2)*gm*gm);",
+                 "Var m1 = m_/(1-Pow(beta1, t));"]
+        if o["amsgrad"]:
+            return lines + ["Var vm_ = Update(vm, Max(vm, v_));", "Var v1 = vm_/(1-Pow(beta2, t));"]
+        return lines + ["Var v1 = v_/(1-Pow(beta2, t));"]
+    lines = ["Var mn = m*beta1 + (1-beta1)*gm;",
+             "Var vn = v*beta2 + (1-beta2)*gm*gm;",
+             "Var m_ = Update(m, %s);" % _kept(o, "m", "mn"),
+             "Var v_ = Update(v, %s);" % _kept(o, "v", "vn"),
+             "Var m1 = mn/(1-Pow(beta1, t));"]
     if o["amsgrad"]:
-        lines += ["Var vm_ = Update(vm, %s);" % _kept(o, "vm", "Max(vm, v_)"),
-                  "Var v1 = vm_/(1-Pow(beta2, t));"]
-    else:
-        lines.append("Var v1 = v_/(1-Pow(beta2, t));")
-    return lines
+        return lines + ["Var vmn = Max(vm, vn);", "Var vm_ = Update(vm, %s);" % _kept(o, "vm", "vmn"),
+                        "Var v1 = vmn/(1-Pow(beta2, t));"]
+    return lines + ["Var v1 = vn/(1-Pow(beta2, t));"]
 
 
 def _step(kind, o):

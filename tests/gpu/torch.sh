@@ -9,7 +9,10 @@
 # example under every schedule against run_cpu, the argument errors,
 # coconet.torch.optim.Adam/LAMB (FP32, and Adam with BF16 parameters)
 # against torch's AdamW and the LAMB formula, RowParallelLinear's forward
-# and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
+# and backward against torch, CUDA-graph capture, and the fused step's
+# program variants (clipping, GradScaler, amsgrad, maximize, L2 decay, a
+# captured step with a changing lr) against torch's fused optimizers
+# (tests/gpu/torch_optstep.py: the optstep:* rows). Then, at P = 1, whether
 # a process that keeps PyTorch's own NCCL (no LD_PRELOAD) gets a session and
 # a correct call (the "nccl" row).
 #
