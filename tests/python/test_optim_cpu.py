@@ -150,6 +150,18 @@ def test_amsgrad_maximize_and_a_tensor_lr(cpu_session):
             assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), k
     assert opt._coco[0].variant == dict(amsgrad=True, maximize=True, capturable=True)
     assert sorted(opt._coco[0].scalars.tensors) == ["lr", "t"]
+    # torch's layout, max_exp_avg_sq included, and back (into a fresh optimizer)
+    sd, rsd = opt.state_dict(), ropt.state_dict()
+    for i in rsd["state"]:
+        for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+            got, want = sd["state"][i][key], rsd["state"][i][key]
+            assert float((got - want).abs().max() / want.abs().max()) < 1e-4, key
+        assert float(sd["state"][i]["step"]) == float(rsd["state"][i]["step"]) == 6
+    fresh = optim.AdamW([{"params": list(a.parameters()), "amsgrad": True}], lr=1e-2)
+    fresh.load_state_dict(rsd)
+    back = fresh.state_dict()
+    for i in rsd["state"]:
+        assert torch.equal(back["state"][i]["max_exp_avg_sq"], rsd["state"][i]["max_exp_avg_sq"])
 
 
 def test_lamb_per_tensor_by_default(cpu_session):

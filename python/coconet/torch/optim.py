@@ -223,16 +223,23 @@ class _Fused(torch.optim.Optimizer):
             st.norm.fill_(float("nan"))
         return st.norm
 
+    def _alloc_vm(self, st):
+        """amsgrad's max of v (zeros, once), laid out as v: this rank's
+        slice, or under a schedule that keeps it whole its members."""
+        if st.vm is not None:
+            return
+        st.vm = empty(st.v.shape, torch.float32, self._pg)
+        st.vm.zero_()
+        at = [a.storage_offset() - st.v.storage_offset() for a in st.v_arg] \
+            if not st.sliced else None
+        st.vm_arg = st.vm if st.sliced else [st.vm[o:o + a.numel()]
+                                             for o, a in zip(at, st.v_arg)]
+
     def _bind(self, st, pg):
         """st.fn bound to the group's tensors and its device scalars."""
         io = programs.step_inputs(self.kind, st.dtype, **st.variant)
-        if "vm" in io["state"] and st.vm is None:  # amsgrad's max of v: laid out as v
-            st.vm = empty(st.v.shape, torch.float32, self._pg)
-            st.vm.zero_()
-            at = [a.storage_offset() - st.v.storage_offset() for a in st.v_arg] \
-                if not st.sliced else None
-            st.vm_arg = st.vm if st.sliced else [st.vm[o:o + a.numel()]
-                                                 for o, a in zip(at, st.v_arg)]
+        if "vm" in io["state"]:
+            self._alloc_vm(st)
         st.scalars = DeviceScalars(io["device"], self._pg, st.t)
         tensors = dict(g=st.grads, m=st.m_arg, v=st.v_arg, **st.scalars.tensors)
         if "vm" in io["state"]:
@@ -358,14 +365,16 @@ class _Fused(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch.optim.AdamW's layout: per parameter exp_avg, exp_avg_sq
-        (gathered from every rank's slice: collective) and step; with FP16
-        or BF16 parameters also master_param (FP32)."""
+        (gathered from every rank's slice: collective) and step; with
+        amsgrad max_exp_avg_sq; with FP16 or BF16 parameters also
+        master_param (FP32)."""
         sd = super().state_dict()
         index = self._param_index()
         for st in self._coco:
             if st.fn is None:
                 continue
             m, v = self._gather(st, st.m, "m"), self._gather(st, st.v, "v")
+            vm = self._gather(st, st.vm, "v") if st.vm is not None else None  # laid out as v
             at = 0
             for i, p in enumerate(st.params):
                 n = p.numel()
@@ -373,6 +382,8 @@ class _Fused(torch.optim.Optimizer):
                                               else float(st.t)),
                          "exp_avg": m[at:at + n].view(p.shape).clone(),
                          "exp_avg_sq": v[at:at + n].view(p.shape).clone()}
+                if vm is not None:
+                    entry["max_exp_avg_sq"] = vm[at:at + n].view(p.shape).clone()
                 if st.master is not None:
                     entry["master_param"] = st.master[i].view(p.shape).clone()
                 sd["state"][index[id(p)]] = entry
@@ -406,8 +417,11 @@ class _Fused(torch.optim.Optimizer):
                                 "exp_avg_sq for some parameters of a group")
             rank = self._sess.rank
             with torch.no_grad():
-                for name, mine in (("m", st.m), ("v", st.v)):
-                    key = "exp_avg" if name == "m" else "exp_avg_sq"
+                keys = [("exp_avg", st.m, "m"), ("exp_avg_sq", st.v, "v")]
+                if all("max_exp_avg_sq" in s for s in got):  # amsgrad's, laid out as v
+                    self._alloc_vm(st)
+                    keys.append(("max_exp_avg_sq", st.vm, "v"))
+                for key, mine, name in keys:
                     full = torch.cat([s[key].reshape(-1).to(mine.device, torch.float32)
                                       for s in got])
                     off, n = self._slices(st, name)[rank]
