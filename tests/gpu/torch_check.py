@@ -159,6 +159,7 @@ def main_torch(only):
     for name in torch_optstep.VARIANTS:
         check("optstep:" + name, lambda n=name: torch_optstep.run(ctx, n, cache))
     check("optstep:optim_amp_clip", lambda: torch_optstep.optim_amp_clip(ctx))
+    check("optstep:optim_graph", lambda: torch_optstep.optim_graph(ctx))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

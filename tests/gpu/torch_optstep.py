@@ -30,7 +30,13 @@ torch's, the norm within 1e-5 relative. And through coconet.torch.optim:
                          averaging, torch.amp.GradScaler, unscale_,
                          torch.nn.utils.clip_grad_norm_ and
                          torch.optim.AdamW(fused=True): the losses, the norms,
-                         the skipped step, the scale and the parameters."""
+                         the skipped step, the scale and the parameters;
+  optstep:optim_graph    a whole training step of that model (zero_grad,
+                         forward, backward, step with capturable=True and a
+                         tensor lr) captured in one CUDA graph and replayed
+                         with new batches and a new lr each time, against
+                         eager torch.optim.AdamW(capturable=True) under
+                         DDP-style averaging."""
 import os
 
 import numpy as np
@@ -54,12 +60,15 @@ def program_path(cache, name):
 
 def programs_to_build(cache):
     """(path, schedule) of every program these checks compile, and the
-    variant coconet.torch.optim builds for optim_amp_clip's model."""
+    variants coconet.torch.optim builds for optim_amp_clip's and
+    optim_graph's model."""
     from coconet import programs
     from torch_check import MODEL_COUNTS
-    model = programs.optimizer("adam", MODEL_COUNTS, "FP32", clip=True, amp=True)
+    models = [programs.optimizer("adam", MODEL_COUNTS, "FP32", **o)
+              for o in (dict(clip=True, amp=True), dict(capturable=True))]
     return [(program_path(cache, n), "paper") for n in sorted(set(VARIANTS) - {"graph"})] + \
-        [(programs.write(model, "adam", os.path.join(cache, "torch-programs")), "paper")]
+        [(programs.write(m, "adam", os.path.join(cache, "torch-programs")), "paper")
+         for m in models]
 
 
 def lr_at(k):
@@ -251,3 +260,69 @@ def optim_amp_clip(c, steps=12, inject=5, maxnorm=0.5):
         "(want [%d]); scales equal to torch's at every step: %s (last %g, torch %g)"
         % (steps, worst_loss, worst_norm, pw, skipped, inject, same_scales, scales[-1][0],
            scales[-1][1]))
+
+
+def optim_graph(c, steps=10):
+    """A captured whole step of coconet.torch.optim.AdamW (capturable, a
+    tensor lr written between replays) against eager torch; (status,
+    detail)."""
+    torch, dist, rank, P = c["torch"], c["dist"], c["rank"], c["P"]
+    from coconet.torch import optim
+    from torch_check import batch, max_over_ranks, model
+    a, ref = model(torch, torch.float32), model(torch, torch.float32)
+    lr, rlr = torch.tensor(3e-3, device="cuda"), torch.tensor(3e-3, device="cuda")
+    opt = optim.AdamW([{"params": list(a.parameters()), "capturable": True}], lr=lr,
+                      weight_decay=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=rlr, weight_decay=0.01, capturable=True)
+    xs, ys = batch(torch, rank, 1, torch.float32)
+    xs, ys = xs.clone(), ys.clone()  # the graph's static inputs
+
+    def body():
+        opt.zero_grad()
+        out = torch.nn.functional.cross_entropy(a(xs), ys)
+        out.backward()
+        opt.step()
+        return out
+
+    def reference(k):
+        ropt.zero_grad()
+        out = torch.nn.functional.cross_entropy(ref(xs), ys)
+        out.backward()
+        for p in ref.parameters():
+            if dist.is_initialized():
+                dist.all_reduce(p.grad)
+            p.grad.div_(P)
+        rlr.fill_(lr_at(k) * 3)
+        ropt.step()
+        return out.detach()
+
+    worst = 0.0
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    for k in range(1, steps + 1):
+        x, y = batch(torch, rank, k, torch.float32)
+        xs.copy_(x)
+        ys.copy_(y)
+        lr.fill_(lr_at(k) * 3)
+        if k <= 2:  # eager warm-up on a side stream (the program's first call too)
+            with torch.cuda.stream(side):
+                loss = body()
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            if k == 3:
+                with torch.cuda.graph(graph):
+                    loss = body()
+            graph.replay()
+        rl = reference(k)
+        torch.cuda.synchronize()
+        worst = max(worst, abs(float(loss) - float(rl)) / abs(float(rl)))
+    pw = max(float((p - q).abs().max() / max(1e-3, float(q.abs().max())))
+             for p, q in zip(a.parameters(), ref.parameters()))
+    pw, worst = max_over_ranks(c, pw), max_over_ranks(c, worst)
+    t = float(opt._coco[0].scalars.tensors["t"])
+    ok = pw <= 1e-4 and worst <= 1e-4 and t == steps
+    return ("PASS" if ok else "FAIL"), (
+        "%d steps (%d replays of one captured step, lr changed before each): loss rel %.2e, "
+        "params rel %.2e (tol 1e-4); device step count %g (want %d)"
+        % (steps, steps - 2, worst, pw, t, steps))
