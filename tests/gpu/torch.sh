@@ -11,7 +11,10 @@
 # against torch's AdamW and the LAMB formula, the optimizers' torch
 # semantics (the optim:* checks: groups, schedulers, frozen parameters,
 # checkpoints, the step overlapped with the backward), RowParallelLinear's
-# forward and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
+# forward and backward against torch, CUDA-graph capture, and the fused step's
+# program variants (clipping, GradScaler, amsgrad, maximize, L2 decay, a
+# captured step with a changing lr) against torch's fused optimizers
+# (tests/gpu/torch_optstep.py: the optstep:* rows). Then, at P = 1, whether
 # a process that keeps PyTorch's own NCCL (no LD_PRELOAD) gets a session and
 # a correct call (the "nccl" row).
 #

@@ -11,8 +11,9 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
   errors                the callable's argument errors name the tensor, what
                         was expected and what was given;
   adam, lamb            coconet.torch.optim against DDP-style averaging plus
-                        torch.optim.AdamW(fused=True) (LAMB: examples/lamb.coco's
-                        formula in torch ops) on a small model: the loss of
+                        torch.optim.AdamW(fused=True) (LAMB: its formula in
+                        torch ops, a trust ratio per parameter tensor) on a
+                        small model: the loss of
                         every step within 1e-3 relative, the parameters at the
                         end, the gathered state_dict against AdamW's, and the
                         optimizer state held per rank (1/P of it);
@@ -47,7 +48,11 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         gradient, the rank-0-only state_dict idiom),
                         broadcast (rank 0's parameters after construction, its
                         buffers after broadcast_module);
-  arena_bytes           coconet.torch.arena_bytes() reports the arena."""
+  arena_bytes           coconet.torch.arena_bytes() reports the arena;
+  optstep:VARIANT       the fused step's program variants (clipping,
+                        GradScaler's grad_scale and found_inf, Adam's L2 decay,
+                        amsgrad, maximize, device lr and step count, a captured
+                        step) against torch's fused optimizers: torch_optstep.py."""
 import argparse
 import contextlib
 import glob
@@ -89,7 +94,8 @@ def torch_programs(cache):
     """(path, schedule) of the programs coconet.torch writes for these checks."""
     from coconet import programs
     d = os.path.join(cache, "torch-programs")
-    out = [(programs.write(programs.optimizer(k, MODEL_COUNTS, t), k, d), "paper")
+    out = [(programs.write(programs.optimizer(k, MODEL_COUNTS, t, **programs.step_variant(k, {})),
+                           k, d), "paper")
            for k, t in (("adam", "FP32"), ("lamb", "FP32"), ("adam", "BF16"))]
     # the units of the optim:* checks (members in key order): the groups, the
     # parameters left when one is frozen, and the frozen one alone
@@ -98,7 +104,8 @@ def torch_programs(cache):
     out += [(programs.write(programs.row_parallel(t, 0.0, res), "row_parallel", d), sch)
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
-    return out
+    import torch_optstep
+    return out + torch_optstep.programs_to_build(cache)
 
 
 def build_all(ranks, jobs):
@@ -191,6 +198,13 @@ def main_torch(only):
     check("arena_bytes", lambda: arena_bytes(ctx))
     check("rowparallel", lambda: rowparallel(ctx))
     check("graph", lambda: graph(ctx))
+    import torch_optstep
+    cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "coconet")
+    for name in torch_optstep.VARIANTS:
+        check("optstep:" + name, lambda n=name: torch_optstep.run(ctx, n, cache))
+    check("optstep:optim_amp_clip", lambda: torch_optstep.optim_amp_clip(ctx))
+    check("optstep:optim_graph", lambda: torch_optstep.optim_graph(ctx))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -418,19 +432,24 @@ def batch(torch, rank, step, dtype):
     return x, y
 
 
-def lamb_reference(torch, params, state, lr, b1, b2, eps, wd, t):
-    """examples/lamb.coco in torch ops, one trust ratio over every parameter."""
+def lamb_reference(torch, params, state, lr, b1, b2, eps, wd, t, per_tensor=True):
+    """LAMB in torch ops: a trust ratio per parameter tensor (the LAMB
+    paper's, coconet.torch.optim.LAMB's default), or one over every
+    parameter (examples/lamb.coco)."""
     us = []
     for p in params:
         s = state.setdefault(p, {"m": torch.zeros_like(p), "v": torch.zeros_like(p)})
         s["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
         s["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
         us.append((s["m"] / (1 - b1 ** t)) / ((s["v"] / (1 - b2 ** t)).sqrt() + eps) + wd * p)
-    r1 = torch.sqrt(sum((p.double() ** 2).sum() for p in params))
-    r2 = torch.sqrt(sum((u.double() ** 2).sum() for u in us))
-    ratio = (r1 / r2).float() if r1 > 0 and r2 > 0 else torch.tensor(1.0, device=params[0].device)
-    for p, u in zip(params, us):
-        p.sub_(lr * ratio * u)
+    pieces = [([p], [u]) for p, u in zip(params, us)] if per_tensor else [(params, us)]
+    for ps, vs in pieces:
+        r1 = torch.sqrt(sum((p.double() ** 2).sum() for p in ps))
+        r2 = torch.sqrt(sum((u.double() ** 2).sum() for u in vs))
+        ratio = (r1 / r2).float() if r1 > 0 and r2 > 0 else \
+            torch.tensor(1.0, device=params[0].device)
+        for p, u in zip(ps, vs):
+            p.sub_(lr * ratio * u)
 
 
 def optimizer(c, kind, dtype):

@@ -48,16 +48,34 @@ def test_adam_plain_matches_torch():
     close(a, b)
 
 
-@pytest.mark.parametrize("kw, what", [
-    (dict(weight_decay=0.1), "weight decay added to the gradient"),
-    (dict(amsgrad=True), "amsgrad=True"), (dict(maximize=True), "maximize=True"),
-    (dict(capturable=True), "capturable=True")])
-def test_variants_refused_until_programs_have_them(kw, what):
-    try:
-        optim.Adam(model().parameters(), **kw)
-    except coconet.CocoError as e:
-        assert what in str(e) and "not supported yet" in str(e)
-    # else: the programs have the variant (then the GPU suite checks its values)
+@pytest.mark.parametrize("kw", [dict(weight_decay=0.1), dict(amsgrad=True, weight_decay=0.1),
+                                dict(maximize=True, amsgrad=True)],
+                         ids=["l2", "l2-amsgrad", "maximize-amsgrad"])
+def test_adam_variants_match_torch(kw):
+    """Adam's L2 decay, amsgrad (its state max_exp_avg_sq, in torch's
+    layout) and maximize: each the unit's program variant."""
+    a = model()
+    b = twin(a)
+    opt = optim.Adam(a.parameters(), lr=1e-2, **kw)
+    ref = torch.optim.Adam(b.parameters(), lr=1e-2, foreach=False, **kw)
+    train(a, opt, 5)
+    train(b, ref, 5)
+    close(a, b)
+    assert ("decay", "l2") in opt._units[0].options or "weight_decay" not in kw
+    if kw.get("amsgrad"):
+        sd, rsd = opt.state_dict(), ref.state_dict()
+        for i in rsd["state"]:
+            assert torch.allclose(sd["state"][i]["max_exp_avg_sq"],
+                                  rsd["state"][i]["max_exp_avg_sq"], rtol=1e-4, atol=1e-12)
+
+
+def test_gradscaler_refused_with_overlap():
+    a = model()
+    opt = optim.AdamW(a.parameters(), overlap=True)
+    train(a, opt, 1)
+    opt.grad_scale, opt.found_inf = torch.tensor(2.0), torch.tensor(0.0)  # as GradScaler does
+    with pytest.raises(coconet.CocoError, match="GradScaler with overlap=True"):
+        opt.step()
 
 
 def test_differentiable_refused():

@@ -528,3 +528,6 @@ def compile(path, schedule="program", sizes=None, group=None, seed=0, nccl_path=
     such tensors: the collective then takes its NCCL path, and every rank
     must pass its tensors alike."""
     return Compiled(path, schedule, sizes, group, seed, nccl_path=nccl_path)
+
+
+from ._step import GradScaler, clip_grad_norm_  # noqa: E402 - they use the names above

@@ -16,11 +16,10 @@ torch's semantics, and what is refused:
   - Adam (weight decay added to the gradient, default 0) and AdamW
     (decoupled, default 0.01), with torch.optim.Adam's and AdamW's
     signatures; decoupled_weight_decay in a group decides, as in torch.
-    foreach and fused are accepted and change nothing. amsgrad, maximize,
-    capturable and Adam's L2 decay (weight_decay > 0) need program variants
-    (_program_text): where the build has none, construction (or
-    add_param_group) raises CocoError naming the argument.
-    differentiable=True is refused (CocoError).
+    foreach and fused are accepted and change nothing. amsgrad (its state
+    max_exp_avg_sq), maximize, capturable and Adam's L2 decay are program
+    variants (_options, coconet.programs.step_variant): a group's settings
+    choose its program. differentiable=True is refused (CocoError).
   - Parameter groups, including add_param_group later; every group's lr,
     betas, eps and weight_decay are read at each step, so lr_schedulers
     work (OneCycleLR writes betas).
@@ -55,14 +54,29 @@ torch's semantics, and what is refused:
     checkpoint, say) takes them over; the earlier one no longer sees
     their gradients.
 
-Not handled yet (the step's programs will take them): clipping by the
-global norm (torch.nn.utils.clip_grad_norm_ before step() sees each rank's
-local gradients) and GradScaler (it checks each rank's local gradients and
-may skip step() on some ranks only: the others then wait in step()'s
-agreement). _device_inputs and _received are where the step passes device
-tensors to a program and reads what it returns (also _outputs and
-_before). A group clipped by its global norm (max_grad_norm) must be one
-program: refused where buckets or different step counts cut it.
+Clipping, GradScaler and capturable steps (the unit's program variant,
+from its group's max_grad_norm, amsgrad, maximize and capturable and
+whether a GradScaler scales the step; a step that needs another variant
+than the last plans its units again, a collective):
+  - coconet.torch.clip_grad_norm_ (or a group's max_grad_norm) clips by
+    the norm of the summed, averaged gradient inside the step and returns
+    that norm as a tensor written by the step (torch's
+    clip_grad_norm_ before step() would see each rank's local gradients).
+    A group so clipped must be one program: refused where buckets
+    (overlap=True) or different step counts cut it.
+  - Under a GradScaler (coconet.torch.GradScaler at P > 1, so that the
+    ranks' scales agree) the step unscales, checks the summed gradient for
+    Inf and NaN and skips on every rank together. Each unit decides on its
+    own gradients, where torch skips every group when any has an Inf (the
+    scale follows the largest found). Refused with overlap=True: the
+    buckets stepped during the backward pass cannot read the step's scale.
+    With a GradScaler the step count lives on the device (a skipped step
+    does not count); state[p]["step"] catches up at state_dict().
+  - capturable=True reads lr (a float, or a tensor that a scheduler writes
+    in place) and the step count from device memory (coconet.torch._step),
+    so that a step captured in a CUDA graph replays with a changing lr.
+_device_inputs, _outputs, _before and _received are where the step passes
+device tensors to a program and reads what it returns.
 
 Checkpoints (every one collective, unless said):
   - state_dict() on every rank gives torch.optim.AdamW's layout (per
@@ -99,8 +113,8 @@ opt.no_sync():` (nothing communicates there); a gradient accumulated after
 its bucket was stepped is refused. overlap_param_gather=True (the
 all-gather deferred to the next forward) is refused until the programs have
 an RS-Opt variant without the all-gather. At P = 1 the same plumbing runs
-with no communication. LAMB's trust ratio is over a unit's parameters, so
-LAMB takes no buckets.
+with no communication. LAMB takes no buckets (its group-wide trust ratio,
+"trust": "group", is over a unit's parameters).
 
 Where things lie. The parameters are moved into flat buffers of the arena
 (coconet.torch.empty; param.data becomes a view of it) and each param.grad
@@ -126,12 +140,14 @@ import torch.distributed as dist
 
 from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, is_open, session
 from .. import optplan, programs
+from ._step import DeviceScalars
 
 _SLACK = 64 << 20  # bytes: the programs' workspaces (reduction partials) and alignment
 _PER_UNIT = 1 << 20  # bytes: each further program's own workspace
 # the program's state inputs and torch's names for them
 _STATE = (("m", "exp_avg"), ("v", "exp_avg_sq"), ("vm", "max_exp_avg_sq"))
 _TIMEOUT = float(os.environ.get("COCONET_OPTIM_TIMEOUT", "60"))
+_LIVE = weakref.WeakSet()  # the fused optimizers, for clip_grad_norm_ (_owner)
 
 
 def _nranks(group):
@@ -142,7 +158,8 @@ def _arena_need(param_groups, group, units=1):
     """The arena bytes this optimizer's buffers take: the flat parameters
     and gradients, a staging buffer as large as the gradients (the push
     algorithm's), FP32 master weights for 16-bit parameters and this rank's
-    slices of m and v; and some slack, more with more units (buckets)."""
+    slices of m, v and amsgrad's vm; and some slack, more with more units
+    (buckets)."""
     nranks = _nranks(group)
     need = _SLACK + _PER_UNIT * max(0, units - 1)
     for pg in param_groups:
@@ -229,6 +246,23 @@ def _prebuild(paths, schedule, nranks, nccl_home):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _owner(params):
+    """(optimizer, param group) of the fused optimizer whose one group
+    holds every parameter of params, or None when none holds any of them;
+    refused when they are spread over several groups."""
+    ids = {id(p) for p in params}
+    hits = [(o, pg) for o in list(_LIVE) for pg in o.param_groups
+            if ids & {id(p) for p in pg["params"]}]
+    if not hits:
+        return None
+    if len(hits) > 1 or not ids <= {id(p) for p in hits[0][1]["params"]}:
+        raise CocoError("coconet.torch.clip_grad_norm_: the parameters lie in %d parameter "
+                        "groups%s; the fused step clips each group by its own norm, so give "
+                        "the parameters of one group (or clip each group apart)"
+                        % (len(hits), "" if len(hits) > 1 else " and outside them"))
+    return hits[0]
+
+
 def _hook(ref, k):
     """Parameter k's post-accumulate-grad hook: the optimizer's _on_grad,
     while the optimizer lives and still owns the parameter (an optimizer
@@ -250,6 +284,7 @@ class _Unit:
         self.gi, self.step = ident.gi, ident.step
         self.keys = ident.members
         self.bound = None
+        self.scalars = None  # its device scalars (coconet.torch._step), made at bind
         self.step_t = torch.tensor(float(self.step))
 
     def same(self, ident, options):
@@ -259,6 +294,7 @@ class _Unit:
 
 class _Fused(torch.optim.Optimizer):
     kind = None
+    _step_supports_amp_scaling = True  # GradScaler gives grad_scale and found_inf to step
 
     def __init__(self, params, defaults, group=None, schedule="paper", overlap=False,
                  bucket_mb=25, overlap_param_gather=False, broadcast=True):
@@ -281,6 +317,7 @@ class _Fused(torch.optim.Optimizer):
         self._init_books()
         for gi in range(len(self.param_groups)):
             self._adopt(gi)
+        _LIVE.add(self)
 
     def _init_books(self):
         """The optimizer's own records (what each is: where it is used)."""
@@ -291,6 +328,7 @@ class _Fused(torch.optim.Optimizer):
         self._launcher, self._launched, self._no_sync = None, [], False
         self._side = torch.cuda.Stream(self._sess.device) if self._overlap else None
         self._pool, self._consolidated, self._flats = [], None, []
+        self._norms, self._found = {}, None  # per group the clipped norm; the step's found
         self._ref = weakref.ref(self)
 
     def _open_session(self):
@@ -392,17 +430,23 @@ class _Fused(torch.optim.Optimizer):
     def _options(self, pg, check=False):
         """The program variant group pg's settings ask for, as a sorted tuple
         of coconet.programs.optimizer's keyword arguments that differ from
-        the plain program's (see _program_text); with check, refused where
-        the build has none. The one place to extend with further settings."""
+        the plain program's (coconet.programs.step_variant: decay "l2",
+        amsgrad, maximize, capturable, clip from max_grad_norm, amp while a
+        GradScaler steps, LAMB's trust); with check, refused where the build
+        has none (see _program_text). The one place to extend with further
+        settings."""
         if pg.get("differentiable"):
             raise CocoError("coconet.torch.optim: differentiable=True is refused: the fused step "
                             "runs outside autograd")
         l2 = self.kind == "adam" and not pg.get("decoupled_weight_decay", True) \
             and float(pg["weight_decay"]) != 0.0  # no decay: both formulas are the plain one
-        opts = dict(decay="l2" if l2 else None, amsgrad=bool(pg.get("amsgrad", False)),
-                    maximize=bool(pg.get("maximize", False)),
-                    capturable=bool(pg.get("capturable", False)))
-        opts = tuple(sorted((k, v) for k, v in opts.items() if v))
+        amp = getattr(self, "grad_scale", None) is not None or \
+            getattr(self, "found_inf", None) is not None
+        try:
+            opts = programs.step_variant(self.kind, pg, "l2" if l2 else "decoupled", amp=amp)
+        except ValueError as e:
+            raise CocoError("coconet.torch.optim: %s" % e) from None
+        opts = tuple(sorted(opts.items()))
         if check:
             _program_text(self.kind, [1], "FP32", opts)
         return opts
@@ -529,6 +573,8 @@ class _Fused(torch.optim.Optimizer):
         """The units for this step's parameters (kept: those started in the
         backward pass); units that stay the same keep their state, the others
         give theirs back (gathered) and new ones take their slices."""
+        for u in self._units:
+            self._sync_step(u)
         self._to_arena(active)
         members = [optplan.Member(k, self._groups_of[k], self._step_of(k),
                                   TYPE_NAMES[self._params[k].dtype],
@@ -650,6 +696,7 @@ class _Fused(torch.optim.Optimizer):
     def _dissolve(self, u):
         """The unit's state, gathered whole per parameter, parked (each rank
         alike); its buffers back to the pool."""
+        self._sync_step(u)
         full = self._gather_unit(u)
         for j, k in enumerate(u.keys):
             entry = {"step": u.step}
@@ -714,21 +761,57 @@ class _Fused(torch.optim.Optimizer):
     # before each call, and what reads the call's results after it.
 
     def _device_inputs(self, u):
-        """Further tensors the unit's program takes (0-dimensional device
-        scalars): none for the plain programs."""
-        return {}
+        """The 0-dimensional device tensors the unit's program variant reads
+        (coconet.programs.step_inputs' `device`: lr and the step count t when
+        capturable, t, grad_scale and found_inf under a GradScaler), made
+        once per unit (coconet.torch._step.DeviceScalars), t from the
+        unit's step count."""
+        names = programs.step_inputs(self.kind, u.ident.dtype, **dict(u.options))["device"]
+        u.scalars = DeviceScalars(names, self._pg, u.step)
+        return dict(u.scalars.tensors)
 
     def _outputs(self, u):
-        """Tensors for the program's outputs (bind's `out`): None, the
-        program's own."""
+        """Tensors for the program's outputs (bind's `out`): the group's
+        norm tensor for a clipped step (_norm_output), else the program's
+        own."""
+        if dict(u.options).get("clip"):
+            return {"gnorm": self._norm_output(self.param_groups[u.gi])}
         return None
 
+    def _norm_output(self, pg):
+        """The 0-dimensional tensor into which pg's steps write the norm of
+        the summed, averaged gradient before clipping
+        (coconet.torch.clip_grad_norm_ returns it; NaN until a step has
+        clipped)."""
+        gi = next(i for i, g in enumerate(self.param_groups) if g is pg)
+        if gi not in self._norms:
+            t = empty([], torch.float32, self._pg)
+            t.fill_(float("nan"))
+            self._norms[gi] = t
+        return self._norms[gi]
+
     def _before(self, u):
-        """Runs before each call of the unit's program (device scalars
-        written on the stream)."""
+        """Writes the unit's device scalars on the stream: lr, t + 1,
+        GradScaler's scale and flag."""
+        u.scalars.before(self.param_groups[u.gi], getattr(self, "grad_scale", None),
+                         getattr(self, "found_inf", None))
 
     def _received(self, u, result):
-        """The program's outputs after a step (a norm, found_inf)."""
+        """After a step: a skipped step taken back from the device's step
+        count, and its found kept for coconet.torch.GradScaler (the largest
+        of the step's units)."""
+        u.scalars.after(result)
+        if isinstance(result, dict) and "found" in result:
+            f = result["found"]
+            self._found = f.clone() if self._found is None else torch.maximum(self._found, f)
+
+    def _sync_step(self, u):
+        """The unit's host step count from the device's where its variant
+        keeps one there (a skipped step does not count; a replayed CUDA
+        graph counts its steps): a synchronisation."""
+        if u.scalars is not None and "t" in u.scalars.tensors:
+            u.step = int(u.scalars.step_count(u.step))
+            u.step_t.fill_(float(u.step))
 
     def _scalars(self, u):
         """The Scalars the unit's program takes, by value, from its group."""
@@ -769,6 +852,8 @@ class _Fused(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._refuse_amp_overlap()
+        self._found = None
         active = self._active()
         launched = list(self._launched)
         if self._sess.nranks > 1:
@@ -787,6 +872,14 @@ class _Fused(torch.optim.Optimizer):
         if self._launcher is not None:
             self._launcher.reset()
         return loss
+
+    def _refuse_amp_overlap(self):
+        if self._overlap and (getattr(self, "grad_scale", None) is not None or
+                              getattr(self, "found_inf", None) is not None):
+            raise CocoError("coconet.torch.optim: a GradScaler with overlap=True is not "
+                            "supported yet: the buckets stepped during the backward pass "
+                            "cannot read the step's grad_scale and found_inf; use "
+                            "overlap=False")
 
     def _plan_stale(self, active, launched):
         if not self._units and active:
@@ -880,6 +973,7 @@ class _Fused(torch.optim.Optimizer):
         time (to: gathered on that rank only; None on the others)."""
         state = {}
         for u in self._units:
+            self._sync_step(u)
             full = self._gather_unit(u, to)
             if any(v is None for v in full.values()):
                 continue
@@ -996,6 +1090,7 @@ class _Fused(torch.optim.Optimizer):
             self._agree("sharded_state_dict()", timeout=True)
         out = {prefix + ".param_groups": pickle.dumps(self._packed_groups())}
         for u in self._units:
+            self._sync_step(u)
             for j, k in enumerate(u.keys):
                 out["%s.step.%d" % (prefix, k)] = torch.tensor(float(u.step))
                 if j not in u.pieces:
@@ -1175,15 +1270,22 @@ class AdamW(Adam):
 
 
 class LAMB(_Fused):
-    """Data-parallel LAMB as examples/lamb.coco writes it: Adam's moments,
-    u = m^/(sqrt(v^) + eps) + wd p, one trust ratio ||p|| / ||u|| over all
-    the parameters of a unit (a group's parameters with one step count; 1
-    where either norm is 0), p -= lr ratio u. No buckets (overlap=True
-    steps each unit whole once its gradients are final)."""
+    """Data-parallel LAMB: Adam's moments, u = m^/(sqrt(v^) + eps) + wd p,
+    p -= lr ratio u with the trust ratio ||p|| / ||u|| (1 where either
+    norm is 0) of each parameter tensor, as the LAMB paper and apex's
+    FusedLAMB define it (trust="tensor"); trust="group" (the argument, or a
+    parameter group's "trust") takes one ratio over all the parameters of
+    a unit instead (a group's parameters with one step count:
+    examples/lamb.coco, the CoCoNet paper's program). max_grad_norm clips
+    by the global norm of the summed gradient first (None: no clipping).
+    No buckets (overlap=True steps each unit whole once its gradients are
+    final)."""
     kind = "lamb"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, *,
-                 group=None, schedule="paper", overlap=False, broadcast=True):
+                 trust="tensor", max_grad_norm=None, group=None, schedule="paper",
+                 overlap=False, broadcast=True):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay),
+                                      weight_decay=weight_decay, trust=trust,
+                                      max_grad_norm=max_grad_norm),
                          group, schedule, overlap, None, False, broadcast)
