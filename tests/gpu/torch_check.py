@@ -514,7 +514,9 @@ def optimizer(c, kind, dtype):
     if kind == "adam" and dtype == torch.float32:
         sd = opt.state_dict()
         rsd = ropt.state_dict()
-        sm = max(float((sd["state"][i]["exp_avg"] - rsd["state"][i]["exp_avg"]).abs().max() /
+        # coconet's state_dict holds CPU tensors (gathered off the GPU), torch's the GPU's
+        sm = max(float((sd["state"][i]["exp_avg"].cpu() - rsd["state"][i]["exp_avg"].cpu())
+                       .abs().max() /
                        max(1e-6, float(rsd["state"][i]["exp_avg"].abs().max())))
                  for i in rsd["state"])
         ok = ok and sm <= 1e-3
@@ -774,8 +776,11 @@ def optim_checkpoint(c):
     dm.load_state_dict(b.state_dict())
     ropt2 = torch.optim.AdamW(split_groups(cm, weight_decay=0.0), lr=1e-3, fused=True)
     ropt2.load_state_dict(sd)
-    for g in ropt2.param_groups:  # the loaded settings say fused=None: keep torch's fused step
-        g["fused"], g["foreach"] = True, None
+    for g in ropt2.param_groups:  # the loaded settings say fused=None: keep torch's fused step,
+        g["fused"], g["foreach"] = True, None  # whose step counts live on the parameters' GPU
+        for p in g["params"]:
+            if "step" in ropt2.state[p]:
+                ropt2.state[p]["step"] = ropt2.state[p]["step"].to(p.device, torch.float32)
     opt2 = optim.AdamW(split_groups(dm, weight_decay=0.0), lr=1e-3)
     opt2.load_state_dict(rsd)
     d1 = lockstep(c, dm, opt2, cm, ropt2, 10)
