@@ -308,7 +308,7 @@ class Compiled:
             raise CocoError("input '%s' of '%s' (rank %d): expected a number (a Python "
                             "int or float: a tensor would need a host sync); given %s"
                             % (spec.name, self.variant, self.group.rank, type(value).__name__))
-        c.scalars[i] = float(value)
+        c.scalars[i] = S.round_scalar(value, spec.type)  # as the program's type holds it
 
     def _set(self, c, i, spec, value):
         """Input i's value into call c's arrays, checked."""
