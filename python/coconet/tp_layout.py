@@ -130,6 +130,19 @@ def default_schedule(kind, direction, sequence_parallel, available):
     return name if name in available else "program"
 
 
+def schedules_in(text):
+    """The names of the schedules written in a program's text."""
+    import re
+    return re.findall(r"^Schedule (\w+)", text, re.M)
+
+
+def program_choice(kind, direction, sequence_parallel, text, schedule=None):
+    """(file name, schedule) under which a layer compiles program `text`:
+    `schedule` if given, else the default for its kind and direction."""
+    name = schedule or default_schedule(kind, direction, sequence_parallel, schedules_in(text))
+    return "%s_%s" % (kind, direction), name
+
+
 # ---- Dropout's masks (doc/language.md, section 9.3) ----
 
 _M64 = (1 << 64) - 1

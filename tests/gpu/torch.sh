@@ -9,9 +9,10 @@
 # example under every schedule against run_cpu, the argument errors,
 # coconet.torch.optim.Adam/LAMB (FP32, and Adam with BF16 parameters)
 # against torch's AdamW and the LAMB formula, RowParallelLinear's forward
-# and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
-# a process that keeps PyTorch's own NCCL (no LD_PRELOAD) gets a session and
-# a correct call (the "nccl" row).
+# and backward against torch, coconet.torch.tp's layers against torch
+# (FP32, BF16, FP16) and their time at P = 1 beside torch, and CUDA-graph
+# capture. Then, at P = 1, whether a process that keeps PyTorch's own NCCL
+# (no LD_PRELOAD) gets a session and a correct call (the "nccl" row).
 #
 # Which NCCL: by default the ranks start with LD_PRELOAD= the runtime's
 # libnccl.so.2 (NCCL_LIB of build/cuda.conf), so that PyTorch and coconet

@@ -108,3 +108,12 @@ def test_seed_from_draw_is_never_zero():
     assert L.seed_from_draw(0) == 1
     assert L.seed_from_draw((1 << L.SEED_BITS) - 1) == 1
     assert 0 < L.seed_from_draw((1 << L.SEED_BITS) - 2) < 1 << L.SEED_BITS
+
+
+def test_program_choice():
+    text = tp.row_parallel("forward", "FP16", True)
+    assert L.schedules_in(text) == ["ol"]
+    assert L.program_choice("row", "forward", True, text) == ("row_forward", "ol")
+    assert L.program_choice("row", "forward", True, text, "program") == ("row_forward", "program")
+    bwd = tp.column_parallel("backward", "FP16", False)
+    assert L.program_choice("column", "backward", False, bwd) == ("column_backward", "program")

@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet.torch import CocoError  # noqa: E402
 from coconet.torch import tp  # noqa: E402
@@ -24,13 +25,13 @@ def standins(monkeypatch, tmp_path):
 
 
 def test_every_layer_at_one_rank():
-    assert len(T.every_layer(0, 1)) == 14
+    assert len(C.every_layer(0, 1)) == 18
 
 
 def test_one_build_per_program_over_token_counts():
-    layer = tp.ColumnParallelLinear(T.IN, T.OUT, sequence_parallel=True)
+    layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
     for s in (4, 8, 12):
-        layer(torch.randn(s, 2, T.IN, requires_grad=True)).sum().backward()
+        layer(torch.randn(s, 2, C.CPU.IN, requires_grad=True)).sum().backward()
     assert len(T.Compiled.built) == 2  # the forward and the backward, each once
     assert {sch for _, sch in T.Compiled.built} == {"ol"}
     assert len(tp._compiled) == 2
@@ -51,8 +52,8 @@ def _norm_grads(layer, x, r, checkpoint=None):
 
 @pytest.mark.parametrize("reentrant", [True, False])
 def test_dropout_reproduced_under_checkpointing(reentrant):
-    layer = tp.RowParallelLinearNorm(T.OUT, T.IN, p_drop=0.5, sequence_parallel=True)
-    x, r = torch.randn(4, 2, T.OUT), torch.randn(4, 2, T.IN)
+    layer = tp.RowParallelLinearNorm(C.CPU.OUT, C.CPU.IN, p_drop=0.5, sequence_parallel=True)
+    x, r = torch.randn(4, 2, C.CPU.OUT), torch.randn(4, 2, C.CPU.IN)
     want = _norm_grads(layer, x, r)
     layer.zero_grad()
     got = _norm_grads(layer, x, r, checkpoint=reentrant)
@@ -64,8 +65,8 @@ def test_dropout_reproduced_under_checkpointing(reentrant):
 
 
 def test_eval_has_no_dropout():
-    layer = tp.RowParallelLinearNorm(T.OUT, T.IN, p_drop=0.5).eval()
-    x, r = torch.randn(4, 2, T.OUT), torch.randn(4, 2, T.IN)
+    layer = tp.RowParallelLinearNorm(C.CPU.OUT, C.CPU.IN, p_drop=0.5).eval()
+    x, r = torch.randn(4, 2, C.CPU.OUT), torch.randn(4, 2, C.CPU.IN)
     torch.manual_seed(1)
     a = layer(x, r)[1]
     torch.manual_seed(2)
@@ -73,8 +74,8 @@ def test_eval_has_no_dropout():
 
 
 def test_autocast_bf16():
-    layer = tp.ColumnParallelLinear(T.IN, T.OUT)
-    x = torch.randn(4, 2, T.IN, requires_grad=True)
+    layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT)
+    x = torch.randn(4, 2, C.CPU.IN, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = layer(x)
     assert y.dtype == torch.bfloat16
@@ -86,7 +87,7 @@ def test_autocast_bf16():
 
 
 def test_megatron_attributes_and_round_trip():
-    layer = tp.RowParallelLinear(T.OUT, T.IN, sequence_parallel=True)
+    layer = tp.RowParallelLinear(C.CPU.OUT, C.CPU.IN, sequence_parallel=True)
     assert layer.weight.tensor_model_parallel and layer.weight.partition_dim == 1
     assert not layer.bias.tensor_model_parallel and layer.bias.sequence_parallel
     back = tp.RowParallelLinear.from_megatron(layer.to_megatron(), sequence_parallel=True)

@@ -13,25 +13,28 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet import tp_layout as L  # noqa: E402
 from coconet.torch import tp  # noqa: E402
 
 
 def layers(rank, P, d):
-    return "; ".join(T.every_layer(rank, P))
+    return "; ".join("%s %.1e" % kv for kv in C.every_layer(rank, P))
 
 
 def megatron(rank, P, d):
     """to_megatron at other sizes, and from_megatron of those at this one,
     give back this rank's parts."""
-    layer = T.column(rank, P, True)
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(C.CPU.OUT, C.CPU.IN, generator=g), torch.randn(C.CPU.OUT, generator=g)
+    layer = tp.ColumnParallelLinear.from_full(w, b, sequence_parallel=True)
     for saved in (1, 2, 4):
         sds = layer.to_megatron(saved)
-        assert len(sds) == saved and sds[0]["weight"].shape[0] == T.OUT // saved
+        assert len(sds) == saved and sds[0]["weight"].shape[0] == C.CPU.OUT // saved
         back = tp.ColumnParallelLinear.from_megatron(sds, sequence_parallel=True)
         assert torch.equal(back.weight, layer.weight) and torch.equal(back.bias, layer.bias)
-    r = T.row(rank, P, False)
+    r = tp.RowParallelLinear.from_full(w.T.contiguous(), b[:C.CPU.IN])
     sds = r.to_megatron(2)
     assert torch.equal(sds[1]["weight"], L.cut(torch.cat([s["weight"] for s in sds], 1), 1, 1, 2))
     back = tp.RowParallelLinear.from_megatron(sds)

@@ -45,7 +45,6 @@ tensors a fused collective reads in the peers' memory are copied into this
 layer's buffers in the arena when they lie outside it."""
 import math
 import os
-import re
 
 import torch
 import torch.distributed as dist
@@ -68,10 +67,6 @@ def _program(text, name, schedule, sizes, group):
         path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
         c = _compiled[key] = _compile(path, schedule=schedule, sizes=sizes, group=group)
     return c.at(sizes)
-
-
-def _schedules_of(text):
-    return re.findall(r"^Schedule (\w+)", text, re.M)
 
 
 def _draw_seed():
@@ -114,15 +109,14 @@ class _Layer(torch.nn.Module):
     def ranks(self):
         return self.sess.nranks
 
-    def _fn(self, direction, text, tokens, extra_sizes=None):
+    def _fn(self, direction, text, tokens):
         """The program `text` bound to `tokens` tokens, under this layer's
         schedule (None: the default for its kind and direction)."""
-        sizes = L.program_sizes(self.kind if self.kind != "norm" else "norm", tokens,
-                                self.in_features, self.out_features)
+        sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
         L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
-        name = self.schedule or L.default_schedule(self.kind, direction, self.sequence_parallel,
-                                                   _schedules_of(text))
-        return _program(text, "%s_%s" % (self.kind, direction), name, sizes, self.group)
+        name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel, text,
+                                          self.schedule)
+        return _program(text, name, schedule, sizes, self.group)
 
     def _staged(self, fn, args):
         """args with the tensors a one-kernel collective reads in the peers'
