@@ -28,6 +28,13 @@ def test_every_layer_at_one_rank():
     assert len(C.every_layer(0, 1)) == 18
 
 
+@pytest.mark.parametrize("impl", ["coconet", "torch-tp"])
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_tp_at_one_rank(impl, sp):
+    """examples/torch/gpt_tp.py against the plain model it is made from"""
+    assert C.gpt(0, 1, impl, sp) <= 1e-5
+
+
 def test_one_build_per_program_over_token_counts():
     layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
     for s in (4, 8, 12):
@@ -89,7 +96,7 @@ def test_autocast_bf16():
 def test_megatron_attributes_and_round_trip():
     layer = tp.RowParallelLinear(C.CPU.OUT, C.CPU.IN, sequence_parallel=True)
     assert layer.weight.tensor_model_parallel and layer.weight.partition_dim == 1
-    assert not layer.bias.tensor_model_parallel and layer.bias.sequence_parallel
+    assert not layer.bias.tensor_model_parallel and not layer.bias.sequence_parallel
     back = tp.RowParallelLinear.from_megatron(layer.to_megatron(), sequence_parallel=True)
     assert torch.equal(back.weight, layer.weight) and torch.equal(back.bias, layer.bias)
 
@@ -125,6 +132,12 @@ def ranks(scenario, P, d):
 @pytest.mark.parametrize("P", [2, 4])
 def test_every_layer_at_several_ranks(tmp_path, P):
     got = ranks("layers", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_gpt_tp_at_several_ranks(tmp_path, P):
+    got = ranks("gpt", P, tmp_path)
     assert all(g.startswith("OK") for g in got), got
 
 

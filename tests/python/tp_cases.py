@@ -172,3 +172,38 @@ def every_layer(rank, P, c=CPU, full=True):
     [(the check, its largest relative error)]."""
     run = {"column": column, "row": row, "norm": norm}
     return [(name, run[kind](rank, P, c=c, **o)) for name, kind, o in configs(full)]
+
+
+def gpt(rank, P, impl, sp, c=CPU):
+    """examples/torch/gpt_tp.py's model (a small one) against the plain
+    gpt2.GPT it is made from: logits, and the gradients of the embedding,
+    a LayerNorm and each rank's part of every projection."""
+    import copy
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                        "torch")
+    sys.path.insert(0, here)
+    import gpt2
+    import gpt_tp
+    torch.manual_seed(0)
+    plain = gpt2.GPT(vocab=64, ctx=16, width=32, layers=2, heads=4).to(c.device)
+    model = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl=impl, sequence_parallel=sp)
+    idx = torch.randint(0, 64, (2, 8), generator=_g(5)).to(c.device)
+    errs = []
+    for m in (plain, model):
+        logits = m(idx)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, 64), idx.reshape(-1)).backward()
+        errs.append(logits)
+    gpt_tp.sync_sequence_parallel_grads(model)
+    out = [close("logits", errs[1], errs[0], c.tol)]
+    a, b = plain.h[1], model.h[1]
+    rows = gpt_tp.qkv_rows(32, P)
+    pairs = [("wte", model.wte.weight.grad, plain.wte.weight.grad),
+             ("ln_1", b.ln_1.weight.grad, a.ln_1.weight.grad),
+             ("c_attn", b.c_attn.weight.grad, L.cut(a.c_attn.weight.grad[rows], 0, rank, P)),
+             ("c_proj", b.c_proj.weight.grad, L.cut(a.c_proj.weight.grad, 1, rank, P)),
+             ("c_fc", b.c_fc.weight.grad, L.cut(a.c_fc.weight.grad, 0, rank, P)),
+             ("mlp_proj", b.mlp_proj.weight.grad, L.cut(a.mlp_proj.weight.grad, 1, rank, P)),
+             ("mlp_proj bias", b.mlp_proj.bias.grad, a.mlp_proj.bias.grad)]
+    return max(out + [close(n, x, y, c.tol * 10) for n, x, y in pairs])

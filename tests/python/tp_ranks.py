@@ -23,6 +23,12 @@ def layers(rank, P, d):
     return "; ".join("%s %.1e" % kv for kv in C.every_layer(rank, P))
 
 
+def gpt(rank, P, d):
+    out = ["%s sp=%d %.1e" % (impl, sp, C.gpt(rank, P, impl, sp))
+           for impl in ("coconet", "torch-tp") for sp in (False, True)]
+    return "; ".join(out)
+
+
 def megatron(rank, P, d):
     """to_megatron at other sizes, and from_megatron of those at this one,
     give back this rank's parts."""

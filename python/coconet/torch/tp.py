@@ -38,8 +38,11 @@ recomputation under torch.utils.checkpoint (reentrant or not) restores the
 generator and so draws the same mask.
 
 Parameters carry Megatron's attributes (tensor_model_parallel,
-partition_dim, partition_stride; sequence_parallel on whole ones under
-sequence parallelism). from_megatron / to_megatron move weights in and out
+partition_dim, partition_stride, sequence_parallel). A whole parameter's
+gradient is whole on every rank, with sequence parallelism too (the
+programs reduce over every token), so sequence_parallel is False on each:
+unlike Megatron's biases and norms applied on each rank's tokens, they need
+no all-reduce of their gradients. from_megatron / to_megatron move weights in and out
 of Megatron checkpoints saved at any tensor-parallel size. At P > 1 the
 tensors a fused collective reads in the peers' memory are copied into this
 layer's buffers in the arena when they lie outside it."""
@@ -149,8 +152,7 @@ class _Layer(torch.nn.Module):
         p.tensor_model_parallel = dim is not None
         p.partition_dim = dim if dim is not None else -1
         p.partition_stride = 1
-        if dim is None and self.sequence_parallel:
-            p.sequence_parallel = True
+        p.sequence_parallel = False  # a whole parameter's gradient is whole: no all-reduce
         return p
 
     def _param(self, whole, kind, name):
