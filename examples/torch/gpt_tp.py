@@ -16,6 +16,13 @@ the LayerNorms' gradients, partial on each rank, are summed by
 sync_sequence_parallel_grads after the backward. Without it every rank
 holds the whole stream and the row-parallel layers all-reduce.
 
+With fused_norm (coconet's layers) each row-parallel projection is a
+RowParallelLinearNorm with the LayerNorm after it: attention-output with
+ln_2, MLP-down with the next block's ln_1 (the last block's: ln_f), bias,
+residual and norm in one fused ReduceScatter-norm-AllGather collective
+(sequence_parallel then runs the norm on each rank's tokens inside it; the
+stream between the layers is whole on every rank).
+
 The embeddings and the head (tied to the token embedding) are whole on
 every rank, each computing the same logits and loss (the vocabulary is not
 split)."""
@@ -175,36 +182,72 @@ class TPBlock(nn.Module):
             for p in list(self.ln_1.parameters()) + list(self.ln_2.parameters()):
                 p.sequence_parallel = True
 
-    def attention(self, x):
-        qkv = self.c_attn(x)  # [S, B, 3 width / P]: this rank's heads
+    def heads_out(self, x):
+        """Attention on this rank's heads: [S, B, width / P]."""
+        qkv = self.c_attn(x)  # [S, B, 3 width / P]
         S, B, _ = qkv.shape
         q, k, v = (t.reshape(S, B, self.heads, -1).permute(1, 2, 0, 3)
                    for t in qkv.split(qkv.shape[-1] // 3, dim=-1))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.permute(2, 0, 1, 3).reshape(S, B, -1))
+        return y.permute(2, 0, 1, 3).reshape(S, B, -1)
+
+    def attention(self, x):
+        return self.c_proj(self.heads_out(x))
 
     def forward(self, x):
         x = x + self.attention(self.ln_1(x))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+def linear_norm(proj, ln, sequence_parallel, group):
+    """coconet's RowParallelLinearNorm of a projection and the LayerNorm
+    after it (nn.Linear, nn.LayerNorm)."""
+    from coconet.torch import tp
+    return tp.RowParallelLinearNorm.from_full(
+        proj.weight.data, proj.bias.data, ln.weight.data, ln.bias.data, norm="layernorm",
+        p_drop=0.0, eps=ln.eps, sequence_parallel=sequence_parallel, group=group)
+
+
 class TPGPT(nn.Module):
     """gpt2.GPT's model, tensor-parallel over `group`, from a plain one
     (its weights taken, the plain model not to be used after)."""
 
-    def __init__(self, plain, heads, impl="coconet", sequence_parallel=False, group=None):
+    def __init__(self, plain, heads, impl="coconet", sequence_parallel=False, group=None,
+                 fused_norm=False):
         super().__init__()
-        self.group, self.sp = group, sequence_parallel
+        if fused_norm and impl != "coconet":
+            raise ValueError("gpt_tp: fused_norm needs impl='coconet'")
+        self.group, self.sp, self.fused = group, sequence_parallel and not fused_norm, fused_norm
         self.wte, self.wpe, self.ln_f = plain.wte, plain.wpe, plain.ln_f
-        self.h = nn.ModuleList(TPBlock(b, heads, impl, sequence_parallel, group)
-                               for b in plain.h)
-        if sequence_parallel:
+        self.h = nn.ModuleList(TPBlock(b, heads, impl, self.sp, group) for b in plain.h)
+        if self.sp:
             for p in self.ln_f.parameters():
                 p.sequence_parallel = True
+        if fused_norm:
+            self._fuse(plain, sequence_parallel, group)
+
+    def _fuse(self, plain, sp, group):
+        """Each block's projections with the LayerNorm after them."""
+        after = [b.ln_1 for b in plain.h[1:]] + [plain.ln_f]
+        self.ln_0 = plain.h[0].ln_1
+        for b, pb, ln in zip(self.h, plain.h, after):
+            b.proj_norm = linear_norm(pb.c_proj, pb.ln_2, sp, group)
+            b.mlp_norm = linear_norm(pb.mlp_proj, ln, sp, group)
+            del b.c_proj, b.mlp_proj, b.ln_1, b.ln_2
+        del self.ln_f
+
+    def _fused_blocks(self, x):
+        h, z = self.ln_0(x), x
+        for b in self.h:
+            h, z = b.proj_norm(b.heads_out(h), z)
+            h, z = b.mlp_norm(F.gelu(b.c_fc(h), approximate="tanh"), z)
+        return h  # the last norm's: ln_f's
 
     def forward(self, idx):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = (self.wte(idx) + self.wpe(pos)).transpose(0, 1)  # [S, B, width]
+        if self.fused:
+            return F.linear(self._fused_blocks(x), self.wte.weight).transpose(0, 1)
         if self.sp:
             x = scatter_sequence(x, self.group)
         for b in self.h:

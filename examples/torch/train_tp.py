@@ -7,6 +7,8 @@ micro-batch, with torch.optim.AdamW on each rank's parameters:
   --impl torch-tp   Megatron-style layers in torch.distributed collectives
   --impl torch      the plain model (gpt2.GPT), the same on every rank
   --sp              sequence parallelism (coconet and torch-tp)
+  --fused-norm      (coconet) each row-parallel projection with the LayerNorm
+                    after it, in one fused collective (RowParallelLinearNorm)
 
     torchrun --nproc_per_node=P examples/torch/train_tp.py --impl coconet [--sp]
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--small]
@@ -60,7 +62,8 @@ def plain_model(args):
 def parallel(plain, heads, args):
     if args.impl == "torch":
         return plain
-    return gpt_tp.TPGPT(plain, heads, impl=args.impl, sequence_parallel=args.sp)
+    return gpt_tp.TPGPT(plain, heads, impl=args.impl, sequence_parallel=args.sp,
+                        fused_norm=args.fused_norm)
 
 
 def optimizer(model, args):
@@ -96,8 +99,9 @@ def train(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     if rank == 0:
-        print("impl %s%s, P = %d, micro-batch %d x %d tokens, %s%s"
-              % (args.impl, " + sequence parallelism" if args.sp else "", P, args.batch,
+        print("impl %s%s%s, P = %d, micro-batch %d x %d tokens, %s%s"
+              % (args.impl, " + sequence parallelism" if args.sp else "",
+                 " + fused norms" if args.fused_norm else "", P, args.batch,
                  args.seq, "bf16 autocast" if amp else "fp32, no TF32",
                  "; checked against the plain model" if args.check else ""), flush=True)
     rows, worst = [], 0.0
@@ -147,6 +151,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--impl", default="coconet", choices=["coconet", "torch-tp", "torch"])
     ap.add_argument("--sp", action="store_true", help="sequence parallelism")
+    ap.add_argument("--fused-norm", action="store_true",
+                    help="row-parallel projections fused with the LayerNorm after them")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--steps", type=int, default=200)
@@ -170,6 +176,8 @@ def main():
         args.lr = 5e-5 if args.check else 1e-4
     if args.sp and args.impl == "torch":
         ap.error("--sp needs --impl coconet or torch-tp")
+    if args.fused_norm and args.impl != "coconet":
+        ap.error("--fused-norm needs --impl coconet")
     sys.exit(train(args))
 
 

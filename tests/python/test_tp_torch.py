@@ -35,6 +35,11 @@ def test_gpt_tp_at_one_rank(impl, sp):
     assert C.gpt(0, 1, impl, sp) <= 1e-5
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_tp_fused_norm_at_one_rank(sp):
+    assert C.gpt(0, 1, "coconet", sp, fused_norm=True) <= 1e-5
+
+
 def test_one_build_per_program_over_token_counts():
     layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
     for s in (4, 8, 12):

@@ -174,7 +174,7 @@ def every_layer(rank, P, c=CPU, full=True):
     return [(name, run[kind](rank, P, c=c, **o)) for name, kind, o in configs(full)]
 
 
-def gpt(rank, P, impl, sp, c=CPU):
+def gpt(rank, P, impl, sp, c=CPU, fused_norm=False):
     """examples/torch/gpt_tp.py's model (a small one) against the plain
     gpt2.GPT it is made from: logits, and the gradients of the embedding,
     a LayerNorm and each rank's part of every projection."""
@@ -188,7 +188,8 @@ def gpt(rank, P, impl, sp, c=CPU):
     import gpt_tp
     torch.manual_seed(0)
     plain = gpt2.GPT(vocab=64, ctx=16, width=32, layers=2, heads=4).to(c.device)
-    model = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl=impl, sequence_parallel=sp)
+    model = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl=impl, sequence_parallel=sp,
+                         fused_norm=fused_norm)
     idx = torch.randint(0, 64, (2, 8), generator=_g(5)).to(c.device)
     errs = []
     for m in (plain, model):
@@ -199,11 +200,13 @@ def gpt(rank, P, impl, sp, c=CPU):
     out = [close("logits", errs[1], errs[0], c.tol)]
     a, b = plain.h[1], model.h[1]
     rows = gpt_tp.qkv_rows(32, P)
+    c_proj, mlp_proj = (b.proj_norm, b.mlp_norm) if fused_norm else (b.c_proj, b.mlp_proj)
+    ln_1 = model.h[0].mlp_norm.norm_weight if fused_norm else b.ln_1.weight
     pairs = [("wte", model.wte.weight.grad, plain.wte.weight.grad),
-             ("ln_1", b.ln_1.weight.grad, a.ln_1.weight.grad),
+             ("ln_1", ln_1.grad, a.ln_1.weight.grad),
              ("c_attn", b.c_attn.weight.grad, L.cut(a.c_attn.weight.grad[rows], 0, rank, P)),
-             ("c_proj", b.c_proj.weight.grad, L.cut(a.c_proj.weight.grad, 1, rank, P)),
+             ("c_proj", c_proj.weight.grad, L.cut(a.c_proj.weight.grad, 1, rank, P)),
              ("c_fc", b.c_fc.weight.grad, L.cut(a.c_fc.weight.grad, 0, rank, P)),
-             ("mlp_proj", b.mlp_proj.weight.grad, L.cut(a.mlp_proj.weight.grad, 1, rank, P)),
-             ("mlp_proj bias", b.mlp_proj.bias.grad, a.mlp_proj.bias.grad)]
+             ("mlp_proj", mlp_proj.weight.grad, L.cut(a.mlp_proj.weight.grad, 1, rank, P)),
+             ("mlp_proj bias", mlp_proj.bias.grad, a.mlp_proj.bias.grad)]
     return max(out + [close(n, x, y, c.tol * 10) for n, x, y in pairs])

@@ -26,6 +26,8 @@ def layers(rank, P, d):
 def gpt(rank, P, d):
     out = ["%s sp=%d %.1e" % (impl, sp, C.gpt(rank, P, impl, sp))
            for impl in ("coconet", "torch-tp") for sp in (False, True)]
+    out += ["fused_norm sp=%d %.1e" % (sp, C.gpt(rank, P, "coconet", sp, fused_norm=True))
+            for sp in (False, True)]
     return "; ".join(out)
 
 
