@@ -23,6 +23,17 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         against torch on the gathered weight, the FP16 forward
                         (paper schedule, eval) against torch.matmul + all_reduce,
                         and the dropout path's mask and gradients;
+  tp:TYPE               coconet.torch.tp's layers (ColumnParallelLinear,
+                        RowParallelLinear with and without sequence
+                        parallelism, RowParallelLinearNorm with LayerNorm and
+                        RMSNorm, dropout's mask by its formula) forward and
+                        backward against torch in FP64 on the whole tensors
+                        (tests/python/tp_cases.py), each rank's part, within
+                        TOL of the type: FP32 every option, FP16 and BF16 one
+                        of each kind and mode;
+  tp_time               at P = 1, the time of an MLP's forward + backward
+                        (ColumnParallelLinear, GELU, RowParallelLinear; BF16)
+                        beside torch eager and torch.compile of nn.Linear's;
   graph                 a CUDA graph captured around an optimizer program and
                         replayed, against eager calls; the same for the
                         overlapped self_attention in 3 chunks, on new inputs;
@@ -65,6 +76,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # tp_cases
 os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
 os.environ.setdefault("COCONET_HOME", ROOT)
 
@@ -105,7 +117,22 @@ def torch_programs(cache):
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
     import torch_optstep
-    return out + torch_optstep.programs_to_build(cache)
+    return out + tp_layer_programs(d) + torch_optstep.programs_to_build(cache)
+
+
+TP_TYPES = (("FP32", True), ("BF16", False), ("FP16", False))  # (type, every option)
+
+
+def tp_layer_programs(d):
+    """(path, schedule) of coconet.torch.tp's programs in the tp checks."""
+    try:
+        import tp_cases
+    except ImportError as e:  # torch missing: the checks will say so
+        print("tp programs not built ahead: %s" % e, flush=True)
+        return []
+    from coconet import programs
+    return [(programs.write(text, name, d), sch)
+            for t, full in TP_TYPES for name, sch, text in tp_cases.texts(t, full)]
 
 
 def build_all(ranks, jobs):
@@ -197,6 +224,9 @@ def main_torch(only):
     check("optim:broadcast", lambda: optim_broadcast(ctx))
     check("arena_bytes", lambda: arena_bytes(ctx))
     check("rowparallel", lambda: rowparallel(ctx))
+    for t, full in TP_TYPES:
+        check("tp:%s" % t, lambda t=t, full=full: tp_layers(ctx, t, full))
+    check("tp_time", lambda: tp_time(ctx))
     check("graph", lambda: graph(ctx))
     import torch_optstep
     cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
@@ -1001,6 +1031,55 @@ def rowparallel(c):
     detail += "; FP16 paper vs matmul+all_reduce %.1e; dropout: kept %.3f, out %.1e, grad x %.1e" \
         % (e16, frac, ed, egx)
     return ("PASS" if ok else "FAIL"), detail
+
+
+# ---- coconet.torch.tp ----
+
+def tp_layers(c, t, full):
+    torch, rank, P = c["torch"], c["rank"], c["P"]
+    import tp_cases
+    dtype = {"FP32": torch.float32, "BF16": torch.bfloat16, "FP16": torch.float16}[t]
+    setup = tp_cases.Setup("cuda", dtype, TOL[t], dims=(8, 4, 256, 512))
+    errs = tp_cases.every_layer(rank, P, setup, full)
+    worst = max_over_ranks(c, max(e for _, e in errs))
+    return "PASS", "%d checks, largest relative error %.1e (tolerance %.0e): %s" % (
+        len(errs), worst, TOL[t], ", ".join("%s %.1e" % kv for kv in errs))
+
+
+def _time_ms(torch, step, n=20):
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        step()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def tp_time(c):
+    torch, P = c["torch"], c["P"]
+    if P != 1:
+        return "SKIP", "timed at P = 1 only (the base of the multi-GPU figures)"
+    from coconet.torch import tp
+    H, T, bf = 768, 8192, torch.bfloat16
+    col = tp.ColumnParallelLinear(H, 4 * H, dtype=bf)
+    row = tp.RowParallelLinear(4 * H, H, dtype=bf)
+    ref = torch.nn.Sequential(torch.nn.Linear(H, 4 * H), torch.nn.GELU("tanh"),
+                              torch.nn.Linear(4 * H, H)).to("cuda", bf)
+    x = torch.randn(T, H, device="cuda", dtype=bf, requires_grad=True)
+    gy = torch.randn(T, H, device="cuda", dtype=bf)
+
+    def coco():
+        row(torch.nn.functional.gelu(col(x), approximate="tanh")).backward(gy)
+    compiled = torch.compile(ref)
+    times = {"coconet": _time_ms(torch, coco),
+             "torch eager": _time_ms(torch, lambda: ref(x).backward(gy)),
+             "torch.compile": _time_ms(torch, lambda: compiled(x).backward(gy))}
+    return "PASS", "MLP %d -> %d -> %d over %d tokens, BF16, forward + backward: %s" % (
+        H, 4 * H, H, T, ", ".join("%s %.3f ms" % kv for kv in times.items()))
 
 
 # ---- CUDA graphs ----
