@@ -2,7 +2,7 @@
 124M model's parameter shapes (the 148 tensors of GPT-2 small, the output
 head tied to the token embedding), under torchrun:
 
-  coconet   coconet.torch.optim.Adam: one fuse(RS-Opt-AG) over the parameters
+  coconet   coconet.torch.optim.AdamW: one fuse(RS-Opt-AG) over the parameters
             and gradients where they lie (scattered tensors in the arena);
   torch     what DDP + torch.optim.AdamW(fused=True) does at a step: the
             all_reduce of the gradients (DDP keeps them in flat buckets: one
@@ -107,10 +107,9 @@ def host_parts(torch, opt, iters):
     """The host's share of coconet's step, piece by piece (median ms of
     each, the GPU drained before): the gradients' identity check, the bound
     call's address guard, the runtime's call (its C side and the launch)."""
-    st = opt._coco[0]
-    b = st.bound
+    b = opt._units[0].bound
     stream = torch.cuda.current_stream().cuda_stream
-    pieces = {"gradients checked": lambda: opt._gather_grads(st),
+    pieces = {"gradients checked": lambda: opt._active(),
               "addresses guarded": lambda: [t.data_ptr() for t in b._guarded],
               "runtime call and launch": lambda: b._call(1, stream)}
     got = {}
@@ -146,21 +145,22 @@ def main(iters, out):
 
     # coconet
     pc = params()
-    opt = optim.Adam(pc, lr=LR, weight_decay=WD)
+    opt = optim.AdamW(pc, lr=LR, weight_decay=WD)
     # each rank's gradient: a part the ranks share, at least 0.5 from 0, and its
     # own; the sign of their mean (Adam's first update) then never rounds away
     for p in pc:
         shared = torch.randn(p.shape, device="cuda", generator=gp)
         own = torch.randn(p.shape, device="cuda", generator=g)
-        p.grad.copy_(shared.sign() * (0.5 + shared.abs()) + 0.1 * own)
+        p.grad = shared.sign() * (0.5 + shared.abs()) + 0.1 * own  # the step moves it in
     error = check_first_step(torch, dist, opt, pc, P)
     coco = timed(torch, opt.step, iters)
     parts = host_parts(torch, opt, iters)
-    st = opt._coco[0]  # the same step as a plain call, every tensor checked at each call
-    args = dict(g=st.grads, m=st.m_arg, v=st.v_arg, p=st.params, lr=LR, t=1.0, beta1=0.9,
-                beta2=0.999, eps=1e-8, wd=WD, gscale=1.0 / P)
-    checked = timed(torch, lambda: st.fn(args), iters)
-    coco_state = sum(st.m.numel() + st.v.numel() for st in opt._coco) * 4
+    u = opt._units[0]  # the same step as a plain call, every tensor checked at each call
+    args = dict(g=[opt._grads[k] for k in u.keys], m=u.state["m"], v=u.state["v"],
+                p=[opt._params[k] for k in u.keys], lr=LR, t=1.0, beta1=0.9, beta2=0.999,
+                eps=1e-8, wd=WD, gscale=1.0 / P)
+    checked = timed(torch, lambda: u.fn(args), iters)
+    coco_state = sum(t.numel() for u in opt._units for t in u.state.values()) * 4
 
     # torch: flat gradient buckets' all_reduce, then fused AdamW
     pt = params()

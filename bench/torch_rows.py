@@ -15,27 +15,13 @@ it is timed the same way):
 
 Prints CSV: torch,<what>,<T>x<H>,<type>,<eager|compiled>,<ms>."""
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from torch_one_gpu import timed  # timed as coconet times (the same directory)
+
 TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32}
-
-
-def timed(fn, iters):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(3 + iters):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(20000)  # as coconet's runs: the first launch queued before start
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def row(what, size, dtype, mode, ms):

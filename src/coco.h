@@ -101,6 +101,10 @@ typedef struct Node {
      * allocation; its value is their 1-D concatenation (dim[0] = the total) */
     int nmember;
     const Dim *member;
+    /* a 1-D value read from or computed elementwise from a scattered tensor:
+     * that tensor's members partition it (for Norm(x, Members)); 0: none */
+    int npart;
+    const Dim *part;
     RedOp redop;     /* collectives, O_REDUCE_TENSOR */
     int axis;        /* O_SLICE, O_REDUCESCATTER, O_NORM/O_REDUCE_TENSOR (-1: all) */
     int keepdim;     /* O_NORM/O_REDUCE_TENSOR/O_PARTIAL_REDUCE along axis: written

@@ -2,9 +2,12 @@
 parameters at the default sizes, examples/torch/gpt2.py) on a generated
 corpus, with coconet's fused optimizer or PyTorch's:
 
-  --optimizer coconet       coconet.torch.optim.Adam: no DDP; each step one
-                            fuse(RS-Opt-AG) over the gradients where autograd
-                            left them (in coconet's arena), 1/P of the state
+  --optimizer coconet       coconet.torch.optim.AdamW: no DDP; fuse(RS-Opt-AG)
+                            over the gradients where autograd left them (in
+                            coconet's arena), 1/P of the state; by default each
+                            bucket (--bucket-mb) stepped during the backward
+                            pass as soon as its gradients are final
+                            (overlap=True; --no-overlap: one step after it)
   --optimizer torch         DDP (gradient all_reduce in buckets, overlapped with
                             the backward) + torch.optim.AdamW(fused=True)
   --optimizer coconet-lamb  coconet.torch.optim.LAMB
@@ -16,15 +19,22 @@ corpus, with coconet's fused optimizer or PyTorch's:
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
-        [--warmup 20] [--words 2048] [--lr 1e-4] [--beta2 0.95]
+        [--warmup 20] [--words 2048] [--lr 1e-4] [--beta2 0.95] [--accum K]
+        [--no-overlap] [--bucket-mb MB]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
     torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
 
 Prints, per step, the loss (mean over the ranks), the step's time and the
-optimizer's time (CUDA events: coconet's step includes its gradient
-reduction; torch's AdamW step does not, DDP reduces during the backward).
-The same seeds give both runs the same initial weights and batches."""
+optimizer's time (CUDA events from the end of the backward to the end of
+step(): coconet's plain step includes its gradient reduction; overlapped,
+only what the backward pass left; torch's AdamW step never does, DDP
+reduces during the backward). With --accum K a step is K micro-batches, the
+gradients communicated at the last one only (DDP's no_sync, coconet's
+opt.no_sync()). The peak memory counts coconet's arena (its own device
+allocation: coconet.torch.arena_bytes) besides torch's allocations. The
+same seeds give both runs the same initial weights and batches."""
 import argparse
+import contextlib
 import csv
 import os
 import sys
@@ -93,8 +103,12 @@ def build(args, P):
     lamb = args.optimizer.endswith("lamb")
     if args.optimizer.startswith("coconet"):
         from coconet.torch import optim
-        cls = optim.LAMB if lamb else optim.Adam
-        opt = cls(model.parameters(), lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
+        kw = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd,
+                  overlap=not args.no_overlap)
+        if lamb:
+            opt = optim.LAMB(model.parameters(), **kw)
+        else:
+            opt = optim.AdamW(model.parameters(), bucket_mb=args.bucket_mb, **kw)
         return model, model, opt
     ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
     fused = args.optimizer != "torch-foreach"  # the control: the same AdamW, other roundings
@@ -102,6 +116,47 @@ def build(args, P):
     opt = (TorchLAMB(model.parameters(), **kw) if lamb else
            torch.optim.AdamW(model.parameters(), fused=fused, foreach=not fused, **kw))
     return model, ddp, opt
+
+
+def arena_gib(args):
+    """coconet's arena (a device allocation torch does not count), GiB."""
+    if not args.optimizer.startswith("coconet"):
+        return 0.0
+    import coconet.torch as ct
+    return ct.arena_bytes()["size"] / 2 ** 30
+
+
+def no_sync(opt, net, last):
+    """Nothing communicated during this backward (all micro-batches but the
+    last): coconet's optimizer's no_sync, else DDP's."""
+    if last:
+        return contextlib.nullcontext()
+    if hasattr(opt, "no_sync"):
+        return opt.no_sync()
+    return net.no_sync() if hasattr(net, "no_sync") else contextlib.nullcontext()
+
+
+def load(args, data, rank, P, step):
+    """The step's --accum micro-batches, on the GPU."""
+    out = []
+    for k in range(args.accum):
+        x, y = gpt2.batches(data, args.batch, args.seq, rank, P, step * args.accum + k)
+        out.append((x.cuda(non_blocking=True), y.cuda(non_blocking=True)))
+    return out
+
+
+def micro_batches(args, batches, net, opt, vocab, amp):
+    """Forward and backward of each micro-batch; all but the last under
+    no_sync (nothing communicated). The mean loss, detached."""
+    total = 0.0
+    for k, (x, y) in enumerate(batches):
+        with no_sync(opt, net, last=k == len(batches) - 1):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                logits = net(x)
+            loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1)) / args.accum
+            loss.backward()
+        total = total + loss.detach()
+    return total
 
 
 def train(args):
@@ -120,22 +175,21 @@ def train(args):
                  "bf16 autocast" if amp else "fp32, no TF32"), flush=True)
     rows = []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    coconet = args.optimizer.startswith("coconet")
     for step in range(1, args.steps + 1):
-        x, y = gpt2.batches(data, args.batch, args.seq, rank, P, step)
-        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        batches = load(args, data, rank, P, step)
         for pg in opt.param_groups:  # the learning rate's linear warm-up
             pg["lr"] = args.lr * min(1.0, step / args.warmup) if args.warmup > 0 else args.lr
         ev[0].record()
-        opt.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            logits = net(x)
-        loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
-        loss.backward()
+        # coconet: zeroed in place in its arena (set to None, the next backward's
+        # gradients would be copied in)
+        opt.zero_grad(set_to_none=not coconet)
+        loss = micro_batches(args, batches, net, opt, vocab, amp)
         ev[1].record()
         opt.step()
         ev[2].record()
         ev[2].synchronize()
-        l = loss.detach()
+        l = loss
         if dist.is_initialized():
             dist.all_reduce(l)
         l = float(l) / P
@@ -147,9 +201,12 @@ def train(args):
     if rank == 0:
         tail = rows[len(rows) // 4:] or rows
         med = lambda k: sorted(r[k] for r in tail)[len(tail) // 2]  # noqa: E731
-        print("median over steps %d..%d: step %.2f ms, optimizer %.2f ms; peak memory %.2f GiB"
+        arena = arena_gib(args)
+        print("median over steps %d..%d: step %.2f ms, optimizer %.2f ms; peak memory %.2f GiB "
+              "(torch's %.2f + coconet's arena %.2f)"
               % (tail[0][0], tail[-1][0], med(2), med(3),
-                 torch.cuda.max_memory_allocated() / 2 ** 30), flush=True)
+                 torch.cuda.max_memory_allocated() / 2 ** 30 + arena,
+                 torch.cuda.max_memory_allocated() / 2 ** 30, arena), flush=True)
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
@@ -229,6 +286,12 @@ if __name__ == "__main__":
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
     ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model (quick runs)")
     ap.add_argument("--csv", help="CSV of step, loss, step_ms, optimizer_ms (rank 0)")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches a step (gradient accumulation)")
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="coconet: one step after the backward pass, not buckets during it")
+    ap.add_argument("--bucket-mb", type=float, default=25,
+                    help="coconet, overlapped: the buckets' size in MiB of gradients")
     ap.add_argument("--max-batch", action="store_true")
     ap.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
     a = ap.parse_args()

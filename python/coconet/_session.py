@@ -21,8 +21,10 @@ Nothing here imports torch. What is here:
                             in at each call)."""
 import collections
 import ctypes
+import math
 import os
 import re
+import struct
 
 from . import CocoError, _err_buf, _raise, _ERRLEN
 from ._lib import CocoCudaBuild, lib
@@ -106,6 +108,35 @@ def build(program, schedule="program", cuda_source=None, nccl_home=None, timeout
 InputSpec = collections.namedtuple("InputSpec", "name kind type shape members")
 OutputSpec = collections.namedtuple("OutputSpec", "name type shape")
 
+_BF16_MAX = (2 - 2 ** -7) * 2.0 ** 127
+
+
+def round_scalar(value, type_name):
+    """value as a Scalar of type_name holds it (rounded once, to nearest,
+    ties to even), as the CPU reference and the command line give it to the
+    generated code: a Python float handed on unrounded would meet the
+    program's rounded copies of it (Adam's 1 - beta2 against its
+    Pow(beta2, t)) and the results would drift from the CPU's."""
+    v = float(value)
+    if math.isnan(v) or math.isinf(v) or type_name not in ("FP32", "FP16", "BF16"):
+        return v
+    if type_name == "BF16":
+        return _round_bf16(v)
+    fmt = "<e" if type_name == "FP16" else "<f"
+    try:
+        return struct.unpack(fmt, struct.pack(fmt, v))[0]
+    except OverflowError:  # beyond the type's largest value
+        return math.copysign(math.inf, v)
+
+
+def _round_bf16(v):
+    """v to BF16 (8 significant bits, exponents down to -126, subnormals
+    to 2^-133), from the double directly"""
+    _, e = math.frexp(v)
+    step = max(e - 8, -133)  # the exponent of the last kept bit
+    r = math.ldexp(round(math.ldexp(v, -step)), step)
+    return math.copysign(math.inf, v) if abs(r) > _BF16_MAX else r
+
 
 def _shape_text(shape):
     return "[%s]" % ", ".join(str(d) for d in shape)
@@ -134,7 +165,7 @@ class VariantSpec:
     def _input(prog, i, rank):
         name = lib.coco_input_name(prog._h, i).decode()
         if lib.coco_input_is_scalar(prog._h, i):
-            return InputSpec(name, "scalar", "FP64", (), ())
+            return InputSpec(name, "scalar", prog.tensor_info(name, rank).type, (), ())
         info = prog.tensor_info(name, rank)
         counts = (ctypes.c_long * MAXMEMBERS)()
         n = lib.coco_input_members(prog._h, i, counts, MAXMEMBERS)

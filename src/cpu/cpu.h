@@ -103,6 +103,9 @@ double reduce_step(RedOp r, double acc, double x); /* acc (op) x; NaN propagates
 /* ---- exec_comm.c: communication across simulated ranks ---- */
 void eval_comm(Exec *e, const Node *n);
 
+/* ---- exec_members.c: Norm(x, Members), on every rank at once ---- */
+void eval_member_norm(Exec *e, const Node *n);
+
 /* ---- exec_fast.c: exact fast rounding and threads of the executor ---- */
 double exec_round(Type t, double x);            /* type_round's bits, faster */
 uint16_t exec_bits16(Type t, double x);         /* FP16/BF16 bits of x */

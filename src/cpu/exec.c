@@ -101,6 +101,10 @@ static void eval_on_ranks_parallel(Exec *e, const Node *n, void (*fn)(Exec *, co
 
 static void eval_node(Exec *e, const Node *n)
 {
+    if (n->op == O_MEMBER_NORM) { /* a fold across the ranks of a Sliced x */
+        eval_member_norm(e, n);
+        return;
+    }
     switch (op_info(n->op)->kind) {
     case K_LEAF:
         if (n->op == O_CONST)

@@ -226,12 +226,32 @@ static void infer_transpose(Program *p, Node *n, const Node *x)
         n->layout.dim = 2 * last - 1 - x->layout.dim;
 }
 
+/* The members that partition 1-D value x (a scattered tensor's, or those
+ * x inherited), or NULL. */
+static const Dim *partition_of(const Node *x, int *count)
+{
+    *count = x->nmember ? x->nmember : x->npart;
+    return x->ndim != 1 ? NULL : x->nmember ? x->member : x->part;
+}
+
+/* Norm(x, Members): x's shape, type and layout; x must be partitioned. */
+static void infer_member_norm(Program *p, Node *n, const Node *x)
+{
+    int count;
+    if (!partition_of(x, &count))
+        error_at(n->pos, "Norm(..., Members) takes the norm of each member of a scattered "
+                 "tensor, but %s is not read from one (a 1-D value of a scattered tensor, or "
+                 "computed elementwise from one)", desc(p, x));
+}
+
 static void infer_unary(Program *p, Node *n)
 {
     Node *x = input(p, n, 0);
     copy_facts(n, x);
     if (n->op == O_CAST)
         n->type = n->to;
+    if (n->op == O_MEMBER_NORM)
+        infer_member_norm(p, n, x);
     if (n->op == O_TRANSPOSE)
         infer_transpose(p, n, x);
     if (n->op == O_SLICE) {
@@ -507,11 +527,31 @@ static void check_scattered(Program *p, Node *n)
     }
 }
 
-void infer_node(Program *p, Node *n)
+/* A 1-D value computed elementwise (or moved by a collective, a Slice, a
+ * per-member Norm) from a partitioned one of its extent is partitioned by
+ * the same members. */
+static void inherit_partition(Program *p, Node *n)
 {
-    for (int i = 0; i < n->nin; i++)
-        ASSERT(n->in[i] < n->id);
-    check_scattered(p, n);
+    const OpInfo *info = op_info(n->op);
+    n->npart = 0;
+    n->part = NULL;
+    if (n->ndim != 1 || !(info->elementwise || info->kind == K_COMM || n->op == O_SLICE ||
+                          n->op == O_MEMBER_NORM))
+        return;
+    for (int i = 0; i < n->nin; i++) {
+        Node *x = input(p, n, i);
+        int count;
+        const Dim *part = partition_of(x, &count);
+        if (part && x->dim[0].n == n->dim[0].n) {
+            n->npart = count;
+            n->part = part;
+            return;
+        }
+    }
+}
+
+static void infer_kind(Program *p, Node *n)
+{
     switch (op_info(n->op)->kind) {
     case K_LEAF:
         return;
@@ -540,4 +580,13 @@ void infer_node(Program *p, Node *n)
         infer_comm(p, n);
         return;
     }
+}
+
+void infer_node(Program *p, Node *n)
+{
+    for (int i = 0; i < n->nin; i++)
+        ASSERT(n->in[i] < n->id);
+    check_scattered(p, n);
+    infer_kind(p, n);
+    inherit_partition(p, n);
 }

@@ -863,16 +863,27 @@ static int call_conv(Parser *ps, Pos pos)
 
 /* The keep flag of a reduction: Keep, the word written after its dimension. */
 static const char keep_word[] = "Keep";
+/* Norm(x, Members): a norm per member of x's scattered partition */
+static const char members_word[] = "Members";
 
-/* [ "," ["-"] INT [ "," "Keep" ] ] after the reduced value x of reduction
- * op: the dimension as an index of x (-1: all of them), and whether Keep
- * keeps it with extent 1 */
-static int reduction_dim(Parser *ps, Op op, Pos pos, int x, int *keep)
+/* [ "," ( ["-"] INT [ "," "Keep" ] | "Members" ) ] after the reduced value
+ * x of reduction op: the dimension as an index of x (-1: all of them),
+ * whether Keep keeps it with extent 1, and whether Members asks a norm per
+ * member (-1 then) */
+static int reduction_dim(Parser *ps, Op op, Pos pos, int x, int *keep, int *members)
 {
-    *keep = 0;
+    *keep = *members = 0;
     if (!is_punct(ps, ','))
         return -1;
     advance(ps);
+    if (is_word(ps, members_word)) {
+        if (op != O_NORM)
+            error_at(ps->tok.pos, "Members: only Norm reduces each member of a scattered value "
+                     "(Norm(x, Members))");
+        advance(ps);
+        *members = 1;
+        return -1;
+    }
     if (is_word(ps, keep_word))
         error_at(ps->tok.pos, "Keep follows the reduced dimension: write %s(..., d, Keep)",
                  op_info(op)->name);
@@ -892,7 +903,8 @@ static int reduction_dim(Parser *ps, Op op, Pos pos, int x, int *keep)
 }
 
 /* ReduceTensor "(" STR "," expr [ "," ["-"] INT [ "," "Keep" ] ] ")"
- * (PartialReduce likewise; Norm without the STR) */
+ * (PartialReduce likewise; Norm without the STR, or "Norm" "(" expr ","
+ * "Members" ")") */
 static int call_reduction(Parser *ps, Op op, Pos pos)
 {
     RedOp r = R_SUM;
@@ -900,9 +912,11 @@ static int call_reduction(Parser *ps, Op op, Pos pos)
         r = expect_redop(ps, op == O_PARTIAL_REDUCE);
         expect_punct(ps, ',');
     }
-    int x = expr(ps), keep;
-    int axis = reduction_dim(ps, op, pos, x, &keep);
+    int x = expr(ps), keep, members;
+    int axis = reduction_dim(ps, op, pos, x, &keep, &members);
     expect_punct(ps, ')');
+    if (members)
+        return make_node(ps, O_MEMBER_NORM, pos, x, 0);
     Node *n = node_new(ps->p, op, pos);
     n->nin = 1;
     n->in[0] = x;

@@ -87,6 +87,9 @@ static void print_call(Printer *pr, const Node *n)
     case O_SLICE:
         fprintf(o, ", %d", n->axis);
         break;
+    case O_MEMBER_NORM:
+        fputs(", Members", o);
+        break;
     case O_NORM:
     case O_REDUCE_TENSOR:
     case O_PARTIAL_REDUCE:

@@ -106,6 +106,7 @@ double roofline_flops(const Program *p, const Node *n, int rank)
         return 2 * out * (double)shape[1] * (double)shape[2] * (double)shape[3];
     }
     case O_NORM:
+    case O_MEMBER_NORM: /* a square and an add an element (a root per element: minor) */
         return 2 * (double)local_count(p, &p->node[n->in[0]], rank);
     case O_REDUCE_TENSOR:
     case O_PARTIAL_REDUCE:

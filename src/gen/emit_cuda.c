@@ -156,7 +156,8 @@ static void emit_buffer(Emitter *e, const Node *n)
 }
 
 /* Workspace some operations need besides their result: t<id> (a reorder of
- * parts, or reduction partials), w<id>i and w<id>o (FP32 copies). */
+ * parts, reduction partials, or the members' sums of Norm(x, Members)),
+ * w<id>i and w<id>o (FP32 copies). */
 static void emit_scratch(Emitter *e, const Node *n)
 {
     FILE *o = e->o;
@@ -164,6 +165,8 @@ static void emit_scratch(Emitter *e, const Node *n)
     const char *ws = emit_ws(e, id);
     if (op_info(n->op)->kind == K_REDUCTION && e->segment[id] < 0) /* not a row kernel's */
         fprintf(o, "    void *t%d = %scoco_red_scratch_bytes(coco_gcount(h%d)));\n", id, ws, id);
+    if (n->op == O_MEMBER_NORM) /* each member's sum of squares */
+        fprintf(o, "    void *t%d = %s%d * sizeof(double));\n", id, ws, n->npart);
     int sliced = n->op == O_REDUCESCATTER ? id : n->op == O_ALLGATHER ? n->in[0] : -1;
     int d = n->op == O_REDUCESCATTER ? n->axis : sliced >= 0 ? node_of(e->p, sliced)->layout.dim : 0;
     const char *g = group_name(n->group);
@@ -862,6 +865,8 @@ static void emit_node(Emitter *e, const Node *n, int *done_segment)
         if (emit_transpose_in_place(e, n))
             return;
         emit_transpose(e, n);
+    } else if (n->op == O_MEMBER_NORM) {
+        emit_member_norm(e, n);
     } else if (op_info(n->op)->kind == K_COMM) {
         emit_comm(e, n);
     } else {
@@ -1126,6 +1131,8 @@ void emit_cuda(Program **variants, Program **lowered, int n, FILE *o)
                "// Entry points follow include/coconet_cuda.h. Do not edit.\n"
                "#include <string.h>\n#include \"coco_device.cuh\"\n#include \"coco_scatter.cuh\"\n#include \"coco_send.cuh\"\n\n",
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
+    if (emit_has_member_norm(p))
+        fputs("#include \"coco_members.cuh\"\n\n", o);
     /* the parts a build may compile apart (cuda_build_parts): each variant,
      * then the tables */
     for (int i = 0; i < n; i++) {

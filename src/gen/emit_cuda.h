@@ -186,6 +186,8 @@ void emit_scat_copy(Emitter *e, int scat, int buf, const Node *n, int to_members
 /* fusion f's NCCL path: gathers the scattered inputs only it reads whole */
 void emit_scat_gather_for(Emitter *e, int f);
 void emit_scat_sync(Emitter *e, const Node *n); /* after n: members and copy agree */
+int emit_has_member_norm(const Program *p);     /* includes coco_members.cuh? */
+void emit_member_norm(Emitter *e, const Node *n); /* Norm(x, Members) */
 /* is operand or result x of segment seg's kernel addressed in members? */
 int emit_scat_member(Emitter *e, int seg, int x);
 /* the scattered value whose buckets segment seg's kernel takes, or -1 */

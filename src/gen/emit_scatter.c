@@ -4,7 +4,8 @@
  * entry point builds once per member list, the copies between members and
  * copy, which segment kernels and fusions iterate over members, and the
  * ReduceScatters and AllGathers over members that run as one kernel where
- * the peers reach each other's memory (coco_lsa_scat_launch). */
+ * the peers reach each other's memory (coco_lsa_scat_launch); and
+ * Norm(x, Members), a norm per member of x's partition. */
 #include "gen/emit_cuda.h"
 
 #include <stdio.h>
@@ -350,3 +351,38 @@ int emit_fusion_scattered(Emitter *e, int f)
     return 0;
 }
 
+
+/* ---- Norm(x, Members) (rt/kernels/coco_members.cuh) ---- */
+
+/* Does a node of p take a norm per member (its source then includes
+ * coco_members.cuh)? */
+int emit_has_member_norm(const Program *p)
+{
+    for (int i = 0; i < p->nnode; i++)
+        if (p->node[i].op == O_MEMBER_NORM && !p->node[i].dead)
+            return 1;
+    return 0;
+}
+
+/* y = Norm(x, Members) over this rank's elements of x; over a Sliced x
+ * the members' sums of squares are added across its group (NCCL), in the
+ * nm doubles of workspace t<id>. */
+void emit_member_norm(Emitter *e, const Node *n)
+{
+    FILE *o = e->o;
+    const Node *x = node_of(e->p, n->in[0]);
+    const char *comm = x->layout.kind != L_SLICED ? "(ncclComm_t)NULL"
+                       : n->group == G_GROUP ? "(ncclComm_t)ctx->group"
+                       : arena_printf(e->p->arena, "coco_world(ctx, %d * sizeof(double))",
+                                      n->npart);
+    fprintf(o, "    { /* line %d: %s = Norm(..., Members) */\n        const long zm[] = {",
+            n->pos.line, n->name);
+    for (int m = 0; m < n->npart; m++) {
+        fputs(m ? ", " : "", o);
+        emit_size_expr(e, n->part[m].text);
+    }
+    fprintf(o, "};\n        if (coco_member_norm(ctx, %d, b%d, %s, b%d, %s, h%d.off[0], "
+               "coco_count(h%d), zm, %d, %s, (double *)t%d))\n            return 1;\n    }\n",
+            n->pos.line, x->id, emit_tname[x->type], n->id, emit_tname[n->type], x->id, x->id,
+            n->npart, comm, n->id);
+}

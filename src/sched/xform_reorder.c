@@ -208,7 +208,8 @@ static int folds_wide(const Node *n)
            (n->op == O_NORM || n->redop == R_SUM || n->redop == R_PROD);
 }
 
-/* Norm / ReduceTensor over the sliced dimension: partial + AllReduce (+ Sqrt). */
+/* Norm / ReduceTensor over the sliced dimension: partial + AllReduce (+ Sqrt),
+ * the last of them named as the reduction was. */
 static int rewrite_reduction(Reorder *r, int old, int xin, int fusion)
 {
     Node n = *node_of(r->p, old); /* a copy: making nodes may move them */
@@ -232,7 +233,11 @@ static int rewrite_reduction(Reorder *r, int old, int xin, int fusion)
         last = new_node(r, O_SQRT, old, ar, fusion, n.seq - (wide ? 0.05 : 0));
         check_node(r->x, node_of(r->p, last));
     }
-    return wide ? new_cast(r, old, last, n.type, fusion, n.seq) : last;
+    if (wide)
+        last = new_cast(r, old, last, n.type, fusion, n.seq);
+    if (n.named) /* the same Replicated value: it keeps its name (an output read by name) */
+        node_set_name(r->p, node_of(r->p, last), n.name);
+    return last;
 }
 
 /* Makes the sliced version of node old. */

@@ -21,8 +21,11 @@
 #             tests/gpu/rows_overlap.coco: a MatMul overlapped with a fused
 #             computation that reduces within rows; tests/gpu/rows_*.coco: row
 #             kernels, a LayerNorm, RMSNorm, softmax, LayerNorm backward, one
-#             overlapped with its MatMul) x every schedule x P, at the
-#             examples' sizes
+#             overlapped with its MatMul; tests/gpu/optim_lamb_tensor.coco:
+#             LAMB's step with a trust ratio per parameter tensor, Norm(x, Members),
+#             and clipping; tests/oracle/programs/members.coco: Norm(x, Members) in
+#             every type, Local, and Sliced across the ranks) x every schedule x P,
+#             at the examples' sizes
 #             (pipeline.coco and send.coco at every group size, also with
 #             COCONET_FUSED=nccl; the fused kernels' other instances with
 #             COCONET_FUSED_VEC=1, COCONET_FUSED_PEERS=1 and COCONET_FUSED=push);
@@ -267,7 +270,8 @@ part_examples() {
              tests/oracle/programs/ragged.coco tests/gpu/overlap_blocks.coco \
              tests/gpu/overlap_blocks_t.coco tests/gpu/gather_matmul.coco tests/gpu/rows_overlap.coco \
              tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco tests/gpu/rows_softmax.coco \
-             tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco tests/gpu/rows_mm.coco; do
+             tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco tests/gpu/rows_mm.coco \
+             tests/gpu/optim_lamb_tensor.coco tests/oracle/programs/members.coco; do
         chosen "$f" || continue
         name=$(basename "$f" .coco)
         for p in $RANKS; do

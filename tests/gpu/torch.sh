@@ -8,10 +8,17 @@
 # tests/gpu/torch_check.py under `torchrun --nproc_per_node=P`: every
 # example under every schedule against run_cpu, the argument errors,
 # coconet.torch.optim.Adam/LAMB (FP32, and Adam with BF16 parameters)
-# against torch's AdamW and the LAMB formula, RowParallelLinear's forward
-# and backward against torch, and CUDA-graph capture. Then, at P = 1, whether
-# a process that keeps PyTorch's own NCCL (no LD_PRELOAD) gets a session and
-# a correct call (the "nccl" row).
+# against torch's AdamW and the LAMB formula, the optimizers' torch
+# semantics (the optim:* checks: groups, schedulers, frozen parameters,
+# checkpoints, the step overlapped with the backward), RowParallelLinear's
+# forward and backward against torch, coconet.torch.tp's layers against torch
+# (FP32, BF16, FP16) and their time at P = 1 beside torch, CUDA-graph capture,
+# and the fused step's program variants (clipping, GradScaler, amsgrad,
+# maximize, L2 decay, a captured step with a changing lr) against torch's fused
+# optimizers (tests/gpu/torch_optstep.py: the optstep:* rows). Then
+# tests/python/test_tp_torch.py (the tp layers on the CPU stand-ins, P = 1, 2
+# and 4), and, at P = 1, whether a process that keeps PyTorch's own NCCL (no
+# LD_PRELOAD) gets a session and a correct call (the "nccl" row).
 #
 # Which NCCL: by default the ranks start with LD_PRELOAD= the runtime's
 # libnccl.so.2 (NCCL_LIB of build/cuda.conf), so that PyTorch and coconet
@@ -71,6 +78,20 @@ for P in $RANKS; do
         [ "$rc" -ne 0 ] && echo "| $P | (torchrun) | FAIL | exit status $rc after $n checks; see $LOG |" >>"$OUT"
     fi
 done
+
+# coconet.torch.tp on the CPU stand-ins (tests/python/test_tp_torch.py, which
+# CI skips without torch): every program run by the reference executor, P = 1, 2, 4
+echo "== coconet.torch.tp on the CPU stand-ins" | tee -a "$LOG"
+if python3 -c 'import pytest' 2>/dev/null; then
+    python3 -m pytest -q -p no:cacheprovider tests/python/test_tp_torch.py >"$TMP/out" 2>&1
+    rc=$?
+    cat "$TMP/out" >>"$LOG"
+    res=$([ "$rc" -eq 0 ] && echo PASS || echo FAIL)
+    [ "$rc" -eq 0 ] || fail=1
+    echo "| 1, 2, 4 | tp: CPU stand-ins (test_tp_torch.py) | $res | $(tail -n 1 "$TMP/out") |" >>"$OUT"
+else
+    echo "| 1, 2, 4 | tp: CPU stand-ins (test_tp_torch.py) | SKIP | no pytest |" >>"$OUT"
+fi
 
 # PyTorch's own NCCL in the process: the session's choice of headers
 echo "== P = 1: PyTorch's own NCCL (no LD_PRELOAD)" | tee -a "$LOG"

@@ -11,8 +11,9 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
   errors                the callable's argument errors name the tensor, what
                         was expected and what was given;
   adam, lamb            coconet.torch.optim against DDP-style averaging plus
-                        torch.optim.AdamW(fused=True) (LAMB: examples/lamb.coco's
-                        formula in torch ops) on a small model: the loss of
+                        torch.optim.AdamW(fused=True) (LAMB: its formula in
+                        torch ops, a trust ratio per parameter tensor) on a
+                        small model: the loss of
                         every step within 1e-3 relative, the parameters at the
                         end, the gathered state_dict against AdamW's, and the
                         optimizer state held per rank (1/P of it);
@@ -22,6 +23,17 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         against torch on the gathered weight, the FP16 forward
                         (paper schedule, eval) against torch.matmul + all_reduce,
                         and the dropout path's mask and gradients;
+  tp:TYPE               coconet.torch.tp's layers (ColumnParallelLinear,
+                        RowParallelLinear with and without sequence
+                        parallelism, RowParallelLinearNorm with LayerNorm and
+                        RMSNorm, dropout's mask by its formula) forward and
+                        backward against torch in FP64 on the whole tensors
+                        (tests/python/tp_cases.py), each rank's part, within
+                        TOL of the type: FP32 every option, FP16 and BF16 one
+                        of each kind and mode;
+  tp_time               at P = 1, the time of an MLP's forward + backward
+                        (ColumnParallelLinear, GELU, RowParallelLinear; BF16)
+                        beside torch eager and torch.compile of nn.Linear's;
   graph                 a CUDA graph captured around an optimizer program and
                         replayed, against eager calls; the same for the
                         overlapped self_attention in 3 chunks, on new inputs;
@@ -44,8 +56,36 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         and its module's output equals the layer's;
   watchdog              (P = 1) a call queued behind a 5 s kernel, with a 1 s
                         limit: the Python loop waiting on it raises Stalled
-                        naming rank 0 and the call within 3 s."""
+                        naming rank 0 and the call within 3 s;
+  optim:*               coconet.torch.optim as a drop-in, each fed the same
+                        gradients as torch's reference (DDP's mean), the
+                        parameters within 1e-6 relative (per tensor) after 50
+                        steps, or within FP32's drift (see DROP_IN_TOL): adamw (defaults, vs AdamW(fused=True)), adam,
+                        adam_l2, amsgrad, maximize (vs Adam(fused=True); SKIP
+                        with the refusal where the programs lack the variant;
+                        these also PASS where coconet is no farther than torch
+                        from a float64 run fed the same gradients),
+                        groups_onecycle / groups_cosine (two groups, a third
+                        added at step 10, under the scheduler), freeze (frozen
+                        for 10 steps, then trained with its own step count),
+                        zero_grad (set_to_none both ways; state[p]'s keys),
+                        checkpoint (state_dict vs torch's, consolidated on rank
+                        0, round trips with torch.optim.AdamW both ways, BF16
+                        masters refreshed by model.load_state_dict), dcp
+                        (torch.distributed.checkpoint save and load), overlap
+                        (buckets stepped during the backward, with no_sync,
+                        against the plain mode bit for bit at P <= 2), refusals
+                        (differentiable; at P > 1 ranks disagreeing on a None
+                        gradient, the rank-0-only state_dict idiom),
+                        broadcast (rank 0's parameters after construction, its
+                        buffers after broadcast_module);
+  arena_bytes           coconet.torch.arena_bytes() reports the arena;
+  optstep:VARIANT       the fused step's program variants (clipping,
+                        GradScaler's grad_scale and found_inf, Adam's L2 decay,
+                        amsgrad, maximize, device lr and step count, a captured
+                        step) against torch's fused optimizers: torch_optstep.py."""
 import argparse
+import contextlib
 import glob
 import os
 import re
@@ -61,6 +101,7 @@ if os.environ.get("COCONET_CHECK_INSTALLED") != "1":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
     os.environ.setdefault("COCONET_HOME", ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # tp_cases
 
 import coconet  # noqa: E402
 from coconet import _session as S  # noqa: E402
@@ -80,18 +121,41 @@ def variants(path, ranks):
 
 # the small model's parameter counts (model() below): its optimizer programs
 MODEL_COUNTS = [64 * 256, 256, 256 * 256, 256, 256, 256, 256 * 10, 10]
+DROP_IN_COUNTS = [[64 * 256, 256 * 256, 2560], [256] * 4 + [10], [64 * 256, 256 * 256],
+                  [256] * 4, [2560, 10], [64 * 256, 256, 256, 256, 256, 2560, 10], [256 * 256]]
 
 
 def torch_programs(cache):
     """(path, schedule) of the programs coconet.torch writes for these checks."""
     from coconet import programs
     d = os.path.join(cache, "torch-programs")
-    out = [(programs.write(programs.optimizer(k, MODEL_COUNTS, t), k, d), "paper")
+    out = [(programs.write(programs.optimizer(k, MODEL_COUNTS, t, **programs.step_variant(k, {})),
+                           k, d), "paper")
            for k, t in (("adam", "FP32"), ("lamb", "FP32"), ("adam", "BF16"))]
+    # the units of the optim:* checks (members in key order): the groups, the
+    # parameters left when one is frozen, and the frozen one alone
+    out += [(programs.write(programs.optimizer("adam", counts, "FP32"), "adam", d), "paper")
+            for counts in DROP_IN_COUNTS]
     out += [(programs.write(programs.row_parallel(t, 0.0, res), "row_parallel", d), sch)
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
-    return out
+    import torch_optstep
+    return out + tp_layer_programs(d) + torch_optstep.programs_to_build(cache)
+
+
+TP_TYPES = (("FP32", True), ("BF16", False), ("FP16", False))  # (type, every option)
+
+
+def tp_layer_programs(d):
+    """(path, schedule) of coconet.torch.tp's programs in the tp checks."""
+    try:
+        import tp_cases
+    except ImportError as e:  # torch missing: the checks will say so
+        print("tp programs not built ahead: %s" % e, flush=True)
+        return []
+    from coconet import programs
+    return [(programs.write(text, name, d), sch)
+            for t, full in TP_TYPES for name, sch, text in tp_cases.texts(t, full)]
 
 
 def build_all(ranks, jobs):
@@ -169,8 +233,33 @@ def main_torch(only):
     check("adam", lambda: optimizer(ctx, "adam", torch.float32))
     check("lamb", lambda: optimizer(ctx, "lamb", torch.float32))
     check("adam_bf16", lambda: optimizer(ctx, "adam", torch.bfloat16))
+    check("optim:adamw", lambda: optim_adamw(ctx))
+    check("optim:adam", lambda: optim_adam(ctx))
+    check("optim:adam_l2", lambda: optim_adam(ctx, weight_decay=0.01))
+    check("optim:amsgrad", lambda: optim_adam(ctx, amsgrad=True))
+    check("optim:maximize", lambda: optim_adam(ctx, maximize=True))
+    check("optim:groups_onecycle", lambda: optim_groups(ctx, "onecycle"))
+    check("optim:groups_cosine", lambda: optim_groups(ctx, "cosine"))
+    check("optim:freeze", lambda: optim_freeze(ctx))
+    check("optim:zero_grad", lambda: optim_zero_grad(ctx))
+    check("optim:checkpoint", lambda: optim_checkpoint(ctx))
+    check("optim:dcp", lambda: optim_dcp(ctx))
+    check("optim:overlap", lambda: optim_overlap(ctx))
+    check("optim:refusals", lambda: optim_refusals(ctx))
+    check("optim:broadcast", lambda: optim_broadcast(ctx))
+    check("arena_bytes", lambda: arena_bytes(ctx))
     check("rowparallel", lambda: rowparallel(ctx))
+    for t, full in TP_TYPES:
+        check("tp:%s" % t, lambda t=t, full=full: tp_layers(ctx, t, full))
+    check("tp_time", lambda: tp_time(ctx))
     check("graph", lambda: graph(ctx))
+    import torch_optstep
+    cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "coconet")
+    for name in torch_optstep.VARIANTS:
+        check("optstep:" + name, lambda n=name: torch_optstep.run(ctx, n, cache))
+    check("optstep:optim_amp_clip", lambda: torch_optstep.optim_amp_clip(ctx))
+    check("optstep:optim_graph", lambda: torch_optstep.optim_graph(ctx))
     check("compile:rowparallel", lambda: compile_layer(ctx))
     check("compile:call", lambda: compile_call(ctx))
     check("compile:reduce-overhead", lambda: compile_graphs(ctx))
@@ -405,19 +494,24 @@ def batch(torch, rank, step, dtype):
     return x, y
 
 
-def lamb_reference(torch, params, state, lr, b1, b2, eps, wd, t):
-    """examples/lamb.coco in torch ops, one trust ratio over every parameter."""
+def lamb_reference(torch, params, state, lr, b1, b2, eps, wd, t, per_tensor=True):
+    """LAMB in torch ops: a trust ratio per parameter tensor (the LAMB
+    paper's, coconet.torch.optim.LAMB's default), or one over every
+    parameter (examples/lamb.coco)."""
     us = []
     for p in params:
         s = state.setdefault(p, {"m": torch.zeros_like(p), "v": torch.zeros_like(p)})
         s["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
         s["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
         us.append((s["m"] / (1 - b1 ** t)) / ((s["v"] / (1 - b2 ** t)).sqrt() + eps) + wd * p)
-    r1 = torch.sqrt(sum((p.double() ** 2).sum() for p in params))
-    r2 = torch.sqrt(sum((u.double() ** 2).sum() for u in us))
-    ratio = (r1 / r2).float() if r1 > 0 and r2 > 0 else torch.tensor(1.0, device=params[0].device)
-    for p, u in zip(params, us):
-        p.sub_(lr * ratio * u)
+    pieces = [([p], [u]) for p, u in zip(params, us)] if per_tensor else [(params, us)]
+    for ps, vs in pieces:
+        r1 = torch.sqrt(sum((p.double() ** 2).sum() for p in ps))
+        r2 = torch.sqrt(sum((u.double() ** 2).sum() for u in vs))
+        ratio = (r1 / r2).float() if r1 > 0 and r2 > 0 else \
+            torch.tensor(1.0, device=params[0].device)
+        for p, u in zip(ps, vs):
+            p.sub_(lr * ratio * u)
 
 
 def optimizer(c, kind, dtype):
@@ -429,8 +523,8 @@ def optimizer(c, kind, dtype):
     with torch.no_grad():  # from the same (rounded) values
         for p, q in zip(a.parameters(), ref.parameters()):
             q.copy_(p.float())
-    opt = (optim.Adam if kind == "adam" else optim.LAMB)(a.parameters(), lr=lr,
-                                                         weight_decay=wd)
+    opt = (optim.AdamW if kind == "adam" else optim.LAMB)(a.parameters(), lr=lr,
+                                                          weight_decay=wd)
     ropt = torch.optim.AdamW(ref.parameters(), lr=lr, weight_decay=wd, fused=True) \
         if kind == "adam" else None
     lstate = {}
@@ -482,11 +576,13 @@ def optimizer(c, kind, dtype):
     if kind == "adam" and dtype == torch.float32:
         sd = opt.state_dict()
         rsd = ropt.state_dict()
-        sm = max(float((sd["state"][i]["exp_avg"] - rsd["state"][i]["exp_avg"]).abs().max() /
+        # coconet's state_dict holds CPU tensors (gathered off the GPU), torch's the GPU's
+        sm = max(float((sd["state"][i]["exp_avg"].cpu() - rsd["state"][i]["exp_avg"].cpu())
+                       .abs().max() /
                        max(1e-6, float(rsd["state"][i]["exp_avg"].abs().max())))
                  for i in rsd["state"])
         ok = ok and sm <= 1e-3
-        per_rank = sum(st.m.numel() + st.v.numel() for st in opt._coco) * 4
+        per_rank = sum(t.numel() for u in opt._units for t in u.state.values()) * 4
         total = sum(p.numel() for p in a.parameters()) * 8
         detail += "; state_dict exp_avg rel %.2e; m+v on this rank %d of %d bytes (P = %d)" % (
             sm, per_rank, total, P)
@@ -498,6 +594,412 @@ def optimizer(c, kind, dtype):
         ok = ok and same
         detail += "; load_state_dict then state_dict: %s" % ("the same" if same else "DIFFERENT")
     return ("PASS" if ok else "FAIL"), detail
+
+
+# ---- coconet.torch.optim as a drop-in for torch.optim (optim:* checks) ----
+#
+# Each check trains the small model with coconet's optimizer and feeds the
+# same gradients (DDP's mean over the ranks) to torch's reference, step by
+# step, so that the comparison is of the optimizers alone; the parameters
+# should agree within DROP_IN_TOL relative (largest difference over largest
+# magnitude, per tensor) after DROP_IN_STEPS steps. Two FP32 implementations
+# of Adam drift apart by about that much (their roundings, amplified where
+# sqrt(v) is near eps: on the CPU, torch's single-tensor AdamW lies 1.7e-6
+# from a float64 run fed the same gradients after 50 steps), so a check
+# PASSes within DROP_IN_TOL, or where coconet is no farther than torch from
+# such a float64 run (verdict_exact), or, where there is none, within
+# DROP_IN_DRIFT; each detail gives the difference.
+
+DROP_IN_STEPS, DROP_IN_TOL, DROP_IN_DRIFT = 50, 1e-6, 1e-5
+
+
+def twin_models(torch):
+    a, b = model(torch, torch.float32), model(torch, torch.float32)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def split_groups(m, **second):
+    """Two groups: the matrices, and the vectors (biases, LayerNorm) with
+    the settings `second` (no decay, another lr: the usual GPT split)."""
+    ps = list(m.parameters())
+    return [{"params": [p for p in ps if p.dim() > 1]},
+            dict({"params": [p for p in ps if p.dim() == 1]}, **second)]
+
+
+def lockstep(c, a, opt, b, ropt, steps, before=None, scheds=(), zero=None, exact=None):
+    """steps of coconet's optimizer on model a and torch's on b from a's
+    gradients (averaged over the ranks); before(step) runs first (freezing).
+    The largest relative difference of the parameters at the end; with
+    exact (a float64 model and its torch optimizer, fed the same gradients),
+    also coconet's and torch's differences from it."""
+    torch, rank = c["torch"], c["rank"]
+    for step in range(1, steps + 1):
+        if before:
+            before(step)
+        opt.zero_grad(**(zero or {}))
+        ropt.zero_grad()
+        x, y = batch(torch, rank, step, torch.float32)
+        torch.nn.functional.cross_entropy(a(x), y).backward()
+        twins = [b] + ([exact[0]] if exact else [])
+        for m in twins:
+            same_gradients(c, a, m)
+        opt.step()
+        ropt.step()
+        if exact:
+            exact[1].step()
+        for s in scheds:
+            s.step()
+    diff = max_over_ranks(c, param_diff(a, b))
+    if not exact:
+        return diff
+    return diff, max_over_ranks(c, param_diff(a, exact[0])), \
+        max_over_ranks(c, param_diff(b, exact[0]))
+
+
+def same_gradients(c, a, m):
+    """a's gradients (DDP's mean over the ranks) into model m, in its type."""
+    dist, P = c["dist"], c["P"]
+    for p, q in zip(a.parameters(), m.parameters()):
+        q.grad = None if p.grad is None else p.grad.detach().to(q.dtype, copy=True)
+        if q.grad is not None and dist.is_initialized():
+            dist.all_reduce(q.grad)
+            q.grad.div_(P)
+
+
+def exact_twin(torch, a, cls, **kw):
+    """A float64 copy of model a and torch's cls over it (the single-tensor
+    implementation): the optimizers' common target."""
+    d = model(torch, torch.float32).double()
+    d.load_state_dict({k: v.double() for k, v in a.state_dict().items()})
+    return d, cls(d.parameters(), foreach=False, **kw)
+
+
+def verdict_exact(diffs, extra_ok=True, more=""):
+    """PASS within DROP_IN_TOL of torch, or where coconet is no farther from
+    the float64 result than torch is (the two FP32 implementations drift
+    apart by their roundings over 50 steps)."""
+    diff, ours, theirs = diffs
+    ok = (diff <= DROP_IN_TOL or ours <= max(theirs, DROP_IN_TOL)) and extra_ok
+    return ("PASS" if ok else "FAIL"), (
+        "params rel diff %.2e (tol %.0e) after %d steps; from float64: coconet %.2e, torch "
+        "%.2e%s" % (diff, DROP_IN_TOL, DROP_IN_STEPS, ours, theirs, more))
+
+
+def param_diff(a, b):
+    return max(float((p.detach().float() - q.detach().float()).abs().max()) /
+               max(1e-30, float(q.detach().abs().max()))
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+def verdict(diff, extra_ok=True, more=""):
+    ok = diff <= DROP_IN_DRIFT and extra_ok
+    return ("PASS" if ok else "FAIL"), (
+        "params rel diff %.2e (within %.0e: %s; FP32 drift bound %.0e) after %d steps%s"
+        % (diff, DROP_IN_TOL, diff <= DROP_IN_TOL, DROP_IN_DRIFT, DROP_IN_STEPS, more))
+
+
+def optim_adamw(c):
+    """AdamW's defaults (decay 0.01) against torch.optim.AdamW(fused=True)."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    opt = optim.AdamW(a.parameters(), lr=1e-3, foreach=False, fused=True)  # both ignored
+    ropt = torch.optim.AdamW(b.parameters(), lr=1e-3, fused=True)
+    exact = exact_twin(torch, a, torch.optim.AdamW, lr=1e-3)
+    return verdict_exact(lockstep(c, a, opt, b, ropt, DROP_IN_STEPS, exact=exact),
+                         opt.defaults["weight_decay"] == 0.01, "; weight_decay default %r"
+                         % opt.defaults["weight_decay"])
+
+
+def optim_adam(c, **kw):
+    """Adam against torch.optim.Adam (decay added to the gradient); a
+    variant the programs lack is SKIPped with its refusal."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    try:
+        opt = optim.Adam(a.parameters(), lr=1e-3, **kw)
+    except c["ct"].CocoError as e:
+        return "SKIP", "refused: %s" % e
+    ropt = torch.optim.Adam(b.parameters(), lr=1e-3, fused=True, **kw)
+    exact = exact_twin(torch, a, torch.optim.Adam, lr=1e-3, **kw)
+    return verdict_exact(lockstep(c, a, opt, b, ropt, DROP_IN_STEPS, exact=exact), True,
+                         " (%s)" % (kw or "plain"))
+
+
+def optim_groups(c, sched):
+    """Two groups, a third added at step 10 (add_param_group), under a
+    scheduler (OneCycleLR writes betas too; cosine)."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+
+    def three(m):
+        g = split_groups(m, weight_decay=0.0, lr=2e-3)
+        last = [m[4].weight, m[4].bias]
+        g[0]["params"] = [p for p in g[0]["params"] if p is not m[4].weight]
+        g[1]["params"] = [p for p in g[1]["params"] if p is not m[4].bias]
+        return g[0], g[1], {"params": last, "lr": 5e-4, "weight_decay": 0.1}
+    ga, gb = three(a), three(b)
+    opt = optim.AdamW(list(ga[:2]), lr=1e-3)
+    ropt = torch.optim.AdamW(list(gb[:2]), lr=1e-3, fused=True)
+    for m in (a[4].weight, a[4].bias):  # not trained before the group is added
+        m.requires_grad_(False)
+    for m in (b[4].weight, b[4].bias):
+        m.requires_grad_(False)
+
+    def make(o):
+        if sched == "onecycle":
+            return torch.optim.lr_scheduler.OneCycleLR(o, max_lr=3e-3, total_steps=60)
+        return torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=60)
+    sa, sb = make(opt), make(ropt)
+    d1 = lockstep(c, a, opt, b, ropt, 10, scheds=(sa, sb))
+    for m, o, g in ((a, opt, ga[2]), (b, ropt, gb[2])):
+        for p in g["params"]:
+            p.requires_grad_(True)
+        o.add_param_group(g)
+        g2 = o.param_groups[-1]
+        g2.setdefault("initial_lr", g2["lr"])  # the schedulers' bookkeeping for a new group
+        if sched == "onecycle":
+            for k in ("max_lr", "min_lr", "max_momentum", "base_momentum"):
+                g2.setdefault(k, o.param_groups[0][k])
+    d2 = lockstep(c, a, opt, b, ropt, DROP_IN_STEPS - 10, scheds=(sa, sb))
+    b1 = opt.param_groups[0]["betas"][0]
+    return verdict(max(d1, d2), sched != "onecycle" or b1 != 0.9,
+                   "; %d groups, %d units; betas[0] now %.4f" % (len(opt.param_groups),
+                                                                len(opt._units), b1))
+
+
+def optim_freeze(c):
+    """A parameter frozen from step 10 to 20 (requires_grad False: .grad
+    None), then trained again: skipped meanwhile (no decay, no state change),
+    then stepped with its own step count, as torch does."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    opt = optim.AdamW(a.parameters(), lr=1e-3)
+    ropt = torch.optim.AdamW(b.parameters(), lr=1e-3, fused=True)
+
+    def before(step):
+        for m in (a, b):
+            m[2].weight.requires_grad_(not 10 <= step < 20)
+    exact = exact_twin(torch, a, torch.optim.AdamW, lr=1e-3)
+    diffs = lockstep(c, a, opt, b, ropt, DROP_IN_STEPS, before, exact=exact)
+    steps = sorted({int(opt.state[p]["step"]) for p in a.parameters()})
+    want = [DROP_IN_STEPS - 10, DROP_IN_STEPS]
+    return verdict_exact(diffs, steps == want, "; step counts %s (want %s)" % (steps, want))
+
+
+def optim_zero_grad(c):
+    """zero_grad(set_to_none) as torch: None, or zeros in the arena (then
+    autograd accumulates there in place); state[p] populated."""
+    torch, ct = c["torch"], c["ct"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    opt = optim.AdamW(a.parameters(), lr=1e-3)
+    ropt = torch.optim.AdamW(b.parameters(), lr=1e-3, fused=True)
+    diff = lockstep(c, a, opt, b, ropt, 5, zero=dict(set_to_none=False))
+    inside = all(ct.in_arena(p.grad) for p in a.parameters())
+    opt.zero_grad()
+    nones = all(p.grad is None for p in a.parameters())
+    keys = set(opt.state[next(a.parameters())])
+    want = {"step", "exp_avg", "exp_avg_sq"} if c["P"] == 1 else \
+        {"step", "exp_avg_local", "exp_avg_sq_local", "local_range"}
+    ok = inside and nones and keys == want
+    return ("PASS" if ok and diff <= DROP_IN_DRIFT else "FAIL"), (
+        "params rel diff %.2e after 5 steps; gradients in the arena: %s; None after zero_grad(): "
+        "%s; state[p] keys %s" % (diff, inside, nones, sorted(keys)))
+
+
+def optim_checkpoint(c):
+    """state_dict in torch's AdamW layout on every rank and consolidated on
+    rank 0; round trips: ours into torch.optim.AdamW and torch's into ours,
+    both then stepped alike; a BF16 model's masters refreshed by
+    model.load_state_dict."""
+    torch, rank = c["torch"], c["rank"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    opt = optim.AdamW(split_groups(a, weight_decay=0.0), lr=1e-3)
+    ropt = torch.optim.AdamW(split_groups(b, weight_decay=0.0), lr=1e-3, fused=True)
+    d0 = lockstep(c, a, opt, b, ropt, 10)
+    sd, rsd = opt.state_dict(), ropt.state_dict()
+    sdiff = max(float((sd["state"][i][k] - rsd["state"][i][k].cpu()).abs().max())
+                for i in rsd["state"] for k in ("exp_avg", "exp_avg_sq", "step"))
+    opt.consolidate_state_dict(to=0)
+    same0 = True
+    if rank == 0:
+        cd = opt.state_dict()
+        same0 = all(torch.equal(cd["state"][i]["exp_avg"], sd["state"][i]["exp_avg"])
+                    for i in sd["state"])
+    # ours into torch's (c: torch), torch's into ours (d: coconet), from b's weights
+    cm, dm = twin_models(torch)
+    cm.load_state_dict(b.state_dict())
+    dm.load_state_dict(b.state_dict())
+    ropt2 = torch.optim.AdamW(split_groups(cm, weight_decay=0.0), lr=1e-3, fused=True)
+    ropt2.load_state_dict(sd)
+    for g in ropt2.param_groups:  # the loaded settings say fused=None: keep torch's fused step,
+        g["fused"], g["foreach"] = True, None  # whose step counts live on the parameters' GPU
+        for p in g["params"]:
+            if "step" in ropt2.state[p]:
+                ropt2.state[p]["step"] = ropt2.state[p]["step"].to(p.device, torch.float32)
+    opt2 = optim.AdamW(split_groups(dm, weight_decay=0.0), lr=1e-3)
+    opt2.load_state_dict(rsd)
+    d1 = lockstep(c, dm, opt2, cm, ropt2, 10)
+    ok = sdiff <= 1e-6 and same0 and d0 <= DROP_IN_DRIFT and d1 <= DROP_IN_DRIFT
+    bf_ok, bf_text = bf16_masters(c)
+    return ("PASS" if ok and bf_ok else "FAIL"), (
+        "state_dict vs torch's: largest difference %.2e; consolidated on rank 0 equal: %s; "
+        "after the round trips, 10 steps: params rel diff %.2e (before: %.2e); %s"
+        % (sdiff, same0, d1, d0, bf_text))
+
+
+def bf16_masters(c):
+    torch = c["torch"]
+    from coconet.torch import optim
+    a = model(torch, torch.bfloat16)
+    opt = optim.AdamW(a.parameters(), lr=1e-3)
+    for step in (1, 2):
+        opt.zero_grad()
+        x, y = batch(torch, c["rank"], step, torch.bfloat16)
+        torch.nn.functional.cross_entropy(a(x).float(), y).backward()
+        opt.step()
+    fresh = model(torch, torch.bfloat16)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.mul_(0.5)
+    a.load_state_dict(fresh.state_dict())
+    opt.zero_grad()
+    x, y = batch(torch, c["rank"], 3, torch.bfloat16)
+    torch.nn.functional.cross_entropy(a(x).float(), y).backward()
+    opt.step()
+    # one step of lr 1e-3 from the fresh weights: not from the stale masters
+    moved = max(float((p.detach().float() - q.detach().float()).abs().max()) for p, q in
+                zip(a.parameters(), fresh.parameters()))
+    return moved < 1e-2, "BF16 after model.load_state_dict: one step moved the weights by " \
+                         "at most %.1e from the loaded ones (masters refreshed)" % moved
+
+
+def optim_dcp(c):
+    """torch.distributed.checkpoint: each rank saves its pieces, and a new
+    optimizer loads them (every rank reading its slices) with the same
+    state_dict; loading at other world sizes: tests/python/optim_ranks.py."""
+    torch, dist = c["torch"], c["dist"]
+    import tempfile
+    import torch.distributed.checkpoint as dcp
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    opt = optim.AdamW(a.parameters(), lr=1e-3)
+    ropt = torch.optim.AdamW(b.parameters(), lr=1e-3, fused=True)
+    lockstep(c, a, opt, b, ropt, 5)
+    sd = opt.state_dict()
+    d = [tempfile.mkdtemp(prefix="coconet-dcp-")]
+    if dist.is_initialized():
+        dist.broadcast_object_list(d, src=0)
+    dcp.save(opt.sharded_state_dict(), checkpoint_id=d[0])
+    m2 = model(c["torch"], torch.float32)
+    opt2 = optim.AdamW(m2.parameters(), lr=9.0)
+    opt2.load_sharded_state_dict(d[0])
+    sd2 = opt2.state_dict()
+    same = all(torch.equal(sd["state"][i][k], sd2["state"][i][k]) for i in sd["state"]
+               for k in ("exp_avg", "exp_avg_sq", "step"))
+    ok = same and opt2.param_groups[0]["lr"] == 1e-3
+    return ("PASS" if ok else "FAIL"), "sharded save and load: state equal %s, lr %r" % (
+        same, opt2.param_groups[0]["lr"])
+
+
+def optim_overlap(c):
+    """overlap=True (buckets stepped during the backward pass, on a side
+    stream) against the plain mode, bit for bit, with two micro-batches a
+    step (no_sync) and small buckets; the buckets all started during the
+    backward pass."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    oa = optim.AdamW(a.parameters(), lr=1e-3, overlap=True, bucket_mb=0.1)
+    ob = optim.AdamW(b.parameters(), lr=1e-3)
+    started = []
+    for step in range(1, 21):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad(set_to_none=False)
+            for micro in (0, 1):
+                x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
+                ctx = o.no_sync() if micro == 0 else contextlib.nullcontext()
+                with ctx:
+                    torch.nn.functional.cross_entropy(m(x), y).backward()
+            if o is oa:
+                started.append(len(oa._launched))
+            o.step()
+    diff = max_over_ranks(c, param_diff(a, b))
+    all_started = started[1:] == [len(oa._units)] * (len(started) - 1)
+    # bit for bit where the sums over the ranks cannot change order with the buckets
+    tol = 0.0 if c["P"] <= 2 else DROP_IN_DRIFT
+    ok = diff <= tol and all_started and len(oa._units) > 1
+    return ("PASS" if ok else "FAIL"), (
+        "overlapped vs plain after 20 steps of 2 micro-batches: largest difference %.2e; "
+        "%d buckets, all started in the backward pass after the first step: %s"
+        % (diff, len(oa._units), all_started))
+
+
+def optim_refusals(c):
+    """What is refused, and how: differentiable=True; at P > 1 a parameter
+    with a gradient on one rank only, and state_dict() on rank 0 alone while
+    the others step (the rank-0-only checkpoint idiom): each a CocoError
+    naming the ranks, on every rank, before any GPU collective."""
+    torch, ct, rank, P = c["torch"], c["ct"], c["rank"], c["P"]
+    from coconet.torch import optim
+    got = []
+    try:
+        optim.AdamW(model(torch, torch.float32).parameters(), differentiable=True)
+    except ct.CocoError as e:
+        got.append("differentiable=True is refused" in str(e))
+    if P > 1:
+        a = model(torch, torch.float32)
+        opt = optim.AdamW(a.parameters())
+        a[2].weight.requires_grad_(rank == 0)
+        x, y = batch(torch, rank, 1, torch.float32)
+        torch.nn.functional.cross_entropy(a(x), y).backward()
+        try:
+            opt.step()
+        except ct.CocoError as e:
+            got.append("has a gradient on ranks 0 and None on ranks 1" in str(e))
+        a[2].weight.requires_grad_(True)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(a(x), y).backward()
+        try:
+            opt.state_dict() if rank == 0 else opt.step()
+        except ct.CocoError as e:
+            got.append("state_dict() on ranks 0; step() on ranks 1" in str(e))
+    want = 1 if P == 1 else 3
+    ok = got == [True] * want
+    return ("PASS" if ok else "FAIL"), "%d of %d refusals with the expected message" % (
+        sum(got), want)
+
+
+def optim_broadcast(c):
+    """Rank 0's parameters on every rank after the optimizer's construction,
+    and its buffers after coconet.torch.broadcast_module (as DDP's)."""
+    torch, ct, rank = c["torch"], c["ct"], c["rank"]
+    from coconet.torch import optim
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).cuda()
+    with torch.no_grad():
+        for t in list(m.parameters()) + [m[1].running_mean]:
+            t.fill_(float(rank))  # each rank its own values
+    optim.AdamW(m.parameters())
+    params = max(float(p.detach().abs().max()) for p in m.parameters())
+    ct.broadcast_module(m)
+    buffers = float(m[1].running_mean.abs().max())
+    worst = max_over_ranks(c, max(params, buffers))
+    return ("PASS" if worst == 0.0 else "FAIL"), (
+        "after construction and broadcast_module every rank holds rank 0's values: %s "
+        "(largest value %.1f)" % (worst == 0.0, worst))
+
+
+def arena_bytes(c):
+    ct = c["ct"]
+    got = ct.arena_bytes()
+    ok = got["size"] > 0 and 0 < got["used"] <= got["size"]
+    return ("PASS" if ok else "FAIL"), "coconet.torch.arena_bytes(): %r" % got
 
 
 # ---- the row-parallel layer ----
@@ -561,6 +1063,55 @@ def rowparallel(c):
     detail += "; FP16 paper vs matmul+all_reduce %.1e; dropout: kept %.3f, out %.1e, grad x %.1e" \
         % (e16, frac, ed, egx)
     return ("PASS" if ok else "FAIL"), detail
+
+
+# ---- coconet.torch.tp ----
+
+def tp_layers(c, t, full):
+    torch, rank, P = c["torch"], c["rank"], c["P"]
+    import tp_cases
+    dtype = {"FP32": torch.float32, "BF16": torch.bfloat16, "FP16": torch.float16}[t]
+    setup = tp_cases.Setup("cuda", dtype, TOL[t], dims=(8, 4, 256, 512))
+    errs = tp_cases.every_layer(rank, P, setup, full)
+    worst = max_over_ranks(c, max(e for _, e in errs))
+    return "PASS", "%d checks, largest relative error %.1e (tolerance %.0e): %s" % (
+        len(errs), worst, TOL[t], ", ".join("%s %.1e" % kv for kv in errs))
+
+
+def _time_ms(torch, step, n=20):
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        step()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def tp_time(c):
+    torch, P = c["torch"], c["P"]
+    if P != 1:
+        return "SKIP", "timed at P = 1 only (the base of the multi-GPU figures)"
+    from coconet.torch import tp
+    H, T, bf = 768, 8192, torch.bfloat16
+    col = tp.ColumnParallelLinear(H, 4 * H, dtype=bf)
+    row = tp.RowParallelLinear(4 * H, H, dtype=bf)
+    ref = torch.nn.Sequential(torch.nn.Linear(H, 4 * H), torch.nn.GELU("tanh"),
+                              torch.nn.Linear(4 * H, H)).to("cuda", bf)
+    x = torch.randn(T, H, device="cuda", dtype=bf, requires_grad=True)
+    gy = torch.randn(T, H, device="cuda", dtype=bf)
+
+    def coco():
+        row(torch.nn.functional.gelu(col(x), approximate="tanh")).backward(gy)
+    compiled = torch.compile(ref)
+    times = {"coconet": _time_ms(torch, coco),
+             "torch eager": _time_ms(torch, lambda: ref(x).backward(gy)),
+             "torch.compile": _time_ms(torch, lambda: compiled(x).backward(gy))}
+    return "PASS", "MLP %d -> %d -> %d over %d tokens, BF16, forward + backward: %s" % (
+        H, 4 * H, H, T, ", ".join("%s %.3f ms" % kv for kv in times.items()))
 
 
 # ---- CUDA graphs ----

@@ -6,7 +6,9 @@ for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb
          tests/gpu/arith.coco tests/gpu/transformer_ops.coco tests/oracle/programs/ragged.coco \
          tests/gpu/rows_ln.coco tests/gpu/rows_rms.coco tests/gpu/rows_softmax.coco \
          tests/gpu/rows_bwd.coco tests/gpu/rows_bwd16.coco \
-         tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco tests/gpu/rows_overlap.coco; do
+         tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco tests/gpu/rows_overlap.coco \
+         tests/gpu/optim_adamw_step.coco tests/gpu/optim_adam_all.coco tests/gpu/optim_lamb_step.coco \
+         tests/gpu/optim_lamb_tensor.coco tests/oracle/programs/members.coco; do
     name=$(basename "$f" .coco)
     dir=$TMP/gen/$name
     coco gen "$f" -o "$dir" --all-schedules

@@ -6,8 +6,8 @@ root, MatMul and Conv2D in each allowed layout and in every type, casts,
 Slice, Dropout of a Sliced value, Norm and ReduceTensor along a dimension,
 every comparison and Ite in every type, groups with Send/Recv offsets that
 wrap around, reductions that keep their dimension, Exp, Log, Erf, Abs, Max
-and Min (LayerNorm, softmax, GELU, SiLU), a LayerNorm's backward, and
-Transpose. Each function is written
+and Min (LayerNorm, softmax, GELU, SiLU), a LayerNorm's backward,
+Transpose, and Norm per member of a scattered tensor. Each function is written
 from its .coco text with the building blocks of check.py (C below), which
 states the language's rounding rules. Outputs must agree exactly.
 """
@@ -329,5 +329,55 @@ def oracles(C):
         tols = {n: {r: 2.0 ** -19 * m + 1e-30 for r, m in v.items()} for n, v in mags.items()}
         return plain, tols
 
+    # ---- members.coco ----
+    def members(c):
+        P, cuts = c.P, [0, 5, 6, 18, 25]
+        p, h = c.replicated("p"), c.replicated("h")
+        g = [c.rank_data("g", r) for r in range(P)]
+
+        def squares(x):
+            """Each member's sum of squares in double, in index order."""
+            out = []
+            for a, b in zip(cuts, cuts[1:]):
+                acc = float(x[a]) * float(x[a])
+                for v in x[a + 1:b]:
+                    acc += float(v) * float(v)
+                out.append(acc)
+            return out
+
+        def spread(sums, rnd):
+            y = np.empty(cuts[-1])
+            for (a, b), s in zip(zip(cuts, cuts[1:]), sums):
+                y[a:b] = np.sqrt(s)
+            return rnd(y)
+
+        def sliced_sums(x):
+            """Each rank folds the part of every member its block holds; the
+            ranks' folds are added in rank order, from 0."""
+            sums = [0.0] * (len(cuts) - 1)
+            parts = per_rank_sliced(x, 0, P)
+            lo = 0
+            for r in range(P):
+                part = parts[r]
+                for m, (a, b) in enumerate(zip(cuts, cuts[1:])):
+                    i, j = max(a, lo), min(b, lo + len(part))
+                    if i < j:
+                        acc = float(part[i - lo]) ** 2
+                        for v in part[i - lo + 1:j - lo]:
+                            acc += float(v) * float(v)
+                        sums[m] += acc
+                lo += len(part)
+            return sums
+
+        s = r32(rbf(C.fold(g)) * p)
+        np1, ns = spread(squares(p), r32), spread(squares(s), r32)
+        out = {"np1": c.everywhere(np1), "nh": c.everywhere(spread(squares(r16(h * 2)), r16)),
+               "ng": {r: spread(squares(g[r]), rbf) for r in range(P)},
+               "ns": c.everywhere(ns),
+               "nsl": per_rank_sliced(spread(sliced_sums(r32(p * 3)), r32), 0, P),
+               "ratio": c.everywhere(r32(np1 / r32(ns + 1)))}
+        return out, None
+
     return {"collectives": collectives, "compare": compare, "layers": layers, "pointwise": pointwise, "groups": groups,
-            "ragged": ragged, "rows": rows, "transpose": transpose, "layernorm": layernorm}
+            "ragged": ragged, "rows": rows, "transpose": transpose, "layernorm": layernorm,
+            "members": members}

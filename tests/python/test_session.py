@@ -343,3 +343,22 @@ def test_row_parallel_program(tmp_path, schedule):
     out = run.run_cpu(dict(x=[x[..., i * k:(i + 1) * k] for i in range(P)],
                            w=[w[i * k:(i + 1) * k] for i in range(P)], b=b, r=r))
     assert np.allclose(out["out"], x.astype(np.float64) @ w + b + r, rtol=1e-5, atol=1e-5)
+
+
+def test_scalars_rounded_to_their_type():
+    """A Scalar reaches the generated code as its type holds it, as the CPU
+    reference and the command line give it (Adam's beta2 = 0.999 in FP32)"""
+    import struct
+    assert S.round_scalar(0.999, "FP32") == struct.unpack("<f", struct.pack("<f", 0.999))[0]
+    assert S.round_scalar(0.999, "FP32") != 0.999
+    assert S.round_scalar(0.1, "FP16") == float(np.float16(0.1))
+    assert S.round_scalar(1e6, "FP16") == float("inf")
+    assert S.round_scalar(1 + 2 ** -8, "BF16") == 1.0  # a tie: to even
+    assert S.round_scalar(1 + 3 * 2 ** -8, "BF16") == 1 + 2 ** -6
+    assert S.round_scalar(1 + 2 ** -8 + 2 ** -40, "BF16") == 1 + 2 ** -7  # not rounded twice
+    assert S.round_scalar(2.0 ** -133, "BF16") == 2.0 ** -133  # the least subnormal
+    assert S.round_scalar(3.4e38, "BF16") == float("inf")
+    assert S.round_scalar(1e-3, "FP64") == 1e-3
+    prog = coconet.load(os.path.join(ROOT, "examples", "adam.coco"), ranks=1)
+    spec = S.VariantSpec(prog, "program", 0)
+    assert {s.name: s.type for s in spec.inputs if s.kind == "scalar"} == {"lr": "FP32", "t": "FP32"}

@@ -9,7 +9,10 @@
 
 One session per process group (rank 0's NCCL unique id broadcast with
 torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
-arena, a symmetric NCCL window from which ct.empty hands out tensors. A
+arena, a symmetric NCCL window from which ct.empty hands out tensors
+(ct.arena_bytes() reports its size and use: a device allocation that
+torch.cuda.memory_allocated does not count). ct.broadcast_module(model)
+gives every rank rank 0's parameters and buffers, as DDP does at its start. A
 compiled callable takes tensors by name, checks each one's element type,
 shape (as this rank holds it), device and contiguity (an error names the
 tensor, what was expected and what was given), enqueues the variant on
@@ -71,7 +74,8 @@ from . import ops as _ops
 from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
 
 __all__ = ["CocoError", "Stalled", "Compiled", "Bound", "compile", "empty", "zeros",
-           "to_arena", "in_arena", "session", "is_open", "synchronize"]
+           "to_arena", "in_arena", "session", "is_open", "synchronize", "arena_bytes",
+           "broadcast_module"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
@@ -150,6 +154,29 @@ def synchronize(group=None):
         g.session.wait(torch.cuda.current_stream(g.device).cuda_stream)
     except CocoError as e:
         raise Stalled("coconet.torch: %s (COCONET_TIMEOUT=%g s)" % (e, g.timeout_s)) from None
+
+
+def arena_bytes(group=None):
+    """The arena of this process group's session, in bytes on this rank's
+    GPU: {"size": reserved at the session's start (a device allocation of
+    its own, which torch.cuda.memory_allocated does not count), "used":
+    handed out to tensors so far}. Add "size" to torch's figures to count a
+    run's GPU memory."""
+    _, size, used = session(group).session.arena()
+    return {"size": int(size), "used": int(used)}
+
+
+def broadcast_module(module, group=None):
+    """Rank 0's parameters and buffers (BatchNorm's statistics) on every
+    rank of the group, in place, as DDP does at its construction; call it
+    once, on every rank, before training (coconet.torch.optim broadcasts the
+    parameters it trains by itself, but not the buffers)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src=src, group=group)
 
 
 # ---- tensors in the arena ----
@@ -314,7 +341,7 @@ class Compiled:
                             % (spec.name, self.variant, self.group.rank,
                                "a tensor on %s" % value.device
                                if isinstance(value, torch.Tensor) else type(value).__name__))
-        c.scalars[i] = float(value)
+        c.scalars[i] = S.round_scalar(value, spec.type)  # as the program's type holds it
 
     def _set(self, c, i, spec, value):
         """Input i's value into call c's arrays, checked."""
@@ -544,3 +571,6 @@ def compile(path, schedule="program", sizes=None, group=None, seed=0, nccl_path=
     such tensors: the collective then takes its NCCL path, and every rank
     must pass its tensors alike."""
     return Compiled(path, schedule, sizes, group, seed, nccl_path=nccl_path)
+
+
+from ._step import GradScaler, clip_grad_norm_  # noqa: E402 - they use the names above

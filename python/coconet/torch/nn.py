@@ -1,6 +1,9 @@
 """coconet.torch.nn: Megatron-LM's row-parallel linear layer with its bias,
 dropout and residual, out = dropout(x @ W + b) + r, as one coconet program
-(coconet.programs.row_parallel, examples/self_attention.coco's layer).
+(coconet.programs.row_parallel, examples/self_attention.coco's layer), for
+inference. For training, coconet.torch.tp has Megatron's column- and
+row-parallel layers (its weight layouts; sequence parallelism; the norm
+after the projection fused) with both passes coconet programs.
 
 Each rank holds a slice of the input along its last dimension (x: [B, S,
 K/P]) and the matching rows of the weight (weight: [K/P, H]); the partial

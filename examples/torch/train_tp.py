@@ -1,0 +1,185 @@
+"""train_tp.py: tensor-parallel training of gpt2.py's GPT-2-style model
+(gpt_tp.py) on the generated corpus, every rank of the group on the same
+micro-batch, with torch.optim.AdamW on each rank's parameters:
+
+  --impl coconet    coconet.torch.tp's layers (forward and backward as
+                    coconet programs)
+  --impl torch-tp   Megatron-style layers in torch.distributed collectives
+  --impl torch      the plain model (gpt2.GPT), the same on every rank
+  --sp              sequence parallelism (coconet and torch-tp)
+  --fused-norm      (coconet) each row-parallel projection with the LayerNorm
+                    after it, in one fused collective (RowParallelLinearNorm)
+
+    torchrun --nproc_per_node=P examples/torch/train_tp.py --impl coconet [--sp]
+        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--small]
+        [--lr 1e-4] [--warmup 20] [--words 2048] [--csv FILE.csv]
+    torchrun --nproc_per_node=P examples/torch/train_tp.py --check [--sp] [--impl ...]
+
+Prints each step's loss and time. --check trains the plain model and the
+tensor-parallel one side by side from the same weights on the same batches,
+in FP32 with TF32 off (lr 5e-5, batch 4 unless given), and fails unless
+their losses stay within --rtol (1e-3) relative at every step. The same
+seeds give every run the same initial weights and batches."""
+import argparse
+import copy
+import csv
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("COCONET_LIB", os.path.join(ROOT, "build", "libcoconet.so"))
+os.environ.setdefault("COCONET_HOME", ROOT)
+
+import gpt2  # noqa: E402
+import gpt_tp  # noqa: E402
+
+
+def setup():
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    P = dist.get_world_size() if dist.is_initialized() else 1
+    return rank, P
+
+
+def plain_model(args):
+    torch.manual_seed(args.seed)
+    cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
+    if args.small:
+        cfg.update(width=256, layers=4, heads=4)
+    return gpt2.GPT(**cfg).cuda(), cfg["heads"]
+
+
+def parallel(plain, heads, args):
+    if args.impl == "torch":
+        return plain
+    return gpt_tp.TPGPT(plain, heads, impl=args.impl, sequence_parallel=args.sp,
+                        fused_norm=args.fused_norm)
+
+
+def optimizer(model, args):
+    return torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, args.beta2),
+                             weight_decay=args.wd, foreach=False)
+
+
+def step(model, opt, x, y, args, amp, lr):
+    """One training step; the loss (a float: each rank computes the same)."""
+    for pg in opt.param_groups:
+        pg["lr"] = lr
+    opt.zero_grad()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    gpt_tp.sync_sequence_parallel_grads(model)
+    opt.step()
+    return float(loss.detach())
+
+
+def train(args):
+    rank, P = setup()
+    plain, heads = plain_model(args)
+    twin = copy.deepcopy(plain) if args.check else None
+    model = parallel(plain, heads, args)
+    opt = optimizer(model, args)
+    ref_opt = optimizer(twin, args) if twin is not None else None
+    vocab = plain.wte.weight.shape[0]
+    data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
+    amp = args.amp == "bf16" and not args.check
+    if not amp:  # FP32 throughout: no TF32 rounding of the MatMuls' inputs
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    if rank == 0:
+        print("impl %s%s%s, P = %d, micro-batch %d x %d tokens, %s%s"
+              % (args.impl, " + sequence parallelism" if args.sp else "",
+                 " + fused norms" if args.fused_norm else "", P, args.batch,
+                 args.seq, "bf16 autocast" if amp else "fp32, no TF32",
+                 "; checked against the plain model" if args.check else ""), flush=True)
+    rows, worst = [], 0.0
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    for s in range(1, args.steps + 1):
+        x, y = gpt2.batches(data, args.batch, args.seq, 0, 1, s)  # the same on every rank
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        lr = args.lr * min(1.0, s / args.warmup) if args.warmup > 0 else args.lr
+        ev[0].record()
+        loss = step(model, opt, x, y, args, amp, lr)
+        ev[1].record()
+        ev[1].synchronize()
+        ms = ev[0].elapsed_time(ev[1])
+        ref = step(twin, ref_opt, x, y, args, amp, lr) if twin is not None else None
+        rel = abs(loss - ref) / abs(ref) if ref is not None else None
+        worst = max(worst, rel or 0.0)
+        rows.append((s, loss, ms, ref))
+        if rank == 0 and (s <= 5 or s % args.every == 0 or s == args.steps):
+            print("step %4d  loss %.6f  step %.2f ms%s" % (
+                s, loss, ms, "" if ref is None else "  plain %.6f  rel %.1e" % (ref, rel)),
+                flush=True)
+    return report(args, rank, rows, worst)
+
+
+def report(args, rank, rows, worst):
+    ok = True
+    if rank == 0:
+        tail = rows[len(rows) // 4:] or rows
+        print("median step over steps %d..%d: %.2f ms; peak memory %.2f GiB"
+              % (tail[0][0], tail[-1][0], sorted(r[2] for r in tail)[len(tail) // 2],
+                 torch.cuda.max_memory_allocated() / 2 ** 30), flush=True)
+        if args.check:
+            ok = worst <= args.rtol
+            print("check: largest relative difference from the plain model %.2e over %d "
+                  "steps: %s" % (worst, len(rows), "PASS" if ok else "FAIL"), flush=True)
+        if args.csv:
+            with open(args.csv, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["step", "loss", "step_ms", "plain_loss"])
+                w.writerows(rows)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--impl", default="coconet", choices=["coconet", "torch-tp", "torch"])
+    ap.add_argument("--sp", action="store_true", help="sequence parallelism")
+    ap.add_argument("--fused-norm", action="store_true",
+                    help="row-parallel projections fused with the LayerNorm after them")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--amp", default="bf16", choices=["bf16", "none"])
+    ap.add_argument("--tokens", type=int, default=1 << 21, help="corpus size")
+    ap.add_argument("--words", type=int, default=2048)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--every", type=int, default=10, help="print every this many steps")
+    ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model")
+    ap.add_argument("--csv", help="CSV of step, loss, step_ms, plain_loss (rank 0)")
+    args = ap.parse_args()
+    if args.batch is None:
+        args.batch = 4 if args.check else 8
+    if args.lr is None:
+        args.lr = 5e-5 if args.check else 1e-4
+    if args.sp and args.impl == "torch":
+        ap.error("--sp needs --impl coconet or torch-tp")
+    if args.fused_norm and args.impl != "coconet":
+        ap.error("--fused-norm needs --impl coconet")
+    sys.exit(train(args))
+
+
+if __name__ == "__main__":
+    main()

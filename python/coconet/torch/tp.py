@@ -1,0 +1,491 @@
+"""coconet.torch.tp: Megatron-LM's tensor- and sequence-parallel layers for
+training, each an autograd.Function whose forward and backward are coconet
+programs (coconet.tp_programs), compiled through coconet.torch.compile and
+its cache at the first call and bound to each call's token count with no
+new build (Compiled.at).
+
+    ColumnParallelLinear(in, out, bias=True, gather_output=False,
+                         sequence_parallel=False)        weight [out/P, in]
+    RowParallelLinear(in, out, bias=True, input_is_parallel=True,
+                      sequence_parallel=False)           weight [out, in/P]
+    RowParallelLinearNorm(in, out, norm="layernorm", p_drop=0.1, eps=1e-5,
+                          sequence_parallel=False)
+
+Activations are [..., features], tokens in the leading dimensions; with
+sequence parallelism each rank holds its part of the first dimension
+(Megatron's [s/P, b, h]): ColumnParallelLinear gathers it (AllGather
+overlapped with the MatMul) and keeps the gathered input for dW (no second
+AllGather); its backward reduce-scatters dX overlapped with dX's MatMul.
+RowParallelLinear ends with a ReduceScatter (sequence parallelism) or an
+AllReduce (the bias inside the fused collective), its backward gathers the
+output gradient overlapped with dX's MatMul. RowParallelLinearNorm is a
+row-parallel projection followed by bias + dropout + residual and LayerNorm
+or RMSNorm: forward(x, residual) -> (norm output, residual stream z), both
+whole on every rank; with sequence_parallel the norm runs on each rank's
+tokens inside one fused ReduceScatter-norm-AllGather collective, overlapped
+with the projection, and its backward likewise. Its backward takes the
+output's gradient whole on every rank (as the next ColumnParallelLinear
+gives it, reduced) and hands rank 0's to the program's reduction (the
+others give zeros), so the sum is exact at any P.
+
+Types: the parameters' dtype, or autocast's (FP16 or BF16) when autocast is
+on for the device: inputs and parameters are cast to it, gradients flow
+back to the parameters' own dtype. Dropout follows Megatron's RNG tracker
+rules (coconet.tp_layout's documentation): one seed per call, drawn from
+torch's default generator and kept for the backward; the same mask on every
+rank where the activation is whole, a different one where it is sliced; a
+recomputation under torch.utils.checkpoint (reentrant or not) restores the
+generator and so draws the same mask.
+
+Parameters carry Megatron's attributes (tensor_model_parallel,
+partition_dim, partition_stride, sequence_parallel). A whole parameter's
+gradient is whole on every rank, with sequence parallelism too (the
+programs reduce over every token), so sequence_parallel is False on each:
+unlike Megatron's biases and norms applied on each rank's tokens, they need
+no all-reduce of their gradients. from_megatron / to_megatron move weights in and out
+of Megatron checkpoints saved at any tensor-parallel size. At P > 1 the
+tensors a fused collective reads in the peers' memory are copied into this
+layer's buffers in the arena when they lie outside it."""
+import math
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
+from .. import programs
+from .. import tp_layout as L
+from .. import tp_programs
+
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "RowParallelLinearNorm"]
+
+_compiled = {}  # (program text, schedule, group) -> the Compiled, shared by every layer
+
+
+def _program(text, name, schedule, sizes, group):
+    """The compiled program of `text` (built once, bound to sizes per call)."""
+    key = (text, schedule, id(group) if group is not None else None)
+    c = _compiled.get(key)
+    if c is None:
+        path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
+        c = _compiled[key] = _compile(path, schedule=schedule, sizes=sizes, group=group)
+    return c.at(sizes)
+
+
+def _draw_seed():
+    """A call's Dropout seed from torch's default (CPU) generator."""
+    return L.seed_from_draw(int(torch.randint(0, 1 << L.SEED_BITS, (1,)).item()))
+
+
+def _compute_dtype(t):
+    """Autocast's type for t's device when it is on, else t's own."""
+    dev = t.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return t.dtype
+
+
+def _type_name(dtype):
+    name = TYPE_NAMES.get(dtype)
+    if name not in programs.TYPES:
+        raise CocoError("coconet.torch.tp: dtype %s: expected float16, bfloat16 or float32"
+                        % dtype)
+    return name
+
+
+class _Layer(torch.nn.Module):
+    """What the layers share: the group, the programs and their calls."""
+    kind = None
+
+    def __init__(self, sequence_parallel, group, schedule):
+        super().__init__()
+        self.sess = session(group)
+        self.group, self.sequence_parallel = group, bool(sequence_parallel)
+        self.schedule = schedule  # None: each program's default (tp_layout)
+        self._stage = {}  # input name -> an arena buffer (P > 1, tensors outside it)
+
+    @property
+    def rank(self):
+        return self.sess.rank
+
+    @property
+    def ranks(self):
+        return self.sess.nranks
+
+    def _fn(self, direction, text, tokens):
+        """The program `text` bound to `tokens` tokens, under this layer's
+        schedule (None: the default for its kind and direction)."""
+        sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
+        L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
+        name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel, text,
+                                          self.schedule)
+        return _program(text, name, schedule, sizes, self.group)
+
+    def _staged(self, fn, args):
+        """args with the tensors a one-kernel collective reads in the peers'
+        memory copied into the arena, where they lie outside it (P > 1)."""
+        window = getattr(fn, "_window", None)
+        if self.ranks == 1 or not window or not window[0] or fn._nccl_path:
+            return args
+        args = dict(args)
+        for i in window[0]:
+            name = fn.spec.inputs[i].name
+            t = args[name]
+            if in_arena(t, self.group):
+                continue
+            buf = self._stage.get(name)
+            if buf is None or buf.numel() < t.numel() or buf.dtype != t.dtype:
+                buf = self._stage[name] = empty([t.numel()], t.dtype, self.group)
+            args[name] = buf[:t.numel()].view(t.shape).copy_(t)
+        return args
+
+    def _run(self, fn, args, seed=None):
+        """Runs fn on args; its outputs by name, copied out of the call's
+        buffers (reused by its next call)."""
+        res = fn(self._staged(fn, args), seed=seed)
+        if not isinstance(res, dict):
+            res = {fn.spec.outputs[0].name: res}
+        return {k: v.clone() for k, v in res.items()}
+
+    def _mark(self, p, dim):
+        """Megatron's attributes on a parameter."""
+        p.tensor_model_parallel = dim is not None
+        p.partition_dim = dim if dim is not None else -1
+        p.partition_stride = 1
+        p.sequence_parallel = False  # a whole parameter's gradient is whole: no all-reduce
+        return p
+
+    def _param(self, whole, kind, name):
+        """This rank's part of a whole parameter, as a Parameter."""
+        part = L.shard(whole, kind, name, self.rank, self.ranks)
+        p = torch.nn.Parameter(part.to(self.sess.device).contiguous())
+        return self._mark(p, L.partition_dim(kind, name))
+
+    def _gather_parts(self, t):
+        """Every rank's t (a list in rank order; collective)."""
+        if self.ranks == 1:
+            return [t.detach()]
+        parts = [torch.empty_like(t) for _ in range(self.ranks)]
+        dist.all_gather(parts, t.detach().contiguous(), group=self.group)
+        return parts
+
+
+def _linear_init(in_features, out_features, bias, dtype):
+    """nn.Linear's initialisation of the whole weight and bias, drawn from
+    torch's default generator: the same on every rank, whatever P."""
+    w = torch.empty(out_features, in_features, dtype=torch.float32)
+    torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+    b = None
+    if bias:
+        bound = 1 / math.sqrt(in_features)
+        b = torch.empty(out_features, dtype=torch.float32).uniform_(-bound, bound)
+    return w.to(dtype), (b.to(dtype) if b is not None else None)
+
+
+class _LinearLayer(_Layer):
+    """ColumnParallelLinear's and RowParallelLinear's parameters, weights
+    in and out of Megatron's checkpoints."""
+
+    def __init__(self, in_features, out_features, bias, sequence_parallel, group, schedule,
+                 dtype, init):
+        super().__init__(sequence_parallel, group, schedule)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        _type_name(dtype)
+        w, b = init if init is not None else _linear_init(in_features, out_features, bias,
+                                                          dtype)
+        self.weight = self._param(w.to(dtype), self.kind, "weight")
+        self.bias = self._param(b.to(dtype), self.kind, "bias") if bias else None
+
+    @classmethod
+    def from_full(cls, weight, bias=None, **kw):
+        """A layer holding this rank's part of the whole `weight` ([out,
+        in], nn.Linear's) and `bias` (the same on every rank)."""
+        kw.setdefault("dtype", weight.dtype)
+        return cls(weight.shape[1], weight.shape[0], bias=bias is not None,
+                   init=(weight.detach().cpu(), None if bias is None else bias.detach().cpu()),
+                   **kw)
+
+    @classmethod
+    def from_megatron(cls, state_dicts, **kw):
+        """A layer from Megatron's state dicts of the layer, one a
+        tensor-parallel rank (saved at any size), in rank order."""
+        ws = [sd["weight"].detach().cpu() for sd in state_dicts]
+        bs = [sd.get("bias") for sd in state_dicts]
+        w = L.join(ws, cls.kind, "weight", torch.cat)
+        b = None if bs[0] is None else L.join([x.detach().cpu() for x in bs], cls.kind, "bias",
+                                              torch.cat)
+        return cls.from_full(w, b, **kw)
+
+    def to_megatron(self, ranks=None):
+        """This layer's weights as Megatron saves them at tensor-parallel
+        size `ranks` (default: this group's): a list of state dicts, one a
+        rank (collective: every rank of the group calls it)."""
+        ranks = ranks or self.ranks
+        out = [dict() for _ in range(ranks)]
+        for name in ("weight", "bias"):
+            p = getattr(self, name)
+            if p is None:
+                continue
+            parts = [t.cpu() for t in self._gather_parts(p)]
+            for sd, t in zip(out, L.to_megatron(parts, self.kind, name, ranks, torch.cat)):
+                sd[name] = t.clone()
+        return out
+
+    def _cast(self, x):
+        """x, weight and bias in the call's type (autocast's, if on)."""
+        dt = _compute_dtype(x)
+        _type_name(dt)
+        b = self.bias.to(dt) if self.bias is not None else None
+        return x.to(dt), self.weight.to(dt), b
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s, sequence_parallel=%s, ranks=%d" % (
+            self.in_features, self.out_features, self.bias is not None, self.sequence_parallel,
+            self.ranks)
+
+
+# ---- ColumnParallelLinear ----
+
+class _Column(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, w, b, layer):
+        text = tp_programs.column_parallel("forward", _type_name(x2.dtype),
+                                           layer.sequence_parallel, b is not None)
+        tokens = x2.shape[0] * (layer.ranks if layer.sequence_parallel else 1)
+        args = {"x": x2, "w": w}
+        if b is not None:
+            args["b"] = b
+        out = layer._run(layer._fn("forward", text, tokens), args)
+        g = out.get("g", x2)
+        ctx.save_for_backward(g, w)
+        ctx.layer, ctx.has_bias = layer, b is not None
+        return out["y"]
+
+    @staticmethod
+    def backward(ctx, dy):
+        g, w = ctx.saved_tensors
+        layer = ctx.layer
+        text = tp_programs.column_parallel("backward", _type_name(w.dtype),
+                                           layer.sequence_parallel, ctx.has_bias)
+        out = layer._run(layer._fn("backward", text, g.shape[0]),
+                         {"dy": dy.to(w.dtype).contiguous(), "g": g, "w": w})
+        return out["dx"], out["dw"], out.get("db"), None
+
+
+class _GatherLast(torch.autograd.Function):
+    """Every rank's slice joined along the last dimension; backward: this
+    rank's slice of the gradient (Megatron's gather_from_tensor_model_parallel_region)."""
+
+    @staticmethod
+    def forward(ctx, y, layer):
+        ctx.layer = layer
+        return torch.cat(layer._gather_parts(y), dim=-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        layer = ctx.layer
+        return L.cut(g, g.dim() - 1, layer.rank, layer.ranks).contiguous(), None
+
+
+class ColumnParallelLinear(_LinearLayer):
+    """y = x W^T + b with W's rows (the output features) sliced over the
+    ranks: weight [out/P, in], bias [out/P]; the output is this rank's
+    features (gather_output: all of them). See the module's documentation."""
+    kind = "column"
+
+    def __init__(self, in_features, out_features, bias=True, gather_output=False,
+                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
+                 init=None):
+        if gather_output and sequence_parallel:
+            raise CocoError("ColumnParallelLinear: gather_output and sequence_parallel "
+                            "exclude each other (as in Megatron)")
+        super().__init__(in_features, out_features, bias, sequence_parallel, group, schedule,
+                         dtype, init)
+        self.gather_output = bool(gather_output)
+
+    def forward(self, x):
+        if x.shape[-1] != self.in_features:
+            raise CocoError("ColumnParallelLinear: input of %d features; expected %d"
+                            % (x.shape[-1], self.in_features))
+        x, w, b = self._cast(x)
+        lead = list(x.shape[:-1])
+        y = _Column.apply(x.reshape(-1, self.in_features).contiguous(), w, b, self)
+        if self.sequence_parallel:
+            lead[0] *= self.ranks
+        y = y.view(lead + [y.shape[-1]])
+        return _GatherLast.apply(y, self) if self.gather_output else y
+
+
+# ---- RowParallelLinear ----
+
+class _Row(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, w, b, layer):
+        text = tp_programs.row_parallel("forward", _type_name(x2.dtype),
+                                        layer.sequence_parallel, b is not None)
+        args = {"x": x2, "w": w}
+        if b is not None:
+            args["b"] = b
+        out = layer._run(layer._fn("forward", text, x2.shape[0]), args)
+        ctx.save_for_backward(x2, w)
+        ctx.layer, ctx.has_bias = layer, b is not None
+        return out["y"]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w = ctx.saved_tensors
+        layer = ctx.layer
+        text = tp_programs.row_parallel("backward", _type_name(w.dtype),
+                                        layer.sequence_parallel, ctx.has_bias)
+        out = layer._run(layer._fn("backward", text, x2.shape[0]),
+                         {"dy": dy.to(w.dtype).contiguous(), "x": x2, "w": w})
+        return out["dx"], out["dw"], out.get("db"), None
+
+
+class _ScatterLast(torch.autograd.Function):
+    """This rank's slice of the last dimension; backward: every rank's
+    gradient joined (Megatron's scatter_to_tensor_model_parallel_region)."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        return L.cut(x, x.dim() - 1, layer.rank, layer.ranks).contiguous()
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.cat(ctx.layer._gather_parts(g.contiguous()), dim=-1), None
+
+
+class RowParallelLinear(_LinearLayer):
+    """y = x W^T + b with W's columns (the input features) sliced over the
+    ranks: weight [out, in/P], bias [out] whole on every rank; the input is
+    this rank's features (input_is_parallel=False: all of them, sliced
+    here); the output is whole, or this rank's tokens (the first dimension
+    sliced) with sequence parallelism. See the module's documentation."""
+    kind = "row"
+
+    def __init__(self, in_features, out_features, bias=True, input_is_parallel=True,
+                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
+                 init=None):
+        if sequence_parallel and not input_is_parallel:
+            raise CocoError("RowParallelLinear: sequence_parallel needs input_is_parallel "
+                            "(as in Megatron)")
+        super().__init__(in_features, out_features, bias, sequence_parallel, group, schedule,
+                         dtype, init)
+        self.input_is_parallel = bool(input_is_parallel)
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = _ScatterLast.apply(x, self)
+        k = self.in_features // self.ranks
+        if x.shape[-1] != k:
+            raise CocoError("RowParallelLinear: input of %d features on this rank; expected "
+                            "%d (%d over %d ranks)" % (x.shape[-1], k, self.in_features,
+                                                       self.ranks))
+        x, w, b = self._cast(x)
+        lead = list(x.shape[:-1])
+        if self.sequence_parallel:
+            if lead[0] % self.ranks:
+                raise CocoError("RowParallelLinear: with sequence parallelism the first "
+                                "dimension (%d) must be a multiple of the %d ranks"
+                                % (lead[0], self.ranks))
+            lead[0] //= self.ranks
+        y = _Row.apply(x.reshape(-1, k).contiguous(), w, b, self)
+        return y.view(lead + [self.out_features])
+
+
+# ---- RowParallelLinear + bias + dropout + residual + LayerNorm / RMSNorm ----
+
+class _Norm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, w, b, r2, gamma, beta, layer, p_drop):
+        dtype = _type_name(x2.dtype)
+        text = layer._text("forward", dtype, p_drop)
+        seed = _draw_seed() if p_drop > 0 else None
+        args = {"x": x2, "w": w, "b": b, "r": r2, "gamma": gamma, "hn": float(layer.out_features)}
+        if beta is not None:
+            args["beta"] = beta
+        out = layer._run(layer._fn("forward", text, x2.shape[0]), args, seed=seed)
+        ctx.save_for_backward(x2, w, out["z"], gamma)
+        ctx.layer, ctx.p_drop, ctx.seed, ctx.has_beta = layer, p_drop, seed, beta is not None
+        return out["out"], out["z"]
+
+    @staticmethod
+    def backward(ctx, dout, dz):
+        x2, w, z, gamma = ctx.saved_tensors
+        layer = ctx.layer
+        text = layer._text("backward", _type_name(w.dtype), ctx.p_drop)
+        dout = torch.zeros_like(z) if dout is None else dout.to(z.dtype).contiguous()
+        dz = torch.zeros_like(z) if dz is None else dz.to(z.dtype).contiguous()
+        dop = dout if layer.rank == 0 else torch.zeros_like(dout)  # the program sums them
+        args = {"dop": dop, "dz": dz, "z": z, "gamma": gamma, "x": x2, "w": w,
+                "hn": float(layer.out_features)}
+        out = layer._run(layer._fn("backward", text, x2.shape[0]), args, seed=ctx.seed)
+        return (out["dx"], out["dw"], out["db"], out["dr"], out["dgamma"], out.get("dbeta"),
+                None, None)
+
+
+class RowParallelLinearNorm(_Layer):
+    """norm(dropout(x W^T + b) + residual) and the residual stream z =
+    dropout(x W^T + b) + residual: a RowParallelLinear (weight [out, in/P],
+    bias [out]) with its bias, dropout, residual and LayerNorm or RMSNorm
+    (weight, and bias for LayerNorm: [out]) in its collective.
+    forward(x, residual) -> (out, z), both whole on every rank. See the
+    module's documentation."""
+    kind = "norm"
+
+    def __init__(self, in_features, out_features, norm="layernorm", p_drop=0.1, eps=1e-5,
+                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
+                 init=None):
+        super().__init__(sequence_parallel, group, schedule)
+        if norm not in tp_programs.NORMS:
+            raise CocoError("RowParallelLinearNorm: norm '%s': expected 'layernorm' or "
+                            "'rmsnorm'" % norm)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.norm, self.p_drop, self.eps = norm, float(p_drop), float(eps)
+        _type_name(dtype)
+        w, b = init if init is not None else _linear_init(in_features, out_features, True, dtype)
+        self.weight = self._param(w.to(dtype), "row", "weight")
+        self.bias = self._param(b.to(dtype), "row", "bias")
+        self.norm_weight = self._param(torch.ones(out_features, dtype=dtype), "row", "bias")
+        self.norm_bias = (self._param(torch.zeros(out_features, dtype=dtype), "row", "bias")
+                          if norm == "layernorm" else None)
+
+    @classmethod
+    def from_full(cls, weight, bias, norm_weight, norm_bias=None, **kw):
+        """A layer holding this rank's part of the whole projection `weight`
+        ([out, in]) and `bias`, and the norm's weight and bias ([out])."""
+        kw.setdefault("dtype", weight.dtype)
+        layer = cls(weight.shape[1], weight.shape[0], init=(weight.detach().cpu(),
+                                                            bias.detach().cpu()), **kw)
+        with torch.no_grad():
+            layer.norm_weight.copy_(norm_weight)
+            if layer.norm_bias is not None:
+                layer.norm_bias.copy_(norm_bias)
+        return layer
+
+    def _text(self, direction, dtype, p_drop):
+        return tp_programs.norm_after_row_parallel(direction, dtype, self.norm, p_drop,
+                                                   self.eps)
+
+    def forward(self, x, residual):
+        k = self.in_features // self.ranks
+        if x.shape[-1] != k or residual.shape[-1] != self.out_features:
+            raise CocoError("RowParallelLinearNorm: x of %d features on this rank (expected "
+                            "%d) and a residual of %d (expected %d)"
+                            % (x.shape[-1], k, residual.shape[-1], self.out_features))
+        dt = _compute_dtype(x)
+        _type_name(dt)
+        lead = list(x.shape[:-1])
+        p = self.p_drop if self.training else 0.0
+        beta = self.norm_bias.to(dt) if self.norm_bias is not None else None
+        out, z = _Norm.apply(x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt),
+                             self.bias.to(dt),
+                             residual.to(dt).reshape(-1, self.out_features).contiguous(),
+                             self.norm_weight.to(dt), beta, self, p)
+        shape = lead + [self.out_features]
+        return out.view(shape), z.view(shape)
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, norm=%s, p_drop=%g, sequence_parallel=%s" % (
+            self.in_features, self.out_features, self.norm, self.p_drop, self.sequence_parallel)

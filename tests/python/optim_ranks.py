@@ -1,0 +1,141 @@
+"""optim_ranks.py: one rank of coconet.torch.optim on the CPU stand-ins
+(optim_standins.py), joined to the others by gloo; run by
+test_optim_torch.py as P processes:
+
+    python3 optim_ranks.py SCENARIO RANK P DIR
+
+Writes DIR/result.RANK: "OK" and a detail, or "ERROR" and the message of
+the exception the scenario raised (some scenarios expect one)."""
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import optim_standins as T  # noqa: E402
+from coconet.torch import optim  # noqa: E402
+
+
+def reference_step(ref, ropt, m, step, rank, P):
+    """DDP's mean of the ranks' gradients, then torch's AdamW."""
+    ropt.zero_grad()
+    T.loss_of(m, step, rank).backward()
+    for p in m.parameters():
+        dist.all_reduce(p.grad)
+        p.grad.div_(P)
+    ropt.step()
+
+
+def train(rank, P, d):
+    """Against DDP-style averaging + torch.optim.AdamW; state[p] as this rank
+    holds it; state_dict and consolidate_state_dict against torch's; a
+    sharded checkpoint for other world sizes to load."""
+    a = T.model()
+    b = T.twin(a)
+    opt = optim.AdamW(T.groups(a), lr=1e-2)
+    ropt = torch.optim.AdamW(T.groups(b), lr=1e-2, foreach=False)
+    for step in range(1, 5):
+        opt.zero_grad()
+        T.loss_of(a, step, rank).backward()
+        opt.step()
+        reference_step(b, ropt, b, step, rank, P)
+    T.close(a, b)
+    w = a[0].weight
+    s = opt.state[w]
+    lo, hi = s["local_range"]
+    assert torch.equal(s["exp_avg_local"], opt.state_dict()["state"][0]["exp_avg"].reshape(-1)[lo:hi])
+    sd, rsd = opt.state_dict(), ropt.state_dict()
+    for i in rsd["state"]:
+        assert torch.allclose(sd["state"][i]["exp_avg"], rsd["state"][i]["exp_avg"], rtol=1e-5,
+                              atol=1e-7)
+    opt.consolidate_state_dict(to=0)
+    if rank == 0:
+        cd = opt.state_dict()
+        assert all(torch.equal(cd["state"][i]["exp_avg_sq"], sd["state"][i]["exp_avg_sq"])
+                   for i in sd["state"])
+        torch.save(sd, os.path.join(d, "full.pt"))
+    import torch.distributed.checkpoint as dcp
+    dcp.save(opt.sharded_state_dict(), checkpoint_id=os.path.join(d, "ck"))
+    return "local range %d..%d of %d" % (lo, hi, w.numel())
+
+
+def load(rank, P, d):
+    """A sharded checkpoint saved at another world size, against its full
+    state_dict; then a step, the same on every rank."""
+    a = T.model()
+    opt = optim.AdamW(T.groups(a), lr=5.0)
+    opt.load_sharded_state_dict(os.path.join(d, "ck"))
+    sd = opt.state_dict()
+    full = torch.load(os.path.join(d, "full.pt"))
+    for i in full["state"]:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(sd["state"][i][k], full["state"][i][k]), (i, k)
+    assert opt.param_groups[0]["lr"] == 1e-2
+    return "%d parameters' state equal" % len(full["state"])
+
+
+def overlap(rank, P, d):
+    """The overlapped mode with two micro-batches a step against the plain
+    mode, bit for bit."""
+    a = T.model()
+    b = T.twin(a)
+    oa = optim.AdamW(a.parameters(), lr=1e-2, overlap=True, bucket_mb=300 / 2 ** 20)
+    ob = optim.AdamW(b.parameters(), lr=1e-2)
+    for step in range(1, 5):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad(set_to_none=False)
+            with o.no_sync():
+                T.loss_of(m, step, rank).backward()
+            T.loss_of(m, step + 50, rank).backward()
+            o.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    return "%d buckets" % len(oa._units)
+
+
+def disagree(rank, P, d):
+    a = T.model()
+    opt = optim.AdamW(a.parameters())
+    T.train(a, opt, 1, rank=rank)
+    a[2].weight.requires_grad_(rank == 0)
+    T.train(a, opt, 1, rank=rank)
+
+
+def rank0_only(rank, P, d):
+    a = T.model()
+    opt = optim.AdamW(a.parameters())
+    T.train(a, opt, 1, rank=rank)
+    if rank == 0:
+        opt.state_dict()
+    T.train(a, opt, 1, rank=rank, first=2)
+
+
+def rank0_alone(rank, P, d):
+    a = T.model()
+    opt = optim.AdamW(a.parameters())
+    T.train(a, opt, 1, rank=rank)
+    if rank == 0:
+        opt.state_dict()
+    else:
+        time.sleep(2 * float(os.environ["COCONET_OPTIM_TIMEOUT"]))
+
+
+def main():
+    scenario, rank, P, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdzv-" + scenario),
+                            rank=rank, world_size=P)
+    T.install(setattr)
+    try:
+        out = "OK " + str(globals()[scenario](rank, P, d))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out = "ERROR %s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())
+    with open(os.path.join(d, "result.%d" % rank), "w") as f:
+        f.write(out)
+    os._exit(0)  # a scenario that refused may leave a collective pending
+
+
+if __name__ == "__main__":
+    main()

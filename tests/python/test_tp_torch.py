@@ -1,0 +1,151 @@
+"""coconet.torch.tp's layers on the CPU (the stand-ins of tp_standins.py run
+each compiled program on the reference executor): forward and backward
+against torch on whole tensors at P = 1 here, at P = 2 and 4 as gloo
+processes (tp_ranks.py); one build per program over token counts; Dropout
+reproduced under activation checkpointing; autocast; Megatron checkpoints
+in and out. Skipped without torch."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tp_cases as C  # noqa: E402
+import tp_standins as T  # noqa: E402
+from coconet.torch import CocoError  # noqa: E402
+from coconet.torch import tp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def standins(monkeypatch, tmp_path):
+    monkeypatch.setenv("COCONET_CACHE", str(tmp_path / "cache"))
+    return T.install(monkeypatch.setattr)
+
+
+def test_every_layer_at_one_rank():
+    assert len(C.every_layer(0, 1)) == 18
+
+
+@pytest.mark.parametrize("impl", ["coconet", "torch-tp"])
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_tp_at_one_rank(impl, sp):
+    """examples/torch/gpt_tp.py against the plain model it is made from"""
+    assert C.gpt(0, 1, impl, sp) <= 1e-5
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_tp_fused_norm_at_one_rank(sp):
+    assert C.gpt(0, 1, "coconet", sp, fused_norm=True) <= 1e-5
+
+
+def test_one_build_per_program_over_token_counts():
+    layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
+    for s in (4, 8, 12):
+        layer(torch.randn(s, 2, C.CPU.IN, requires_grad=True)).sum().backward()
+    assert len(T.Compiled.built) == 2  # the forward and the backward, each once
+    assert {sch for _, sch in T.Compiled.built} == {"ol"}
+    assert len(tp._compiled) == 2
+
+
+def _norm_grads(layer, x, r, checkpoint=None):
+    torch.manual_seed(5)
+    xl, rl = x.clone().requires_grad_(), r.clone().requires_grad_()
+
+    def f(a, b):
+        out, z = layer(a, b)
+        return (out * out).sum() + z.sum()
+    loss = f(xl, rl) if checkpoint is None else \
+        torch.utils.checkpoint.checkpoint(f, xl, rl, use_reentrant=checkpoint)
+    loss.backward()
+    return [xl.grad, rl.grad, layer.weight.grad.clone()]
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_dropout_reproduced_under_checkpointing(reentrant):
+    layer = tp.RowParallelLinearNorm(C.CPU.OUT, C.CPU.IN, p_drop=0.5, sequence_parallel=True)
+    x, r = torch.randn(4, 2, C.CPU.OUT), torch.randn(4, 2, C.CPU.IN)
+    want = _norm_grads(layer, x, r)
+    layer.zero_grad()
+    got = _norm_grads(layer, x, r, checkpoint=reentrant)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    torch.manual_seed(6)  # another seed: another mask
+    other = layer(x, r)[1]
+    torch.manual_seed(5)
+    assert not torch.equal(other, layer(x, r)[1])
+
+
+def test_eval_has_no_dropout():
+    layer = tp.RowParallelLinearNorm(C.CPU.OUT, C.CPU.IN, p_drop=0.5).eval()
+    x, r = torch.randn(4, 2, C.CPU.OUT), torch.randn(4, 2, C.CPU.IN)
+    torch.manual_seed(1)
+    a = layer(x, r)[1]
+    torch.manual_seed(2)
+    assert torch.equal(a, layer(x, r)[1])
+
+
+def test_autocast_bf16():
+    layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT)
+    x = torch.randn(4, 2, C.CPU.IN, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+    want = x.detach() @ layer.weight.detach().T + layer.bias.detach()
+    assert torch.allclose(y.float(), want, rtol=3e-2, atol=3e-2)
+    assert torch.allclose(x.grad, layer.weight.detach().sum(0).expand_as(x), rtol=3e-2, atol=3e-2)
+
+
+def test_megatron_attributes_and_round_trip():
+    layer = tp.RowParallelLinear(C.CPU.OUT, C.CPU.IN, sequence_parallel=True)
+    assert layer.weight.tensor_model_parallel and layer.weight.partition_dim == 1
+    assert not layer.bias.tensor_model_parallel and not layer.bias.sequence_parallel
+    back = tp.RowParallelLinear.from_megatron(layer.to_megatron(), sequence_parallel=True)
+    assert torch.equal(back.weight, layer.weight) and torch.equal(back.bias, layer.bias)
+
+
+def test_argument_errors():
+    with pytest.raises(CocoError, match="gather_output and sequence_parallel"):
+        tp.ColumnParallelLinear(8, 16, gather_output=True, sequence_parallel=True)
+    with pytest.raises(CocoError, match="sequence_parallel needs input_is_parallel"):
+        tp.RowParallelLinear(16, 8, input_is_parallel=False, sequence_parallel=True)
+    with pytest.raises(CocoError, match="input of 7 features; expected 8"):
+        tp.ColumnParallelLinear(8, 16)(torch.randn(2, 7))
+    with pytest.raises(CocoError, match="dtype torch.float64"):
+        tp.ColumnParallelLinear(8, 16, dtype=torch.float64)
+    with pytest.raises(CocoError, match="norm 'batchnorm'"):
+        tp.RowParallelLinearNorm(16, 8, norm="batchnorm")
+
+
+# ---- several ranks: processes joined by gloo (tp_ranks.py) ----
+
+def ranks(scenario, P, d):
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, os.path.join(here, "tp_ranks.py"), scenario,
+                               str(r), str(P), str(d)]) for r in range(P)]
+    for p in procs:
+        p.wait(timeout=300)
+    out = []
+    for r in range(P):
+        with open(os.path.join(d, "result.%d" % r)) as f:
+            out.append(f.read())
+    return out
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_every_layer_at_several_ranks(tmp_path, P):
+    got = ranks("layers", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_gpt_tp_at_several_ranks(tmp_path, P):
+    got = ranks("gpt", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def test_megatron_checkpoints_at_two_ranks(tmp_path):
+    got = ranks("megatron", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got

@@ -1,0 +1,68 @@
+"""tp_ranks.py: one rank of coconet.torch.tp's layers on the CPU stand-ins
+(tp_standins.py), joined to the others by gloo; run by test_tp_torch.py as
+P processes:
+
+    python3 tp_ranks.py SCENARIO RANK P DIR
+
+Writes DIR/result.RANK: "OK" and a detail, or "ERROR" and the message."""
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tp_cases as C  # noqa: E402
+import tp_standins as T  # noqa: E402
+from coconet import tp_layout as L  # noqa: E402
+from coconet.torch import tp  # noqa: E402
+
+
+def layers(rank, P, d):
+    return "; ".join("%s %.1e" % kv for kv in C.every_layer(rank, P))
+
+
+def gpt(rank, P, d):
+    out = ["%s sp=%d %.1e" % (impl, sp, C.gpt(rank, P, impl, sp))
+           for impl in ("coconet", "torch-tp") for sp in (False, True)]
+    out += ["fused_norm sp=%d %.1e" % (sp, C.gpt(rank, P, "coconet", sp, fused_norm=True))
+            for sp in (False, True)]
+    return "; ".join(out)
+
+
+def megatron(rank, P, d):
+    """to_megatron at other sizes, and from_megatron of those at this one,
+    give back this rank's parts."""
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(C.CPU.OUT, C.CPU.IN, generator=g), torch.randn(C.CPU.OUT, generator=g)
+    layer = tp.ColumnParallelLinear.from_full(w, b, sequence_parallel=True)
+    for saved in (1, 2, 4):
+        sds = layer.to_megatron(saved)
+        assert len(sds) == saved and sds[0]["weight"].shape[0] == C.CPU.OUT // saved
+        back = tp.ColumnParallelLinear.from_megatron(sds, sequence_parallel=True)
+        assert torch.equal(back.weight, layer.weight) and torch.equal(back.bias, layer.bias)
+    r = tp.RowParallelLinear.from_full(w.T.contiguous(), b[:C.CPU.IN])
+    sds = r.to_megatron(2)
+    assert torch.equal(sds[1]["weight"], L.cut(torch.cat([s["weight"] for s in sds], 1), 1, 1, 2))
+    back = tp.RowParallelLinear.from_megatron(sds)
+    assert torch.equal(back.weight, r.weight) and torch.equal(back.bias, r.bias)
+    return "column and row through Megatron's layout at 1, 2 and 4 ranks"
+
+
+def main():
+    scenario, rank, P, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdzv-" + scenario),
+                            rank=rank, world_size=P)
+    T.install(setattr)
+    try:
+        out = "OK " + str(globals()[scenario](rank, P, d))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out = "ERROR %s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())
+    with open(os.path.join(d, "result.%d" % rank), "w") as f:
+        f.write(out)
+    os._exit(0)  # a failed scenario may leave a collective pending
+
+
+if __name__ == "__main__":
+    main()
