@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import coconet
 from coconet import _session as S
-from coconet.torch import optim
+from coconet.torch import _optim_params, _optim_step, _optim_units
 
 
 class _Arena:
@@ -115,11 +115,12 @@ def install(setattr_):
     """The stand-ins in place of the session, arena, compiler and CUDA
     streams (setattr_: pytest's monkeypatch.setattr, or setattr)."""
     sess = Sess()
-    setattr_(optim, "session", lambda group=None, arena_bytes=None: sess)
-    setattr_(optim, "is_open", lambda group=None: True)
-    setattr_(optim, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
-    setattr_(optim, "_compile", Compiled)
-    setattr_(optim, "_prebuild", lambda paths, schedule, nranks, nccl_home: None)
+    setattr_(_optim_params, "session", lambda group=None, arena_bytes=None: sess)
+    setattr_(_optim_params, "is_open", lambda group=None: True)
+    for module in (_optim_params, _optim_units, _optim_step):
+        setattr_(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
+    setattr_(_optim_units, "_compile", Compiled)
+    setattr_(_optim_units, "_prebuild", lambda paths, schedule, nranks, nccl_home: None)
     setattr_(torch.cuda, "Stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "current_stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "stream", lambda s: contextlib.nullcontext())

@@ -76,11 +76,13 @@ class FakeFn:
 
 @pytest.fixture
 def cpu_session(monkeypatch, tmp_path):
-    monkeypatch.setattr(optim, "session", lambda group=None, arena_bytes=None: FakeSession())
-    monkeypatch.setattr(optim, "is_open", lambda group=None: True)
-    monkeypatch.setattr(optim, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
-    monkeypatch.setattr(optim, "_compile", FakeFn)
-    monkeypatch.setattr(optim, "_cache_dir", lambda: str(tmp_path))
+    from coconet.torch import _optim_params, _optim_step, _optim_units
+    monkeypatch.setattr(_optim_params, "session", lambda group=None, arena_bytes=None: FakeSession())
+    monkeypatch.setattr(_optim_params, "is_open", lambda group=None: True)
+    for module in (_optim_params, _optim_units, _optim_step):
+        monkeypatch.setattr(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
+    monkeypatch.setattr(_optim_units, "_compile", FakeFn)
+    monkeypatch.setattr(_optim_units, "_cache_dir", lambda: str(tmp_path))
     import coconet.torch._step as step
     monkeypatch.setattr(step, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
 
