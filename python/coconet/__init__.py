@@ -14,7 +14,9 @@ data `coconet run` draws. Errors from the C library are raised as
 CocoError, with the file, line, column and message."""
 import collections
 import ctypes
+import os
 import re
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -61,7 +63,8 @@ def _define(name, value):
     return ("%s=%s" % (name, repr(value) if isinstance(value, float) else value)).encode()
 
 
-def load(path, sizes=None, ranks=4, group_size=0):
+def load(path: Union[str, "os.PathLike[str]"], sizes: Optional[Mapping[str, Union[int, float]]] = None,
+         ranks: int = 4, group_size: int = 0) -> "Program":
     """Parses, binds and checks the program in `path`: sizes and scalars by
     name (as `-D NAME=VALUE`), `ranks` simulated ranks, GROUP's size (0: as
     the file says). Raises CocoError when the program is refused."""
@@ -88,29 +91,29 @@ class Program:
             self._h = None
 
     @property
-    def name(self):
+    def name(self) -> str:
         return lib.coco_program_name(self._h).decode()
 
     @property
-    def ranks(self):
+    def ranks(self) -> int:
         return lib.coco_num_ranks(self._h)
 
     @property
-    def inputs(self):
+    def inputs(self) -> List[str]:
         return [lib.coco_input_name(self._h, i).decode() for i in range(lib.coco_num_inputs(self._h))]
 
     @property
-    def outputs(self):
+    def outputs(self) -> List[str]:
         return [lib.coco_output_name(self._h, i).decode()
                 for i in range(lib.coco_num_outputs(self._h))]
 
     @property
-    def schedules(self):
+    def schedules(self) -> List[str]:
         """The names of the schedules: written in the file, added, enumerated."""
         return [lib.coco_schedule_name(self._h, i).decode()
                 for i in range(lib.coco_num_schedules(self._h))]
 
-    def schedule_notes(self):
+    def schedule_notes(self) -> Dict[str, Optional[str]]:
         """Schedule name -> its name in the paper's notation (None: written by hand)."""
         out = {}
         for i in range(lib.coco_num_schedules(self._h)):
@@ -118,18 +121,18 @@ class Program:
             out[lib.coco_schedule_name(self._h, i).decode()] = note.decode() if note else None
         return out
 
-    def add_schedules(self, path):
+    def add_schedules(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Adds the Schedule blocks of a file."""
         err = _err_buf()
         if lib.coco_add_schedules(self._h, str(path).encode(), err, _ERRLEN):
             _raise(err, "%s: schedules could not be added" % path)
 
-    def enumerate_schedules(self):
+    def enumerate_schedules(self) -> List[str]:
         """Adds every distinct valid schedule; returns their names."""
         lib.coco_enumerate_schedules(self._h)
         return self.schedules
 
-    def schedule(self, name):
+    def schedule(self, name: str) -> "Program":
         """The program under schedule `name`, a new Program."""
         err = _err_buf()
         handle = lib.coco_schedule(self._h, name.encode(), err, _ERRLEN)
@@ -142,7 +145,9 @@ class Program:
         """A schedule's outputs go by its program's names (by position)."""
         return self._parent.outputs if self._parent else self.outputs
 
-    def run_cpu(self, inputs=None, seed=1, threads=0, with_inputs=False):
+    def run_cpu(self, inputs: Optional[Mapping[str, Any]] = None, seed: int = 1, threads: int = 0,
+                with_inputs: bool = False
+                ) -> Union[Dict[str, Any], Tuple[Dict[str, Any], Dict[str, Any]]]:
         """Runs on the CPU reference executor. Returns {output: value} (a
         schedule's outputs named as its program's); with with_inputs, also
         {input: value after the run} (Updated tensors' new values). See the
@@ -172,7 +177,7 @@ class Program:
         finally:
             lib.coco_run_free(run)
 
-    def tensor_info(self, name, rank=0):
+    def tensor_info(self, name: str, rank: int = 0) -> TensorInfo:
         """A named value's element type, layout and shapes (global, and as
         `rank` holds it)."""
         t = CocoTensor()

@@ -27,6 +27,8 @@ residual (examples/self_attention.coco with separate input and output
 widths): out = Dropout(AllReduce(x @ w) + b, p) + r, x sliced along its last
 dimension, w along its rows; `paper` is ol(MM,fuse(RS-C-AG)), and
 `fused` fuse(RS-C-AG) without the overlap (for CUDA graphs)."""
+from typing import Any, Dict, List, Mapping, Sequence
+
 
 TYPES = ("FP16", "BF16", "FP32")
 
@@ -67,7 +69,7 @@ def _variant(kind, options):
     return o
 
 
-def step_inputs(kind, dtype="FP32", **options):
+def step_inputs(kind: str, dtype: str = "FP32", **options: Any) -> Dict[str, List[str]]:
     """What a step of optimizer(kind, counts, dtype, **options) takes and
     gives, by name: `device`, the 0-dimensional FP32 tensors read from
     device memory (lr when capturable, the step count t when capturable or
@@ -89,7 +91,8 @@ def step_inputs(kind, dtype="FP32", **options):
                 outputs=outputs)
 
 
-def step_variant(kind, group, decay="decoupled", amp=False):
+def step_variant(kind: str, group: Mapping[str, Any], decay: str = "decoupled",
+                 amp: bool = False) -> Dict[str, Any]:
     """The options of optimizer() for a parameter group's step, from its
     settings as torch names them (a dict: amsgrad, maximize, capturable,
     max_grad_norm; for lamb trust: "tensor", a ratio per parameter tensor
@@ -193,7 +196,7 @@ def _defined(lines):
     return [ln.split()[1] for ln in lines if ln.startswith("Var ")]
 
 
-def optimizer(kind, counts, dtype="FP32", **options):
+def optimizer(kind: str, counts: Sequence[int], dtype: str = "FP32", **options: Any) -> str:
     """The program text: kind "adam" or "lamb", counts the element count of
     each parameter tensor, dtype the type of the model's parameters and
     gradients. The options (VARIANT, all off by default) choose a variant:
@@ -265,7 +268,7 @@ def _paper(o, mixed, comps, outputs):
             "}", ""]
 
 
-def row_parallel(dtype="FP16", p_drop=0.1, residual=True):
+def row_parallel(dtype: str = "FP16", p_drop: float = 0.1, residual: bool = True) -> str:
     """The program text, with sizes B, S (tokens: B*S rows), K (the input's
     width, sliced over the ranks) and H (the output's width), bound at load."""
     if dtype not in TYPES:
@@ -302,7 +305,7 @@ def row_parallel(dtype="FP16", p_drop=0.1, residual=True):
     return "\n".join(text)
 
 
-def write(text, name, directory):
+def write(text: str, name: str, directory: str) -> str:
     """Writes text to directory/NAME-HASH.coco (once) and returns the path."""
     import hashlib
     import os

@@ -71,7 +71,8 @@ def _layer(what, direction, dtype, sp, bias, forward, backward):
     return "\n".join(_head(what, name) + body(name, dtype, sp, bias)) + "\n"
 
 
-def column_parallel(direction, dtype="FP16", sequence_parallel=True, bias=True):
+def column_parallel(direction: str, dtype: str = "FP16", sequence_parallel: bool = True,
+                    bias: bool = True) -> str:
     """Megatron's ColumnParallelLinear, forward or backward (module doc)."""
     return _layer("column_parallel", direction, dtype, sequence_parallel, bias,
                   _column_forward, _column_backward)
@@ -118,7 +119,8 @@ def _column_backward(name, dtype, sp, bias):
     return text
 
 
-def row_parallel(direction, dtype="FP16", sequence_parallel=True, bias=True):
+def row_parallel(direction: str, dtype: str = "FP16", sequence_parallel: bool = True,
+                 bias: bool = True) -> str:
     """Megatron's RowParallelLinear, forward or backward (module doc)."""
     return _layer("row_parallel", direction, dtype, sequence_parallel, bias,
                   _row_forward, _row_backward)
@@ -173,7 +175,8 @@ def _row_backward(name, dtype, sp, bias):
     return text
 
 
-def norm_after_row_parallel(direction, dtype="BF16", norm="layernorm", p_drop=0.1, eps=1e-5):
+def norm_after_row_parallel(direction: str, dtype: str = "BF16", norm: str = "layernorm",
+                            p_drop: float = 0.1, eps: float = 1e-5) -> str:
     """The row-parallel projection, bias, Dropout, residual and the norm over
     H, forward or backward (module doc). The norm computes in FP32."""
     _check(dtype, direction, p_drop)
