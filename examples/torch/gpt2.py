@@ -14,10 +14,15 @@ successors, so a model has something to learn and the loss falls well below
 ln(vocab): over 2048 words (train_dp.py's default) within a few hundred
 steps, where the loss keeps falling and runs stay comparable; over the
 whole vocabulary it lingers near ln(vocab), where Adam's updates of tiny,
-noisy gradients turn last-bit differences into different runs."""
+noisy gradients turn last-bit differences into different runs.
+
+setup(): this process's GPU and, under torchrun, its NCCL process group;
+returns (rank, P)."""
 import math
+import os
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -95,3 +100,14 @@ def batches(data, batch, ctx, rank, nranks, step):
     starts = torch.randint(0, len(data) - ctx - 1, (batch,), generator=g)
     w = torch.stack([data[s:s + ctx + 1] for s in starts.tolist()])
     return w[:, :-1], w[:, 1:]
+
+
+def setup():
+    """This process's GPU (LOCAL_RANK) and, under torchrun, its NCCL group"""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    P = dist.get_world_size() if dist.is_initialized() else 1
+    return rank, P

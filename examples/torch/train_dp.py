@@ -84,16 +84,6 @@ class TorchLAMB(torch.optim.Optimizer):
                 p.sub_(pg["lr"] * ratio * u)
 
 
-def setup():
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    if "WORLD_SIZE" in os.environ:
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    P = dist.get_world_size() if dist.is_initialized() else 1
-    return rank, P
-
-
 def build(args, P):
     torch.manual_seed(args.seed)
     cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
@@ -160,7 +150,7 @@ def micro_batches(args, batches, net, opt, vocab, amp):
 
 
 def train(args):
-    rank, P = setup()
+    rank, P = gpt2.setup()
     model, net, opt = build(args, P)
     vocab = model.wte.weight.shape[0]
     data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
@@ -219,7 +209,7 @@ def train(args):
 def max_batch(args):
     """The largest micro-batch (doubling, then bisecting) whose training step
     fits in the GPU's memory with this optimizer; a step of each."""
-    rank, P = setup()
+    rank, P = gpt2.setup()
     model, net, opt = build(args, P)
     vocab = model.wte.weight.shape[0]
     data = gpt2.corpus(max(args.tokens, 64 * args.seq), vocab, seed=args.seed,

@@ -41,16 +41,6 @@ import gpt2  # noqa: E402
 import gpt_tp  # noqa: E402
 
 
-def setup():
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    if "WORLD_SIZE" in os.environ:
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    P = dist.get_world_size() if dist.is_initialized() else 1
-    return rank, P
-
-
 def plain_model(args):
     torch.manual_seed(args.seed)
     cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
@@ -86,7 +76,7 @@ def step(model, opt, x, y, args, amp, lr):
 
 
 def train(args):
-    rank, P = setup()
+    rank, P = gpt2.setup()
     plain, heads = plain_model(args)
     twin = copy.deepcopy(plain) if args.check else None
     model = parallel(plain, heads, args)

@@ -1,5 +1,5 @@
 """optim_ranks.py: one rank of coconet.torch.optim on the CPU stand-ins
-(optim_standins.py), joined to the others by gloo; run by
+(optim_standins.py), joined to the others by gloo (gloo_ranks.py); run by
 test_optim_torch.py as P processes:
 
     python3 optim_ranks.py SCENARIO RANK P DIR
@@ -9,12 +9,12 @@ the exception the scenario raised (some scenarios expect one)."""
 import os
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gloo_ranks  # noqa: E402
 import optim_standins as T  # noqa: E402
 from coconet.torch import optim  # noqa: E402
 
@@ -123,19 +123,5 @@ def rank0_alone(rank, P, d):
         time.sleep(2 * float(os.environ["COCONET_OPTIM_TIMEOUT"]))
 
 
-def main():
-    scenario, rank, P, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdzv-" + scenario),
-                            rank=rank, world_size=P)
-    T.install(setattr)
-    try:
-        out = "OK " + str(globals()[scenario](rank, P, d))
-    except Exception as e:  # noqa: BLE001 - reported to the test
-        out = "ERROR %s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())
-    with open(os.path.join(d, "result.%d" % rank), "w") as f:
-        f.write(out)
-    os._exit(0)  # a scenario that refused may leave a collective pending
-
-
 if __name__ == "__main__":
-    main()
+    gloo_ranks.serve(globals(), T.install)

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 import coconet  # noqa: E402
 from coconet.torch import optim  # noqa: E402
 
+import gloo_ranks  # noqa: E402
 import optim_standins  # noqa: E402
 from optim_standins import model, twin, loss_of, train, close, groups  # noqa: E402
 
@@ -287,22 +288,8 @@ def test_lamb_takes_no_buckets():
 
 def ranks(scenario, P, d, timeout_s=None):
     """Runs optim_ranks.py's scenario at P ranks; each rank's result line."""
-    import subprocess
-    import sys
-    here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, COCONET_OPTIM_TIMEOUT=str(timeout_s or 60))
-    for f in os.listdir(d):
-        if f.startswith("result."):
-            os.remove(os.path.join(d, f))
-    procs = [subprocess.Popen([sys.executable, os.path.join(here, "optim_ranks.py"), scenario,
-                               str(r), str(P), str(d)], env=env) for r in range(P)]
-    for p in procs:
-        p.wait(timeout=300)
-    out = []
-    for r in range(P):
-        with open(os.path.join(d, "result.%d" % r)) as f:
-            out.append(f.read())
-    return out
+    return gloo_ranks.spawn("optim_ranks.py", scenario, P, d, env)
 
 
 def test_ranks_train_checkpoint_and_reshard(tmp_path):

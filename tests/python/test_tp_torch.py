@@ -4,14 +4,12 @@ against torch on whole tensors at P = 1 here, at P = 2 and 4 as gloo
 processes (tp_ranks.py); one build per program over token counts; Dropout
 reproduced under activation checkpointing; autocast; Megatron checkpoints
 in and out. Skipped without torch."""
-import os
-import subprocess
-import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import gloo_ranks  # noqa: E402
 import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet.torch import CocoError  # noqa: E402
@@ -122,16 +120,8 @@ def test_argument_errors():
 # ---- several ranks: processes joined by gloo (tp_ranks.py) ----
 
 def ranks(scenario, P, d):
-    here = os.path.dirname(os.path.abspath(__file__))
-    procs = [subprocess.Popen([sys.executable, os.path.join(here, "tp_ranks.py"), scenario,
-                               str(r), str(P), str(d)]) for r in range(P)]
-    for p in procs:
-        p.wait(timeout=300)
-    out = []
-    for r in range(P):
-        with open(os.path.join(d, "result.%d" % r)) as f:
-            out.append(f.read())
-    return out
+    """Runs tp_ranks.py's scenario at P ranks; each rank's result line."""
+    return gloo_ranks.spawn("tp_ranks.py", scenario, P, d)
 
 
 @pytest.mark.parametrize("P", [2, 4])

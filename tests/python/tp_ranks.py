@@ -1,5 +1,5 @@
 """tp_ranks.py: one rank of coconet.torch.tp's layers on the CPU stand-ins
-(tp_standins.py), joined to the others by gloo; run by test_tp_torch.py as
+(tp_standins.py), joined to the others by gloo (gloo_ranks.py); run by test_tp_torch.py as
 P processes:
 
     python3 tp_ranks.py SCENARIO RANK P DIR
@@ -7,12 +7,11 @@ P processes:
 Writes DIR/result.RANK: "OK" and a detail, or "ERROR" and the message."""
 import os
 import sys
-import traceback
 
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gloo_ranks  # noqa: E402
 import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet import tp_layout as L  # noqa: E402
@@ -50,19 +49,5 @@ def megatron(rank, P, d):
     return "column and row through Megatron's layout at 1, 2 and 4 ranks"
 
 
-def main():
-    scenario, rank, P, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdzv-" + scenario),
-                            rank=rank, world_size=P)
-    T.install(setattr)
-    try:
-        out = "OK " + str(globals()[scenario](rank, P, d))
-    except Exception as e:  # noqa: BLE001 - reported to the test
-        out = "ERROR %s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())
-    with open(os.path.join(d, "result.%d" % rank), "w") as f:
-        f.write(out)
-    os._exit(0)  # a failed scenario may leave a collective pending
-
-
 if __name__ == "__main__":
-    main()
+    gloo_ranks.serve(globals(), T.install)

@@ -244,32 +244,43 @@ class _LinearLayer(_Layer):
             self.ranks)
 
 
+# ---- the linear layers' passes ----
+
+def _linear_forward(ctx, write, x2, w, b, layer, tokens):
+    """A linear layer's forward program (write: tp_programs.column_parallel
+    or row_parallel) on this call's tokens; its outputs by name"""
+    text = write("forward", _type_name(x2.dtype), layer.sequence_parallel, b is not None)
+    args = {"x": x2, "w": w}
+    if b is not None:
+        args["b"] = b
+    ctx.layer, ctx.write, ctx.has_bias = layer, write, b is not None
+    return layer._run(layer._fn("forward", text, tokens), args)
+
+
+def _linear_backward(ctx, dy, kept):
+    """Its backward program: dx, dw, db from dy, the input the forward kept
+    (named `kept` in the program) and w"""
+    x, w = ctx.saved_tensors
+    layer = ctx.layer
+    text = ctx.write("backward", _type_name(w.dtype), layer.sequence_parallel, ctx.has_bias)
+    out = layer._run(layer._fn("backward", text, x.shape[0]),
+                     {"dy": dy.to(w.dtype).contiguous(), kept: x, "w": w})
+    return out["dx"], out["dw"], out.get("db"), None
+
+
 # ---- ColumnParallelLinear ----
 
 class _Column(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2, w, b, layer):
-        text = tp_programs.column_parallel("forward", _type_name(x2.dtype),
-                                           layer.sequence_parallel, b is not None)
         tokens = x2.shape[0] * (layer.ranks if layer.sequence_parallel else 1)
-        args = {"x": x2, "w": w}
-        if b is not None:
-            args["b"] = b
-        out = layer._run(layer._fn("forward", text, tokens), args)
-        g = out.get("g", x2)
-        ctx.save_for_backward(g, w)
-        ctx.layer, ctx.has_bias = layer, b is not None
+        out = _linear_forward(ctx, tp_programs.column_parallel, x2, w, b, layer, tokens)
+        ctx.save_for_backward(out.get("g", x2), w)  # dW reads the gathered input
         return out["y"]
 
     @staticmethod
     def backward(ctx, dy):
-        g, w = ctx.saved_tensors
-        layer = ctx.layer
-        text = tp_programs.column_parallel("backward", _type_name(w.dtype),
-                                           layer.sequence_parallel, ctx.has_bias)
-        out = layer._run(layer._fn("backward", text, g.shape[0]),
-                         {"dy": dy.to(w.dtype).contiguous(), "g": g, "w": w})
-        return out["dx"], out["dw"], out.get("db"), None
+        return _linear_backward(ctx, dy, "g")
 
 
 class _GatherLast(torch.autograd.Function):
@@ -321,25 +332,13 @@ class ColumnParallelLinear(_LinearLayer):
 class _Row(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2, w, b, layer):
-        text = tp_programs.row_parallel("forward", _type_name(x2.dtype),
-                                        layer.sequence_parallel, b is not None)
-        args = {"x": x2, "w": w}
-        if b is not None:
-            args["b"] = b
-        out = layer._run(layer._fn("forward", text, x2.shape[0]), args)
+        out = _linear_forward(ctx, tp_programs.row_parallel, x2, w, b, layer, x2.shape[0])
         ctx.save_for_backward(x2, w)
-        ctx.layer, ctx.has_bias = layer, b is not None
         return out["y"]
 
     @staticmethod
     def backward(ctx, dy):
-        x2, w = ctx.saved_tensors
-        layer = ctx.layer
-        text = tp_programs.row_parallel("backward", _type_name(w.dtype),
-                                        layer.sequence_parallel, ctx.has_bias)
-        out = layer._run(layer._fn("backward", text, x2.shape[0]),
-                         {"dy": dy.to(w.dtype).contiguous(), "x": x2, "w": w})
-        return out["dx"], out["dw"], out.get("db"), None
+        return _linear_backward(ctx, dy, "x")
 
 
 class _ScatterLast(torch.autograd.Function):
