@@ -102,6 +102,9 @@ const char *coco_output_name(const coco_program *p, int i);
  * their number (0: not scattered; -1: no input i) and, up to max of them,
  * each one's element count */
 int coco_input_is_scalar(const coco_program *p, int i);
+/* Execute input i a Scalar declared with a value (a constant: the generated
+ * code holds it): 1 and *value its value rounded to its type, else 0 */
+int coco_input_constant(const coco_program *p, int i, double *value);
 int coco_input_members(const coco_program *p, int i, long *count, int max);
 /* The ranks of each GROUP when the program uses GROUP (its communicator
  * over them is coco_cuda_ctx.group), else 0 */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXMODULES = 64, MAXGROUPS = 8 };
+enum { ARENA_ALIGN = 512, DEFAULT_ARENA = 1 << 30, MAXGROUPS = 8 };
 
 /* A variant's workspace for one list of sizes; nccl: sized for the NCCL
  * paths of its fused collectives too (a call with buffers outside the
@@ -40,8 +40,8 @@ typedef struct Entry {
 
 struct coco_session {
     CocoRt rt;              /* communicators, handles and knobs, as a launcher's rank */
-    void *so[MAXMODULES];
-    int nmodules;
+    void **so;              /* the generated objects loaded, in load order */
+    int nmodules, so_cap;
     char *arena;            /* base, size and bytes handed out */
     size_t arena_bytes, used;
     int nccl_mem;           /* the arena came from ncclMemAlloc */
@@ -210,8 +210,15 @@ static int open_devcomm(coco_session *s, void *so)
 int coco_session_load(coco_session *s, const char *so_path, char *err, size_t errlen)
 {
     set_err(s, err, errlen);
-    if (s->nmodules == MAXMODULES)
-        return rt_error(&s->rt, "more than %d generated objects loaded", MAXMODULES);
+    if (s->nmodules == s->so_cap) {
+        int cap = s->so_cap ? 2 * s->so_cap : 16;
+        void **grown = realloc(s->so, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return rt_error(&s->rt, "out of host memory for the %d-th generated object",
+                            s->nmodules + 1);
+        s->so = grown;
+        s->so_cap = cap;
+    }
     void *so = NULL;
     if (rt_load_so(&s->rt, so_path, &so) || open_devcomm(s, so)) {
         if (so)
@@ -495,6 +502,7 @@ void coco_session_close(coco_session *s, int abort)
     }
     for (int i = 0; i < s->nmodules; i++)
         dlclose(s->so[i]);
+    free(s->so);
     for (Entry *e = s->entries, *next; e; e = next) {
         next = e->next;
         for (Workspace *w = e->ws, *wn; w; w = wn) {

@@ -169,6 +169,15 @@ int coco_input_is_scalar(const coco_program *p, int i)
     return i >= 0 && i < p->nexec_in && p->node[p->exec_in[i]].op == O_SCALAR;
 }
 
+int coco_input_constant(const coco_program *p, int i, double *value)
+{
+    if (!coco_input_is_scalar(p, i) || !p->node[p->exec_in[i]].has_value)
+        return 0;
+    const Node *n = &p->node[p->exec_in[i]];
+    *value = type_round(n->type, n->value);
+    return 1;
+}
+
 int coco_input_members(const coco_program *p, int i, long *count, int max)
 {
     if (i < 0 || i >= p->nexec_in)
@@ -335,9 +344,17 @@ int coco_run_write(coco_run *r, const char *name, int rank, const double *data, 
                  rank, to ? have : 0L, count);
         return -1;
     }
-    Type t = node_of(p, id)->type;
+    const Node *n = node_of(p, id);
+    /* a Scalar with a value is a constant: the generated code holds it */
+    if (n->op == O_SCALAR && n->has_value && type_round(n->type, data[0]) != to[0]) {
+        snprintf(err, errlen,
+                 "scalar '%s' is the constant %.17g in program '%s', and %.17g was given: "
+                 "declare it without a value to make it an input",
+                 name, n->value, coco_program_name(p), data[0]);
+        return -1;
+    }
     for (long i = 0; i < count; i++)
-        to[i] = type_round(t, data[i]);
+        to[i] = type_round(n->type, data[i]);
     return 0;
 }
 

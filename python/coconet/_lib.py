@@ -82,6 +82,7 @@ def _declare(lib):
         "coco_run_execute": (I, [P, E, N]),
         "coco_run_free": (None, [P]),
         "coco_input_is_scalar": (I, [P, I]),
+        "coco_input_constant": (I, [P, I, ctypes.POINTER(ctypes.c_double)]),
         "coco_input_members": (I, [P, I, ctypes.POINTER(L), I]),
         "coco_num_sizes": (I, [P]),
         "coco_program_group_size": (I, [P]),

@@ -105,7 +105,10 @@ def build(program, schedule="program", cuda_source=None, nccl_home=None, timeout
 
 # ---- what one rank passes ----
 
-InputSpec = collections.namedtuple("InputSpec", "name kind type shape members")
+# constant: a Scalar declared with a value holds it (the generated code does),
+# else None
+InputSpec = collections.namedtuple("InputSpec", "name kind type shape members constant",
+                                   defaults=(None,))
 OutputSpec = collections.namedtuple("OutputSpec", "name type shape")
 
 _BF16_MAX = (2 - 2 ** -7) * 2.0 ** 127
@@ -165,7 +168,10 @@ class VariantSpec:
     def _input(prog, i, rank):
         name = lib.coco_input_name(prog._h, i).decode()
         if lib.coco_input_is_scalar(prog._h, i):
-            return InputSpec(name, "scalar", prog.tensor_info(name, rank).type, (), ())
+            value = ctypes.c_double()
+            constant = value.value if lib.coco_input_constant(prog._h, i, ctypes.byref(value)) \
+                else None
+            return InputSpec(name, "scalar", prog.tensor_info(name, rank).type, (), (), constant)
         info = prog.tensor_info(name, rank)
         counts = (ctypes.c_long * MAXMEMBERS)()
         n = lib.coco_input_members(prog._h, i, counts, MAXMEMBERS)

@@ -186,7 +186,7 @@ def norm_after_row_parallel(direction: str, dtype: str = "BF16", norm: str = "la
     text = ["// written by coconet.tp_programs.norm_after_row_parallel",
             "Size T = 8, H = 16, F = 24;",
             "Scalar eps(FP32, %r);" % float(eps),
-            "Scalar hn(FP32, 16);  // H as a value (a size is not one): given with H"]
+            "Scalar hn(FP32);  // H as a value (a size is not one): an input, given with H"]
     if direction == "forward":
         text += _norm_forward(name, dtype, norm, p_drop)
     else:

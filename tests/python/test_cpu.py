@@ -189,3 +189,16 @@ def test_a_sliced_new_value_comes_back_per_rank():
     assert isinstance(paper["m"], list) and len(paper["m"]) == 4
     np.testing.assert_array_equal(np.concatenate(paper["m"]), base["m"])
     np.testing.assert_array_equal(paper["p"], base["p"])
+
+
+def test_a_constant_scalar_keeps_its_value(tmp_path):
+    """A Scalar declared with a value is a constant (the generated code holds
+    it): the same value may be given, another one is refused by name."""
+    path = tmp_path / "k.coco"
+    path.write_text('Tensor x(FP32, [4], Replicated, WORLD);\nScalar k(FP32, 2);\n'
+                    'Var y = x * k;\nExecute k_prog({x, k}, {y});\n')
+    prog = coconet.load(str(path), ranks=1)
+    x = np.arange(4, dtype=np.float32)
+    assert np.array_equal(prog.run_cpu({"x": x, "k": 2.0})["y"], 2 * x)
+    with pytest.raises(coconet.CocoError, match=r"scalar 'k' is the constant 2 .* 3 was given"):
+        prog.run_cpu({"x": x, "k": 3.0})

@@ -341,7 +341,13 @@ class Compiled:
                             % (spec.name, self.variant, self.group.rank,
                                "a tensor on %s" % value.device
                                if isinstance(value, torch.Tensor) else type(value).__name__))
-        c.scalars[i] = S.round_scalar(value, spec.type)  # as the program's type holds it
+        value = S.round_scalar(value, spec.type)  # as the program's type holds it
+        if spec.constant is not None and value != spec.constant:
+            raise CocoError("input '%s' of '%s' (rank %d): the program declares it the constant "
+                            "%r, and %r was given: declare it without a value to make it an "
+                            "input" % (spec.name, self.variant, self.group.rank, spec.constant,
+                                       value))
+        c.scalars[i] = value
 
     def _set(self, c, i, spec, value):
         """Input i's value into call c's arrays, checked."""
