@@ -23,6 +23,8 @@ without torch:
 
 Works on anything indexable with slices (NumPy arrays, torch tensors); the
 joining function is given (np.concatenate, torch.cat)."""
+import functools
+
 
 PARTITION = {("column", "weight"): 0, ("column", "bias"): 0,
              ("row", "weight"): 1, ("row", "bias"): None}
@@ -130,6 +132,7 @@ def default_schedule(kind, direction, sequence_parallel, available):
     return name if name in available else "program"
 
 
+@functools.lru_cache(maxsize=256)
 def schedules_in(text):
     """The names of the schedules written in a program's text."""
     import re

@@ -46,13 +46,14 @@ no all-reduce of their gradients. from_megatron / to_megatron move weights in an
 of Megatron checkpoints saved at any tensor-parallel size. At P > 1 the
 tensors a fused collective reads in the peers' memory are copied into this
 layer's buffers in the arena when they lie outside it."""
+import functools
 import math
 import os
 
 import torch
 import torch.distributed as dist
 
-from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
+from . import CocoError, TORCH_TYPES, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
 from .. import programs
 from .. import tp_layout as L
 from .. import tp_programs
@@ -70,6 +71,13 @@ def _program(text, name, schedule, sizes, group):
         path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
         c = _compiled[key] = _compile(path, schedule=schedule, sizes=sizes, group=group)
     return c.at(sizes)
+
+
+@functools.lru_cache(maxsize=None)
+def _text(write, *args):
+    """write(*args): a program's text from a tp_programs writer (a pure
+    function), written once; each call of a layer asks for it again."""
+    return write(*args)
 
 
 def _draw_seed():
@@ -140,12 +148,24 @@ class _Layer(torch.nn.Module):
         return args
 
     def _run(self, fn, args, seed=None):
-        """Runs fn on args; its outputs by name, copied out of the call's
-        buffers (reused by its next call)."""
-        res = fn(self._staged(fn, args), seed=seed)
+        """Runs fn on args; its outputs by name, each a new tensor: written
+        there by the call where no peer reaches it, else copied out of the
+        call's arena buffer (reused by its next call)."""
+        fresh = self._fresh_outputs(fn)
+        res = fn(self._staged(fn, args), seed=seed, out=fresh)
         if not isinstance(res, dict):
             res = {fn.spec.outputs[0].name: res}
-        return {k: v.clone() for k, v in res.items()}
+        return {k: v if k in fresh else v.clone() for k, v in res.items()}
+
+    def _fresh_outputs(self, fn):
+        """New tensors for the outputs that may lie outside the arena: all
+        of them at one rank or on the NCCL path, else those that no
+        one-kernel collective writes in the peers' memory (tp_programs
+        update no input: no output is an input's tensor)."""
+        window = getattr(fn, "_window", None)
+        reached = window[1] if window and self.ranks > 1 and not fn._nccl_path else ()
+        return {o.name: torch.empty(o.shape, dtype=TORCH_TYPES[o.type], device=self.sess.device)
+                for k, o in enumerate(fn.spec.outputs) if k not in reached}
 
     def _mark(self, p, dim):
         """Megatron's attributes on a parameter."""
@@ -249,7 +269,7 @@ class _LinearLayer(_Layer):
 def _linear_forward(ctx, write, x2, w, b, layer, tokens):
     """A linear layer's forward program (write: tp_programs.column_parallel
     or row_parallel) on this call's tokens; its outputs by name"""
-    text = write("forward", _type_name(x2.dtype), layer.sequence_parallel, b is not None)
+    text = _text(write, "forward", _type_name(x2.dtype), layer.sequence_parallel, b is not None)
     args = {"x": x2, "w": w}
     if b is not None:
         args["b"] = b
@@ -262,7 +282,8 @@ def _linear_backward(ctx, dy, kept):
     (named `kept` in the program) and w"""
     x, w = ctx.saved_tensors
     layer = ctx.layer
-    text = ctx.write("backward", _type_name(w.dtype), layer.sequence_parallel, ctx.has_bias)
+    text = _text(ctx.write, "backward", _type_name(w.dtype), layer.sequence_parallel,
+                 ctx.has_bias)
     out = layer._run(layer._fn("backward", text, x.shape[0]),
                      {"dy": dy.to(w.dtype).contiguous(), kept: x, "w": w})
     return out["dx"], out["dw"], out.get("db"), None
@@ -464,7 +485,7 @@ class RowParallelLinearNorm(_Layer):
         return layer
 
     def _text(self, direction, dtype, p_drop):
-        return tp_programs.norm_after_row_parallel(direction, dtype, self.norm, p_drop,
+        return _text(tp_programs.norm_after_row_parallel, direction, dtype, self.norm, p_drop,
                                                    self.eps)
 
     def forward(self, x, residual):
