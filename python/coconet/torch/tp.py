@@ -486,7 +486,7 @@ class RowParallelLinearNorm(_Layer):
 
     def _text(self, direction, dtype, p_drop):
         return _text(tp_programs.norm_after_row_parallel, direction, dtype, self.norm, p_drop,
-                                                   self.eps)
+                     self.eps)
 
     def forward(self, x, residual):
         k = self.in_features // self.ranks
