@@ -8,12 +8,14 @@ computation in torch eager and torch.compile, each forward + backward:
         against nn.Linear, + residual, nn.LayerNorm
 
     python3 bench/torch_tp_layers.py [--tokens 8192] [--width 768] [--iters 20]
-        [--profile]
+        [--profile] [--host-profile] [--jobs 8]
 
 Prints CSV: tp,<case>,<impl>,<T>x<H>,<gpu ms per iteration>,<host ms per
 iteration> (host: the Python time to enqueue one iteration, measured with
 the GPU kept busy ahead of it, so that a host-bound case shows it). With
---profile, each case's CUDA kernels under torch.profiler follow (coconet)."""
+--profile, each case's CUDA kernels under torch.profiler follow (coconet);
+with --host-profile, its Python functions under cProfile. The layers'
+programs are built first, --jobs at a time."""
 import argparse
 import os
 import sys
@@ -74,6 +76,46 @@ def norm_cases(T, H, dtype):
             "torch.compile": lambda: compiled(x, r).backward(gy)}
 
 
+def prebuild(dtype_name, jobs):
+    """The layers' programs built into the cache ahead, `jobs` at a time
+    (a layer builds its programs one by one at its first calls)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from coconet import programs, tp_layout as L, tp_programs as P
+    from coconet.torch import _cache_dir
+    work = []
+    for d in P.DIRECTIONS:
+        for kind, text in (("column", P.column_parallel(d, dtype_name, False, True)),
+                           ("row", P.row_parallel(d, dtype_name, False, True)),
+                           ("norm", P.norm_after_row_parallel(d, dtype_name, "layernorm", 0.0,
+                                                              1e-5))):
+            name, schedule = L.program_choice(kind, d, False, text)
+            work.append((programs.write(text, name, os.path.join(_cache_dir(), "torch-programs")),
+                         schedule))
+    with ProcessPoolExecutor(jobs) as ex:
+        list(ex.map(_build, work))
+
+
+def _build(item):
+    import coconet
+    from coconet import _session as S
+    return S.build(coconet.load(item[0], ranks=1), item[1]).so
+
+
+def host_profile(fn, label, iters):
+    import cProfile
+    import pstats
+    fn()
+    torch.cuda.synchronize()
+    p = cProfile.Profile()
+    p.enable()
+    for _ in range(iters):
+        fn()
+    p.disable()
+    torch.cuda.synchronize()
+    print("# %s: Python functions over %d iterations (cProfile)" % (label, iters))
+    pstats.Stats(p).sort_stats("tottime").print_stats(25)
+
+
 def profile(fn, label):
     from torch.profiler import ProfilerActivity, profile as prof
     fn()
@@ -92,9 +134,12 @@ def main():
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--host-profile", action="store_true")
+    ap.add_argument("--jobs", type=int, default=8)
     a = ap.parse_args()
     torch.cuda.set_device(0)
     T, H, dtype = a.tokens, a.width, torch.bfloat16
+    prebuild("BF16", a.jobs)
     for case, make in (("mlp", mlp_cases), ("norm", norm_cases)):
         for impl, fn in make(T, H, dtype).items():
             gpu = timed(fn, a.iters)
@@ -102,6 +147,8 @@ def main():
                   flush=True)
             if a.profile and impl == "coconet":
                 profile(fn, case)
+            if a.host_profile and impl == "coconet":
+                host_profile(fn, case, a.iters)
 
 
 if __name__ == "__main__":
