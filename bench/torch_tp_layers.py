@@ -88,7 +88,7 @@ def prebuild(dtype_name, jobs):
                            ("row", P.row_parallel(d, dtype_name, False, True)),
                            ("norm", P.norm_after_row_parallel(d, dtype_name, "layernorm", 0.0,
                                                               1e-5))):
-            name, schedule = L.program_choice(kind, d, False, text)
+            name, schedule = L.program_choice(kind, d, False, text, ranks=1)
             work.append((programs.write(text, name, os.path.join(_cache_dir(), "torch-programs")),
                          schedule))
     with ProcessPoolExecutor(jobs) as ex:

@@ -127,11 +127,19 @@ DEFAULT_SCHEDULES = {
 }
 
 
-def default_schedule(kind, direction, sequence_parallel, available):
-    """The schedule a layer's program runs by default: the overlapped or
-    fused one where the program has it (`available`: its schedules), else
-    the program as written."""
+# At one rank there is no communication to hide: an overlapped schedule's
+# chunks only add launches, so its counterpart without the overlap runs.
+ONE_RANK_SCHEDULES = {"ol": "program", "fused_overlapped": "fused"}
+
+
+def default_schedule(kind, direction, sequence_parallel, available, ranks=None):
+    """The schedule a layer's program runs by default at `ranks` ranks: the
+    overlapped or fused one where the program has it (`available`: its
+    schedules), at one rank without the overlap, else the program as
+    written."""
     name = DEFAULT_SCHEDULES.get((kind, direction, bool(sequence_parallel)))
+    if ranks == 1:
+        name = ONE_RANK_SCHEDULES.get(name, name)
     return name if name in available else "program"
 
 
@@ -142,10 +150,12 @@ def schedules_in(text):
     return re.findall(r"^Schedule (\w+)", text, re.M)
 
 
-def program_choice(kind, direction, sequence_parallel, text, schedule=None):
+def program_choice(kind, direction, sequence_parallel, text, schedule=None, ranks=None):
     """(file name, schedule) under which a layer compiles program `text`:
-    `schedule` if given, else the default for its kind and direction."""
-    name = schedule or default_schedule(kind, direction, sequence_parallel, schedules_in(text))
+    `schedule` if given, else the default for its kind and direction at
+    `ranks` ranks."""
+    name = schedule or default_schedule(kind, direction, sequence_parallel, schedules_in(text),
+                                        ranks)
     return "%s_%s" % (kind, direction), name
 
 

@@ -125,7 +125,7 @@ DROP_IN_COUNTS = [[64 * 256, 256 * 256, 2560], [256] * 4 + [10], [64 * 256, 256 
                   [256] * 4, [2560, 10], [64 * 256, 256, 256, 256, 256, 2560, 10], [256 * 256]]
 
 
-def torch_programs(cache):
+def torch_programs(cache, ranks):
     """(path, schedule) of the programs coconet.torch writes for these checks."""
     from coconet import programs
     d = os.path.join(cache, "torch-programs")
@@ -140,14 +140,15 @@ def torch_programs(cache):
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
     import torch_optstep
-    return out + tp_layer_programs(d) + torch_optstep.programs_to_build(cache)
+    return out + tp_layer_programs(d, ranks) + torch_optstep.programs_to_build(cache)
 
 
 TP_TYPES = (("FP32", True), ("BF16", False), ("FP16", False))  # (type, every option)
 
 
-def tp_layer_programs(d):
-    """(path, schedule) of coconet.torch.tp's programs in the tp checks."""
+def tp_layer_programs(d, ranks):
+    """(path, schedule) of coconet.torch.tp's programs in the tp checks at
+    `ranks` ranks."""
     try:
         import tp_cases
     except ImportError as e:  # torch missing: the checks will say so
@@ -155,7 +156,7 @@ def tp_layer_programs(d):
         return []
     from coconet import programs
     return [(programs.write(text, name, d), sch)
-            for t, full in TP_TYPES for name, sch, text in tp_cases.texts(t, full)]
+            for t, full in TP_TYPES for name, sch, text in tp_cases.texts(t, full, ranks)]
 
 
 def build_all(ranks, jobs):
@@ -169,7 +170,7 @@ def build_all(ranks, jobs):
             work += [(path, ranks, v) for v in names]
     cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                              "coconet")
-    work += [(path, ranks, v) for path, v in torch_programs(cache)]
+    work += [(path, ranks, v) for path, v in torch_programs(cache, ranks)]
     with ProcessPoolExecutor(jobs) as ex:
         for (path, _, v), r in zip(work, ex.map(_build_one, work)):
             print("build %s %s: %s" % (os.path.basename(path), v, r), flush=True)

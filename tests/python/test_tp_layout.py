@@ -117,3 +117,6 @@ def test_program_choice():
     assert L.program_choice("row", "forward", True, text, "program") == ("row_forward", "program")
     bwd = tp.column_parallel("backward", "FP16", False)
     assert L.program_choice("column", "backward", False, bwd) == ("column_backward", "program")
+    # one rank: nothing to overlap, the schedule without the overlap
+    assert L.program_choice("row", "forward", True, text, ranks=1) == ("row_forward", "program")
+    assert L.program_choice("row", "forward", True, text, ranks=2) == ("row_forward", "ol")

@@ -150,9 +150,9 @@ def configs(full=True):
     return out
 
 
-def texts(dtype, full=True):
+def texts(dtype, full=True, ranks=None):
     """(file name, schedule, program text) of every program the checks run
-    (dtype: "FP16", "BF16" or "FP32"), to build them ahead."""
+    at `ranks` ranks (dtype: "FP16", "BF16" or "FP32"), to build them ahead."""
     P = tp.tp_programs
     out = set()
     for _, kind, o in configs(full):
@@ -163,7 +163,7 @@ def texts(dtype, full=True):
                 text = P.row_parallel(d, dtype, o["sp"], o.get("bias", True))
             else:
                 text = P.norm_after_row_parallel(d, dtype, o["kind"], o["p"], 1e-5)
-            out.add(L.program_choice(kind, d, o["sp"], text) + (text,))
+            out.add(L.program_choice(kind, d, o["sp"], text, ranks=ranks) + (text,))
     return sorted(out)
 
 

@@ -126,7 +126,7 @@ class _Layer(torch.nn.Module):
         sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
         L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
         name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel, text,
-                                          self.schedule)
+                                          self.schedule, self.ranks)
         return _program(text, name, schedule, sizes, self.group)
 
     def _staged(self, fn, args):
