@@ -7,7 +7,9 @@ corpus, with coconet's fused optimizer or PyTorch's:
                             coconet's arena), 1/P of the state; by default each
                             bucket (--bucket-mb) stepped during the backward
                             pass as soon as its gradients are final
-                            (overlap=True; --no-overlap: one step after it)
+                            (overlap=True; --no-overlap: one step after it);
+                            --overlap-param-gather: each bucket's all-gather
+                            deferred to its first use in the next forward
   --optimizer torch         DDP (gradient all_reduce in buckets, overlapped with
                             the backward) + torch.optim.AdamW(fused=True)
   --optimizer coconet-lamb  coconet.torch.optim.LAMB
@@ -20,7 +22,7 @@ corpus, with coconet's fused optimizer or PyTorch's:
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
         [--warmup 20] [--words 2048] [--lr 1e-4] [--beta2 0.95] [--accum K]
-        [--no-overlap] [--bucket-mb MB]
+        [--no-overlap] [--bucket-mb MB] [--overlap-param-gather]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
     torchrun ... train_dp.py --optimizer X --max-batch          (largest micro-batch that fits)
 
@@ -98,7 +100,8 @@ def build(args, P):
         if lamb:
             opt = optim.LAMB(model.parameters(), **kw)
         else:
-            opt = optim.AdamW(model.parameters(), bucket_mb=args.bucket_mb, **kw)
+            opt = optim.AdamW(model.parameters(), bucket_mb=args.bucket_mb,
+                              overlap_param_gather=args.overlap_param_gather, **kw)
         return model, model, opt
     ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
     fused = args.optimizer != "torch-foreach"  # the control: the same AdamW, other roundings
@@ -282,6 +285,9 @@ if __name__ == "__main__":
                     help="coconet: one step after the backward pass, not buckets during it")
     ap.add_argument("--bucket-mb", type=float, default=25,
                     help="coconet, overlapped: the buckets' size in MiB of gradients")
+    ap.add_argument("--overlap-param-gather", action="store_true",
+                    help="coconet AdamW, overlapped: each bucket's all-gather of the updated "
+                         "parameters deferred to its first use in the next forward")
     ap.add_argument("--max-batch", action="store_true")
     ap.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
     a = ap.parse_args()

@@ -22,12 +22,20 @@ amp and for LAMB with one ratio; LAMB with clipping or amp (two reductions
 in a row) and LAMB per tensor (Norm per member) take the FusedAllReduce's
 NCCL path (ReduceScatter, kernels, AllGather), which is slower.
 
+optimizer_rs(kind, counts, dtype, ranks, **variant) and param_gather(counts,
+dtype, ranks): the same step cut in two, for an all-gather deferred to the
+next forward pass (coconet.torch.optim's overlap_param_gather): the
+reduce-scatter and each rank's slice of the new parameters (Adam's
+variants without clip and amp), then the slices gathered into every rank's
+parameters; bit for bit the fused program's values (slice_layout: each
+rank's slice, padded to equal sizes).
+
 row_parallel(...): Megatron's row-parallel linear with bias, dropout and
 residual (examples/self_attention.coco with separate input and output
 widths): out = Dropout(AllReduce(x @ w) + b, p) + r, x sliced along its last
 dimension, w along its rows; `paper` is ol(MM,fuse(RS-C-AG)), and
 `fused` fuse(RS-C-AG) without the overlap (for CUDA graphs)."""
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 
 TYPES = ("FP16", "BF16", "FP32")
@@ -121,12 +129,12 @@ def step_variant(kind: str, group: Mapping[str, Any], decay: str = "decoupled",
     return o
 
 
-def _gradient(o, mixed):
+def _gradient(o, mixed, p="p"):
     """The lines from the summed gradient avg to gm, the gradient the
     moments take: averaged (gscale), unscaled by grad_scale (amp; in FP32
     with 16-bit gradients), its global norm gnorm (a reduction over every
     rank's slice), the inf/NaN check found, clipped, negated (maximize),
-    plus wd p (L2 decay)."""
+    plus wd p (L2 decay; p: the parameters' value, or their slice)."""
     src = "Cast(avg, FP32)" if mixed and (o["clip"] or o["amp"]) else "avg"
     scaled = "%s * gscale%s" % (src, " / gs" if o["amp"] else "")
     lines = []
@@ -141,7 +149,7 @@ def _gradient(o, mixed):
     if o["maximize"]:
         scaled = "-(%s)" % scaled if " " in scaled else "-" + scaled
     if o["decay"] == "l2":
-        scaled += " + wd*p"
+        scaled += " + wd*%s" % p
     return lines + ([] if scaled == "gm" else ["Var gm = %s;" % scaled])
 
 
@@ -175,13 +183,17 @@ def _moments(o):
     return lines + ["Var v1 = vn/(1-Pow(beta2, t));"]
 
 
+def _adam_new(o, p):
+    """Adam's new value of the parameters p (their name, or their slice's)."""
+    wd = "%s - lr*wd*%s - " % (p, p) if o["decay"] == "decoupled" else "%s - " % p
+    return wd + "lr*(m1/(Sqrt(v1) + eps))"
+
+
 def _step(kind, o):
     """The lines that compute p_, the parameters' new value, and the names
     of the values they define."""
     if kind == "adam":
-        wd = "p - lr*wd*p - " if o["decay"] == "decoupled" else "p - "
-        return ["Var p_ = Update(p, %s);" % _kept(o, "p", wd + "lr*(m1/(Sqrt(v1) + eps))")], \
-            ["p_"]
+        return ["Var p_ = Update(p, %s);" % _kept(o, "p", _adam_new(o, "p"))], ["p_"]
     wd = " + wd*p" if o["decay"] == "decoupled" else ""
     per = o["trust"] == "tensor"  # each element the norms of its own parameter tensor
     lines = ["Var u = m1/(Sqrt(v1) + eps)%s;" % wd,
@@ -266,6 +278,103 @@ def _paper(o, mixed, comps, outputs):
             " ".join("dead(%s);" % a for a in ag_state),
             "  fuseAR = fuse(rsG, scComp, %s, AllReduceFuse);" % ", ".join(ags),
             "}", ""]
+
+
+# The fused step cut in two (the all-gather deferred: coconet.torch.optim's
+# overlap_param_gather). Each rank's slice is c = ceil(N/P) elements of the
+# N parameters' concatenation, the last rank's padded to c by a member of
+# `pad` elements after the parameters (gradients, weights: a buffer of the
+# caller's that nothing else reads), so that the slices are declared Sliced
+# tensors of c*P elements (a declared Sliced tensor divides evenly) with the
+# blocks of the fused program's ReduceScatter (doc/language.md, section 6).
+
+def slice_layout(counts: Sequence[int], ranks: int) -> Tuple[int, int]:
+    """(c, pad): each rank's slice of optimizer_rs and param_gather, and
+    the elements of the padding member (0: none)."""
+    if int(ranks) < 1:
+        raise ValueError("ranks %r: expected 1 or more" % (ranks,))
+    n = sum(int(c) for c in counts)
+    c = -(-n // int(ranks))
+    return c, c * int(ranks) - n
+
+
+def _padded(counts, ranks):
+    c, pad = slice_layout(counts, ranks)
+    return _members(list(counts) + ([pad] if pad else [])), c * int(ranks)
+
+
+def optimizer_rs(kind: str, counts: Sequence[int], dtype: str = "FP32", ranks: int = 2,
+                 **options: Any) -> str:
+    """optimizer(kind, counts, dtype, **options) without its all-gather, at
+    `ranks` ranks: the gradients reduce-scattered, and each rank's slice
+    of the parameters' new value computed from its slice of the state
+    (m, v, vm: Sliced tensors of slice_layout's c elements a rank), as
+    outputs p_ (FP32) and, with 16-bit dtype, w_ (its rounding, as the
+    fused program's Update of w rounds it); p, the whole (master)
+    parameters, is only read (this rank's slice). param_gather then fills
+    every rank's parameters from the slices. The gradients g and p take a
+    last member of slice_layout's pad elements where it is not 0. Adam
+    only, without clip and amp (their norms would span the padding: the
+    caller refuses them). The schedule `paper` fuses the computations
+    after the ReduceScatter into one kernel."""
+    if kind != "adam":
+        raise ValueError("optimizer kind '%s': the reduce-scatter-and-step program is written "
+                         "for adam only" % kind)
+    if dtype not in TYPES:
+        raise ValueError("dtype '%s': expected one of %s" % (dtype, ", ".join(TYPES)))
+    o = _variant(kind, options)
+    for name in ("clip", "amp"):
+        if o[name]:
+            raise ValueError("%s: the reduce-scatter-and-step program has no such variant"
+                             % name)
+    io = step_inputs(kind, dtype, **options)
+    sc, total = _padded(counts, ranks)
+    mixed = dtype != "FP32"
+    lines = ["// written by coconet.programs.optimizer_rs: %s over %d parameter tensors, "
+             "reduce-scatter and step of each rank's slice (no all-gather)%s"
+             % (kind, len(counts), ", %s model weights with FP32 master weights" % dtype
+                if mixed else ""),
+             "Tensor g(%s, %s, Local, WORLD, RANK);" % (dtype, sc),
+             "Tensor p(FP32, %s, Replicated, WORLD);" % sc]
+    lines += ["Tensor %s(FP32, [%d], Sliced(0), WORLD, RANK);" % (s, total) for s in io["state"]]
+    lines += _declarations(sc, dtype, io)[2 + mixed + len(io["state"]):]
+    lines += ['Var avg = ReduceScatter("+", g);', "Var ps = Slice(p, 0);"]
+    body = _gradient(o, mixed, "ps") + _moments(o) + ["Var p_ = %s;" % _adam_new(o, "ps")]
+    if mixed:
+        body.append("Var w_ = Cast(p_, %s);" % dtype)
+    lines += body
+    ins = ["g", "p"] + io["state"] + io["device"] + io["scalars"]
+    outs = ["p_"] + (["w_"] if mixed else [])
+    lines.append("Execute %s_rs({%s}, {%s});" % (kind, ",".join(ins), ", ".join(outs)))
+    lines += ["", "// the computations on each rank's slice, one kernel after the ReduceScatter",
+              "Schedule paper {",
+              "  comps = fuse(%s, ComputationFuse);" % ", ".join(_defined(body)),
+              "}", ""]
+    return "\n".join(lines)
+
+
+def param_gather(counts: Sequence[int], dtype: str = "FP32", ranks: int = 2) -> str:
+    """The all-gather that optimizer_rs leaves out: every rank's slice ps
+    (FP32, c elements: slice_layout) gathered into the (master) parameters
+    p, a scattered tensor of the members counts and the padding member;
+    with 16-bit dtype also the slices ws into the weights w."""
+    if dtype not in TYPES:
+        raise ValueError("dtype '%s': expected one of %s" % (dtype, ", ".join(TYPES)))
+    sc, total = _padded(counts, ranks)
+    mixed = dtype != "FP32"
+    lines = ["// written by coconet.programs.param_gather: the parameters' slices gathered "
+             "into %d parameter tensors" % len(counts),
+             "Tensor ps(FP32, [%d], Sliced(0), WORLD, RANK);" % total,
+             "Tensor p(FP32, %s, Replicated, WORLD);" % sc]
+    if mixed:
+        lines += ["Tensor ws(%s, [%d], Sliced(0), WORLD, RANK);" % (dtype, total),
+                  "Tensor w(%s, %s, Replicated, WORLD);" % (dtype, sc)]
+    lines.append("Var p_ = Update(p, AllGather(ps));")
+    if mixed:
+        lines.append("Var w_ = Update(w, AllGather(ws));")
+    lines.append("Execute gather({%s}, {%s});" % ("ps,p,ws,w" if mixed else "ps,p",
+                                                  "p_, w_" if mixed else "p_"))
+    return "\n".join(lines) + "\n"
 
 
 def row_parallel(dtype: str = "FP16", p_drop: float = 0.1, residual: bool = True) -> str:

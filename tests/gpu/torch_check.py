@@ -74,7 +74,10 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         masters refreshed by model.load_state_dict), dcp
                         (torch.distributed.checkpoint save and load), overlap
                         (buckets stepped during the backward, with no_sync,
-                        against the plain mode bit for bit at P <= 2), refusals
+                        against the plain mode bit for bit at P <= 2),
+                        overlap_param_gather (the same with each bucket's
+                        all-gather deferred to its first use in the next
+                        forward; at P = 1 nothing is deferred), refusals
                         (differentiable; at P > 1 ranks disagreeing on a None
                         gradient, the rank-0-only state_dict idiom),
                         broadcast (rank 0's parameters after construction, its
@@ -246,6 +249,7 @@ def main_torch(only):
     check("optim:checkpoint", lambda: optim_checkpoint(ctx))
     check("optim:dcp", lambda: optim_dcp(ctx))
     check("optim:overlap", lambda: optim_overlap(ctx))
+    check("optim:overlap_param_gather", lambda: optim_overlap_param_gather(ctx))
     check("optim:refusals", lambda: optim_refusals(ctx))
     check("optim:broadcast", lambda: optim_broadcast(ctx))
     check("arena_bytes", lambda: arena_bytes(ctx))
@@ -940,6 +944,43 @@ def optim_overlap(c):
         "overlapped vs plain after 20 steps of 2 micro-batches: largest difference %.2e; "
         "%d buckets, all started in the backward pass after the first step: %s"
         % (diff, len(oa._units), all_started))
+
+
+def optim_overlap_param_gather(c):
+    """overlap=True with overlap_param_gather=True (each bucket's
+    reduce-scatter and step during the backward pass, its all-gather at the
+    first forward use of one of its parameters) against the plain mode, bit
+    for bit, with two micro-batches a step and small buckets; at P > 1 every
+    bucket's gather deferred past step() (at P = 1 nothing is gathered: the
+    fused programs run, and the forward pre-hooks find nothing owed)."""
+    torch = c["torch"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+    oa = optim.AdamW(a.parameters(), lr=1e-3, overlap=True, bucket_mb=0.1,
+                     overlap_param_gather=True)
+    ob = optim.AdamW(b.parameters(), lr=1e-3)
+    owed = []
+    for step in range(1, 21):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad(set_to_none=False)
+            for micro in (0, 1):
+                x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
+                ctx = o.no_sync() if micro == 0 else contextlib.nullcontext()
+                with ctx:
+                    torch.nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+            if o is oa:
+                owed.append(len(oa._pending))
+    oa.gather_params()
+    diff = max_over_ranks(c, param_diff(a, b))
+    deferred = owed == [len(oa._units) if c["P"] > 1 else 0] * len(owed)
+    tol = 0.0 if c["P"] <= 2 else DROP_IN_DRIFT
+    ok = diff <= tol and deferred and len(oa._units) > 1
+    return ("PASS" if ok else "FAIL"), (
+        "overlapped, all-gathers deferred to the forward, vs plain after 20 steps of 2 "
+        "micro-batches: largest difference %.2e; %d buckets, every gather deferred past "
+        "step(): %s%s" % (diff, len(oa._units), deferred,
+                          " (P = 1: nothing to gather)" if c["P"] == 1 else ""))
 
 
 def optim_refusals(c):

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coconet  # noqa: E402
 import gloo_ranks  # noqa: E402
 import optim_standins as T  # noqa: E402
 from coconet.torch import optim  # noqa: E402
@@ -94,6 +95,59 @@ def overlap(rank, P, d):
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
     return "%d buckets" % len(oa._units)
+
+
+def pgather(rank, P, d):
+    """overlap_param_gather=True against the plain mode, two micro-batches
+    a step: the parameters keep their old values after step() until a
+    forward pre-hook gathers them, each module's are the plain mode's at
+    its forward, a step with no forward between gathers first, and the
+    parameters and state_dict end bit for bit the plain mode's."""
+    a = T.model()
+    b = T.twin(a)
+    oa = optim.AdamW(a.parameters(), lr=1e-2, overlap=True, bucket_mb=200 / 2 ** 20,
+                     overlap_param_gather=True)
+    ob = optim.AdamW(b.parameters(), lr=1e-2)
+    twin_of = dict(zip(a.modules(), b.modules()))
+    seen = []
+
+    def check(module, args):  # after the optimizer's global hook: gathered
+        for p, q in zip(module.parameters(recurse=False), twin_of[module].parameters(recurse=False)):
+            assert torch.equal(p, q), (type(module).__name__, p, q)
+        seen.append(module)
+
+    for m in a.modules():
+        m.register_forward_pre_hook(check)
+    stale = 0
+    for step in range(1, 6):
+        for m, o in ((a, oa), (b, ob)):  # a's forwards see b's parameters of the last step
+            o.zero_grad(set_to_none=False)
+            with o.no_sync():
+                T.loss_of(m, step, rank).backward()
+            T.loss_of(m, step + 50, rank).backward()
+            o.step()
+        # every bucket's gather deferred (at P = 1 there is nothing to gather)
+        assert len(oa._pending) == (len(oa._units) if P > 1 else 0)
+        stale += not all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert stale == (5 if P > 1 else 0) and len(oa._units) > 2
+    if P > 1:
+        try:
+            a.state_dict()
+            raise AssertionError("model.state_dict() with gathers owed was not refused")
+        except coconet.CocoError as e:
+            assert "gather_params() on every rank first" in str(e), e
+    for m, o in ((b, ob), (a, oa)):  # a step with no forward between: gathers first
+        o.step()
+    assert len(oa._pending) == (len(oa._units) if P > 1 else 0)
+    sa, sb = oa.state_dict(), ob.state_dict()  # gathers the parameters
+    assert not oa._pending
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    for i in sb["state"]:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(sa["state"][i][k], sb["state"][i][k]), (i, k)
+    assert set(type(m).__name__ for m in seen) >= {"Linear", "LayerNorm"}
+    return "%d buckets, %d module forwards checked" % (len(oa._units), len(seen))
 
 
 def disagree(rank, P, d):

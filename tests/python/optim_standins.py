@@ -46,10 +46,12 @@ def _put(spec, value, a):
 
 class Bound:
     """The program on the bound tensors: every rank's per-rank inputs
-    gathered, run_cpu, this rank's part of the Updated ones written back."""
+    gathered, run_cpu, this rank's part of the Updated ones written back,
+    and of the outputs given tensors (bind's out)."""
 
-    def __init__(self, fn, tensors, gscale):
+    def __init__(self, fn, tensors, gscale, out=None):
         self.fn, self.t, self.scalars = fn, tensors, dict(gscale=gscale)
+        self.out = dict(out or {})
 
     def _inputs(self):
         run, inputs, per_rank = self.fn.run, {}, set()
@@ -77,8 +79,12 @@ class Bound:
     def __call__(self, **scalars):
         self.scalars.update(scalars)
         inputs, per_rank = self._inputs()
-        _, new = self.fn.run.run_cpu(inputs, with_inputs=True)
+        outputs, new = self.fn.run.run_cpu(inputs, with_inputs=True)
         with torch.no_grad():
+            for name, t in self.out.items():
+                a = outputs[name]
+                a = a[self.fn.rank] if isinstance(a, list) else a
+                t.copy_(torch.from_numpy(np.asarray(a).reshape(-1).copy()).view(t.shape))
             for s in self.fn.spec.inputs:
                 if s.kind == "scalar" or s.name not in new or s.name == "g":
                     continue
@@ -101,7 +107,7 @@ class Compiled:
         Compiled.built.append(self)
 
     def bind(self, tensors, out=None, gscale=1.0):
-        return Bound(self, tensors, gscale)
+        return Bound(self, tensors, gscale, out)
 
 
 class _Stream:
@@ -120,7 +126,7 @@ def install(setattr_):
     for module in (_optim_params, _optim_units, _optim_step):
         setattr_(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
     setattr_(_optim_units, "_compile", Compiled)
-    setattr_(_optim_units, "_prebuild", lambda paths, schedule, nranks, nccl_home: None)
+    setattr_(_optim_units, "_prebuild", lambda builds, nranks, nccl_home: None)
     setattr_(torch.cuda, "Stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "current_stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "stream", lambda s: contextlib.nullcontext())

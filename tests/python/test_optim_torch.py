@@ -279,6 +279,13 @@ def test_overlap_steps_during_backward_and_no_sync():
         loss_of(a, 8).backward()
 
 
+def test_overlap_param_gather_refusals():
+    with pytest.raises(coconet.CocoError, match="needs overlap=True"):
+        optim.AdamW(model().parameters(), overlap_param_gather=True)
+    with pytest.raises(TypeError, match="overlap_param_gather"):  # LAMB has no such argument
+        optim.LAMB(model().parameters(), overlap=True, overlap_param_gather=True)
+
+
 def test_lamb_takes_no_buckets():
     opt = optim.LAMB(model().parameters(), overlap=True)
     assert opt._cap is None
@@ -302,6 +309,14 @@ def test_ranks_train_checkpoint_and_reshard(tmp_path):
 
 def test_ranks_overlap(tmp_path):
     got = ranks("overlap", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("P", [1, 2])
+def test_ranks_overlap_param_gather(tmp_path, P):
+    """The all-gather deferred to the next forward (at P = 1 nothing is
+    deferred: the scenario's checks of deferral are P > 1's)."""
+    got = ranks("pgather", P, tmp_path)
     assert all(g.startswith("OK") for g in got), got
 
 

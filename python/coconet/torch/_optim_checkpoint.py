@@ -25,6 +25,7 @@ class _Checkpoints:
         self._sync_side()
         if self._sess.nranks > 1:
             self._agree("state_dict()", timeout=True)
+        self.gather_params()  # after the agreement: a rank alone fails, not hangs
         return {"state": self._state_entries(), "param_groups": self._packed_groups()}
 
     def consolidate_state_dict(self, to=0):
@@ -34,6 +35,7 @@ class _Checkpoints:
         self._sync_side()
         if self._sess.nranks > 1:
             self._agree("consolidate_state_dict()", timeout=True)
+        self.gather_params()
         state = self._state_entries(to=to if self._sess.nranks > 1 else None)
         if self._sess.rank == to:
             self._consolidated = {"state": state, "param_groups": self._packed_groups()}
@@ -46,6 +48,7 @@ class _Checkpoints:
         self._sync_side()
         if self._sess.nranks > 1:
             self._agree("load_state_dict()", timeout=True)
+        self.gather_params()
         saved = state_dict["param_groups"]
         self._check_groups(saved)
         for pg, sg in zip(self.param_groups, saved):
@@ -180,6 +183,7 @@ class _Checkpoints:
         self._sync_side()
         if self._sess.nranks > 1:
             self._agree("sharded_state_dict()", timeout=True)
+        self.gather_params()
         out = {prefix + ".param_groups": pickle.dumps(self._packed_groups())}
         for u in self._units:
             self._sync_step(u)
@@ -208,6 +212,7 @@ class _Checkpoints:
         self._sync_side()
         if self._sess.nranks > 1:
             self._agree("load_sharded_state_dict()", timeout=True)
+        self.gather_params()
         meta = dcp.FileSystemReader(checkpoint_id).read_metadata().state_dict_metadata
         saved = {}
         for key in meta:

@@ -25,12 +25,12 @@ def _nranks(group):
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def _arena_need(param_groups, group, units=1):
+def _arena_need(param_groups, group, units=1, deferred=False):
     """The arena bytes this optimizer's buffers take: the flat parameters
     and gradients, a staging buffer as large as the gradients (the push
     algorithm's), FP32 master weights for 16-bit parameters and this rank's
-    slices of m, v and amsgrad's vm; and some slack, more with more units
-    (buckets)."""
+    slices of m, v and amsgrad's vm (deferred: also of the new parameters
+    and weights); and some slack, more with more units (buckets)."""
     nranks = _nranks(group)
     need = _SLACK + _PER_UNIT * max(0, units - 1)
     for pg in param_groups:
@@ -40,6 +40,8 @@ def _arena_need(param_groups, group, units=1):
                 continue
             total = optplan.layout([p.numel() for p in ps], ps[0].element_size())[1]
             need += 3 * total * ps[0].element_size() + 3 * 4 * (-(-total // nranks)) + 4096
+            if deferred:
+                need += (4 + ps[0].element_size()) * (-(-total // nranks)) + 4096
             if dtype != torch.float32:
                 need += 4 * total
     return need
@@ -110,22 +112,24 @@ class _Params(torch.optim.Optimizer):
     def __init__(self, params, defaults, group=None, schedule="paper", overlap=False,
                  bucket_mb=25, overlap_param_gather=False, broadcast=True):
         _check_defaults(type(self).__name__, defaults)
-        if overlap_param_gather:
-            raise CocoError("coconet.torch.optim: overlap_param_gather=True is not supported yet: "
-                            "it needs a program that reduce-scatters and steps without the "
-                            "all-gather (coconet.programs.optimizer)")
+        if overlap_param_gather and not overlap:
+            raise CocoError("coconet.torch.optim: overlap_param_gather=True defers the "
+                            "all-gather of the buckets stepped during the backward pass: it "
+                            "needs overlap=True")
         if bucket_mb is not None and bucket_mb <= 0:
             raise ValueError("bucket_mb must be > 0 (or None: one bucket per group)")
         super().__init__(params, defaults)
         self._pg = group
         self._schedule = schedule
         self._overlap = bool(overlap)
+        self._gather_later = bool(overlap_param_gather)
         cap = None if bucket_mb is None or self.kind == "lamb" else int(bucket_mb * (1 << 20))
         self._cap = cap if self._overlap else None
         self._open_session()
         self._cpu = _cpu_group(group) if self._sess.nranks > 1 else None
         self._broadcast = broadcast
         self._init_books()
+        self._init_gathers(self._gather_later)
         for gi in range(len(self.param_groups)):
             self._adopt(gi)
         _LIVE.add(self)
@@ -149,8 +153,8 @@ class _Params(torch.optim.Optimizer):
             nbytes = sum(p.numel() * p.element_size() for pg in self.param_groups
                          for p in pg["params"] if p.requires_grad)
             units = nbytes // self._cap + 2 * len(self.param_groups) if self._cap else 1
-            self._sess = session(self._pg, arena_bytes=_arena_need(self.param_groups, self._pg,
-                                                                   units))
+            self._sess = session(self._pg, arena_bytes=_arena_need(
+                self.param_groups, self._pg, units, self._overlap and self._gather_later))
         else:
             self._sess = session(self._pg)
 
@@ -164,6 +168,7 @@ class _Params(torch.optim.Optimizer):
             self._sync_side()
             if self._sess.nranks > 1:
                 self._agree("add_param_group()")
+            self.gather_params()
             self._adopt(len(self.param_groups) - 1)
 
     def _adopt(self, gi):
@@ -334,8 +339,9 @@ class _Params(torch.optim.Optimizer):
 
     def refresh_masters(self):
         """Takes the FP32 master weights from the 16-bit parameters (after a
-        change the version counter misses: writes through .data)."""
-        self._sync_side()
+        change the version counter misses: writes through .data; after
+        gather_params() where the all-gathers are deferred)."""
+        self.gather_params()
         with torch.no_grad():
             for k, m in self._masters.items():
                 m.copy_(self._params[k].data.reshape(-1))

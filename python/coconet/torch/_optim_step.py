@@ -26,6 +26,8 @@ class _Step:
         launched = list(self._launched)
         if self._sess.nranks > 1:
             self._agree("step()", active, len(launched))
+        if self._pending:
+            self._gather_owed_except(launched)
         if self._sess.nranks > 1 and self._recording:
             self._order = self._rank0_order()
         self._recording = False
@@ -42,7 +44,11 @@ class _Step:
         return loss
 
     def _launch(self, u):
-        """One unit's step on the current stream."""
+        """One unit's step on the current stream (with the all-gather
+        deferred: its gather owed from the last step first, and its new
+        gather owed after it)."""
+        if self._defer:
+            self._gather(u)
         self._refresh_changed(u)
         if u.bound is None:
             self._bind(u)
@@ -50,6 +56,8 @@ class _Step:
         self._before(u)
         self._received(u, u.bound(**self._scalars(u)))
         u.step_t.fill_(float(u.step))
+        if self._defer:
+            self._owe(u)
 
     def _bind(self, u):
         ps = [self._params[k] for k in u.keys]
@@ -59,6 +67,10 @@ class _Step:
             tensors["w"] = ps
         else:
             tensors["p"] = ps
+        if self._defer:  # the step without its all-gather reads no weights, writes slices
+            tensors = dict(g=self._padded(u, "g", tensors["g"]),
+                           p=self._padded(u, "p", tensors["p"]))
+            self._bind_gather(u, ps)
         for name in u.names:
             tensors[name] = u.state[name] if u.sliced else self._member_views(u, name, ps)
         tensors.update(self._device_inputs(u))
@@ -93,6 +105,8 @@ class _Step:
         own."""
         if dict(u.options).get("clip"):
             return {"gnorm": self._norm_output(self.param_groups[u.gi])}
+        if self._defer:
+            return dict(u.slices)  # this rank's slices of the new (master) weights
         return None
 
     def _norm_output(self, pg):

@@ -14,21 +14,35 @@ from .. import optplan, programs
 _STATE = (("m", "exp_avg"), ("v", "exp_avg_sq"), ("vm", "max_exp_avg_sq"))
 
 
-def _program_text(kind, counts, dtype, options):
+def _program_text(kind, counts, dtype, options, ranks=None):
     """The one place where a group's settings choose the fused step's
     program: options (coconet.programs.optimizer's keyword arguments: decay
     "l2", amsgrad, maximize, capturable, ...; those of the plain program
-    left out) go to coconet.programs.optimizer, and one its build does not
-    take is refused, named."""
+    left out) go to coconet.programs.optimizer (with ranks, the all-gather
+    deferred: coconet.programs.optimizer_rs at that many ranks), and one
+    its build does not take is refused, named."""
     try:
+        if ranks is not None:
+            return programs.optimizer_rs(kind, counts, dtype, ranks, **dict(options))
         return programs.optimizer(kind, counts, dtype, **dict(options))
     except (TypeError, ValueError) as e:
         what = {"decay": "weight decay added to the gradient (Adam's weight_decay > 0, or "
-                         "decoupled_weight_decay=False)"}
+                         "decoupled_weight_decay=False)",
+                "clip": "clipping by the global norm (max_grad_norm, "
+                        "coconet.torch.clip_grad_norm_)"}
         names = [what.get(k, "%s=%r" % (k, v)) for k, v in sorted(dict(options).items())]
+        if ranks is not None:
+            raise CocoError("coconet.torch.optim: %s is not supported with "
+                            "overlap_param_gather=True: the step without the all-gather has no "
+                            "such variant (coconet.programs.optimizer_rs: %s)"
+                            % (" and ".join(names) or "this program", e)) from None
         raise CocoError("coconet.torch.optim: %s is not supported yet: the fused step's program "
                         "has no such variant (coconet.programs.optimizer: %s)"
                         % (" and ".join(names) or "this program", e)) from None
+
+
+# the schedule of the step without the all-gather (coconet.programs.optimizer_rs)
+_RS_SCHEDULE = "paper"
 
 
 
@@ -37,19 +51,20 @@ _BUILD_ONE = ("import sys, coconet; from coconet import _session as S; "
               "nccl_home=sys.argv[4] or None)")
 
 
-def _prebuild(paths, schedule, nranks, nccl_home):
-    """Builds the programs at `paths` into the cache, several nvcc at a time
-    (child processes), before each is compiled in turn (then a cache hit):
-    the buckets of a model are as many programs. Under the cache's build
-    lock, so that one rank of a machine builds and the others wait."""
+def _prebuild(builds, nranks, nccl_home):
+    """Builds the programs of `builds` ((path, schedule) pairs) into the
+    cache, several nvcc at a time (child processes), before each is
+    compiled in turn (then a cache hit): the buckets of a model are as many
+    programs. Under the cache's build lock, so that one rank of a machine
+    builds and the others wait."""
     import fcntl
     import subprocess
     import sys
-    if len(paths) < 2:
+    if len(builds) < 2:
         return
     d = _cache_dir()
     os.makedirs(d, exist_ok=True)
-    jobs = max(1, min(len(paths), (os.cpu_count() or 2) // 2))
+    jobs = max(1, min(len(builds), (os.cpu_count() or 2) // 2))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -57,7 +72,7 @@ def _prebuild(paths, schedule, nranks, nccl_home):
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             running = []
-            for path in paths:
+            for path, schedule in builds:
                 if len(running) >= jobs:
                     running.pop(0).wait()
                 running.append(subprocess.Popen(
@@ -113,6 +128,8 @@ class _Units:
         opts = tuple(sorted(opts.items()))
         if check:
             _program_text(self.kind, [1], "FP32", opts)
+            if self._defer:
+                _program_text(self.kind, [1], "FP32", opts, ranks=self._sess.nranks)
         return opts
 
     def _step_of(self, k):
@@ -142,15 +159,16 @@ class _Units:
         for u in self._units:
             if not any(u is n for n in new):
                 self._dissolve(u)
-        paths = {ident: self._program_path(ident, opts[ident.gi])
+        paths = {ident: self._program_paths(ident, opts[ident.gi])
                  for ident, n in zip(want, new) if n is None}
-        _prebuild(sorted(set(paths.values())), self._schedule, self._sess.nranks,
+        _prebuild(sorted({b for builds in paths.values() for b in builds}), self._sess.nranks,
                   getattr(self._sess, "nccl_home", None))
         self._units = [n if n is not None else self._make_unit(ident, opts[ident.gi],
                                                                paths[ident])
                        for ident, n in zip(want, new)]
         self._launcher = optplan.Launcher([u.ident for u in self._units]) \
             if self._overlap else None
+        self._unit_of = {k: u for u in self._units for k in u.keys}
 
     def _plan_stale(self, active, launched):
         if not self._units and active:
@@ -172,11 +190,20 @@ class _Units:
             new.append(same[0] if same else None)
         return new
 
-    def _program_path(self, ident, options):
-        """The unit's program, written into the cache (its text's hash names it)."""
+    def _program_paths(self, ident, options):
+        """The unit's programs, written into the cache (its text's hash names
+        it), with their schedules: its fused step; or, with the all-gather
+        deferred, its step without it and its gather."""
         counts = [self._params[k].numel() for k in ident.members]
-        text = _program_text(self.kind, counts, ident.dtype, dict(options))
-        return programs.write(text, self.kind, os.path.join(_cache_dir(), "torch-programs"))
+        d = os.path.join(_cache_dir(), "torch-programs")
+        if not self._defer:
+            text = _program_text(self.kind, counts, ident.dtype, dict(options))
+            return [(programs.write(text, self.kind, d), self._schedule)]
+        n = self._sess.nranks
+        text = _program_text(self.kind, counts, ident.dtype, dict(options), ranks=n)
+        gather = programs.param_gather(counts, ident.dtype, n)
+        return [(programs.write(text, self.kind + "_rs", d), _RS_SCHEDULE),
+                (programs.write(gather, "gather", d), "program")]
 
     def _check_whole_groups(self, units):
         """A norm over a whole group (max_grad_norm's clipping) needs the
@@ -194,15 +221,21 @@ class _Units:
                     % (gi, n, "buckets of the overlapped mode" if self._cap
                        else "parameters at different step counts"))
 
-    def _make_unit(self, ident, options, path):
+    def _make_unit(self, ident, options, builds):
         u = _Unit(ident, options)
         ps = [self._params[k] for k in u.keys]
-        u.fn = _compile(path, schedule=self._schedule, group=self._pg)
+        u.fn = _compile(builds[0][0], schedule=builds[0][1], group=self._pg)
         spec = u.fn.spec
         u.names = [n for n, _ in _STATE if any(s.name == n for s in spec.inputs)]
         u.sliced = spec.input("m").kind == "tensor"
         u.sizes = self._slice_sizes(u, ps)
-        u.pieces = optplan.member_pieces([p.numel() for p in ps], u.sizes, self._sess.rank)
+        counts = [p.numel() for p in ps]
+        pad = programs.slice_layout(counts, self._sess.nranks)[1] if self._defer else 0
+        # the padding of the deferred gather's slices: a last member that no
+        # parameter's key names (its index is len(u.keys))
+        u.pieces = optplan.member_pieces(counts + ([pad] if pad else []), u.sizes,
+                                         self._sess.rank)
+        u.pieces.pop(len(counts), None)
         u.bufs, u.state = [], {}
         for name in u.names:
             buf = self._buffer(max(u.sizes))
@@ -211,6 +244,8 @@ class _Units:
             self._fill_from_parked(u, name, ps)
         for k in u.keys:
             self._parked.pop(k, None)
+        if self._defer:
+            self._make_gather(u, builds[1][0], _compile, pad)
         self._publish(u)
         return u
 
@@ -229,16 +264,16 @@ class _Units:
             out.append(n)
         return out
 
-    def _buffer(self, n):
-        """A flat FP32 buffer of at least n elements in the arena: one given
-        back by a dissolved unit, else a new one (the same sizes on every
-        rank: the arena's allocations are collective)."""
-        fits = [b for b in self._pool if b.numel() >= n]
+    def _buffer(self, n, dtype=torch.float32):
+        """A flat buffer of at least n elements in the arena: one given back
+        by a dissolved unit, else a new one (the same sizes on every rank:
+        the arena's allocations are collective)."""
+        fits = [b for b in self._pool if b.dtype == dtype and b.numel() >= n]
         if fits:
             b = min(fits, key=lambda t: t.numel())
-            self._pool.remove(b)
+            self._pool = [x for x in self._pool if x is not b]
             return b
-        return empty([max(n, 1)], torch.float32, self._pg)
+        return empty([max(n, 1)], dtype, self._pg)
 
     def _fill_from_parked(self, u, name, ps):
         """This rank's slice of state `name`: zeros, or from the members'

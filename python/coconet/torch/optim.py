@@ -110,11 +110,52 @@ parameters thus change during the backward pass: read them after step().
 The first step runs after its backward (it learns the order). Gradient
 accumulation: run every micro-batch but the last under `with
 opt.no_sync():` (nothing communicates there); a gradient accumulated after
-its bucket was stepped is refused. overlap_param_gather=True (the
-all-gather deferred to the next forward) is refused until the programs have
-an RS-Opt variant without the all-gather. At P = 1 the same plumbing runs
+its bucket was stepped is refused. At P = 1 the same plumbing runs
 with no communication. LAMB takes no buckets (its group-wide trust ratio,
 "trust": "group", is over a unit's parameters).
+
+The all-gather deferred to the next forward (overlap=True,
+overlap_param_gather=True; Adam and AdamW): during the backward pass each
+bucket runs its reduce-scatter and the step of this rank's slice only
+(coconet.programs.optimizer_rs), writing the slice of the new parameters
+(and 16-bit weights) into a buffer of its own; its all-gather
+(coconet.programs.param_gather) fills every rank's parameters later, on
+the side stream, the current stream waiting for it. Until then the
+parameters keep their values of before the step, so step() returns with
+the model one step behind. The gathers happen:
+  - before the forward of the first module (in the forward's order) that
+    holds one of the bucket's parameters as its own (module._parameters):
+    a global forward pre-hook (torch.nn.modules.module.
+    register_module_forward_pre_hook), registered by the first such
+    optimizer, so the model is not given to the optimizer; the pre-hook
+    also starts the next owed bucket's gather (the reverse of the
+    backward's order) ahead, to overlap the forward's compute;
+  - before the bucket's next step (a bucket whose parameters no forward
+    used);
+  - in step() for the buckets not stepped in its backward pass (a step()
+    with no forward since the last: everything is gathered first), and in
+    the optimizer's state_dict(), consolidate_state_dict(),
+    load_state_dict(), sharded_state_dict(), load_sharded_state_dict(),
+    add_param_group() and refresh_masters();
+  - at opt.gather_params() (collective; call it on every rank).
+Reading or writing the parameters otherwise before the next forward
+(model.state_dict(), an evaluation outside the modules' forwards, an EMA,
+torch.nn.init, a parameter used in the forward of a module other than
+its own before that one runs) needs opt.gather_params() on every rank
+first. model.state_dict() and model.load_state_dict() of a module the
+forward pre-hook has seen are refused (CocoError) while gathers are owed,
+rather than read stale values (a rank alone cannot gather: the others
+would not join the collective). Every rank must run the same modules'
+forwards in the same order (the gathers are collectives). The cost: the
+slices' buffers, (4 + the parameters' element size) bytes per parameter
+over P, per rank; each bucket's step is two kernels after its
+reduce-scatter (not the one FusedAllReduce) and its gather an NCCL
+all-gather and a copy into the parameters (for 16-bit parameters also of
+the FP32 masters); a Python call per module forward. clip (max_grad_norm)
+is refused (the norm would span the slices' padding); LAMB has no such
+argument (its step is not written without the all-gather). At
+P = 1 there is nothing to gather: the fused programs run, as with overlap
+alone.
 
 Where things lie. The parameters are moved into flat buffers of the arena
 (coconet.torch.empty; param.data becomes a view of it) and each param.grad
@@ -131,16 +172,17 @@ each unit is its own program (built at its first step: nvcc takes minutes
 for a first build of a model, then the cache serves it)."""
 from ._optim_buckets import _Buckets
 from ._optim_checkpoint import _Checkpoints
+from ._optim_gather import _Gathers
 from ._optim_params import _Params, _owner  # noqa: F401 - _owner: coconet.torch.clip_grad_norm_
 from ._optim_step import _Step
 from ._optim_units import _Units
 
 
-class _Fused(_Checkpoints, _Buckets, _Step, _Units, _Params):
+class _Fused(_Checkpoints, _Gathers, _Buckets, _Step, _Units, _Params):
     """The fused optimizer: construction and parameters (_optim_params),
     units and plans (_optim_units), the step (_optim_step), the buckets
-    of the backward pass (_optim_buckets) and checkpoints
-    (_optim_checkpoint)."""
+    of the backward pass (_optim_buckets), the deferred all-gathers
+    (_optim_gather) and checkpoints (_optim_checkpoint)."""
 
 
 def _adam_defaults(lr, betas, eps, weight_decay, amsgrad, foreach, maximize, capturable,
