@@ -1,6 +1,7 @@
 """train_tp.py: tensor-parallel training of gpt2.py's GPT-2-style model
 (gpt_tp.py) on the generated corpus, every rank of the group on the same
-micro-batch, with torch.optim.AdamW on each rank's parameters:
+micro-batch, with coconet.torch.optim's AdamW stepping each rank's
+parameters alone (--optimizer torch: torch.optim.AdamW):
 
   --impl coconet    coconet.torch.tp's layers (forward and backward as
                     coconet programs)
@@ -13,13 +14,15 @@ micro-batch, with torch.optim.AdamW on each rank's parameters:
     torchrun --nproc_per_node=P examples/torch/train_tp.py --impl coconet [--sp]
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--small]
         [--lr 1e-4] [--warmup 20] [--words 2048] [--csv FILE.csv]
+        [--optimizer coconet|torch]
     torchrun --nproc_per_node=P examples/torch/train_tp.py --check [--sp] [--impl ...]
 
 Prints each step's loss and time. --check trains the plain model and the
-tensor-parallel one side by side from the same weights on the same batches,
-in FP32 with TF32 off (lr 5e-5, batch 4 unless given), and fails unless
-their losses stay within --rtol (1e-3) relative at every step. The same
-seeds give every run the same initial weights and batches."""
+tensor-parallel one side by side from the same weights on the same batches
+(the plain one under torch.optim.AdamW), in FP32 with TF32 off (lr 5e-5,
+batch 4 unless given), and fails unless their losses stay within --rtol
+(1e-3) relative at every step. The same seeds give every run the same
+initial weights and batches."""
 import argparse
 import copy
 import csv
@@ -56,17 +59,43 @@ def parallel(plain, heads, args):
                         fused_norm=args.fused_norm)
 
 
-def optimizer(model, args):
-    return torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, args.beta2),
-                             weight_decay=args.wd, foreach=False)
+def own_group():
+    """This rank alone as a process group (None without torch.distributed).
+    new_group is collective: every rank makes every rank's group, in the
+    same order, and keeps its own."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    mine = None
+    for r in range(dist.get_world_size()):
+        g = dist.new_group(ranks=[r])
+        if r == dist.get_rank():
+            mine = g
+    return mine
+
+
+def optimizer(model, args, kind):
+    """AdamW over the model's parameters: coconet.torch.optim's (kind
+    "coconet") or torch's. Under tensor parallelism without data
+    parallelism each rank's parameters are its own shards, so coconet's
+    data-parallel group is this rank alone: over the tensor-parallel group
+    it would broadcast rank 0's shards and average shards of different
+    weights. overlap=False: step() must read the gradients after
+    sync_sequence_parallel_grads has summed those of the parameters applied
+    to each rank's tokens, which an overlapped step would have taken during
+    the backward pass, before that sum."""
+    hyper = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
+    if kind == "torch":
+        return torch.optim.AdamW(model.parameters(), foreach=False, **hyper)
+    from coconet.torch import optim
+    return optim.AdamW(model.parameters(), group=own_group(), overlap=False, **hyper)
 
 
 def step(model, opt, x, y, args, amp, lr):
     """One training step; the loss (a float: each rank computes the same)."""
     for pg in opt.param_groups:
         pg["lr"] = lr
-    opt.zero_grad()
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+    opt.zero_grad(set_to_none=False)  # coconet's: backward accumulates in its arena
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
         logits = model(x)
     loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
     loss.backward()
@@ -80,8 +109,8 @@ def train(args):
     plain, heads = plain_model(args)
     twin = copy.deepcopy(plain) if args.check else None
     model = parallel(plain, heads, args)
-    opt = optimizer(model, args)
-    ref_opt = optimizer(twin, args) if twin is not None else None
+    opt = optimizer(model, args, args.optimizer)
+    ref_opt = optimizer(twin, args, "torch") if twin is not None else None
     vocab = plain.wte.weight.shape[0]
     data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
     amp = args.amp == "bf16" and not args.check
@@ -89,9 +118,9 @@ def train(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     if rank == 0:
-        print("impl %s%s%s, P = %d, micro-batch %d x %d tokens, %s%s"
+        print("impl %s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
               % (args.impl, " + sequence parallelism" if args.sp else "",
-                 " + fused norms" if args.fused_norm else "", P, args.batch,
+                 " + fused norms" if args.fused_norm else "", args.optimizer, P, args.batch,
                  args.seq, "bf16 autocast" if amp else "fp32, no TF32",
                  "; checked against the plain model" if args.check else ""), flush=True)
     rows, worst = [], 0.0
@@ -143,6 +172,8 @@ def main():
     ap.add_argument("--sp", action="store_true", help="sequence parallelism")
     ap.add_argument("--fused-norm", action="store_true",
                     help="row-parallel projections fused with the LayerNorm after them")
+    ap.add_argument("--optimizer", default="coconet", choices=["coconet", "torch"],
+                    help="AdamW of coconet.torch.optim, or torch.optim.AdamW")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--steps", type=int, default=200)

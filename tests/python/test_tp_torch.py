@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gloo_ranks  # noqa: E402
+import optim_standins as O  # noqa: E402
 import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet.torch import CocoError  # noqa: E402
@@ -36,6 +37,14 @@ def test_gpt_tp_at_one_rank(impl, sp):
 @pytest.mark.parametrize("sp", [False, True])
 def test_gpt_tp_fused_norm_at_one_rank(sp):
     assert C.gpt(0, 1, "coconet", sp, fused_norm=True) <= 1e-5
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_train_tp_with_coconet_optimizer_at_one_rank(monkeypatch, sp, fused_norm):
+    """examples/torch/train_tp.py's coconet AdamW against torch's"""
+    O.install(monkeypatch.setattr)
+    assert C.train(0, 1, sp, fused_norm) <= 1e-5
 
 
 def test_one_build_per_program_over_token_counts():
@@ -133,6 +142,13 @@ def test_every_layer_at_several_ranks(tmp_path, P):
 @pytest.mark.parametrize("P", [2, 4])
 def test_gpt_tp_at_several_ranks(tmp_path, P):
     got = ranks("gpt", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_train_tp_with_coconet_optimizer_at_several_ranks(tmp_path, P):
+    """each rank's shards stepped by its own one-rank group"""
+    got = ranks("train", P, tmp_path)
     assert all(g.startswith("OK") for g in got), got
 
 
