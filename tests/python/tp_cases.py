@@ -222,21 +222,23 @@ def gpt(rank, P, impl, sp, c=CPU, fused_norm=False):
     return max(out + [close(n, x, y, c.tol * 10) for n, x, y in pairs])
 
 
-def train(rank, P, sp, fused_norm=False, steps=4, c=CPU):
-    """examples/torch/train_tp.py's optimizer and step: the small model of
-    gpt() with coconet's layers under coconet.torch.optim's AdamW (each rank
-    its own group: its shards stepped alone) against the plain model under
-    torch.optim.AdamW, from the same weights on the same batches; the
-    largest relative difference of their losses over the steps."""
+def train(rank, P, sp, fused_norm=False, steps=4, impl="coconet", c=CPU):
+    """examples/torch/train_tp.py's model, optimizer and step: the small
+    model of gpt() with coconet's layers under coconet.torch.optim's AdamW
+    (each rank its own group: its shards stepped alone), or (impl
+    "torch-dtensor") made tensor-parallel by torch's parallelize_module
+    under torch.optim.AdamW, against the plain model under torch's AdamW,
+    from the same weights on the same batches; the largest relative
+    difference of their losses over the steps."""
     import argparse
     import copy
     plain = _small_gpt(c)
-    import gpt_tp
     import train_tp
-    args = argparse.Namespace(lr=1e-2, beta2=0.95, wd=0.01)
+    args = argparse.Namespace(lr=1e-2, beta2=0.95, wd=0.01, impl=impl, sp=sp,
+                              fused_norm=fused_norm)
     twin = copy.deepcopy(plain)
-    model = gpt_tp.TPGPT(plain, 4, impl="coconet", sequence_parallel=sp, fused_norm=fused_norm)
-    opt = train_tp.optimizer(model, args, "coconet")
+    model = train_tp.parallel(plain, 4, args)
+    opt = train_tp.optimizer(model, args, "torch" if impl in train_tp.DTENSOR else "coconet")
     ref = train_tp.optimizer(twin, args, "torch")
     worst = 0.0
     for s in range(1, steps + 1):
@@ -245,5 +247,5 @@ def train(rank, P, sp, fused_norm=False, steps=4, c=CPU):
         b = train_tp.step(twin, ref, w[:, :-1], w[:, 1:], args, False, args.lr)
         worst = max(worst, abs(a - b) / abs(b))
     if not worst <= c.tol:
-        raise AssertionError("train_tp: losses %.2e apart (relative)" % worst)
+        raise AssertionError("train_tp %s: losses %.2e apart (relative)" % (impl, worst))
     return worst

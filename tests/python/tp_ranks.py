@@ -38,6 +38,12 @@ def train(rank, P, d):
                      for sp in (False, True) for fused in (False, True))
 
 
+def dtensor(rank, P, d):
+    """train_tp.py's --impl torch-dtensor (torch's parallelize_module)"""
+    return "; ".join("sp=%d %.1e" % (sp, C.train(rank, P, sp, impl="torch-dtensor"))
+                     for sp in (False, True))
+
+
 def megatron(rank, P, d):
     """to_megatron at other sizes, and from_megatron of those at this one,
     give back this rank's parts."""
