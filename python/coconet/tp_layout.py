@@ -118,7 +118,7 @@ DEFAULT_SCHEDULES = {
     ("column", "forward", True): "ol", ("column", "backward", True): "ol",
     ("row", "forward", True): "ol", ("row", "forward", False): "ol",
     ("row", "backward", True): "ol",
-    ("norm", "forward", True): "fused_overlapped", ("norm", "backward", True): "fused",
+    ("norm", "forward", True): "fused_overlapped",
 }
 
 
