@@ -25,7 +25,15 @@ stream between the layers is whole on every rank).
 
 The embeddings and the head (tied to the token embedding) are whole on
 every rank, each computing the same logits and loss (the vocabulary is not
-split)."""
+split).
+
+torch_parallel(plain, heads, mesh, sequence_parallel) is torch's own
+tensor parallelism of the same layout, the baseline of parallelize_module:
+the plain gpt2.GPT made tensor-parallel in place with ColwiseParallel,
+RowwiseParallel and (sequence parallelism) SequenceParallel, its
+activations DTensors between the collectives."""
+import types
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -266,3 +274,64 @@ def sync_sequence_parallel_grads(model, group=None):
     for p in model.parameters():
         if getattr(p, "sequence_parallel", False) and p.grad is not None:
             dist.all_reduce(p.grad, group=group)
+
+
+# ---- torch's parallelize_module on the plain model (the DTensor baseline) ----
+
+def _local_attention(block, x):
+    """gpt2.Block.attention on this rank's heads: c_attn's output is this
+    rank's q, k and v (ColwiseParallel's local tensor), c_proj reduces."""
+    qkv = block.c_attn(x)
+    B, T, _ = qkv.shape
+    q, k, v = (t.view(B, T, block.heads, -1).transpose(1, 2)
+               for t in qkv.split(qkv.shape[-1] // 3, dim=2))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return block.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+def _torch_plan(layers, sequence_parallel):
+    """parallelize_module's plan for gpt2.GPT ([batch, sequence, width])."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel)
+    sp, seq = sequence_parallel, Shard(1)
+    plan = {}
+    for i in range(layers):
+        for name in ("c_attn", "c_fc"):  # with sp: the tokens gathered first
+            plan["h.%d.%s" % (i, name)] = ColwiseParallel(input_layouts=seq) if sp \
+                else ColwiseParallel()
+        for name in ("c_proj", "mlp_proj"):  # with sp: reduce-scattered to the tokens
+            plan["h.%d.%s" % (i, name)] = RowwiseParallel(output_layouts=seq) if sp \
+                else RowwiseParallel()
+        if sp:
+            plan["h.%d.ln_1" % i] = SequenceParallel()
+            plan["h.%d.ln_2" % i] = SequenceParallel()
+    if sp:  # the whole embedding's output sliced; the head given every token
+        plan["h.0"] = PrepareModuleInput(input_layouts=Replicate(), desired_input_layouts=seq,
+                                         use_local_output=True)
+        plan["ln_f"] = SequenceParallel()
+        plan["lm_head"] = PrepareModuleInput(input_layouts=seq,
+                                             desired_input_layouts=Replicate(),
+                                             use_local_output=True)
+    return plan
+
+
+def torch_parallel(plain, heads, mesh, sequence_parallel=False):
+    """The plain gpt2.GPT made tensor-parallel in place over the 1-D
+    DeviceMesh `mesh` by torch's parallelize_module (module doc): c_attn's
+    rows reordered so that each rank's slice holds its heads' q, k and v
+    (qkv_rows), each block's attention on its rank's heads; the embeddings
+    and the head whole on every rank. Returns the model."""
+    from torch.distributed.tensor.parallel import parallelize_module
+    P = mesh.size()
+    width = plain.ln_f.weight.shape[0]
+    if heads % P:
+        raise ValueError("gpt_tp: %d heads over %d ranks" % (heads, P))
+    rows = qkv_rows(width, P).to(plain.ln_f.weight.device)
+    for b in plain.h:
+        with torch.no_grad():
+            b.c_attn.weight.copy_(b.c_attn.weight[rows])
+            b.c_attn.bias.copy_(b.c_attn.bias[rows])
+        b.heads = heads // P
+        b.attention = types.MethodType(_local_attention, b)
+    return parallelize_module(plain, mesh, _torch_plan(len(plain.h), sequence_parallel))

@@ -120,10 +120,11 @@ DEFAULT_SCHEDULES = {
     ("column", "forward", True): "ol", ("column", "backward", True): "ol",
     ("row", "forward", True): "ol", ("row", "forward", False): "ol",
     ("row", "backward", True): "ol",
-    # the norm's program is the same with or without sequence parallelism
-    # (its output is whole on every rank): its fused schedules either way
-    ("norm", "forward", True): "fused_overlapped", ("norm", "backward", True): "fused",
-    ("norm", "forward", False): "fused_overlapped", ("norm", "backward", False): "fused",
+    # the norm's forward is the same program with or without sequence
+    # parallelism (its output is whole on every rank): fused either way
+    ("norm", "forward", True): "fused_overlapped", ("norm", "forward", False): "fused_overlapped",
+    # its backward has no collective: the row statistics in one row kernel
+    ("norm", "backward", True): "rows", ("norm", "backward", False): "rows",
 }
 
 

@@ -31,9 +31,14 @@ layer's input width) and F (its output width), bound when loaded.
   (AllReduce); its schedules are sequence parallelism (`sp`: RS-C-AG),
   the norm inside one fused collective (`fused`: fuse(RS-C-AG)) and that
   overlapped with the MatMul (`fused_overlapped`). It returns the norm's
-  output and the residual stream z; the backward takes z and recomputes
-  the row statistics, then Dropout's backward (the same mask: the same
-  seed and indices) and the projection's gradients."""
+  output and the residual stream z, both whole on every rank. The
+  backward has no collective: it takes the gradients of both whole on
+  every rank (the norm's output feeds column-parallel layers, whose
+  backward has reduced them), recomputes the row statistics from z, then
+  runs the norm's backward on every token, Dropout's backward (the same
+  mask: the same seed and indices) and the projection's gradients, which
+  need the whole dZ on every rank anyway (a sequence-parallel backward
+  would gather what it sliced)."""
 
 from .programs import TYPES
 
@@ -239,13 +244,13 @@ def _norm_forward(name, dtype, norm, p_drop):
 
 def _norm_backward(name, dtype, norm, p_drop):
     ln = norm == "layernorm"
-    text = [_tensor("dop", dtype, "T,H", "Local"), _tensor("dz", dtype, "T,H", "Replicated"),
+    text = [_tensor("dout", dtype, "T,H", "Replicated"),
+            _tensor("dz", dtype, "T,H", "Replicated"),
             _tensor("z", dtype, "T,H", "Replicated"), _tensor("gamma", dtype, "H", "Replicated"),
             _tensor("x", dtype, "T,F", "Sliced(1)"), _tensor("w", dtype, "H,F", "Sliced(1)"),
-            "// dop: each rank's partial gradient of the norm's output (the next",
-            "// column-parallel layer's dX before its reduction); dz: the residual",
-            "// stream's gradient from the layers after",
-            'Var dout = AllReduce("+", dop);', "Var zf = Cast(z, FP32);"]
+            "// dout: the gradient of the norm's output, dz: the residual stream's,",
+            "// both whole on every rank (reduced by the layers after)",
+            "Var zf = Cast(z, FP32);"]
     text += _stats(norm, "zf")
     text += ["Var dy = Cast(dout, FP32);", "Var dxh = dy * gamma;"]
     mean_term = 'ReduceTensor("+", dxh, -1, Keep) / hn - ' if ln else ""
@@ -260,15 +265,9 @@ def _norm_backward(name, dtype, norm, p_drop):
     text += ["// Dropout's backward: the forward's mask (the same seed and indices)",
              "Var ds = %s;" % _dropped("dr", p_drop), 'Var db = ReduceTensor("+", ds, 0);',
              "Var dx = MatMul(ds, w);", "Var dw = MatMul(Transpose(ds), x);",
-             _execute(name, ["dop", "dz", "z", "gamma", "x", "w", "hn"], outs)]
-    comps = "zf, xc, rstd, xh, dy, dxh, dzf, dr, ds"
-    text += ["",
-             "// sequence parallelism: RS, the norm's backward on each rank's tokens, AG",
-             "Schedule sp {", "  (rs, ag) = split(dout);",
-             "  reorder(ag, %s);" % comps, "}",
-             "// the ReduceScatter, the norm's backward and the AllGathers as one collective",
-             "Schedule fused {", "  (rs, ag) = split(dout);",
-             "  reorder(ag, %s);" % comps,
-             "  f = fuse(rs, %s, ag_dr, ag_ds, AllReduceFuse);"
-             % ", ".join("sc_" + c for c in comps.split(", ")), "}"]
+             _execute(name, ["dout", "dz", "z", "gamma", "x", "w", "hn"], outs),
+             "",
+             "// the row statistics and the norm's backward as one row kernel",
+             "Schedule rows { f = fuse(zf, xc, rstd, xh, dy, dxh, dzf, dr, ds, "
+             "ComputationFuse); }"]
     return text

@@ -149,21 +149,42 @@ static void check_computations(Members *m, int allow_comm)
     }
 }
 
+/* Is n a per-row value of rows shaped as s: s's shape with a last extent
+ * of 1 (a row reduction with Keep, or a value computed from those)? */
+static int per_row(const Node *n, const Node *s)
+{
+    if (n->ndim != s->ndim || n->ndim < 2 || n->dim[n->ndim - 1].n != 1)
+        return 0;
+    for (int d = 0; d < n->ndim - 1; d++)
+        if (n->dim[d].n != s->dim[d].n)
+            return 0;
+    return 1;
+}
+
+/* One loop over the elements: every member with dimensions has the count
+ * of the largest, or is a per-row value of it (the statistics of a
+ * LayerNorm, RMSNorm or softmax: the row kernel computes them once a row,
+ * emit_rows.c). */
 static void check_shapes(Members *m)
 {
-    long size = 1;
     int big = -1;
     for (int i = 0; i < m->n; i++) {
         Node *n = node_of(m->p, i);
-        long c = dim_count(n);
-        if (!m->in[i] || n->ndim == 0 || n->op == O_PARTIAL_REDUCE)
+        if (m->in[i] && n->ndim > 0 && n->op != O_PARTIAL_REDUCE &&
+            (big < 0 || dim_count(n) > dim_count(node_of(m->p, big))))
+            big = i;
+    }
+    for (int i = 0; i < m->n; i++) {
+        Node *n = node_of(m->p, i);
+        if (!m->in[i] || n->ndim == 0 || n->op == O_PARTIAL_REDUCE || i == big)
             continue;
-        if (big >= 0 && c != size)
-            refuse(m->x, "%s and %s have different numbers of elements (%ld and %ld): a "
-                   "fused computation is one loop over the elements",
-                   value_desc(m->p, big), value_desc(m->p, i), size, c);
-        size = c;
-        big = i;
+        const Node *b = node_of(m->p, big);
+        if (dim_count(n) != dim_count(b) && !per_row(n, b))
+            refuse(m->x, "%s and %s have different numbers of elements (%ld and %ld), and %s is "
+                   "not a per-row value of %s (its shape with a last extent of 1): a fused "
+                   "computation is one loop over the elements", value_desc(m->p, big),
+                   value_desc(m->p, i), dim_count(b), dim_count(n), value_desc(m->p, i),
+                   value_desc(m->p, big));
     }
 }
 

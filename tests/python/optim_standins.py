@@ -21,13 +21,16 @@ class _Arena:
 
 
 class Sess:
+    """The session of a process group (None: the default), as the real
+    one: this rank's place in that group and its size."""
     device = torch.device("cpu")
 
-    def __init__(self):
+    def __init__(self, group=None):
         self.session = _Arena()
+        self.group = group
         on = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if on else 0
-        self.nranks = dist.get_world_size() if on else 1
+        self.rank = dist.get_rank(group) if on else 0
+        self.nranks = dist.get_world_size(group) if on else 1
 
 
 def _flat(spec, value):
@@ -73,7 +76,7 @@ class Bound:
         if self.fn.nranks == 1:
             return [a]
         out = [None] * self.fn.nranks
-        dist.all_gather_object(out, a)
+        dist.all_gather_object(out, a, group=self.fn.group)
         return out
 
     def __call__(self, **scalars):
@@ -99,8 +102,8 @@ class Compiled:
     built = []
 
     def __init__(self, path, schedule="program", group=None):
-        sess = Sess()
-        self.rank, self.nranks = sess.rank, sess.nranks
+        sess = Sess(group)
+        self.rank, self.nranks, self.group = sess.rank, sess.nranks, group
         self.program = coconet.load(path, ranks=self.nranks)
         self.run = self.program if schedule == "program" else self.program.schedule(schedule)
         self.spec = S.VariantSpec(self.program, schedule, self.rank)
@@ -121,7 +124,8 @@ def install(setattr_):
     """The stand-ins in place of the session, arena, compiler and CUDA
     streams (setattr_: pytest's monkeypatch.setattr, or setattr)."""
     sess = Sess()
-    setattr_(_optim_params, "session", lambda group=None, arena_bytes=None: sess)
+    setattr_(_optim_params, "session",
+             lambda group=None, arena_bytes=None: sess if group is None else Sess(group))
     setattr_(_optim_params, "is_open", lambda group=None: True)
     for module in (_optim_params, _optim_units, _optim_step):
         setattr_(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))

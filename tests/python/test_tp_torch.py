@@ -5,11 +5,14 @@ processes (tp_ranks.py); one build per program over token counts; Dropout
 reproduced under activation checkpointing; autocast; Megatron checkpoints
 in and out. Skipped without torch."""
 
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import gloo_ranks  # noqa: E402
+import optim_standins as O  # noqa: E402
 import tp_cases as C  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet.torch import CocoError  # noqa: E402
@@ -36,6 +39,14 @@ def test_gpt_tp_at_one_rank(impl, sp):
 @pytest.mark.parametrize("sp", [False, True])
 def test_gpt_tp_fused_norm_at_one_rank(sp):
     assert C.gpt(0, 1, "coconet", sp, fused_norm=True) <= 1e-5
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_train_tp_with_coconet_optimizer_at_one_rank(monkeypatch, sp, fused_norm):
+    """examples/torch/train_tp.py's coconet AdamW against torch's"""
+    O.install(monkeypatch.setattr)
+    assert C.train(0, 1, sp, fused_norm) <= 1e-5
 
 
 def test_one_build_per_program_over_token_counts():
@@ -134,6 +145,69 @@ def test_every_layer_at_several_ranks(tmp_path, P):
 def test_gpt_tp_at_several_ranks(tmp_path, P):
     got = ranks("gpt", P, tmp_path)
     assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_train_tp_with_coconet_optimizer_at_several_ranks(tmp_path, P):
+    """each rank's shards stepped by its own one-rank group"""
+    got = ranks("train", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def _train_tp():
+    C._examples()
+    import train_tp
+    return train_tp
+
+
+@pytest.mark.parametrize("P", [1, 2])
+def test_train_tp_torch_dtensor(tmp_path, P):
+    """--impl torch-dtensor: parallelize_module's model against the plain one"""
+    why = _train_tp().lacks("torch-dtensor")
+    if why:
+        pytest.skip(why)
+    got = ranks("dtensor", P, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def test_train_tp_refuses_what_torch_lacks(monkeypatch):
+    import types
+    train_tp = _train_tp()
+    monkeypatch.setitem(sys.modules, "torch.distributed._symmetric_memory",
+                        types.ModuleType("torch.distributed._symmetric_memory"))
+    monkeypatch.setitem(sys.modules, "torch.distributed.tensor.parallel",
+                        types.ModuleType("torch.distributed.tensor.parallel"))
+    why = train_tp.lacks("torch-async-tp")
+    assert "_symmetric_memory.{enable_symm_mem_for_group}" in why
+    assert "parallelize_module,ColwiseParallel" in why and "\n" not in why
+    assert train_tp.lacks("coconet") is None
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(SystemExit) as e:
+        train_tp.parse(["--impl", "torch-dtensor"])
+    assert e.value.code == train_tp.lacks("torch-dtensor")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--impl", "torch-async-tp"], "torch-async-tp needs --sp"),
+    (["--impl", "torch-dtensor", "--optimizer", "coconet"], "not the DTensor parameters"),
+    (["--impl", "torch-dtensor", "--fused-norm"], "--fused-norm needs --impl coconet"),
+    (["--impl", "torch", "--sp"], "--sp needs a tensor-parallel --impl"),
+])
+def test_train_tp_argument_errors(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        _train_tp().parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_train_tp_dtensor_needs_torchrun(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit):
+        _train_tp().parse(["--impl", "torch-dtensor"])
+    assert "needs torchrun" in capsys.readouterr().err
+
+
+def test_train_tp_optimizer_defaults():
+    assert _train_tp().parse([]).optimizer == "coconet"
 
 
 def test_megatron_checkpoints_at_two_ranks(tmp_path):

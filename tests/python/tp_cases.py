@@ -174,20 +174,30 @@ def every_layer(rank, P, c=CPU, full=True):
     return [(name, run[kind](rank, P, c=c, **o)) for name, kind, o in configs(full)]
 
 
+def _examples():
+    """examples/torch on the path (gpt2.py, gpt_tp.py, train_tp.py)."""
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                        "torch")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def _small_gpt(c):
+    _examples()
+    import gpt2
+    torch.manual_seed(0)
+    return gpt2.GPT(vocab=64, ctx=16, width=32, layers=2, heads=4).to(c.device)
+
+
 def gpt(rank, P, impl, sp, c=CPU, fused_norm=False):
     """examples/torch/gpt_tp.py's model (a small one) against the plain
     gpt2.GPT it is made from: logits, and the gradients of the embedding,
     a LayerNorm and each rank's part of every projection."""
     import copy
-    import os
-    import sys
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
-                        "torch")
-    sys.path.insert(0, here)
-    import gpt2
+    plain = _small_gpt(c)
     import gpt_tp
-    torch.manual_seed(0)
-    plain = gpt2.GPT(vocab=64, ctx=16, width=32, layers=2, heads=4).to(c.device)
     model = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl=impl, sequence_parallel=sp,
                          fused_norm=fused_norm)
     idx = torch.randint(0, 64, (2, 8), generator=_g(5)).to(c.device)
@@ -210,3 +220,32 @@ def gpt(rank, P, impl, sp, c=CPU, fused_norm=False):
              ("mlp_proj", mlp_proj.weight.grad, L.cut(a.mlp_proj.weight.grad, 1, rank, P)),
              ("mlp_proj bias", mlp_proj.bias.grad, a.mlp_proj.bias.grad)]
     return max(out + [close(n, x, y, c.tol * 10) for n, x, y in pairs])
+
+
+def train(rank, P, sp, fused_norm=False, steps=4, impl="coconet", c=CPU):
+    """examples/torch/train_tp.py's model, optimizer and step: the small
+    model of gpt() with coconet's layers under coconet.torch.optim's AdamW
+    (each rank its own group: its shards stepped alone), or (impl
+    "torch-dtensor") made tensor-parallel by torch's parallelize_module
+    under torch.optim.AdamW, against the plain model under torch's AdamW,
+    from the same weights on the same batches; the largest relative
+    difference of their losses over the steps."""
+    import argparse
+    import copy
+    plain = _small_gpt(c)
+    import train_tp
+    args = argparse.Namespace(lr=1e-2, beta2=0.95, wd=0.01, impl=impl, sp=sp,
+                              fused_norm=fused_norm)
+    twin = copy.deepcopy(plain)
+    model = train_tp.parallel(plain, 4, args)
+    opt = train_tp.optimizer(model, args, "torch" if impl in train_tp.DTENSOR else "coconet")
+    ref = train_tp.optimizer(twin, args, "torch")
+    worst = 0.0
+    for s in range(1, steps + 1):
+        w = c.to(torch.randint(0, 64, (2, 9), generator=_g(s)))
+        a = train_tp.step(model, opt, w[:, :-1], w[:, 1:], args, False, args.lr)
+        b = train_tp.step(twin, ref, w[:, :-1], w[:, 1:], args, False, args.lr)
+        worst = max(worst, abs(a - b) / abs(b))
+    if not worst <= c.tol:
+        raise AssertionError("train_tp %s: losses %.2e apart (relative)" % (impl, worst))
+    return worst

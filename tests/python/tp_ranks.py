@@ -30,6 +30,20 @@ def gpt(rank, P, d):
     return "; ".join(out)
 
 
+def train(rank, P, d):
+    """train_tp.py's coconet optimizer (each rank its own group) and step"""
+    import optim_standins
+    optim_standins.install(setattr)
+    return "; ".join("sp=%d fused_norm=%d %.1e" % (sp, fused, C.train(rank, P, sp, fused))
+                     for sp in (False, True) for fused in (False, True))
+
+
+def dtensor(rank, P, d):
+    """train_tp.py's --impl torch-dtensor (torch's parallelize_module)"""
+    return "; ".join("sp=%d %.1e" % (sp, C.train(rank, P, sp, impl="torch-dtensor"))
+                     for sp in (False, True))
+
+
 def megatron(rank, P, d):
     """to_megatron at other sizes, and from_megatron of those at this one,
     give back this rank's parts."""

@@ -23,10 +23,10 @@ row-parallel projection followed by bias + dropout + residual and LayerNorm
 or RMSNorm: forward(x, residual) -> (norm output, residual stream z), both
 whole on every rank; with sequence_parallel the norm runs on each rank's
 tokens inside one fused ReduceScatter-norm-AllGather collective, overlapped
-with the projection, and its backward likewise. Its backward takes the
-output's gradient whole on every rank (as the next ColumnParallelLinear
-gives it, reduced) and hands rank 0's to the program's reduction (the
-others give zeros), so the sum is exact at any P.
+with the projection. Its backward has no collective: it takes the
+gradients of both outputs whole on every rank (as the next
+ColumnParallelLinear gives them, reduced) and runs the norm's backward on
+every token.
 
 Types: the parameters' dtype, or autocast's (FP16 or BF16) when autocast is
 on for the device: inputs and parameters are cast to it, gradients flow
@@ -437,8 +437,7 @@ class _Norm(torch.autograd.Function):
         text = layer._text("backward", _type_name(w.dtype), ctx.p_drop)
         dout = torch.zeros_like(z) if dout is None else dout.to(z.dtype).contiguous()
         dz = torch.zeros_like(z) if dz is None else dz.to(z.dtype).contiguous()
-        dop = dout if layer.rank == 0 else torch.zeros_like(dout)  # the program sums them
-        args = {"dop": dop, "dz": dz, "z": z, "gamma": gamma, "x": x2, "w": w,
+        args = {"dout": dout, "dz": dz, "z": z, "gamma": gamma, "x": x2, "w": w,
                 "hn": float(layer.out_features)}
         out = layer._run(layer._fn("backward", text, x2.shape[0]), args, seed=ctx.seed)
         return (out["dx"], out["dw"], out["db"], out["dr"], out["dgamma"], out.get("dbeta"),
