@@ -27,7 +27,8 @@ import re
 import struct
 
 from . import CocoError, _err_buf, _raise, _ERRLEN
-from ._lib import CocoCudaBuild, lib
+from . import _log
+from ._lib import ON_BUILD, CocoCudaBuild, lib
 
 TYPE_BYTES = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8}
 # coco_cuda_ctx.fused_algo by COCONET_FUSED's spelling: COCO_FUSED_ALGOS of
@@ -90,17 +91,26 @@ def build(program, schedule="program", cuda_source=None, nccl_home=None, timeout
     """Builds (or finds in the cache) the shared object of `program` (a
     coconet.Program, the program itself) and `schedule`; returns Built(so,
     variant, knobs, note): its path, the entry point's name, the knob setting
-    a tuned choice needs and a note when the sizes were not tuned."""
+    a tuned choice needs and a note when the sizes were not tuned. A build
+    that runs nvcc says so as it begins (_log.progress)."""
     home()
     bufs = [ctypes.create_string_buffer(n) for n in (4096, 256, 256, 2048)]
+    on_build = ON_BUILD(_say_building)  # alive until the call returns
     b = CocoCudaBuild(schedule.encode() if schedule else None,
                       str(cuda_source).encode() if cuda_source else None, float(timeout_s),
                       str(nccl_home).encode() if nccl_home else None,
-                      *[ctypes.addressof(x) for x in bufs], *[len(x) for x in bufs])
+                      *[ctypes.addressof(x) for x in bufs], *[len(x) for x in bufs],
+                      ctypes.cast(on_build, ctypes.c_void_p), None)
     err = _err_buf()
     if lib.coco_build_cuda(program._h, ctypes.byref(b), err, _ERRLEN):
         _raise(err, "%s: the CUDA code could not be built" % program.name)
     return Built(*[x.value.decode() for x in bufs])
+
+
+def _say_building(so, arg):
+    """coco_cuda_build's on_build: nvcc is about to build `so` (bytes)."""
+    _log.progress("building %s with nvcc (once for this source; minutes for a large "
+                  "program)" % so.decode(errors="replace"))
 
 
 # ---- what one rank passes ----

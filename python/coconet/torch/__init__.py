@@ -63,13 +63,13 @@ them), else it stops and says how to rebuild coconet against the loaded
 NCCL."""
 import fcntl
 import os
-import warnings
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 
 from .. import CocoError, load
+from .. import _log
 from .. import _session as S
 from . import ops as _ops
 from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
@@ -288,7 +288,7 @@ class Compiled:
         if _base is None:
             built = _build_locked(self.program, schedule, g.nccl_home)
             if built.note:
-                warnings.warn("coconet.torch: " + built.note)
+                _log.warn_once(("note", built.note), "coconet.torch: " + built.note)
             self.so, self.variant, self.note = built.so, built.variant, built.note
             self._knobs = S.parse_knobs(built.knobs)
             self.module = g.session.load(self.so)
@@ -490,12 +490,14 @@ class Compiled:
         if not capturing:
             self.group.watch.launched(self, stream)  # named by its repr if it stalls
         if outside and self.group.nranks > 1 and not self._warned:
-            self._warned = True
-            warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: a "
-                          "fused collective whose peers would read or write one of them takes "
-                          "its NCCL path, on every rank alike or the ranks hang (operands read "
-                          "only locally are fine; coconet.torch.empty makes tensors in the "
-                          "arena)" % (outside, self.variant))
+            self._warned = True  # this object's calls skip warn_once's lock from now on
+            _log.warn_once(
+                ("outside the arena", self.so, self.variant),
+                "coconet.torch: tensors given to '%s' lie outside the arena (%d at its first "
+                "such call): a fused collective whose peers would read or write one of them "
+                "takes its NCCL path, on every rank alike or the ranks hang (operands read "
+                "only locally are fine; coconet.torch.empty makes tensors in the arena); said "
+                "once a process" % (self.variant, outside), stacklevel=3)
         if len(results) == 1:
             return results[0]
         return {o.name: r for o, r in zip(self.spec.outputs, results)}
