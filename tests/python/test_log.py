@@ -65,11 +65,9 @@ def test_a_build_says_so_once(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     monkeypatch.setenv("NCCL_HOME", str(tmp_path / "nccl"))
     monkeypatch.setenv("COCONET_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("COCONET_HOME", raising=False)
-    if os.path.exists(os.path.join(ROOT, "build", "cuda.conf")):  # its NVCC would be taken
-        monkeypatch.setenv("COCONET_HOME", str(tmp_path))
-        for d in ("include", os.path.join("rt", "kernels")):
-            os.makedirs(str(tmp_path / d))
+    monkeypatch.setenv("COCONET_HOME", ROOT)  # the headers generated code includes
+    # no cuda.conf beside this runtime path (build/cuda.conf's NVCC would be taken)
+    monkeypatch.setenv("COCONET_CUDA_RUNTIME", str(tmp_path / "libcoconet_cuda.so"))
     p = coconet.load(os.path.join(ROOT, "examples", "adam.coco"), sizes={"N": 64}, ranks=1)
     with caplog.at_level(logging.INFO, logger="coconet"):
         first = S.build(p, "program")
