@@ -349,7 +349,8 @@ def nccl_setup(runtime_path, loaded):
 class SessionConfig(ctypes.Structure):
     _fields_ = [("rank", ctypes.c_int), ("nranks", ctypes.c_int), ("device", ctypes.c_int),
                 ("group_size", ctypes.c_int), ("nccl_id", ctypes.c_char_p),
-                ("arena_bytes", ctypes.c_size_t), ("timeout_s", ctypes.c_double)]
+                ("arena_bytes", ctypes.c_size_t), ("timeout_s", ctypes.c_double),
+                ("world", ctypes.c_void_p)]
 
 
 class CallArgs(ctypes.Structure):
@@ -367,7 +368,7 @@ class CallArgs(ctypes.Structure):
                 ("group_size", ctypes.c_int), ("outside", ctypes.c_int)]
 
 
-SESSION_ABI = 2
+SESSION_ABI = 3
 ID_BYTES = 128
 
 
@@ -442,17 +443,21 @@ class Runtime:
 class Session:
     """One session: communicators over `nranks` ranks, cuBLASLt, the arena.
     Every rank opens it, loads the same objects and allocates the same
-    buffers in the same order (include/coconet_session.h)."""
+    buffers in the same order (include/coconet_session.h). world: the
+    address of an ncclComm_t of the caller's to adopt as WORLD (made by the
+    library Runtime.nccl() names; the session never destroys it), else 0:
+    WORLD is opened from nccl_id."""
 
     def __init__(self, runtime, rank, nranks, device, nccl_id, group_size=0, arena_bytes=0,
-                 timeout_s=0):
+                 timeout_s=0, world=0):
         if len(nccl_id) != ID_BYTES:
             raise CocoError("the NCCL unique id has %d bytes, not %d" % (len(nccl_id), ID_BYTES))
         self.rt, self.rank, self.nranks, self.device = runtime, rank, nranks, device
         self._id = ctypes.create_string_buffer(bytes(nccl_id), ID_BYTES)
         cfg = SessionConfig(rank, nranks, device, group_size,
                             ctypes.cast(self._id, ctypes.c_char_p), int(arena_bytes),
-                            float(timeout_s))
+                            float(timeout_s), int(world) or None)
+        self.world_adopted = bool(world)
         err = _err_buf()
         self._h = runtime.lib.coco_session_open(ctypes.byref(cfg), err, _ERRLEN)
         if not self._h:

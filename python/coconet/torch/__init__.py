@@ -7,8 +7,11 @@
     ...
     f(g=g, p=p, m=m, v=v, lr=1e-3, t=1.0)                  # p, m, v updated in place
 
-One session per process group (rank 0's NCCL unique id broadcast with
-torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
+One session per process group: its NCCL WORLD is PyTorch's own
+communicator where the group is PyTorch's NCCL one, PyTorch exposes it and
+both call one NCCL library (coconet.torch._comm; session(group).world says
+which), else coconet's own (rank 0's NCCL unique id broadcast with
+torch.distributed); the GROUP and window communicators, cuBLASLt, and the
 arena, a symmetric NCCL window from which ct.empty hands out tensors
 (ct.arena_bytes() reports its size and use: a device allocation that
 torch.cuda.memory_allocated does not count). ct.broadcast_module(model)
@@ -71,6 +74,7 @@ import torch.distributed as dist
 from .. import CocoError, load
 from .. import _log
 from .. import _session as S
+from . import _comm
 from . import ops as _ops
 from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
 
@@ -112,13 +116,19 @@ class _Group:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.runtime = S.Runtime()
         self.nccl_home = S.nccl_setup(self.runtime.path, self.runtime.nccl())
-        nccl_id = self._unique_id()
+        # WORLD: PyTorch's communicator where it can be adopted (coconet.torch._comm)
+        world, why = _comm.world_comm(group, self.device, self.runtime, self.rank,
+                                      self.nranks)
+        self.world = why if world else "the session's own communicator (%s)" % why
+        nccl_id = bytes(S.ID_BYTES) if world else self._unique_id()
         env = os.environ.get("COCONET_ARENA_BYTES")
         if arena_bytes is None:
             arena_bytes = int(env) if env else DEFAULT_ARENA
         self.timeout_s = float(os.environ.get("COCONET_TIMEOUT") or 300)
         self.session = S.Session(self.runtime, self.rank, self.nranks, self.device.index,
-                                 nccl_id, arena_bytes=arena_bytes, timeout_s=self.timeout_s)
+                                 nccl_id, arena_bytes=arena_bytes, timeout_s=self.timeout_s,
+                                 world=world)
+        _comm.log.debug("coconet.torch: rank %d: WORLD is %s", self.rank, self.world)
         self.watch = Watchdog(self.rank, self.timeout_s)  # coconet.torch.watch
 
     def _unique_id(self):
