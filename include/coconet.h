@@ -257,8 +257,9 @@ int coco_run_cuda(coco_program *p, const coco_cuda_options *o, FILE *out, char *
  * schedule's) to variant; the knob setting the tuned choice needs
  * ("COCONET_FUSED=push", or "") to knobs, and a note when the sizes were
  * not tuned themselves to note. cuda_source: build this .cu file instead
- * of generating one (NULL: generate). A build says so on stderr when it
- * begins (it takes minutes). 0, or -1 with a message. */
+ * of generating one (NULL: generate). A build says so when it begins (it
+ * takes minutes): on_build(so, on_build_arg) is called, or with on_build
+ * NULL a line goes to stderr. 0, or -1 with a message. */
 typedef struct {
     const char *schedule;
     const char *cuda_source;
@@ -268,6 +269,8 @@ typedef struct {
                                 the runtime's (build/cuda.conf) */
     char *so, *variant, *knobs, *note; /* outputs, of the lengths below */
     size_t solen, variantlen, knobslen, notelen;
+    void (*on_build)(const char *so, void *arg); /* nvcc is about to build `so` */
+    void *on_build_arg;
 } coco_cuda_build;
 int coco_build_cuda(coco_program *p, coco_cuda_build *b, char *err, size_t errlen);
 /* 1 when the CUDA runtime is built and nranks GPUs are visible (checked

@@ -8,7 +8,8 @@
  *   coco_session_unique_id   on rank 0; the caller sends the bytes to every
  *                            rank (torch.distributed.broadcast);
  *   coco_session_open        on every rank: the device, the NCCL communicators
- *                            (WORLD, GROUP by ncclCommSplit, WORLD's twin
+ *                            (WORLD, or the caller's communicator adopted as
+ *                            WORLD; GROUP by ncclCommSplit, WORLD's twin
  *                            holding the window), a side stream, cuBLASLt and
  *                            its workspace, and the arena: one block of device
  *                            memory (a symmetric NCCL window when there are
@@ -55,7 +56,7 @@
 extern "C" {
 #endif
 
-#define COCO_SESSION_ABI 2
+#define COCO_SESSION_ABI 3
 #define COCO_SESSION_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct coco_session coco_session;
@@ -68,6 +69,15 @@ typedef struct {
     const unsigned char *nccl_id; /* COCO_SESSION_ID_BYTES from rank 0's unique_id */
     size_t arena_bytes;           /* the arena's size (0: 1 GiB) */
     double timeout_s;             /* the longest host wait in open, load, alloc (0: 300) */
+    void *world;                  /* NULL: WORLD is opened from nccl_id. Else an
+                                     ncclComm_t of the caller's over the same nranks
+                                     ranks, with this process as `rank`, on `device`,
+                                     made by the NCCL library this process's NCCL calls
+                                     bind to (coco_session_nccl; PyTorch's
+                                     ProcessGroupNCCL's): the session adopts it as WORLD
+                                     (its NCCL paths run on it; GROUP and the window's
+                                     twin are split from it), ignores nccl_id, and never
+                                     destroys or aborts it: its owner does */
 } coco_session_config;
 
 /* One call of a variant: arguments as coco_cuda_args (include/coconet_cuda.h). */
@@ -119,7 +129,8 @@ int coco_session_call(coco_session *s, coco_session_call_args *a, char *err, siz
 /* Waits for `stream` (NULL: the session's own work), polling NCCL's error
  * state, up to the session's time limit: 0, or -1 with a message. */
 int coco_session_wait(coco_session *s, void *stream, char *err, size_t errlen);
-/* the GPU, NCCL's version, and how the fused collectives run */
+/* the GPU, NCCL's version, whose communicator WORLD is (the caller's or the
+ * session's own), and how the fused collectives run */
 void coco_session_describe(const coco_session *s, char *buf, size_t len);
 /* abort: ncclCommAbort instead of destroying (after an error) */
 void coco_session_close(coco_session *s, int abort);

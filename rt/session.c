@@ -46,6 +46,7 @@ struct coco_session {
     size_t arena_bytes, used;
     int nccl_mem;           /* the arena came from ncclMemAlloc */
     ncclWindow_t window;    /* over rt.world_window, or NULL */
+    int world_adopted;      /* rt.world is the caller's (cfg->world): never destroyed here */
     long long *agree;       /* 3 on the device: what alloc's ranks compare */
     Entry *entries;
     int group_sizes[MAXGROUPS];     /* GROUP communicators, by group size */
@@ -87,12 +88,36 @@ static void set_err(coco_session *s, char *err, size_t errlen)
 
 /* ---- opening ---- */
 
+/* The caller's communicator as WORLD, once it is checked to be over this
+ * run's ranks, with this process as cfg->rank, on this rank's device. */
+static int adopt_world(coco_session *s, const coco_session_config *cfg)
+{
+    CocoRt *rt = &s->rt;
+    ncclComm_t comm = (ncclComm_t)cfg->world;
+    int count = -1, rank = -1, device = -1;
+    NCCL_OK(rt, ncclCommCount(comm, &count));
+    NCCL_OK(rt, ncclCommUserRank(comm, &rank));
+    NCCL_OK(rt, ncclCommCuDevice(comm, &device));
+    if (count != cfg->nranks || rank != cfg->rank || device != rt->device)
+        return rt_error(rt, "the communicator given as WORLD is rank %d of %d on GPU %d, not "
+                        "rank %d of %d on GPU %d", rank, count, device, cfg->rank,
+                        cfg->nranks, rt->device);
+    rt->world = comm;
+    s->world_adopted = 1;
+    return 0;
+}
+
 static int open_comms(coco_session *s, const coco_session_config *cfg)
 {
     CocoRt *rt = &s->rt;
-    ncclUniqueId id;
-    memcpy(&id, cfg->nccl_id, sizeof id);
-    NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
+    if (cfg->world) {
+        if (adopt_world(s, cfg))
+            return -1;
+    } else {
+        ncclUniqueId id;
+        memcpy(&id, cfg->nccl_id, sizeof id);
+        NCCL_OK(rt, ncclCommInitRank(&rt->world, cfg->nranks, id, cfg->rank));
+    }
     if (rt_split_group(rt, cfg->nranks, cfg->rank, cfg->group_size))
         return -1;
     if (cfg->group_size > 0) {
@@ -458,9 +483,11 @@ int coco_session_wait(coco_session *s, void *stream, char *err, size_t errlen)
 void coco_session_describe(const coco_session *s, char *buf, size_t len)
 {
     const CocoRt *rt = &s->rt;
-    snprintf(buf, len, "rank %d of %d, GPU %d, NCCL %d.%d.%d, arena %zu bytes (%s), fused "
-             "collectives: %s", rt->rank, rt->nranks, rt->device, rt->nccl_loaded / 10000,
-             rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100, s->arena_bytes,
+    snprintf(buf, len, "rank %d of %d, GPU %d, NCCL %d.%d.%d, WORLD: %s, arena %zu bytes (%s), "
+             "fused collectives: %s", rt->rank, rt->nranks, rt->device, rt->nccl_loaded / 10000,
+             rt->nccl_loaded / 100 % 100, rt->nccl_loaded % 100,
+             s->world_adopted ? "the caller's communicator" : "the session's own communicator",
+             s->arena_bytes,
              s->window ? "a symmetric NCCL window" : "device memory",
              rt->lsa              ? "one kernel over the peers' memory (arena buffers)"
              : rt->fused_algo == COCO_FUSED_NCCL ? "NCCL calls (COCONET_FUSED=nccl)"
@@ -484,7 +511,7 @@ void coco_session_close(coco_session *s, int abort)
         abort ? ncclCommAbort(s->groups[i]) : ncclCommDestroy(s->groups[i]);
     if (rt->world_window)
         abort ? ncclCommAbort(rt->world_window) : ncclCommDestroy(rt->world_window);
-    if (rt->world)
+    if (rt->world && !s->world_adopted) /* an adopted one is its owner's to close */
         abort ? ncclCommAbort(rt->world) : ncclCommDestroy(rt->world);
     if (!abort) { /* after a failure the device may be unusable: leave it to exit */
         if (s->arena && s->nccl_mem)

@@ -36,14 +36,16 @@ class CocoError(Exception):
     """A program, schedule or input coconet refused: file, line and column
     (None when the message has no position) and the message."""
 
-    def __init__(self, text):
+    def __init__(self, text: str) -> None:
         text = text.strip()
         m = re.match(r"^(.*?):(\d+):(\d+): error: (.*)$", text.split("\n")[0])
+        self.file: Optional[str] = None
+        self.line: Optional[int] = None
+        self.column: Optional[int] = None
         if m:
             self.file, self.line, self.column = m.group(1), int(m.group(2)), int(m.group(3))
             self.message = m.group(4)
         else:
-            self.file = self.line = self.column = None
             self.message = text.split("\n")[0]
         self.text = text
         super().__init__(text)
@@ -81,7 +83,7 @@ def load(path: Union[str, "os.PathLike[str]"], sizes: Optional[Mapping[str, Unio
 class Program:
     """A checked program, or the program under one of its schedules."""
 
-    def __init__(self, handle, parent):
+    def __init__(self, handle: Any, parent: Optional["Program"]) -> None:
         self._h = handle
         self._parent = parent  # a scheduled program keeps its program alive
 

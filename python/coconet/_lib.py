@@ -20,7 +20,12 @@ class CocoCudaBuild(ctypes.Structure):
                 ("so", ctypes.c_void_p), ("variant", ctypes.c_void_p),  # writable buffers
                 ("knobs", ctypes.c_void_p), ("note", ctypes.c_void_p),
                 ("solen", ctypes.c_size_t), ("variantlen", ctypes.c_size_t),
-                ("knobslen", ctypes.c_size_t), ("notelen", ctypes.c_size_t)]
+                ("knobslen", ctypes.c_size_t), ("notelen", ctypes.c_size_t),
+                ("on_build", ctypes.c_void_p), ("on_build_arg", ctypes.c_void_p)]
+
+
+# coco_cuda_build.on_build: void (*)(const char *so, void *arg)
+ON_BUILD = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
 
 
 class CocoConfig(ctypes.Structure):

@@ -27,7 +27,8 @@ import re
 import struct
 
 from . import CocoError, _err_buf, _raise, _ERRLEN
-from ._lib import CocoCudaBuild, lib
+from . import _log
+from ._lib import ON_BUILD, CocoCudaBuild, lib
 
 TYPE_BYTES = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8}
 # coco_cuda_ctx.fused_algo by COCONET_FUSED's spelling: COCO_FUSED_ALGOS of
@@ -90,17 +91,26 @@ def build(program, schedule="program", cuda_source=None, nccl_home=None, timeout
     """Builds (or finds in the cache) the shared object of `program` (a
     coconet.Program, the program itself) and `schedule`; returns Built(so,
     variant, knobs, note): its path, the entry point's name, the knob setting
-    a tuned choice needs and a note when the sizes were not tuned."""
+    a tuned choice needs and a note when the sizes were not tuned. A build
+    that runs nvcc says so as it begins (_log.progress)."""
     home()
     bufs = [ctypes.create_string_buffer(n) for n in (4096, 256, 256, 2048)]
+    on_build = ON_BUILD(_say_building)  # alive until the call returns
     b = CocoCudaBuild(schedule.encode() if schedule else None,
                       str(cuda_source).encode() if cuda_source else None, float(timeout_s),
                       str(nccl_home).encode() if nccl_home else None,
-                      *[ctypes.addressof(x) for x in bufs], *[len(x) for x in bufs])
+                      *[ctypes.addressof(x) for x in bufs], *[len(x) for x in bufs],
+                      ctypes.cast(on_build, ctypes.c_void_p), None)
     err = _err_buf()
     if lib.coco_build_cuda(program._h, ctypes.byref(b), err, _ERRLEN):
         _raise(err, "%s: the CUDA code could not be built" % program.name)
     return Built(*[x.value.decode() for x in bufs])
+
+
+def _say_building(so, arg):
+    """coco_cuda_build's on_build: nvcc is about to build `so` (bytes)."""
+    _log.progress("building %s with nvcc (once for this source; minutes for a large "
+                  "program)" % so.decode(errors="replace"))
 
 
 # ---- what one rank passes ----
@@ -339,7 +349,8 @@ def nccl_setup(runtime_path, loaded):
 class SessionConfig(ctypes.Structure):
     _fields_ = [("rank", ctypes.c_int), ("nranks", ctypes.c_int), ("device", ctypes.c_int),
                 ("group_size", ctypes.c_int), ("nccl_id", ctypes.c_char_p),
-                ("arena_bytes", ctypes.c_size_t), ("timeout_s", ctypes.c_double)]
+                ("arena_bytes", ctypes.c_size_t), ("timeout_s", ctypes.c_double),
+                ("world", ctypes.c_void_p)]
 
 
 class CallArgs(ctypes.Structure):
@@ -357,7 +368,7 @@ class CallArgs(ctypes.Structure):
                 ("group_size", ctypes.c_int), ("outside", ctypes.c_int)]
 
 
-SESSION_ABI = 2
+SESSION_ABI = 3
 ID_BYTES = 128
 
 
@@ -432,17 +443,21 @@ class Runtime:
 class Session:
     """One session: communicators over `nranks` ranks, cuBLASLt, the arena.
     Every rank opens it, loads the same objects and allocates the same
-    buffers in the same order (include/coconet_session.h)."""
+    buffers in the same order (include/coconet_session.h). world: the
+    address of an ncclComm_t of the caller's to adopt as WORLD (made by the
+    library Runtime.nccl() names; the session never destroys it), else 0:
+    WORLD is opened from nccl_id."""
 
     def __init__(self, runtime, rank, nranks, device, nccl_id, group_size=0, arena_bytes=0,
-                 timeout_s=0):
+                 timeout_s=0, world=0):
         if len(nccl_id) != ID_BYTES:
             raise CocoError("the NCCL unique id has %d bytes, not %d" % (len(nccl_id), ID_BYTES))
         self.rt, self.rank, self.nranks, self.device = runtime, rank, nranks, device
         self._id = ctypes.create_string_buffer(bytes(nccl_id), ID_BYTES)
         cfg = SessionConfig(rank, nranks, device, group_size,
                             ctypes.cast(self._id, ctypes.c_char_p), int(arena_bytes),
-                            float(timeout_s))
+                            float(timeout_s), int(world) or None)
+        self.world_adopted = bool(world)
         err = _err_buf()
         self._h = runtime.lib.coco_session_open(ctypes.byref(cfg), err, _ERRLEN)
         if not self._h:

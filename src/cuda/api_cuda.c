@@ -46,6 +46,8 @@ int cuda_build_variant(coco_program *p, const char *name, int all, const coco_cu
     int rc = -1;
     if (src && !cuda_build_setup(&b, o->timeout_s, err, errlen)) {
         b.progress = stderr;
+        b.on_build = o->on_build;
+        b.on_build_arg = o->on_build_arg;
         if (o->nccl_home && *o->nccl_home) {
             pathf(b.tool.nccl_include, CUDA_PATH_MAX, "%s/include", o->nccl_home);
             pathf(b.tool.nccl_lib, CUDA_PATH_MAX, "%s/lib", o->nccl_home);

@@ -33,6 +33,8 @@ typedef struct {
     char cache[CUDA_PATH_MAX];
     double timeout_s;             /* for nvcc */
     FILE *progress;               /* where a build says it begins (flushed), or NULL */
+    void (*on_build)(const char *so, void *arg); /* says it instead of progress, if set */
+    void *on_build_arg;
     uint64_t key;                 /* results of cuda_build: */
     char so[CUDA_PATH_MAX + 64];
     int cached;

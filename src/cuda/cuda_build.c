@@ -408,7 +408,9 @@ int cuda_build(CudaBuild *b, const char *src, size_t n, char *err, size_t errlen
     b->cached = is_file(b->so);
     if (b->cached)
         return 0;
-    if (b->progress) { /* said at once: a build of many variants takes minutes */
+    if (b->on_build) { /* said at once: a build of many variants takes minutes */
+        b->on_build(b->so, b->on_build_arg);
+    } else if (b->progress) {
         fprintf(b->progress, "cuda: building %s with nvcc (once for this source)\n", b->so);
         fflush(b->progress);
     }

@@ -367,6 +367,7 @@ enum { FAKE_MODULES = 16 };
 
 struct coco_session {
     int rank, nranks, group_size;
+    void *world;            /* the caller's communicator adopted as WORLD, or NULL */
     char *arena;
     size_t arena_bytes, used;
     void *so[FAKE_MODULES];
@@ -399,7 +400,7 @@ int coco_session_unique_id(unsigned char id[COCO_SESSION_ID_BYTES], char *err, s
 
 coco_session *coco_session_open(const coco_session_config *cfg, char *err, size_t errlen)
 {
-    for (int i = 0; i < COCO_SESSION_ID_BYTES; i++)
+    for (int i = 0; i < COCO_SESSION_ID_BYTES && !cfg->world; i++) /* adopted: unused */
         if (cfg->nccl_id[i] != (unsigned char)(i * 7 + 3)) {
             snprintf(err, errlen, "rank %d: the NCCL id did not arrive intact", cfg->rank);
             return NULL;
@@ -413,6 +414,7 @@ coco_session *coco_session_open(const coco_session_config *cfg, char *err, size_
     s->rank = cfg->rank;
     s->nranks = cfg->nranks;
     s->group_size = cfg->group_size > 0 ? cfg->group_size : cfg->nranks;
+    s->world = cfg->world;
     s->arena_bytes = cfg->arena_bytes ? (cfg->arena_bytes + 511) / 512 * 512 : 1 << 20;
     s->arena = calloc(1, s->arena_bytes);
     return s;
@@ -504,8 +506,10 @@ int coco_session_wait(coco_session *s, void *stream, char *err, size_t errlen)
 
 void coco_session_describe(const coco_session *s, char *buf, size_t len)
 {
-    snprintf(buf, len, "rank %d of %d, a stand-in runtime without GPU, arena %zu bytes "
-             "(host memory)", s->rank, s->nranks, s->arena_bytes);
+    snprintf(buf, len, "rank %d of %d, a stand-in runtime without GPU, WORLD: %s, arena %zu "
+             "bytes (host memory)", s->rank, s->nranks,
+             s->world ? "the caller's communicator" : "the session's own communicator",
+             s->arena_bytes);
 }
 
 void coco_session_close(coco_session *s, int abort)

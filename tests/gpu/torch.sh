@@ -12,7 +12,8 @@
 # semantics (the optim:* checks: groups, schedulers, frozen parameters,
 # checkpoints, the step overlapped with the backward), RowParallelLinear's
 # forward and backward against torch, coconet.torch.tp's layers against torch
-# (FP32, BF16, FP16) and their time at P = 1 beside torch, CUDA-graph capture,
+# (FP32, BF16, FP16) and their time at P = 1 beside torch, whose NCCL
+# communicator the session's WORLD is (comm: PyTorch's, adopted), CUDA-graph capture,
 # and the fused step's program variants (clipping, GradScaler, amsgrad,
 # maximize, L2 decay, a captured step with a changing lr) against torch's fused
 # optimizers (tests/gpu/torch_optstep.py: the optstep:* rows). Then

@@ -54,6 +54,14 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         and a meta input giving a meta output of the shape;
   export                torch.export of the layer holds coconet::row_parallel
                         and its module's output equals the layer's;
+  comm                  whose NCCL communicator the session's WORLD is
+                        (coconet.torch._comm): PASS where it is PyTorch's
+                        ProcessGroupNCCL one (the session's description says
+                        the caller's, its address is the group's _comm_ptr),
+                        adam.coco paper's NCCL path (tensors outside the arena,
+                        nccl_path=True) within 1e-3 of the same call on arena
+                        tensors, and torch's own all_reduce right after it;
+                        SKIP naming why where the session opened its own;
   watchdog              (P = 1) a call queued behind a 5 s kernel, with a 1 s
                         limit: the Python loop waiting on it raises Stalled
                         naming rank 0 and the call within 3 s;
@@ -270,6 +278,7 @@ def main_torch(only):
     check("compile:reduce-overhead", lambda: compile_graphs(ctx))
     check("meta", lambda: meta_init(ctx))
     check("export", lambda: export(ctx))
+    check("comm", lambda: comm(ctx))
     check("watchdog", lambda: watchdog(ctx))
     if dist.is_initialized():
         dist.barrier()
@@ -1398,6 +1407,35 @@ def export(c):
     return ("PASS" if ok else "FAIL"), ("the exported graph holds coconet::row_parallel: %s; its "
                                         "output equals the layer's bit for bit: %s"
                                         % (has_op, torch.equal(want, got)))
+
+
+def comm(c):
+    torch, dist, ct = c["torch"], c["dist"], c["ct"]
+    g = ct.session()
+    described = g.session.describe()
+    if not g.session.world_adopted:
+        return "SKIP", "WORLD is %s; the session: %s" % (g.world, described)
+    backend = dist.group.WORLD._get_backend(g.device)
+    if "WORLD: the caller's communicator" not in described or \
+            backend._comm_ptr() == 0:
+        return "FAIL", "adopted, but the session says: %s" % described
+    f = ct.compile(os.path.join(ROOT, "examples", "adam.coco"), schedule="paper",
+                   nccl_path=True)
+    inside = _adam_args(c, f, 3)
+    outside = {k: v.clone() for k, v in inside.items()}  # not in the arena: the NCCL path
+    f(inside, lr=1e-3, t=1.0)
+    f(outside, lr=1e-3, t=1.0)
+    torch.cuda.synchronize()
+    err = max(rel_err(outside[k], inside[k].cpu().numpy()) for k in inside)
+    err = max_over_ranks(c, err)
+    ones = torch.ones(4, device="cuda")
+    dist.all_reduce(ones)  # PyTorch's collective on the communicator coconet used
+    ok = err <= 1e-3 and bool((ones == c["P"]).all())
+    return ("PASS" if ok else "FAIL"), (
+        "WORLD is %s; the NCCL path (outside the arena) against arena tensors: max rel err "
+        "%.2g; torch's all_reduce after it: %s" % (g.world, err,
+                                                  "right" if (ones == c["P"]).all() else
+                                                  "WRONG %s" % ones.tolist()))
 
 
 def watchdog(c):

@@ -6,9 +6,11 @@
 # GPU path's torch-free layers (tests/python/test_session.py): the ctypes
 # session layer against the stand-in runtime (build/fake/libfake_rt.so, when
 # built with nvcc), argument checks and their messages, the NCCL choice, and
-# coconet.torch's optimizer and layer programs against NumPy's formulas.
+# coconet.torch's optimizer and layer programs against NumPy's formulas;
+# the public API's type hints, and mypy over the package where mypy is
+# installed (tests/requirements.txt has it; without it that test skips).
 group python
-if ! $PYTHON -c 'import numpy, pytest' 2>/dev/null; then
+if ! $PYTHON -c 'import numpy, pytest, mypy' 2>/dev/null; then
     $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||
         PIP_BREAK_SYSTEM_PACKAGES=1 $PYTHON -m pip install --quiet -r tests/requirements.txt \
             >"$TMP/pip.out" 2>&1

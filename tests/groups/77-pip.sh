@@ -3,7 +3,7 @@
 # installs offline (--no-build-isolation --no-index) into a fresh venv that
 # sees the system's packages (NumPy, setuptools). Then, from outside the
 # checkout and with no COCONET_* variable: coconet imports from the venv
-# and runs a program on the CPU; the GPU path says it is not installed and
+# and runs a program on the CPU, with its py.typed marker (PEP 561); the GPU path says it is not installed and
 # how to install it; `python -m coconet.check` says there is no GPU and
 # exits 0. setuptools before 70.1 builds no wheel without the wheel package:
 # the venv then gets a newer setuptools from the index, or the group skips.
@@ -32,6 +32,10 @@ assert coconet.__file__.startswith(sys.prefix), coconet.__file__
 p = coconet.load(os.path.join(sys.argv[1], "examples", "adam.coco"), sizes={"N": 64}, ranks=2)
 print(sorted(p.run_cpu({"lr": 0.01, "t": 1.0})))' "$pip_root" >"$TMP/out" 2>&1 &&
         grep -q "p_" "$TMP/out" && ok || { bad "pip: the installed package does not run a program:"; tail -n 5 "$TMP/out"; }
+    $pip_env "$V/bin/python" -c '
+import os, coconet
+assert os.path.isfile(os.path.join(os.path.dirname(coconet.__file__), "py.typed"))' \
+        >"$TMP/out" 2>&1 && ok || { bad "pip: the installed package lacks its py.typed marker:"; tail -n 3 "$TMP/out"; }
     $pip_env "$V/bin/python" -c 'from coconet import _session as S; S.runtime_path()' >"$TMP/out" 2>&1
     grep -q "GPU path is not installed.*pip install --no-build-isolation ./python" "$TMP/out" && ok ||
         { bad "pip: a CPU install's GPU path does not say how to install it:"; tail -n 3 "$TMP/out"; }

@@ -115,6 +115,16 @@ def test_megatron_attributes_and_round_trip():
     assert torch.equal(back.weight, layer.weight) and torch.equal(back.bias, layer.bias)
 
 
+def test_megatron_bias_on_some_ranks_only_is_refused():
+    sds = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT).to_megatron(ranks=2)
+    del sds[1]["bias"]
+    with pytest.raises(CocoError, match=r"ColumnParallelLinear.from_megatron: 1 of the 2 state "
+                                        r"dicts have a bias: all or none must"):
+        tp.ColumnParallelLinear.from_megatron(sds)
+    no_bias = [{"weight": sd["weight"]} for sd in sds]
+    assert tp.ColumnParallelLinear.from_megatron(no_bias).bias is None
+
+
 def test_argument_errors():
     with pytest.raises(CocoError, match="gather_output and sequence_parallel"):
         tp.ColumnParallelLinear(8, 16, gather_output=True, sequence_parallel=True)

@@ -7,8 +7,11 @@
     ...
     f(g=g, p=p, m=m, v=v, lr=1e-3, t=1.0)                  # p, m, v updated in place
 
-One session per process group (rank 0's NCCL unique id broadcast with
-torch.distributed): NCCL communicators of coconet's own, cuBLASLt, and the
+One session per process group: its NCCL WORLD is PyTorch's own
+communicator where the group is PyTorch's NCCL one, PyTorch exposes it and
+both call one NCCL library (coconet.torch._comm; session(group).world says
+which), else coconet's own (rank 0's NCCL unique id broadcast with
+torch.distributed); the GROUP and window communicators, cuBLASLt, and the
 arena, a symmetric NCCL window from which ct.empty hands out tensors
 (ct.arena_bytes() reports its size and use: a device allocation that
 torch.cuda.memory_allocated does not count). ct.broadcast_module(model)
@@ -63,24 +66,37 @@ them), else it stops and says how to rebuild coconet against the loaded
 NCCL."""
 import fcntl
 import os
-import warnings
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 
 from .. import CocoError, load
+from .. import _log
 from .. import _session as S
+from . import _comm
 from . import ops as _ops
 from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 __all__ = ["CocoError", "Stalled", "Compiled", "Bound", "compile", "empty", "zeros",
            "to_arena", "in_arena", "session", "is_open", "synchronize", "arena_bytes",
-           "broadcast_module"]
+           "broadcast_module", "GradScaler", "clip_grad_norm_"]
 
 TORCH_TYPES = {"FP16": torch.float16, "BF16": torch.bfloat16, "FP32": torch.float32,
                "FP64": torch.float64}
 TYPE_NAMES = {v: k for k, v in TORCH_TYPES.items()}
 DEFAULT_ARENA = 4 << 30
+
+# A call's argument: a tensor, a scattered input's members, or a Scalar's
+# number (a one-element CPU tensor too).
+Value = Union[torch.Tensor, Sequence[torch.Tensor], float, int]
+# A call's result: the output's tensor, or the outputs by name (a
+# scattered Updated input's new value: its members).
+Result = Union[torch.Tensor, Dict[str, Any]]
+Shape = Union[int, Sequence[int]]
 
 
 # ---- sessions, one per process group ----
@@ -100,13 +116,19 @@ class _Group:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.runtime = S.Runtime()
         self.nccl_home = S.nccl_setup(self.runtime.path, self.runtime.nccl())
-        nccl_id = self._unique_id()
+        # WORLD: PyTorch's communicator where it can be adopted (coconet.torch._comm)
+        world, why = _comm.world_comm(group, self.device, self.runtime, self.rank,
+                                      self.nranks)
+        self.world = why if world else "the session's own communicator (%s)" % why
+        nccl_id = bytes(S.ID_BYTES) if world else self._unique_id()
         env = os.environ.get("COCONET_ARENA_BYTES")
         if arena_bytes is None:
             arena_bytes = int(env) if env else DEFAULT_ARENA
         self.timeout_s = float(os.environ.get("COCONET_TIMEOUT") or 300)
         self.session = S.Session(self.runtime, self.rank, self.nranks, self.device.index,
-                                 nccl_id, arena_bytes=arena_bytes, timeout_s=self.timeout_s)
+                                 nccl_id, arena_bytes=arena_bytes, timeout_s=self.timeout_s,
+                                 world=world)
+        _comm.log.debug("coconet.torch: rank %d: WORLD is %s", self.rank, self.world)
         self.watch = Watchdog(self.rank, self.timeout_s)  # coconet.torch.watch
 
     def _unique_id(self):
@@ -122,15 +144,16 @@ class _Group:
         return bytes(t.cpu().tolist())
 
 
-_groups = {}
+_groups: Dict[Optional[int], _Group] = {}
 
 
-def is_open(group=None):
+def is_open(group: "Optional[ProcessGroup]" = None) -> bool:
     """Has the session of this process group been opened?"""
     return (id(group) if group is not None else None) in _groups
 
 
-def session(group=None, arena_bytes=None):
+def session(group: "Optional[ProcessGroup]" = None,
+            arena_bytes: Optional[int] = None) -> _Group:
     """The coconet session of a process group (None: the default group),
     opened at its first use; arena_bytes (default COCONET_ARENA_BYTES, else
     4 GiB) applies to that first use only."""
@@ -145,7 +168,7 @@ def session(group=None, arena_bytes=None):
     return g
 
 
-def synchronize(group=None):
+def synchronize(group: "Optional[ProcessGroup]" = None) -> None:
     """Waits for the current stream, as torch.cuda.synchronize, but within
     the session's timeout (COCONET_TIMEOUT): raises Stalled naming the rank
     when its work does not complete (a peer died, a kernel stalls)."""
@@ -156,7 +179,7 @@ def synchronize(group=None):
         raise Stalled("coconet.torch: %s (COCONET_TIMEOUT=%g s)" % (e, g.timeout_s)) from None
 
 
-def arena_bytes(group=None):
+def arena_bytes(group: "Optional[ProcessGroup]" = None) -> Dict[str, int]:
     """The arena of this process group's session, in bytes on this rank's
     GPU: {"size": reserved at the session's start (a device allocation of
     its own, which torch.cuda.memory_allocated does not count), "used":
@@ -166,7 +189,8 @@ def arena_bytes(group=None):
     return {"size": int(size), "used": int(used)}
 
 
-def broadcast_module(module, group=None):
+def broadcast_module(module: torch.nn.Module,
+                     group: "Optional[ProcessGroup]" = None) -> None:
     """Rank 0's parameters and buffers (BatchNorm's statistics) on every
     rank of the group, in place, as DDP does at its construction; call it
     once, on every rank, before training (coconet.torch.optim broadcasts the
@@ -191,7 +215,8 @@ class _ArenaBlock:
                                          "strides": None, "stream": None}
 
 
-def empty(shape, dtype, group=None):
+def empty(shape: Shape, dtype: torch.dtype,
+          group: "Optional[ProcessGroup]" = None) -> torch.Tensor:
     """A tensor of the arena (contiguous, on this rank's GPU); collective:
     every rank of the group makes the same ones in the same order. Arena
     memory is given back only when the process ends."""
@@ -210,20 +235,23 @@ def empty(shape, dtype, group=None):
     return raw[:nbytes].view(dtype).view(shape)
 
 
-def zeros(shape, dtype, group=None):
+def zeros(shape: Shape, dtype: torch.dtype,
+          group: "Optional[ProcessGroup]" = None) -> torch.Tensor:
+    """empty(shape, dtype, group), zeroed."""
     t = empty(shape, dtype, group)
     t.zero_()
     return t
 
 
-def to_arena(t, group=None):
+def to_arena(t: torch.Tensor, group: "Optional[ProcessGroup]" = None) -> torch.Tensor:
     """A copy of t in the arena."""
     out = empty(t.shape, t.dtype, group)
     out.copy_(t)
     return out
 
 
-def in_arena(t, group=None):
+def in_arena(t: torch.Tensor, group: "Optional[ProcessGroup]" = None) -> bool:
+    """Does t's storage lie in the arena of this group's session?"""
     g = session(group)
     return g.session.in_arena(t.data_ptr(), t.numel() * t.element_size())
 
@@ -258,9 +286,11 @@ class Compiled:
     documentation). Attributes: spec (S.VariantSpec: each argument's type
     and shape on this rank), variant, so (the shared object), note."""
 
-    def __init__(self, path, schedule="program", sizes=None, group=None, seed=0, _base=None,
-                 nccl_path=False):
-        self.group = _base.group if _base else session(group)
+    def __init__(self, path: Union[str, "os.PathLike[str]"], schedule: str = "program",
+                 sizes: Optional[Mapping[str, int]] = None,
+                 group: "Optional[ProcessGroup]" = None, seed: int = 0,
+                 _base: Optional["Compiled"] = None, nccl_path: bool = False) -> None:
+        self.group: _Group = _base.group if _base else session(group)
         g = self.group
         self.path = str(path)
         self.sizes = dict(sizes or {})
@@ -268,11 +298,11 @@ class Compiled:
         if _base is None:
             built = _build_locked(self.program, schedule, g.nccl_home)
             if built.note:
-                warnings.warn("coconet.torch: " + built.note)
+                _log.warn_once(("note", built.note), "coconet.torch: " + built.note)
             self.so, self.variant, self.note = built.so, built.variant, built.note
             self._knobs = S.parse_knobs(built.knobs)
             self.module = g.session.load(self.so)
-            self._shapes = {}
+            self._shapes: Dict[tuple, Compiled] = {}
             self._window = S.window_args(self.so, self.variant)
             self._nccl_path = bool(nccl_path)
         else:  # the same object at other sizes: generated code takes sizes at run time
@@ -288,7 +318,7 @@ class Compiled:
         self._outputs = None  # made in the arena at the first call that needs them
         self._key = _ops.register(self)  # coconet::call's handle on it
 
-    def at(self, sizes):
+    def at(self, sizes: Mapping[str, int]) -> "Compiled":
         """The same variant at other sizes (no new build: the generated code
         takes its sizes at run time), kept for later calls with them."""
         key = tuple(sorted(dict(self.sizes, **sizes).items()))
@@ -470,17 +500,20 @@ class Compiled:
         if not capturing:
             self.group.watch.launched(self, stream)  # named by its repr if it stalls
         if outside and self.group.nranks > 1 and not self._warned:
-            self._warned = True
-            warnings.warn("coconet.torch: %d tensors given to '%s' lie outside the arena: a "
-                          "fused collective whose peers would read or write one of them takes "
-                          "its NCCL path, on every rank alike or the ranks hang (operands read "
-                          "only locally are fine; coconet.torch.empty makes tensors in the "
-                          "arena)" % (outside, self.variant))
+            self._warned = True  # this object's calls skip warn_once's lock from now on
+            _log.warn_once(
+                ("outside the arena", self.so, self.variant),
+                "coconet.torch: tensors given to '%s' lie outside the arena (%d at its first "
+                "such call): a fused collective whose peers would read or write one of them "
+                "takes its NCCL path, on every rank alike or the ranks hang (operands read "
+                "only locally are fine; coconet.torch.empty makes tensors in the arena); said "
+                "once a process" % (self.variant, outside), stacklevel=3)
         if len(results) == 1:
             return results[0]
         return {o.name: r for o, r in zip(self.spec.outputs, results)}
 
-    def __call__(self, inputs=None, seed=None, out=None, **named):
+    def __call__(self, inputs: Optional[Mapping[str, Value]] = None, seed: Optional[int] = None,
+                 out: Optional[Mapping[str, torch.Tensor]] = None, **named: Value) -> Result:
         """Runs the variant on this rank's tensors, given by name (a dict,
         or keywords). Returns the output's tensor, or a dict of them when
         there are several: the tensor given for it in `out` (a dict by
@@ -493,7 +526,8 @@ class Compiled:
         _, results = self._fill(self._call, given, out)
         return self._launch(self._call, seed, results)
 
-    def bind(self, inputs=None, out=None, **named):
+    def bind(self, inputs: Optional[Mapping[str, Value]] = None,
+             out: Optional[Mapping[str, torch.Tensor]] = None, **named: Value) -> "Bound":
         """The variant with its tensors checked once (as a call checks them)
         and kept: a Bound, whose calls take only Scalars and check no tensor
         again, for a hot loop over the same tensors (an optimizer's step).
@@ -507,7 +541,8 @@ class Bound:
     """A Compiled variant with its tensors bound (Compiled.bind): calling it
     with Scalars by name runs the variant on the bound tensors."""
 
-    def __init__(self, compiled, given, out):
+    def __init__(self, compiled: Compiled, given: Mapping[str, Value],
+                 out: Optional[Mapping[str, torch.Tensor]]) -> None:
         f = self.compiled = compiled
         self._given, self._out = dict(given), out  # for a traced call (coconet::call)
         self._call = S.Call(f.group.session, f.module, f.spec, *f._knobs)
@@ -534,7 +569,8 @@ class Bound:
     def __repr__(self):
         return "<coconet.torch.Bound %r>" % self.compiled
 
-    def __call__(self, seed=None, **scalars):
+    def __call__(self, seed: Optional[int] = None, **scalars: Union[float, int, torch.Tensor]
+                 ) -> Result:
         f = self.compiled
         self._given.update(scalars)
         if torch.compiler.is_compiling():  # one coconet::call on the bound tensors
@@ -562,7 +598,9 @@ class Bound:
         return f._launch(self._call, seed, self._results)
 
 
-def compile(path, schedule="program", sizes=None, group=None, seed=0, nccl_path=False):
+def compile(path: Union[str, "os.PathLike[str]"], schedule: str = "program",
+            sizes: Optional[Mapping[str, int]] = None, group: "Optional[ProcessGroup]" = None,
+            seed: int = 0, nccl_path: bool = False) -> Compiled:
     """The program in `path` at `sizes` over the ranks of `group` (None: the
     default process group, or one rank without torch.distributed), under
     `schedule` ("program", a schedule's name, or "tuned": the tuning

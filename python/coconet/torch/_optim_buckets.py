@@ -3,12 +3,14 @@ the post-accumulate-grad hooks, the buckets started on a side stream as
 their gradients become final, no_sync, and rank 0's order of the
 backward."""
 import contextlib
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
 
 from . import CocoError
 from .. import optplan
+from ._optim_part import _Part
 
 
 def _hook(ref, k):
@@ -22,7 +24,7 @@ def _hook(ref, k):
     return hook
 
 
-class _Buckets:
+class _Buckets(_Part):
     """Mixin of optim._Fused: the gradients' hook and the side stream."""
 
     def _on_grad(self, k, p):
@@ -42,7 +44,7 @@ class _Buckets:
                 self._start(self._units[i])
 
     @contextlib.contextmanager
-    def no_sync(self):
+    def no_sync(self) -> Iterator[None]:
         """Gradient accumulation: backward passes inside accumulate the
         gradients and start nothing; the last micro-batch's backward, outside,
         starts the buckets (overlap=True), or step() does."""

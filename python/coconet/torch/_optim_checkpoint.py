@@ -3,19 +3,21 @@ layout, consolidate_state_dict, load_state_dict, and the pieces of
 sharded_state_dict / load_sharded_state_dict for
 torch.distributed.checkpoint; the units' state gathered over the ranks."""
 import pickle
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
 
 from . import CocoError
 from .. import optplan
+from ._optim_part import _Part
 from ._optim_units import _STATE
 
 
-class _Checkpoints:
+class _Checkpoints(_Part):
     """Mixin of optim._Fused: its state saved and loaded."""
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """torch.optim.AdamW's layout (see the module's documentation), the
         state on the CPU. Collective, unless consolidate_state_dict(to=this
         rank) ran before: then its result, on that rank alone."""
@@ -28,7 +30,7 @@ class _Checkpoints:
         self.gather_params()  # after the agreement: a rank alone fails, not hangs
         return {"state": self._state_entries(), "param_groups": self._packed_groups()}
 
-    def consolidate_state_dict(self, to=0):
+    def consolidate_state_dict(self, to: int = 0) -> None:
         """Gathers the state dict on rank `to` of the group only (as
         ZeroRedundancyOptimizer's); that rank's next state_dict() returns it
         with no collective. Collective."""
@@ -40,7 +42,7 @@ class _Checkpoints:
         if self._sess.rank == to:
             self._consolidated = {"state": state, "param_groups": self._packed_groups()}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Takes a state dict of this class or of torch.optim.AdamW / Adam:
         the groups' settings, and each parameter's state, parked until the
         next step slices it over the ranks; the FP32 masters from
@@ -174,7 +176,7 @@ class _Checkpoints:
 
     # ---- torch.distributed.checkpoint ----
 
-    def sharded_state_dict(self, prefix="optim"):
+    def sharded_state_dict(self, prefix: str = "optim") -> Dict[str, Any]:
         """This rank's pieces of the state for torch.distributed.checkpoint
         .save: per parameter and state tensor, the elements this rank holds
         under optplan.piece_key (which says which they are); steps, masters
@@ -184,7 +186,7 @@ class _Checkpoints:
         if self._sess.nranks > 1:
             self._agree("sharded_state_dict()", timeout=True)
         self.gather_params()
-        out = {prefix + ".param_groups": pickle.dumps(self._packed_groups())}
+        out: Dict[str, Any] = {prefix + ".param_groups": pickle.dumps(self._packed_groups())}
         for u in self._units:
             self._sync_step(u)
             for j, k in enumerate(u.keys):
@@ -204,7 +206,7 @@ class _Checkpoints:
             out[optplan.piece_key(prefix, k, "master_param", 0, m.numel())] = m
         return out
 
-    def load_sharded_state_dict(self, checkpoint_id, prefix="optim"):
+    def load_sharded_state_dict(self, checkpoint_id: Any, prefix: str = "optim") -> None:
         """Loads what sharded_state_dict saved (at any world size): every
         parameter that requires a gradient is planned into units now, and
         each rank reads the pieces that cover its slices. Collective."""
@@ -214,12 +216,12 @@ class _Checkpoints:
             self._agree("load_sharded_state_dict()", timeout=True)
         self.gather_params()
         meta = dcp.FileSystemReader(checkpoint_id).read_metadata().state_dict_metadata
-        saved = {}
+        saved: Dict[Tuple[int, str], List[Tuple[int, int]]] = {}
         for key in meta:
             parsed = optplan.parse_piece_key(prefix, key)
             if parsed is not None:
                 saved.setdefault(parsed[:2], []).append((parsed[2], parsed[3]))
-        want = {prefix + ".param_groups": b""}
+        want: Dict[str, Any] = {prefix + ".param_groups": b""}
         want.update({"%s.step.%d" % (prefix, k): torch.zeros(()) for k in
                      range(len(self._params)) if "%s.step.%d" % (prefix, k) in meta})
         dcp.load(want, checkpoint_id=checkpoint_id)

@@ -6,6 +6,7 @@ also the arena's size, the CPU group and clip_grad_norm_'s lookup
 import datetime
 import os
 import weakref
+from typing import Any, Dict, Iterable, Optional
 
 import torch
 import torch.distributed as dist
@@ -13,12 +14,13 @@ import torch.distributed as dist
 from . import CocoError, empty, is_open, session
 from .. import optplan
 from ._optim_buckets import _hook
+from ._optim_part import _Part
 
 
 _SLACK = 64 << 20  # bytes: the programs' workspaces (reduction partials) and alignment
 _PER_UNIT = 1 << 20  # bytes: each further program's own workspace
 _TIMEOUT = float(os.environ.get("COCONET_OPTIM_TIMEOUT", "60"))
-_LIVE = weakref.WeakSet()  # the fused optimizers, for clip_grad_norm_ (_owner)
+_LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the fused optimizers, for clip_grad_norm_ (_owner)
 
 
 def _nranks(group):
@@ -48,7 +50,7 @@ def _arena_need(param_groups, group, units=1, deferred=False):
 
 
 
-_CPU_GROUPS = {}  # id of a process group (None: the default) -> its gloo group
+_CPU_GROUPS: Dict[Optional[int], Any] = {}  # id of a process group (None: the default) -> its gloo group
 
 
 def _cpu_group(group):
@@ -103,14 +105,16 @@ def _check_defaults(name, d):
                         "runs outside autograd" % name)
 
 
-class _Params(torch.optim.Optimizer):
+class _Params(torch.optim.Optimizer, _Part):
     """The fused optimizer's parameters and books; the other concerns are
     mixins (optim._Fused)."""
-    kind = None
+    kind: Optional[str] = None
     _step_supports_amp_scaling = True  # GradScaler gives grad_scale and found_inf to step
 
-    def __init__(self, params, defaults, group=None, schedule="paper", overlap=False,
-                 bucket_mb=25, overlap_param_gather=False, broadcast=True):
+    def __init__(self, params: Iterable[Any], defaults: Dict[str, Any], group: Any = None,
+                 schedule: str = "paper", overlap: bool = False,
+                 bucket_mb: Optional[float] = 25, overlap_param_gather: bool = False,
+                 broadcast: bool = True) -> None:
         _check_defaults(type(self).__name__, defaults)
         if overlap_param_gather and not overlap:
             raise CocoError("coconet.torch.optim: overlap_param_gather=True defers the "
@@ -160,7 +164,7 @@ class _Params(torch.optim.Optimizer):
 
     # ---- parameters: groups, the arena, hooks ----
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """torch's add_param_group; the new group's parameters move into the
         arena, and its programs are built at its first step. Collective."""
         super().add_param_group(param_group)
@@ -245,7 +249,7 @@ class _Params(torch.optim.Optimizer):
 
     # ---- gradients ----
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """As torch: set_to_none=True sets each .grad to None (the next
         backward's gradient is copied into the arena); False zeroes the
         gradients that are not None, in place in the arena (no copy: the
@@ -337,7 +341,7 @@ class _Params(torch.optim.Optimizer):
                 m.copy_(self._params[k].data.reshape(-1))
                 self._versions[k] = self._params[k]._version
 
-    def refresh_masters(self):
+    def refresh_masters(self) -> None:
         """Takes the FP32 master weights from the 16-bit parameters (after a
         change the version counter misses: writes through .data; after
         gather_params() where the all-gathers are deferred)."""

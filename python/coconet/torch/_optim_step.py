@@ -2,18 +2,27 @@
 and called with its group's Scalars, and the device tensors of its
 variant (capturable lr and step count, GradScaler's scale and flag, the
 clipped norm)."""
+from typing import Callable, Optional, overload
+
 import torch
 
 from . import empty
 from .. import programs
+from ._optim_part import _Part
 from ._step import DeviceScalars
 
 
-class _Step:
+class _Step(_Part):
     """Mixin of optim._Fused: step() and the launch of one unit."""
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         """Steps the parameters whose .grad is not None (those the backward
         pass has not stepped already, overlap=True): collective."""
         loss = None

@@ -8,6 +8,7 @@ import torch
 
 from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty
 from .. import optplan, programs
+from ._optim_part import _Part
 
 
 # the program's state inputs and torch's names for them
@@ -103,7 +104,7 @@ class _Unit:
             (ident.gi, ident.dtype, ident.members, options)
 
 
-class _Units:
+class _Units(_Part):
     """Mixin of optim._Fused: plans its units and holds their state."""
 
     def _options(self, pg, check=False):

@@ -12,6 +12,8 @@ nothing waits for the host). lr: a tensor lr in the group (torch accepts
 one; a scheduler then writes it in place) is copied at each step, so a
 replayed graph reads its current value; a float lr is written with fill_,
 which a captured graph replays as the value it had at capture."""
+from typing import Any, Iterable, Optional, Union
+
 import torch
 
 from . import empty
@@ -66,8 +68,9 @@ class DeviceScalars:
         return float(t) if t is not None else float(host_count)
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
-                    foreach=None):
+def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max_norm: float,
+                    norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach: Optional[bool] = None) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_ for parameters that a
     coconet.torch.optim optimizer steps: before step() their .grad holds
     each rank's own gradient, whose norm is not the one to clip by (DDP
@@ -113,7 +116,8 @@ class GradScaler(torch.amp.GradScaler):
     its own gradients (its program's found), where torch skips every group
     when any has an Inf; the scale follows the largest found."""
 
-    def step(self, optimizer, *args, **kwargs):
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any,
+             **kwargs: Any) -> Optional[float]:
         out = super().step(optimizer, *args, **kwargs)
         found = getattr(optimizer, "_found", None)
         state = self._per_optimizer_states.get(id(optimizer), {})

@@ -39,6 +39,7 @@ parameters and no arena memory; to_empty(device="cuda"), then
 reset_parameters or load_state_dict, gives it GPU parameters with the bias
 in the arena (_apply puts it back there after any move)."""
 import math
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 
@@ -47,7 +48,10 @@ from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, \
 from . import ops as _ops
 from .. import programs
 
-_compiled = {}
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+_compiled: Dict[tuple, Any] = {}
 
 
 def _program(dtype, p_drop, residual, schedule, group):
@@ -85,8 +89,10 @@ class RowParallelLinear(torch.nn.Module):
     K (sliced over the P ranks: each holds K/P columns of x and rows of W),
     out_features H. See the module's documentation."""
 
-    def __init__(self, in_features, out_features, p_drop=0.1, residual=True,
-                 dtype=torch.float16, group=None, schedule="paper", max_tokens=None):
+    def __init__(self, in_features: int, out_features: int, p_drop: float = 0.1,
+                 residual: bool = True, dtype: torch.dtype = torch.float16,
+                 group: "Optional[ProcessGroup]" = None, schedule: str = "paper",
+                 max_tokens: Optional[int] = None) -> None:
         super().__init__()
         self.sess = session(group)
         P = self.sess.nranks
@@ -102,8 +108,8 @@ class RowParallelLinear(torch.nn.Module):
         self.dtype = dtype
         self._key = _ops.register(self)  # coconet::row_parallel's handle on it
         self._out = None
-        self._views = {}  # (B, S) -> the output's view of _out
-        self._calls = {}  # (B, S, p, residual) -> the program at those sizes
+        self._views: Dict[tuple, torch.Tensor] = {}  # (B, S) -> the output's view of _out
+        self._calls: Dict[tuple, Any] = {}  # (B, S, p, residual) -> the program at those sizes
         if torch.empty(0).is_meta:  # under torch.device("meta"): shapes only, no arena
             self.weight = torch.nn.Parameter(torch.empty(in_features // P, out_features,
                                                          dtype=dtype))
@@ -117,7 +123,7 @@ class RowParallelLinear(torch.nn.Module):
         if max_tokens:
             self._out = empty([int(max_tokens) * out_features], dtype, group)
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         """The weight uniform in +-1/sqrt(in_features), the bias zero."""
         bound = 1 / math.sqrt(self.in_features)
         with torch.no_grad():
@@ -134,7 +140,8 @@ class RowParallelLinear(torch.nn.Module):
         return self
 
     @classmethod
-    def from_full(cls, weight, bias, **kw):
+    def from_full(cls, weight: torch.Tensor, bias: torch.Tensor,
+                  **kw: Any) -> "RowParallelLinear":
         """A layer whose rank holds its rows of `weight` ([K, H], the same on
         every rank) and `bias` ([H])."""
         kw.setdefault("dtype", weight.dtype)
@@ -178,7 +185,7 @@ class RowParallelLinear(torch.nn.Module):
             args["r"] = residual
         return fn(args, out={"out": self._out_buffer(B, S_)})
 
-    def forward(self, x, residual=None):
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.residual and residual is None:
             raise CocoError("RowParallelLinear: this layer adds a residual: forward(x, residual)")
         if not self.residual:

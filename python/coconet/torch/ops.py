@@ -24,18 +24,18 @@ tensor. The fake implementations write nothing (call) or give the output's
 shape (row_parallel)."""
 import itertools
 import weakref
-from typing import List, Optional
+from typing import Any, Iterable, List, Mapping, Optional
 
 import torch
 
 from .. import CocoError
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_targets = weakref.WeakValueDictionary()  # key -> a Compiled or a RowParallelLinear
+_targets: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()  # key -> a Compiled or a RowParallelLinear
 _keys = itertools.count()
 
 
-def register(target):
+def register(target: Any) -> int:
     """A key under which the ops find target (held weakly)."""
     key = next(_keys)
     _targets[key] = target
@@ -60,7 +60,7 @@ def _first_tensor(values):
     return None
 
 
-def traced(values):
+def traced(values: Iterable[Any]) -> bool:
     """Does a call on these values (tensors, lists of them, numbers) go
     through the ops: under torch.compile or export, or on a fake, meta or
     other tensor subclass?"""
@@ -159,7 +159,8 @@ def _call_fake(key, out_mask, reads, writes, scalars, seed):
     return None  # every result is a given tensor, updated in place
 
 
-def call(f, given, seed, out):
+def call(f: Any, given: Mapping[str, Any], seed: Optional[int],
+         out: Optional[Mapping[str, torch.Tensor]]) -> Any:
     """f(given, seed=seed, out=out) through coconet::call; the result as the
     direct call returns it."""
     reads, writes, scalars, mask, results = _flatten(f, given, out)
@@ -203,6 +204,9 @@ def _row_parallel_backward(ctx, g):
 _row_parallel.register_autograd(_row_parallel_backward, setup_context=_row_parallel_setup)
 
 
-def row_parallel(layer, x, residual, p_drop):
+def row_parallel(layer: Any, x: torch.Tensor, residual: Optional[torch.Tensor],
+                 p_drop: float) -> torch.Tensor:
+    """layer's forward (a coconet.torch.nn.RowParallelLinear) through
+    coconet::row_parallel."""
     return torch.ops.coconet.row_parallel(layer._key, x, layer.weight, layer.bias, residual,
                                           float(p_drop))

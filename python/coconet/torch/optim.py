@@ -170,12 +170,20 @@ coconet.torch.arena_bytes() reports the arena's size and use.
 Constraints: parameters lie on this rank's GPU and are FP32, FP16 or BF16;
 each unit is its own program (built at its first step: nvcc takes minutes
 for a first build of a model, then the cache serves it)."""
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Tuple
+
 from ._optim_buckets import _Buckets
 from ._optim_checkpoint import _Checkpoints
 from ._optim_gather import _Gathers
 from ._optim_params import _Params, _owner  # noqa: F401 - _owner: coconet.torch.clip_grad_norm_
 from ._optim_step import _Step
 from ._optim_units import _Units
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+# torch.optim's params: the tensors, or parameter groups (dicts with "params")
+Params = Iterable[Any]
 
 
 class _Fused(_Checkpoints, _Gathers, _Buckets, _Step, _Units, _Params):
@@ -185,8 +193,10 @@ class _Fused(_Checkpoints, _Gathers, _Buckets, _Step, _Units, _Params):
     (_optim_gather) and checkpoints (_optim_checkpoint)."""
 
 
-def _adam_defaults(lr, betas, eps, weight_decay, amsgrad, foreach, maximize, capturable,
-                   differentiable, fused, decoupled):
+def _adam_defaults(lr: float, betas: Tuple[float, float], eps: float, weight_decay: float,
+                   amsgrad: bool, foreach: Optional[bool], maximize: bool, capturable: bool,
+                   differentiable: bool, fused: Optional[bool],
+                   decoupled: bool) -> Dict[str, Any]:
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                 maximize=maximize, foreach=foreach, capturable=capturable,
                 differentiable=differentiable, fused=fused, decoupled_weight_decay=decoupled)
@@ -200,11 +210,15 @@ class Adam(_Fused):
     see the module's documentation."""
     kind = "adam"
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
-                 differentiable=False, fused=None, decoupled_weight_decay=False, group=None,
-                 schedule="paper", overlap=False, bucket_mb=25, overlap_param_gather=False,
-                 broadcast=True):
+    def __init__(self, params: Params, lr: float = 1e-3,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach: Optional[bool] = None, maximize: bool = False,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None, decoupled_weight_decay: bool = False,
+                 group: "Optional[ProcessGroup]" = None, schedule: str = "paper", overlap: bool = False,
+                 bucket_mb: Optional[float] = 25, overlap_param_gather: bool = False,
+                 broadcast: bool = True) -> None:
         super().__init__(params, _adam_defaults(lr, betas, eps, weight_decay, amsgrad, foreach,
                                                 maximize, capturable, differentiable, fused,
                                                 decoupled_weight_decay),
@@ -215,10 +229,15 @@ class AdamW(Adam):
     """torch.optim.AdamW's signature and formula (decoupled weight decay,
     default 0.01); see Adam and the module's documentation."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
-                 differentiable=False, fused=None, group=None, schedule="paper",
-                 overlap=False, bucket_mb=25, overlap_param_gather=False, broadcast=True):
+    def __init__(self, params: Params, lr: float = 1e-3,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False, foreach: Optional[bool] = None,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None, group: "Optional[ProcessGroup]" = None,
+                 schedule: str = "paper", overlap: bool = False,
+                 bucket_mb: Optional[float] = 25, overlap_param_gather: bool = False,
+                 broadcast: bool = True) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
@@ -243,9 +262,12 @@ class LAMB(_Fused):
     final)."""
     kind = "lamb"
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, *,
-                 trust="tensor", max_grad_norm=None, group=None, schedule="paper",
-                 overlap=False, broadcast=True):
+    def __init__(self, params: Params, lr: float = 1e-3,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01, *, trust: str = "tensor",
+                 max_grad_norm: Optional[float] = None, group: "Optional[ProcessGroup]" = None,
+                 schedule: str = "paper", overlap: bool = False,
+                 broadcast: bool = True) -> None:
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, trust=trust,
                                       max_grad_norm=max_grad_norm),

@@ -49,6 +49,8 @@ layer's buffers in the arena when they lie outside it."""
 import functools
 import math
 import os
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, \
+    TypeVar
 
 import torch
 import torch.distributed as dist
@@ -58,9 +60,17 @@ from .. import programs
 from .. import tp_layout as L
 from .. import tp_programs
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+# A layer's class, for the constructors from whole or Megatron weights.
+Layer = TypeVar("Layer", bound="_LinearLayer")
+# init=: (weight, bias) whole, as from_full takes them, instead of drawn.
+Init = Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]
+
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "RowParallelLinearNorm"]
 
-_compiled = {}  # (program text, schedule, group) -> the Compiled, shared by every layer
+_compiled: Dict[tuple, Any] = {}  # (program text, schedule, group) -> the Compiled, shared by every layer
 
 
 def _program(text, name, schedule, sizes, group):
@@ -103,7 +113,7 @@ def _type_name(dtype):
 
 class _Layer(torch.nn.Module):
     """What the layers share: the group, the programs and their calls."""
-    kind = None
+    kind: Optional[str] = None
 
     def __init__(self, sequence_parallel, group, schedule):
         super().__init__()
@@ -217,7 +227,8 @@ class _LinearLayer(_Layer):
         self.bias = self._param(b.to(dtype), self.kind, "bias") if bias else None
 
     @classmethod
-    def from_full(cls, weight, bias=None, **kw):
+    def from_full(cls: Type[Layer], weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                  **kw: Any) -> Layer:
         """A layer holding this rank's part of the whole `weight` ([out,
         in], nn.Linear's) and `bias` (the same on every rank)."""
         kw.setdefault("dtype", weight.dtype)
@@ -226,22 +237,25 @@ class _LinearLayer(_Layer):
                    **kw)
 
     @classmethod
-    def from_megatron(cls, state_dicts, **kw):
+    def from_megatron(cls: Type[Layer], state_dicts: Sequence[Mapping[str, Any]],
+                      **kw: Any) -> Layer:
         """A layer from Megatron's state dicts of the layer, one a
         tensor-parallel rank (saved at any size), in rank order."""
         ws = [sd["weight"].detach().cpu() for sd in state_dicts]
-        bs = [sd.get("bias") for sd in state_dicts]
+        bs = [sd["bias"].detach().cpu() for sd in state_dicts if sd.get("bias") is not None]
+        if bs and len(bs) != len(state_dicts):
+            raise CocoError("%s.from_megatron: %d of the %d state dicts have a bias: all or "
+                            "none must" % (cls.__name__, len(bs), len(state_dicts)))
         w = L.join(ws, cls.kind, "weight", torch.cat)
-        b = None if bs[0] is None else L.join([x.detach().cpu() for x in bs], cls.kind, "bias",
-                                              torch.cat)
+        b = L.join(bs, cls.kind, "bias", torch.cat) if bs else None
         return cls.from_full(w, b, **kw)
 
-    def to_megatron(self, ranks=None):
+    def to_megatron(self, ranks: Optional[int] = None) -> List[Dict[str, torch.Tensor]]:
         """This layer's weights as Megatron saves them at tensor-parallel
         size `ranks` (default: this group's): a list of state dicts, one a
         rank (collective: every rank of the group calls it)."""
         ranks = ranks or self.ranks
-        out = [dict() for _ in range(ranks)]
+        out: List[Dict[str, torch.Tensor]] = [{} for _ in range(ranks)]
         for name in ("weight", "bias"):
             p = getattr(self, name)
             if p is None:
@@ -258,7 +272,7 @@ class _LinearLayer(_Layer):
         b = self.bias.to(dt) if self.bias is not None else None
         return x.to(dt), self.weight.to(dt), b
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "in_features=%d, out_features=%d, bias=%s, sequence_parallel=%s, ranks=%d" % (
             self.in_features, self.out_features, self.bias is not None, self.sequence_parallel,
             self.ranks)
@@ -325,9 +339,10 @@ class ColumnParallelLinear(_LinearLayer):
     features (gather_output: all of them). See the module's documentation."""
     kind = "column"
 
-    def __init__(self, in_features, out_features, bias=True, gather_output=False,
-                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
-                 init=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 gather_output: bool = False, sequence_parallel: bool = False,
+                 group: "Optional[ProcessGroup]" = None, schedule: Optional[str] = None,
+                 dtype: torch.dtype = torch.float32, init: Init = None) -> None:
         if gather_output and sequence_parallel:
             raise CocoError("ColumnParallelLinear: gather_output and sequence_parallel "
                             "exclude each other (as in Megatron)")
@@ -335,7 +350,7 @@ class ColumnParallelLinear(_LinearLayer):
                          dtype, init)
         self.gather_output = bool(gather_output)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise CocoError("ColumnParallelLinear: input of %d features; expected %d"
                             % (x.shape[-1], self.in_features))
@@ -384,9 +399,10 @@ class RowParallelLinear(_LinearLayer):
     sliced) with sequence parallelism. See the module's documentation."""
     kind = "row"
 
-    def __init__(self, in_features, out_features, bias=True, input_is_parallel=True,
-                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
-                 init=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 input_is_parallel: bool = True, sequence_parallel: bool = False,
+                 group: "Optional[ProcessGroup]" = None, schedule: Optional[str] = None,
+                 dtype: torch.dtype = torch.float32, init: Init = None) -> None:
         if sequence_parallel and not input_is_parallel:
             raise CocoError("RowParallelLinear: sequence_parallel needs input_is_parallel "
                             "(as in Megatron)")
@@ -394,7 +410,7 @@ class RowParallelLinear(_LinearLayer):
                          dtype, init)
         self.input_is_parallel = bool(input_is_parallel)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel:
             x = _ScatterLast.apply(x, self)
         k = self.in_features // self.ranks
@@ -453,9 +469,11 @@ class RowParallelLinearNorm(_Layer):
     module's documentation."""
     kind = "norm"
 
-    def __init__(self, in_features, out_features, norm="layernorm", p_drop=0.1, eps=1e-5,
-                 sequence_parallel=False, group=None, schedule=None, dtype=torch.float32,
-                 init=None):
+    def __init__(self, in_features: int, out_features: int, norm: str = "layernorm",
+                 p_drop: float = 0.1, eps: float = 1e-5, sequence_parallel: bool = False,
+                 group: "Optional[ProcessGroup]" = None, schedule: Optional[str] = None,
+                 dtype: torch.dtype = torch.float32,
+                 init: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> None:
         super().__init__(sequence_parallel, group, schedule)
         if norm not in tp_programs.NORMS:
             raise CocoError("RowParallelLinearNorm: norm '%s': expected 'layernorm' or "
@@ -471,7 +489,9 @@ class RowParallelLinearNorm(_Layer):
                           if norm == "layernorm" else None)
 
     @classmethod
-    def from_full(cls, weight, bias, norm_weight, norm_bias=None, **kw):
+    def from_full(cls, weight: torch.Tensor, bias: torch.Tensor,
+                  norm_weight: torch.Tensor, norm_bias: Optional[torch.Tensor] = None,
+                  **kw: Any) -> "RowParallelLinearNorm":
         """A layer holding this rank's part of the whole projection `weight`
         ([out, in]) and `bias`, and the norm's weight and bias ([out])."""
         kw.setdefault("dtype", weight.dtype)
@@ -487,7 +507,8 @@ class RowParallelLinearNorm(_Layer):
         return _text(tp_programs.norm_after_row_parallel, direction, dtype, self.norm, p_drop,
                      self.eps)
 
-    def forward(self, x, residual):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
         k = self.in_features // self.ranks
         if x.shape[-1] != k or residual.shape[-1] != self.out_features:
             raise CocoError("RowParallelLinearNorm: x of %d features on this rank (expected "
@@ -505,6 +526,6 @@ class RowParallelLinearNorm(_Layer):
         shape = lead + [self.out_features]
         return out.view(shape), z.view(shape)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "in_features=%d, out_features=%d, norm=%s, p_drop=%g, sequence_parallel=%s" % (
             self.in_features, self.out_features, self.norm, self.p_drop, self.sequence_parallel)

@@ -18,6 +18,7 @@ import ctypes
 import logging
 import threading
 import time
+from typing import Any, Callable, Deque, Optional, Tuple
 
 from .. import CocoError
 
@@ -39,7 +40,7 @@ def _relaxed_capture_mode():
         pass
 
 
-def _cuda_event(stream):
+def _cuda_event(stream: Any) -> Any:
     import torch
     e = torch.cuda.Event()
     e.record(stream)
@@ -51,12 +52,13 @@ class Watchdog:
     documentation); make_event(stream) -> an object with query() (a CUDA
     event by default)."""
 
-    def __init__(self, rank, timeout_s, interval_s=None, make_event=_cuda_event):
+    def __init__(self, rank: int, timeout_s: float, interval_s: Optional[float] = None,
+                 make_event: Callable[[Any], Any] = _cuda_event) -> None:
         self.rank, self.timeout_s = rank, float(timeout_s)
         self.interval_s = interval_s or min(1.0, self.timeout_s / 4)
         self.fired = None  # the message, once fired
         self._make_event = make_event
-        self._pending = collections.deque()  # (event, when recorded, the call)
+        self._pending: Deque[Tuple[Any, float, Any]] = collections.deque()  # (event, when recorded, the call)
         self._lock = threading.Lock()
         self._next = 0.0
         self._caller = threading.main_thread().ident
@@ -64,7 +66,7 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="coconet-watchdog", daemon=True)
         self._thread.start()
 
-    def launched(self, what, stream):
+    def launched(self, what: Any, stream: Any) -> None:
         """A call (named `what`) was launched on `stream`."""
         now = time.monotonic()
         if now < self._next or self.fired:
@@ -75,7 +77,7 @@ class Watchdog:
         with self._lock:
             self._pending.append((event, now, what))
 
-    def check(self, now):
+    def check(self, now: float) -> Optional[str]:
         """The message when the oldest pending event is overdue, else None."""
         with self._lock:
             while self._pending and self._pending[0][0].query():
@@ -105,5 +107,5 @@ class Watchdog:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._caller),
                                                    ctypes.py_object(exc))
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
