@@ -6,13 +6,16 @@ forward pass that holds one of its parameters (a global forward pre-hook),
 before the bucket's next step, or at gather_params(). Until then the
 parameters keep their values of before the step."""
 import weakref
+from typing import Any
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from . import CocoError
+from ._optim_part import _Part
 
-_DEFERRING = weakref.WeakSet()  # the optimizers with gathers to defer
+# the optimizers with gathers to defer
+_DEFERRING: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _HOOK = [None]  # the global forward pre-hook's handle, while one is registered
 
 
@@ -47,7 +50,7 @@ def _refuse_read(ref, what):
     return hook
 
 
-class _Gathers:
+class _Gathers(_Part):
     """Mixin of optim._Fused: the gathers owed after the steps of the
     buckets (self._pending, in launch order, the same on every rank)."""
 
@@ -59,7 +62,7 @@ class _Gathers:
         if self._defer:
             _register(self)
 
-    def gather_params(self):
+    def gather_params(self) -> None:
         """Finishes every deferred all-gather (overlap_param_gather=True):
         the parameters hold the last step's values after it (the current
         stream waits for them). Collective at P > 1 while gathers are
