@@ -54,6 +54,8 @@ import torch
 import torch.distributed as dist
 
 from . import CocoError, TORCH_TYPES, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
+from . import ops as _ops
+from . import tp_ops as _tp_ops
 from .. import programs
 from .. import tp_layout as L
 from .. import tp_programs
@@ -111,6 +113,7 @@ class _Layer(torch.nn.Module):
         self.group, self.sequence_parallel = group, bool(sequence_parallel)
         self.schedule = schedule  # None: each program's default (tp_layout)
         self._stage = {}  # input name -> an arena buffer (P > 1, tensors outside it)
+        self._key = _ops.register(self)  # tp_ops' handle on it (traced calls)
 
     @property
     def rank(self):
@@ -266,6 +269,11 @@ class _LinearLayer(_Layer):
 
 # ---- the linear layers' passes ----
 
+def _linear_args(x2, w, b):
+    """coconet::tp_pass's names and tensors for a linear layer's forward"""
+    return ("x,w,b", [x2, w, b]) if b is not None else ("x,w", [x2, w])
+
+
 def _linear_forward(ctx, write, x2, w, b, layer, tokens):
     """A linear layer's forward program (write: tp_programs.column_parallel
     or row_parallel) on this call's tokens; its outputs by name"""
@@ -341,11 +349,16 @@ class ColumnParallelLinear(_LinearLayer):
                             % (x.shape[-1], self.in_features))
         x, w, b = self._cast(x)
         lead = list(x.shape[:-1])
-        y = _Column.apply(x.reshape(-1, self.in_features).contiguous(), w, b, self)
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        traced = _ops.traced([x2])  # torch.compile, export, fake or meta tensors
+        y = _tp_ops.forward(self, *_linear_args(x2, w, b))[0] if traced else \
+            _Column.apply(x2, w, b, self)
         if self.sequence_parallel:
             lead[0] *= self.ranks
         y = y.view(lead + [y.shape[-1]])
-        return _GatherLast.apply(y, self) if self.gather_output else y
+        if not self.gather_output:
+            return y
+        return _tp_ops.gather_last(self, y) if traced else _GatherLast.apply(y, self)
 
 
 # ---- RowParallelLinear ----
@@ -395,8 +408,9 @@ class RowParallelLinear(_LinearLayer):
         self.input_is_parallel = bool(input_is_parallel)
 
     def forward(self, x):
+        traced = _ops.traced([x])  # torch.compile, export, fake or meta tensors
         if not self.input_is_parallel:
-            x = _ScatterLast.apply(x, self)
+            x = _tp_ops.scatter_last(self, x) if traced else _ScatterLast.apply(x, self)
         k = self.in_features // self.ranks
         if x.shape[-1] != k:
             raise CocoError("RowParallelLinear: input of %d features on this rank; expected "
@@ -410,7 +424,9 @@ class RowParallelLinear(_LinearLayer):
                                 "dimension (%d) must be a multiple of the %d ranks"
                                 % (lead[0], self.ranks))
             lead[0] //= self.ranks
-        y = _Row.apply(x.reshape(-1, k).contiguous(), w, b, self)
+        x2 = x.reshape(-1, k).contiguous()
+        y = _tp_ops.forward(self, *_linear_args(x2, w, b))[0] if traced else \
+            _Row.apply(x2, w, b, self)
         return y.view(lead + [self.out_features])
 
 
@@ -499,10 +515,14 @@ class RowParallelLinearNorm(_Layer):
         lead = list(x.shape[:-1])
         p = self.p_drop if self.training else 0.0
         beta = self.norm_bias.to(dt) if self.norm_bias is not None else None
-        out, z = _Norm.apply(x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt),
-                             self.bias.to(dt),
-                             residual.to(dt).reshape(-1, self.out_features).contiguous(),
-                             self.norm_weight.to(dt), beta, self, p)
+        args = (x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt), self.bias.to(dt),
+                residual.to(dt).reshape(-1, self.out_features).contiguous(),
+                self.norm_weight.to(dt), beta)
+        if _ops.traced(args):  # torch.compile, export, fake or meta tensors
+            names = "x,w,b,r,gamma" + (",beta" if beta is not None else "")
+            out, z, _ = _tp_ops.forward(self, names, [t for t in args if t is not None], p)
+        else:
+            out, z = _Norm.apply(*args, self, p)
         shape = lead + [self.out_features]
         return out.view(shape), z.view(shape)
 
