@@ -138,7 +138,7 @@ def test_compiled_with_inductor():
     """inductor (C++ on the CPU): the layers' passes are the custom ops, so
     with no GELU between them everything is equal bit for bit; with it, the
     results the GELU's own code (inductor's, not eager's) does not reach"""
-    model, shape = K.MLP(8, 16, sequence_parallel=True, gelu=False), (4, 2, 8)
+    model, shape = K.model("mlp sp=1", 1, gelu=False)
     xs = K.inputs(model, shape)
     assert K.compare(model, xs, "inductor") == []
     model.gelu = True
@@ -173,6 +173,22 @@ def test_compiled_dropout_seeds():
     assert not torch.equal(a, fn(x, r)[1])
     torch.manual_seed(5)
     assert torch.equal(a, layer(x, r)[1])
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_dropout_under_checkpointing(backend):
+    """a checkpointed RowParallelLinearNorm compiled: the recomputation in
+    the backward reuses the forward's seed (tp_seed is never recomputed),
+    so outputs and gradients equal the eager checkpointed run's"""
+    layer, shape = K.model("layernorm sp=0 p=0.3", 1)
+    xs = K.inputs(layer, shape)
+
+    def f(x, r):
+        return torch.utils.checkpoint.checkpoint(layer, x, r, use_reentrant=False)
+    want = K.step(layer, f, xs)
+    torch._dynamo.reset()
+    got = K.step(layer, torch.compile(f, fullgraph=True, backend=backend), xs)
+    assert all(torch.equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
 
 
 # ---- several ranks: processes joined by gloo (tp_ranks.py) ----

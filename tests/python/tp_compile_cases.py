@@ -65,10 +65,12 @@ def step(model, fn, xs, seed=3):
 
 def compare(model, xs, backend, seed=3):
     """The names of the results (outputs, then input and parameter
-    gradients) that differ between model(*xs) and its compiled form; [] if
-    every one is equal bit for bit."""
+    gradients) that differ between model(*xs) and its compiled form
+    (backend None: a second eager run); [] if every one is equal bit for
+    bit."""
     torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    compiled = model if backend is None else torch.compile(model, fullgraph=True,
+                                                           backend=backend)
     want, got = step(model, model, xs, seed), step(model, compiled, xs, seed)
     names = ["out%d" % i for i in range(len(want[0]))] + \
         ["d_input%d" % i for i in range(len(xs))] + ["d_" + n for n, _ in model.named_parameters()]
@@ -78,32 +80,37 @@ def compare(model, xs, backend, seed=3):
 
 CASES = ("mlp sp=0", "mlp sp=1", "mlp gather_output", "layernorm sp=0 p=0.3",
          "rmsnorm sp=1 p=0.3")
+CPU_DIMS = (4, 2, 8, 16)  # sequence S, batch B, width, hidden (S, hidden multiples of P)
 
 
-def model(case, P, dtype=torch.float32):
-    """(the model, its input's shape) of a case: the MLP with and without
-    sequence parallelism and with gather_output (the row layer slicing its
-    input), and RowParallelLinearNorm with LayerNorm and RMSNorm, with
-    Dropout and with and without sequence parallelism. The weights are
-    drawn from torch's generator, seeded here: the same on every rank."""
+def model(case, P, dtype=torch.float32, dims=CPU_DIMS, gelu=True):
+    """(the model, its input's shape) of a case: the MLP (width -> hidden
+    -> width) with and without sequence parallelism and with gather_output
+    (the row layer slicing its input), and RowParallelLinearNorm (hidden ->
+    width) with LayerNorm and RMSNorm, with Dropout and with and without
+    sequence parallelism. The weights are drawn from torch's generator,
+    seeded here: the same on every rank."""
+    S, B, width, hidden = dims
     torch.manual_seed(0)
     if case.startswith("mlp"):
         sp, gather = case == "mlp sp=1", case == "mlp gather_output"
-        return MLP(8, 16, sp, dtype=dtype, gather=gather), (4 // P if sp else 4, 2, 8)
+        mlp = MLP(width, hidden, sp, gelu=gelu, dtype=dtype, gather=gather)
+        return mlp, (S // P if sp else S, B, width)
     kind, sp = case.split()[0], case.split()[1] == "sp=1"
-    layer = tp.RowParallelLinearNorm(16, 8, norm=kind, p_drop=0.3, sequence_parallel=sp,
+    layer = tp.RowParallelLinearNorm(hidden, width, norm=kind, p_drop=0.3, sequence_parallel=sp,
                                      dtype=dtype)
-    return layer, (4, 2, 16 // P)
+    return layer, (S, B, hidden // P)
 
 
-def check_all(P, backends, dtype=torch.float32, device="cpu"):
+def check_all(P, backends, dtype=torch.float32, device="cpu", dims=CPU_DIMS, gelu=True):
     """Each case under each backend: [(case, graph breaks, [results that
-    differ])]."""
+    differ from the eager run], [results that differ between two eager
+    runs: where the programs are not bit for bit reproducible])]."""
     out = []
     for case in CASES:
-        m, shape = model(case, P, dtype)
+        m, shape = model(case, P, dtype, dims, gelu)
         xs = inputs(m, shape, dtype, device)
-        breaks = graph_breaks(m, xs)[0]
+        breaks, again = graph_breaks(m, xs)[0], compare(m, xs, None)
         for backend in backends:
-            out.append(("%s %s" % (case, backend), breaks, compare(m, xs, backend)))
+            out.append(("%s %s" % (case, backend), breaks, compare(m, xs, backend), again))
     return out

@@ -54,7 +54,7 @@ def compile_models(rank, P, d):
     """Each model of tp_compile_cases under torch.compile: no graph break,
     equal to the eager run bit for bit."""
     got = K.check_all(P, ("aot_eager",))
-    bad = [(name, b, diff) for name, b, diff in got if b or diff]
+    bad = [(name, b, diff, again) for name, b, diff, again in got if b or diff or again]
     if bad:
         raise AssertionError("graph breaks or results that differ: %s" % bad)
     return "%d models compiled, equal to eager" % len(got)

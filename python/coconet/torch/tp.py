@@ -434,10 +434,11 @@ class RowParallelLinear(_LinearLayer):
 
 class _Norm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2, w, b, r2, gamma, beta, layer, p_drop):
+    def forward(ctx, x2, w, b, r2, gamma, beta, layer, p_drop, seed=None):
         dtype = _type_name(x2.dtype)
         text = layer._text("forward", dtype, p_drop)
-        seed = _draw_seed() if p_drop > 0 else None
+        if seed is None and p_drop > 0:  # (a traced call's comes drawn: tp_ops.seed)
+            seed = _draw_seed()
         args = {"x": x2, "w": w, "b": b, "r": r2, "gamma": gamma, "hn": float(layer.out_features)}
         if beta is not None:
             args["beta"] = beta
@@ -519,8 +520,10 @@ class RowParallelLinearNorm(_Layer):
                 residual.to(dt).reshape(-1, self.out_features).contiguous(),
                 self.norm_weight.to(dt), beta)
         if _ops.traced(args):  # torch.compile, export, fake or meta tensors
-            names = "x,w,b,r,gamma" + (",beta" if beta is not None else "")
-            out, z, _ = _tp_ops.forward(self, names, [t for t in args if t is not None], p)
+            tensors = [t for t in args if t is not None] + ([_tp_ops.seed()] if p > 0 else [])
+            names = "x,w,b,r,gamma" + (",beta" if beta is not None else "") + \
+                (",seed" if p > 0 else "")
+            out, z = _tp_ops.forward(self, names, tensors, p)
         else:
             out, z = _Norm.apply(*args, self, p)
         shape = lead + [self.out_features]

@@ -1,6 +1,6 @@
 """coconet.torch.tp_ops: coconet.torch.tp's layer passes as torch.library
-custom ops, so that torch.compile (fullgraph=True) and fake or meta tensors
-see each pass as one operator, with no graph break:
+custom ops, so that torch.compile (fullgraph=True), torch.export and fake
+or meta tensors see each pass as one operator, with no graph break:
 
   coconet::tp_pass(key, direction, names, tensors, p_drop) -> Tensor[]
       a forward or backward pass of the layer registered under key
@@ -10,6 +10,9 @@ see each pass as one operator, with no graph break:
       has: g with sequence parallelism, db with a bias, dbeta with
       LayerNorm). The forward has its autograd registered: its backward is
       the backward pass, through the same op.
+  coconet::tp_seed() -> Tensor
+      a RowParallelLinearNorm call's Dropout seed (a CPU int64 tensor [1]),
+      given to its forward and backward passes as the input named seed;
   coconet::tp_gather_last(key, y) -> Tensor
       every rank's y joined along the last dimension (its gradient: this
       rank's slice);
@@ -23,17 +26,19 @@ model launches the same programs on the same values as an eager one. The
 fake implementations give the results' shapes from the layer's kind,
 options and the inputs' shapes, and run nothing.
 
-Dropout's seed (RowParallelLinearNorm): the forward op's real
-implementation draws it from torch's default generator, as the eager call
-does, and gives it back as a third result, a CPU int64 tensor [1] (-1:
-none drawn), which autograd keeps for the backward op. So a compiled call
-draws what an eager one draws at the same point of the generator's
-sequence, on any backend (the graph holds no random op of torch's that a
-backend could replace with its own), and the backward reuses the
-forward's mask."""
+Dropout's seed: tp_seed's real implementation draws it from torch's
+default generator as the eager call does (tp._draw_seed), so a compiled
+model draws the same seeds as an eager one at the same points of the
+generator's sequence, on any backend (the graph holds no random op of
+torch's that a backend could replace with its own). It is registered as an
+ordered effect: kept in its place, run once, and never recomputed, so a
+checkpointed region's recomputation in the backward reuses the forward's
+seed (tp_pass itself is a pure function of its inputs and may be
+recomputed)."""
 from typing import List
 
 import torch
+from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
 from . import ops as _ops
 from .. import CocoError
@@ -41,7 +46,7 @@ from .. import tp_layout as L
 
 # each (kind, direction)'s results, in order (a name absent where the layer lacks it)
 OUTPUTS = {("column", "forward"): ("y", "g"), ("row", "forward"): ("y",),
-           ("norm", "forward"): ("out", "z", "seed"),
+           ("norm", "forward"): ("out", "z"),
            ("column", "backward"): ("dx", "dw", "db"), ("row", "backward"): ("dx", "dw", "db"),
            ("norm", "backward"): ("dx", "dw", "db", "dr", "dgamma", "dbeta")}
 
@@ -79,13 +84,17 @@ def _results(layer, direction, got):
 
 # ---- the real passes ----
 
+def _seed_of(a):
+    """The Dropout seed among a pass's inputs (a CPU int64 tensor [1]), or None."""
+    return int(a["seed"].item()) if "seed" in a else None
+
+
 def _forward(layer, a, p_drop):
     tp, ctx = _tp(), _Ctx(layer)
     if layer.kind == "norm":
         out, z = tp._Norm.forward(ctx, a["x"], a["w"], a["b"], a["r"], a["gamma"], a.get("beta"),
-                                  layer, p_drop)
-        seed = -1 if ctx.seed is None else ctx.seed
-        return {"out": out, "z": z, "seed": torch.tensor([seed], dtype=torch.int64)}
+                                  layer, p_drop, _seed_of(a))
+        return {"out": out, "z": z}
     fn = tp._Column if layer.kind == "column" else tp._Row
     y = fn.forward(ctx, a["x"], a["w"], a.get("b"), layer)
     return {"y": y, "g": ctx.saved_tensors[0]}  # g: the gathered input (sequence parallelism)
@@ -95,9 +104,7 @@ def _backward(layer, a, p_drop):
     tp = _tp()
     if layer.kind == "norm":
         ctx = _Ctx(layer, (a["x"], a["w"], a["z"], a["gamma"]))
-        seed = int(a["seed"].item())
-        ctx.p_drop, ctx.seed, ctx.has_beta = p_drop, None if seed < 0 else seed, \
-            layer.norm_bias is not None
+        ctx.p_drop, ctx.seed, ctx.has_beta = p_drop, _seed_of(a), layer.norm_bias is not None
         got = tp._Norm.backward(ctx, a["dout"], a["dz"])
         return dict(zip(OUTPUTS[("norm", "backward")], got))
     column = layer.kind == "column"
@@ -128,8 +135,7 @@ def _forward_shapes(layer, a):
         return {"y": x.new_empty(whole, w.shape[0]), "g": x.new_empty(whole, x.shape[1])}
     if layer.kind == "row":
         return {"y": x.new_empty(tokens // P if sp else tokens, w.shape[0])}
-    return {"out": x.new_empty(tokens, w.shape[0]), "z": x.new_empty(tokens, w.shape[0]),
-            "seed": torch.empty(1, dtype=torch.int64, device="cpu")}
+    return {"out": x.new_empty(tokens, w.shape[0]), "z": x.new_empty(tokens, w.shape[0])}
 
 
 def _backward_shapes(layer, a):
@@ -167,7 +173,7 @@ def _tp_pass_setup(ctx, inputs, output):
     if direction != "forward":
         return
     if layer.kind == "norm":
-        ctx.save_for_backward(a["x"], a["w"], got["z"], a["gamma"], got["seed"])
+        ctx.save_for_backward(a["x"], a["w"], got["z"], a["gamma"], *([a["seed"]] if "seed" in a else []))
     else:
         ctx.save_for_backward(got["g"] if "g" in got else a["x"], a["w"])
 
@@ -180,16 +186,18 @@ def _tp_pass_backward(ctx, grads):
     saved = ctx.saved_tensors
     # grads: one a result, zeros where a result has none (autograd materializes them)
     if layer.kind == "norm":
-        x, w, z, gamma, seed = saved
-        got = torch.ops.coconet.tp_pass(ctx.key, "backward", "dout,dz,z,gamma,x,w,seed",
-                                        [grads[0], grads[1], z, gamma, x, w, seed], ctx.p_drop)
+        names = "dout,dz,z,gamma,x,w" + (",seed" if len(saved) > 4 else "")
+        x, w, z, gamma = saved[:4]
+        got = torch.ops.coconet.tp_pass(ctx.key, "backward", names,
+                                        [grads[0], grads[1], z, gamma, x, w, *saved[4:]],
+                                        ctx.p_drop)
     else:
         kept = "g" if layer.kind == "column" else "x"
         got = torch.ops.coconet.tp_pass(ctx.key, "backward", "dy,%s,w" % kept,
                                         [grads[0], saved[0], saved[1]], ctx.p_drop)
     named = dict(zip([n for n in OUTPUTS[(layer.kind, "backward")] if _has(layer, n)], got))
     wanted = {"x": "dx", "w": "dw", "b": "db", "r": "dr", "gamma": "dgamma", "beta": "dbeta"}
-    return None, None, None, [named[wanted[n]] for n in ctx.names.split(",")], None
+    return None, None, None, [named.get(wanted.get(n)) for n in ctx.names.split(",")], None
 
 
 _tp_pass.register_autograd(_tp_pass_backward, setup_context=_tp_pass_setup)
@@ -198,6 +206,28 @@ _tp_pass.register_autograd(_tp_pass_backward, setup_context=_tp_pass_setup)
 def forward(layer, names, tensors, p_drop=0.0):
     """The layer's forward through coconet::tp_pass: its results (OUTPUTS)."""
     return torch.ops.coconet.tp_pass(layer._key, "forward", names, tensors, float(p_drop))
+
+
+# ---- Dropout's seed ----
+
+@torch.library.custom_op("coconet::tp_seed", mutates_args=())
+def _tp_seed() -> torch.Tensor:
+    return torch.tensor([_tp()._draw_seed()], dtype=torch.int64)
+
+
+@_tp_seed.register_fake
+def _tp_seed_fake():
+    return torch.empty(1, dtype=torch.int64, device="cpu")
+
+
+# it draws from torch's generator: kept in order, run once, never recomputed
+# (torch's registration of effects is private; this form takes an OpOverload)
+_register_effectful_op(torch.ops.coconet.tp_seed.default, _EffectType.ORDERED)
+
+
+def seed():
+    """A layer call's Dropout seed, drawn as the eager call draws it."""
+    return torch.ops.coconet.tp_seed()
 
 
 # ---- joining and slicing the last dimension ----
