@@ -175,6 +175,18 @@ def test_compiled_dropout_seeds():
     assert torch.equal(a, layer(x, r)[1])
 
 
+def test_exported_model():
+    """torch.export holds each pass as coconet::tp_pass; the exported
+    module's output equals the model's"""
+    model, shape = K.model("mlp gather_output", 1)
+    xs = K.inputs(model, shape)
+    ep = torch.export.export(model, tuple(xs))
+    ops = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert ops.count("coconet.tp_pass.default") == 2
+    assert "coconet.tp_gather_last.default" in ops
+    assert torch.equal(ep.module()(*xs), model(*xs))
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_dropout_under_checkpointing(backend):
     """a checkpointed RowParallelLinearNorm compiled: the recomputation in

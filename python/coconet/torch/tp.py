@@ -45,7 +45,22 @@ unlike Megatron's biases and norms applied on each rank's tokens, they need
 no all-reduce of their gradients. from_megatron / to_megatron move weights in and out
 of Megatron checkpoints saved at any tensor-parallel size. At P > 1 the
 tensors a fused collective reads in the peers' memory are copied into this
-layer's buffers in the arena when they lie outside it."""
+layer's buffers in the arena when they lie outside it.
+
+torch.compile and export: a traced call (under torch.compile or
+torch.export, or on fake tensors) goes through custom ops
+(coconet.torch.tp_ops): each pass one coconet::tp_pass running the
+program an eager call runs, with its backward registered; gather_output
+and input_is_parallel=False one op each; Dropout's seed drawn by
+coconet::tp_seed as an eager call draws it, and never recomputed. So
+torch.compile(model, fullgraph=True) of a model built from these layers
+has no graph break, forward and backward, and gives the eager model's
+outputs and gradients bit for bit (inductor: except where its own code
+between the layers, a GELU say, differs from eager's); under activation
+checkpointing the recomputation reuses the forward's seed; torch.export
+holds the ops. Keep the layers alive while a graph calling them runs.
+Checked on the CPU reference (backends eager, aot_eager and inductor;
+autocast; P = 1 and 2)."""
 import functools
 import math
 import os
