@@ -3,7 +3,9 @@ each compiled program on the reference executor): forward and backward
 against torch on whole tensors at P = 1 here, at P = 2 and 4 as gloo
 processes (tp_ranks.py); one build per program over token counts; Dropout
 reproduced under activation checkpointing; autocast; Megatron checkpoints
-in and out. Skipped without torch."""
+in and out; models of the layers under torch.compile(fullgraph=True) with
+no graph break, equal to eager runs bit for bit (tp_compile_cases.py).
+Skipped without torch."""
 
 import sys
 
@@ -14,6 +16,7 @@ torch = pytest.importorskip("torch")
 import gloo_ranks  # noqa: E402
 import optim_standins as O  # noqa: E402
 import tp_cases as C  # noqa: E402
+import tp_compile_cases as K  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet.torch import CocoError  # noqa: E402
 from coconet.torch import tp  # noqa: E402
@@ -138,6 +141,89 @@ def test_argument_errors():
         tp.RowParallelLinearNorm(16, 8, norm="batchnorm")
 
 
+# ---- torch.compile (tp_compile_cases.py) ----
+
+@pytest.mark.parametrize("case", K.CASES)
+def test_compiled_equals_eager(case):
+    """fullgraph=True, no graph break; outputs and gradients bit for bit
+    under the eager and aot_eager backends (the latter traces the custom
+    ops' fake implementations, forward and backward)"""
+    model, shape = K.model(case, 1)
+    xs = K.inputs(model, shape)
+    assert K.graph_breaks(model, xs)[:2] == (0, 1)
+    for backend in ("eager", "aot_eager"):
+        assert K.compare(model, xs, backend) == [], backend
+
+
+def test_compiled_with_inductor():
+    """inductor (C++ on the CPU): the layers' passes are the custom ops, so
+    with no GELU between them everything is equal bit for bit; with it, the
+    results the GELU's own code (inductor's, not eager's) does not reach"""
+    model, shape = K.model("mlp sp=1", 1, gelu=False)
+    xs = K.inputs(model, shape)
+    assert K.compare(model, xs, "inductor") == []
+    model.gelu = True
+    assert set(K.compare(model, xs, "inductor")) <= {"d_input0", "d_fc.weight", "d_fc.bias"}
+
+
+def test_compiled_under_autocast():
+    model = K.MLP(8, 16, sequence_parallel=True)
+    xs = K.inputs(model, (4, 2, 8))
+
+    def bf16(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x)
+    assert K.graph_breaks(bf16, xs)[:2] == (0, 1)
+    torch._dynamo.reset()
+    want, got = K.step(model, bf16, xs), K.step(model, torch.compile(bf16, fullgraph=True,
+                                                                     backend="aot_eager"), xs)
+    assert want[0][0].dtype == torch.bfloat16
+    assert all(torch.equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+
+
+def test_compiled_dropout_seeds():
+    """a compiled RowParallelLinearNorm draws its Dropout seed from torch's
+    generator as an eager call does: another seed, another mask; the same
+    seed, the same mask"""
+    layer = tp.RowParallelLinearNorm(16, 8, p_drop=0.5)
+    x, r = K.inputs(layer, (4, 2, 16))
+    fn = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    torch.manual_seed(5)
+    a = fn(x, r)[1]
+    torch.manual_seed(6)
+    assert not torch.equal(a, fn(x, r)[1])
+    torch.manual_seed(5)
+    assert torch.equal(a, layer(x, r)[1])
+
+
+def test_exported_model():
+    """torch.export holds each pass as coconet::tp_pass; the exported
+    module's output equals the model's"""
+    model, shape = K.model("mlp gather_output", 1)
+    xs = K.inputs(model, shape)
+    ep = torch.export.export(model, tuple(xs))
+    ops = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert ops.count("coconet.tp_pass.default") == 2
+    assert "coconet.tp_gather_last.default" in ops
+    assert torch.equal(ep.module()(*xs), model(*xs))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_dropout_under_checkpointing(backend):
+    """a checkpointed RowParallelLinearNorm compiled: the recomputation in
+    the backward reuses the forward's seed (tp_seed is never recomputed),
+    so outputs and gradients equal the eager checkpointed run's"""
+    layer, shape = K.model("layernorm sp=0 p=0.3", 1)
+    xs = K.inputs(layer, shape)
+
+    def f(x, r):
+        return torch.utils.checkpoint.checkpoint(layer, x, r, use_reentrant=False)
+    want = K.step(layer, f, xs)
+    torch._dynamo.reset()
+    got = K.step(layer, torch.compile(f, fullgraph=True, backend=backend), xs)
+    assert all(torch.equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+
+
 # ---- several ranks: processes joined by gloo (tp_ranks.py) ----
 
 def ranks(scenario, P, d):
@@ -222,4 +308,9 @@ def test_train_tp_optimizer_defaults():
 
 def test_megatron_checkpoints_at_two_ranks(tmp_path):
     got = ranks("megatron", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def test_compiled_at_two_ranks(tmp_path):
+    got = ranks("compile_models", 2, tmp_path)
     assert all(g.startswith("OK") for g in got), got

@@ -13,6 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gloo_ranks  # noqa: E402
 import tp_cases as C  # noqa: E402
+import tp_compile_cases as K  # noqa: E402
 import tp_standins as T  # noqa: E402
 from coconet import tp_layout as L  # noqa: E402
 from coconet.torch import tp  # noqa: E402
@@ -61,6 +62,16 @@ def megatron(rank, P, d):
     back = tp.RowParallelLinear.from_megatron(sds)
     assert torch.equal(back.weight, r.weight) and torch.equal(back.bias, r.bias)
     return "column and row through Megatron's layout at 1, 2 and 4 ranks"
+
+
+def compile_models(rank, P, d):
+    """Each model of tp_compile_cases under torch.compile: no graph break,
+    equal to the eager run bit for bit."""
+    got = K.check_all(P, ("aot_eager",))
+    bad = [(name, b, diff, again) for name, b, diff, again in got if b or diff or again]
+    if bad:
+        raise AssertionError("graph breaks or results that differ: %s" % bad)
+    return "%d models compiled, equal to eager" % len(got)
 
 
 if __name__ == "__main__":

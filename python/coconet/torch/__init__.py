@@ -46,7 +46,8 @@ the same masks).
 
 torch.compile and export: every call is a torch.library custom op
 (coconet::call; RowParallelLinear's forward coconet::row_parallel, with
-its autograd), taken when the call is traced (under torch.compile or
+its autograd; the passes of coconet.torch.tp's layers coconet::tp_pass, in
+coconet.torch.tp_ops), taken when the call is traced (under torch.compile or
 torch.export, or on fake or meta tensors; coconet.torch.ops says how);
 eager calls on plain tensors keep the direct path. A Scalar given as a CPU
 tensor changes without recompiling the graph.

@@ -45,7 +45,22 @@ unlike Megatron's biases and norms applied on each rank's tokens, they need
 no all-reduce of their gradients. from_megatron / to_megatron move weights in and out
 of Megatron checkpoints saved at any tensor-parallel size. At P > 1 the
 tensors a fused collective reads in the peers' memory are copied into this
-layer's buffers in the arena when they lie outside it."""
+layer's buffers in the arena when they lie outside it.
+
+torch.compile and export: a traced call (under torch.compile or
+torch.export, or on fake tensors) goes through custom ops
+(coconet.torch.tp_ops): each pass one coconet::tp_pass running the
+program an eager call runs, with its backward registered; gather_output
+and input_is_parallel=False one op each; Dropout's seed drawn by
+coconet::tp_seed as an eager call draws it, and never recomputed. So
+torch.compile(model, fullgraph=True) of a model built from these layers
+has no graph break, forward and backward, and gives the eager model's
+outputs and gradients bit for bit (inductor: except where its own code
+between the layers, a GELU say, differs from eager's); under activation
+checkpointing the recomputation reuses the forward's seed; torch.export
+holds the ops. Keep the layers alive while a graph calling them runs.
+Checked on the CPU reference (backends eager, aot_eager and inductor;
+autocast; P = 1 and 2)."""
 import functools
 import math
 import os
@@ -56,6 +71,8 @@ import torch
 import torch.distributed as dist
 
 from . import CocoError, TORCH_TYPES, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
+from . import ops as _ops
+from . import tp_ops as _tp_ops
 from .. import programs
 from .. import tp_layout as L
 from .. import tp_programs
@@ -121,6 +138,7 @@ class _Layer(torch.nn.Module):
         self.group, self.sequence_parallel = group, bool(sequence_parallel)
         self.schedule = schedule  # None: each program's default (tp_layout)
         self._stage = {}  # input name -> an arena buffer (P > 1, tensors outside it)
+        self._key = _ops.register(self)  # tp_ops' handle on it (traced calls)
 
     @property
     def rank(self):
@@ -280,6 +298,11 @@ class _LinearLayer(_Layer):
 
 # ---- the linear layers' passes ----
 
+def _linear_args(x2, w, b):
+    """coconet::tp_pass's names and tensors for a linear layer's forward"""
+    return ("x,w,b", [x2, w, b]) if b is not None else ("x,w", [x2, w])
+
+
 def _linear_forward(ctx, write, x2, w, b, layer, tokens):
     """A linear layer's forward program (write: tp_programs.column_parallel
     or row_parallel) on this call's tokens; its outputs by name"""
@@ -356,11 +379,16 @@ class ColumnParallelLinear(_LinearLayer):
                             % (x.shape[-1], self.in_features))
         x, w, b = self._cast(x)
         lead = list(x.shape[:-1])
-        y = _Column.apply(x.reshape(-1, self.in_features).contiguous(), w, b, self)
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        traced = _ops.traced([x2])  # torch.compile, export, fake or meta tensors
+        y = _tp_ops.forward(self, *_linear_args(x2, w, b))[0] if traced else \
+            _Column.apply(x2, w, b, self)
         if self.sequence_parallel:
             lead[0] *= self.ranks
         y = y.view(lead + [y.shape[-1]])
-        return _GatherLast.apply(y, self) if self.gather_output else y
+        if not self.gather_output:
+            return y
+        return _tp_ops.gather_last(self, y) if traced else _GatherLast.apply(y, self)
 
 
 # ---- RowParallelLinear ----
@@ -411,8 +439,9 @@ class RowParallelLinear(_LinearLayer):
         self.input_is_parallel = bool(input_is_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        traced = _ops.traced([x])  # torch.compile, export, fake or meta tensors
         if not self.input_is_parallel:
-            x = _ScatterLast.apply(x, self)
+            x = _tp_ops.scatter_last(self, x) if traced else _ScatterLast.apply(x, self)
         k = self.in_features // self.ranks
         if x.shape[-1] != k:
             raise CocoError("RowParallelLinear: input of %d features on this rank; expected "
@@ -426,7 +455,9 @@ class RowParallelLinear(_LinearLayer):
                                 "dimension (%d) must be a multiple of the %d ranks"
                                 % (lead[0], self.ranks))
             lead[0] //= self.ranks
-        y = _Row.apply(x.reshape(-1, k).contiguous(), w, b, self)
+        x2 = x.reshape(-1, k).contiguous()
+        y = _tp_ops.forward(self, *_linear_args(x2, w, b))[0] if traced else \
+            _Row.apply(x2, w, b, self)
         return y.view(lead + [self.out_features])
 
 
@@ -434,10 +465,11 @@ class RowParallelLinear(_LinearLayer):
 
 class _Norm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2, w, b, r2, gamma, beta, layer, p_drop):
+    def forward(ctx, x2, w, b, r2, gamma, beta, layer, p_drop, seed=None):
         dtype = _type_name(x2.dtype)
         text = layer._text("forward", dtype, p_drop)
-        seed = _draw_seed() if p_drop > 0 else None
+        if seed is None and p_drop > 0:  # (a traced call's comes drawn: tp_ops.seed)
+            seed = _draw_seed()
         args = {"x": x2, "w": w, "b": b, "r": r2, "gamma": gamma, "hn": float(layer.out_features)}
         if beta is not None:
             args["beta"] = beta
@@ -519,10 +551,16 @@ class RowParallelLinearNorm(_Layer):
         lead = list(x.shape[:-1])
         p = self.p_drop if self.training else 0.0
         beta = self.norm_bias.to(dt) if self.norm_bias is not None else None
-        out, z = _Norm.apply(x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt),
-                             self.bias.to(dt),
-                             residual.to(dt).reshape(-1, self.out_features).contiguous(),
-                             self.norm_weight.to(dt), beta, self, p)
+        args = (x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt), self.bias.to(dt),
+                residual.to(dt).reshape(-1, self.out_features).contiguous(),
+                self.norm_weight.to(dt), beta)
+        if _ops.traced(args):  # torch.compile, export, fake or meta tensors
+            tensors = [t for t in args if t is not None] + ([_tp_ops.seed()] if p > 0 else [])
+            names = "x,w,b,r,gamma" + (",beta" if beta is not None else "") + \
+                (",seed" if p > 0 else "")
+            out, z = _tp_ops.forward(self, names, tensors, p)
+        else:
+            out, z = _Norm.apply(*args, self, p)
         shape = lead + [self.out_features]
         return out.view(shape), z.view(shape)
 
