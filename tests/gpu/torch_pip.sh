@@ -48,7 +48,7 @@ site=$($PYTHON -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch
 $PYTHON -m venv --without-pip "$V" >>"$LOG" 2>&1
 echo "$site" >"$($V/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch_env.pth"
 mkdir "$TMP/src"
-tar -cf - --exclude=./build --exclude=./python/build --exclude=./.git . | tar -xf - -C "$TMP/src"
+tar -cf - --exclude=build --exclude=.git . | tar -xf - -C "$TMP/src"
 start=$(date +%s)
 if (cd "$TMP/src" && "$V/bin/python" -m pip install -v --no-build-isolation --no-index ./python) \
     >>"$LOG" 2>&1; then
