@@ -67,7 +67,7 @@ COCONET_CACHE=$TMP/first-cache "$V/bin/python" -c '
 import time, torch
 from coconet.torch.nn import RowParallelLinear
 layer = RowParallelLinear(1024, 1024, p_drop=0.0, residual=False, dtype=torch.float16)
-x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
+x = torch.randn(2, 32, 1024, device="cuda", dtype=torch.float16)
 ms = []
 for _ in range(2):
     t0 = time.perf_counter(); layer(x); torch.cuda.synchronize()
