@@ -733,7 +733,7 @@ static __global__ void coco_reduce_final_kernel(const double *parts, int nparts,
 // elements, at most COCO_RED_MAX_SEGS of them. COCO_RED_FILL threads are
 // about two waves of a large GPU: each thread's fold is a chain of
 // dependent adds, so the loads in flight, hence the bandwidth, grow with
-// the threads (doc/gpu.md, "Row kernels", has the bias gradients' times).
+// the threads (doc/gpu.md, "The generated code", has the bias gradients' times).
 enum { COCO_RED_FILL = 1 << 19, COCO_RED_MIN_SEG = 32, COCO_RED_MAX_SEGS = 256 };
 
 static inline long coco_red_segments(long outputs, long len)
