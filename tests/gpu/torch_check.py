@@ -31,9 +31,6 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         (tests/python/tp_cases.py), each rank's part, within
                         TOL of the type: FP32 every option, FP16 and BF16 one
                         of each kind and mode;
-  tp_time               at P = 1, the time of an MLP's forward + backward
-                        (ColumnParallelLinear, GELU, RowParallelLinear; BF16)
-                        beside torch eager and torch.compile of nn.Linear's;
   graph                 a CUDA graph captured around an optimizer program and
                         replayed, against eager calls; the same for the
                         overlapped self_attention in 3 chunks, on new inputs;
@@ -275,7 +272,6 @@ def main_torch(only):
     check("rowparallel", lambda: rowparallel(ctx))
     for t, full in TP_TYPES:
         check("tp:%s" % t, lambda t=t, full=full: tp_layers(ctx, t, full))
-    check("tp_time", lambda: tp_time(ctx))
     check("graph", lambda: graph(ctx))
     import torch_optstep
     cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
@@ -541,7 +537,7 @@ def lamb_reference(torch, params, state, lr, b1, b2, eps, wd, t, per_tensor=True
 
 
 def optimizer(c, kind, dtype):
-    torch, dist, ct, rank, P = c["torch"], c["dist"], c["ct"], c["rank"], c["P"]
+    torch, dist, rank, P = c["torch"], c["dist"], c["rank"], c["P"]
     from coconet.torch import optim
     steps, lr, wd = 8, 3e-3, 0.01
     a = model(torch, dtype)
@@ -934,6 +930,17 @@ def optim_dcp(c):
         same, opt2.param_groups[0]["lr"])
 
 
+def _two_micro_batches(c, m, o, step):
+    """Step `step`'s gradients of model m, two micro-batches accumulated
+    (the first under o.no_sync())."""
+    torch = c["torch"]
+    o.zero_grad(set_to_none=False)
+    for micro in (0, 1):
+        x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
+        with o.no_sync() if micro == 0 else contextlib.nullcontext():
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+
+
 def optim_overlap(c):
     """overlap=True (buckets stepped during the backward pass, on a side
     stream) against the plain mode, bit for bit, with two micro-batches a
@@ -947,12 +954,7 @@ def optim_overlap(c):
     started = []
     for step in range(1, 21):
         for m, o in ((a, oa), (b, ob)):
-            o.zero_grad(set_to_none=False)
-            for micro in (0, 1):
-                x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
-                ctx = o.no_sync() if micro == 0 else contextlib.nullcontext()
-                with ctx:
-                    torch.nn.functional.cross_entropy(m(x), y).backward()
+            _two_micro_batches(c, m, o, step)
             if o is oa:
                 started.append(len(oa._launched))
             o.step()
@@ -983,12 +985,7 @@ def optim_overlap_param_gather(c):
     owed = []
     for step in range(1, 21):
         for m, o in ((a, oa), (b, ob)):
-            o.zero_grad(set_to_none=False)
-            for micro in (0, 1):
-                x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
-                ctx = o.no_sync() if micro == 0 else contextlib.nullcontext()
-                with ctx:
-                    torch.nn.functional.cross_entropy(m(x), y).backward()
+            _two_micro_batches(c, m, o, step)
             o.step()
             if o is oa:
                 owed.append(len(oa._pending))
@@ -1139,42 +1136,6 @@ def tp_layers(c, t, full):
     worst = max_over_ranks(c, max(e for _, e in errs))
     return "PASS", "%d checks, largest relative error %.1e (tolerance %.0e): %s" % (
         len(errs), worst, TOL[t], ", ".join("%s %.1e" % kv for kv in errs))
-
-
-def _time_ms(torch, step, n=20):
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        step()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / n
-
-
-def tp_time(c):
-    torch, P = c["torch"], c["P"]
-    if P != 1:
-        return "SKIP", "timed at P = 1 only (the base of the multi-GPU figures)"
-    from coconet.torch import tp
-    H, T, bf = 768, 8192, torch.bfloat16
-    col = tp.ColumnParallelLinear(H, 4 * H, dtype=bf)
-    row = tp.RowParallelLinear(4 * H, H, dtype=bf)
-    ref = torch.nn.Sequential(torch.nn.Linear(H, 4 * H), torch.nn.GELU("tanh"),
-                              torch.nn.Linear(4 * H, H)).to("cuda", bf)
-    x = torch.randn(T, H, device="cuda", dtype=bf, requires_grad=True)
-    gy = torch.randn(T, H, device="cuda", dtype=bf)
-
-    def coco():
-        row(torch.nn.functional.gelu(col(x), approximate="tanh")).backward(gy)
-    compiled = torch.compile(ref)
-    times = {"coconet": _time_ms(torch, coco),
-             "torch eager": _time_ms(torch, lambda: ref(x).backward(gy)),
-             "torch.compile": _time_ms(torch, lambda: compiled(x).backward(gy))}
-    return "PASS", "MLP %d -> %d -> %d over %d tokens, BF16, forward + backward: %s" % (
-        H, 4 * H, H, T, ", ".join("%s %.3f ms" % kv for kv in times.items()))
 
 
 # ---- CUDA graphs ----
