@@ -43,7 +43,7 @@ class Group:
 def nccl_group(monkeypatch):
     """torch.distributed initialised with an NCCL group whose communicator
     is at 0xc0c0, PyTorch's NCCL the runtime's, one rank (no all-reduce)."""
-    monkeypatch.delenv("COCONET_TORCH_COMM", raising=False)
+    monkeypatch.setenv("COCONET_TORCH_COMM", "1")
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
     monkeypatch.setattr(_comm, "same_library", lambda runtime: None)
@@ -57,9 +57,15 @@ def test_torch_communicator_adopted(nccl_group):
     assert what == "PyTorch's ProcessGroupNCCL communicator (rank 1 of 2)"
 
 
-def test_switched_off(nccl_group, monkeypatch):
-    monkeypatch.setenv("COCONET_TORCH_COMM", "0")
-    assert _comm.world_comm(nccl_group, DEV, None, 0, 1) == (0, "COCONET_TORCH_COMM=0")
+@pytest.mark.parametrize("value", [None, "0"])
+def test_switched_off(nccl_group, monkeypatch, value):
+    """Opt-in: unset or 0, the session opens its own"""
+    if value is None:
+        monkeypatch.delenv("COCONET_TORCH_COMM")
+    else:
+        monkeypatch.setenv("COCONET_TORCH_COMM", value)
+    assert _comm.world_comm(nccl_group, DEV, None, 0, 1) == \
+        (0, "PyTorch's communicator is adopted with COCONET_TORCH_COMM=1")
 
 
 def test_not_nccl(nccl_group, monkeypatch):
@@ -69,6 +75,7 @@ def test_not_nccl(nccl_group, monkeypatch):
 
 
 def test_no_process_group(monkeypatch):
+    monkeypatch.setenv("COCONET_TORCH_COMM", "1")
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     assert _comm.world_comm(None, DEV, None, 0, 1) == (0, "no torch.distributed process group")
 
