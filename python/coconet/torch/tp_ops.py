@@ -38,7 +38,6 @@ recomputed)."""
 from typing import List
 
 import torch
-from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
 from . import ops as _ops
 from .. import CocoError
@@ -220,13 +219,28 @@ def _tp_seed_fake():
     return torch.empty(1, dtype=torch.int64, device="cpu")
 
 
-# it draws from torch's generator: kept in order, run once, never recomputed
-# (torch's registration of effects is private; this form takes an OpOverload)
-_register_effectful_op(torch.ops.coconet.tp_seed.default, _EffectType.ORDERED)
+def _keep_in_order():
+    """tp_seed draws from torch's generator: kept in order, run once, never
+    recomputed. torch's registration of effects is private (this form takes
+    an OpOverload): True where this PyTorch has it."""
+    try:
+        from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+        _register_effectful_op(torch.ops.coconet.tp_seed.default, _EffectType.ORDERED)
+        return True
+    except (ImportError, AttributeError, TypeError):
+        return False
+
+
+_ORDERED = _keep_in_order()
 
 
 def seed():
     """A layer call's Dropout seed, drawn as the eager call draws it."""
+    if not _ORDERED:
+        from .._log import warn_once
+        warn_once("tp_seed", "coconet.torch.tp: this PyTorch cannot keep a compiled layer's "
+                  "Dropout seed in order (torch._higher_order_ops.effects): a checkpointed "
+                  "region recomputed in the backward may draw other masks than its forward")
     return torch.ops.coconet.tp_seed()
 
 
