@@ -365,6 +365,11 @@ def test_ranks_overlap(tmp_path):
     assert all(g.startswith("OK") for g in got), got
 
 
+def test_ranks_gradscaler_overlap(tmp_path):
+    got = ranks("amp_overlap", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
 @pytest.mark.parametrize("P", [1, 2])
 def test_ranks_overlap_param_gather(tmp_path, P):
     """The all-gather deferred to the next forward (at P = 1 nothing is
