@@ -94,7 +94,15 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         against the plain mode bit for bit at P <= 2),
                         overlap_param_gather (the same with each bucket's
                         all-gather deferred to its first use in the next
-                        forward; at P = 1 nothing is deferred), refusals
+                        forward; at P = 1 nothing is deferred), amp_overlap
+                        (overlap=True under coconet.torch.GradScaler, two
+                        micro-batches a step, against overlap=False: one
+                        group with an overflowing loss on one rank, and a
+                        group per parameter with an Inf in one parameter's
+                        gradient on one rank; the parameters bit for bit at
+                        P <= 2, the same scales in both modes and on every
+                        rank, halved at the skipped steps, the step counts
+                        and every bucket started in the backward), refusals
                         (differentiable; at P > 1 ranks disagreeing on a None
                         gradient, the rank-0-only state_dict idiom),
                         broadcast (rank 0's parameters after construction, its
@@ -156,6 +164,10 @@ def torch_programs(cache, ranks):
     # parameters left when one is frozen, and the frozen one alone
     out += [(programs.write(programs.optimizer("adam", counts, "FP32"), "adam", d), "paper")
             for counts in DROP_IN_COUNTS]
+    # optim:amp_overlap's units under a GradScaler: the model's one group, and a
+    # parameter a group (its buckets of the one group are built at its first step)
+    out += [(programs.write(programs.optimizer("adam", counts, "FP32", amp=True), "adam", d),
+             "paper") for counts in [MODEL_COUNTS] + [[n] for n in sorted(set(MODEL_COUNTS))]]
     out += [(programs.write(programs.row_parallel(t, 0.0, res), "row_parallel", d), sch)
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
@@ -267,6 +279,7 @@ def main_torch(only):
     check("optim:dcp", lambda: optim_dcp(ctx))
     check("optim:overlap", lambda: optim_overlap(ctx))
     check("optim:overlap_param_gather", lambda: optim_overlap_param_gather(ctx))
+    check("optim:amp_overlap", lambda: optim_amp_overlap(ctx))
     check("optim:refusals", lambda: optim_refusals(ctx))
     check("optim:broadcast", lambda: optim_broadcast(ctx))
     check("arena_bytes", lambda: arena_bytes(ctx))
@@ -1000,6 +1013,98 @@ def optim_overlap_param_gather(c):
         "micro-batches: largest difference %.2e; %d buckets, every gather deferred past "
         "step(): %s%s" % (diff, len(oa._units), deferred,
                           " (P = 1: nothing to gather)" if c["P"] == 1 else ""))
+
+
+def _amp_steps(c, m, o, scaler, steps, inject):
+    """steps of a GradScaler's loop over two micro-batches (the first under
+    o.no_sync()); inject {step: what} on this rank, in the last micro-batch:
+    "loss" makes the loss Inf (every gradient non-finite), "param" puts an
+    Inf into the gradient of m[2].weight (a tensor hook, before the
+    optimizer's post-accumulate-grad hook). The scale after each step, and
+    how many units each backward pass started."""
+    torch = c["torch"]
+    now = {}
+
+    def with_inf(g):
+        if now.get("what") != "param":
+            return g
+        g = g.clone()
+        g.view(-1)[0] = float("inf")
+        return g
+
+    hook = m[2].weight.register_hook(with_inf)
+    scales, started = [], []
+    for step in range(1, steps + 1):
+        o.zero_grad(set_to_none=False)
+        for micro in (0, 1):
+            now["what"] = inject.get(step) if micro == 1 else None
+            x, y = batch(torch, c["rank"], 100 * micro + step, torch.float32)
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+            if now["what"] == "loss":
+                loss = loss * float("inf")
+            with o.no_sync() if micro == 0 else contextlib.nullcontext():
+                scaler.scale(loss).backward()
+        started.append(len(o._launched))
+        scaler.step(o)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    hook.remove()
+    return scales, started
+
+
+def _amp_overlap_case(c, split, inject_at, steps):
+    """One case of optim_amp_overlap: (ok, detail)."""
+    torch, dist, ct, rank, P = c["torch"], c["dist"], c["ct"], c["rank"], c["P"]
+    from coconet.torch import optim
+    a, b = twin_models(torch)
+
+    def params(m):
+        return [{"params": [p]} for p in m.parameters()] if split else m.parameters()
+
+    oa = optim.AdamW(params(a), lr=1e-3, overlap=True, bucket_mb=0.1)
+    ob = optim.AdamW(params(b), lr=1e-3)
+    inject = {k: w for k, w in inject_at.items() if rank == k % P}
+    scales, started = _amp_steps(c, a, oa, ct.GradScaler(init_scale=2.0 ** 12,
+                                                         growth_interval=4), steps, inject)
+    plain, _ = _amp_steps(c, b, ob, ct.GradScaler(init_scale=2.0 ** 12, growth_interval=4),
+                          steps, inject)
+    diff = max_over_ranks(c, param_diff(a, b))
+    every = [scales]
+    if dist.is_initialized():
+        every = [None] * P
+        dist.all_gather_object(every, scales)
+    sa, sb = oa.state_dict()["state"], ob.state_dict()["state"]
+    counts = [int(sa[i]["step"]) for i in sorted(sa)]
+    skips = [sum(1 for w in inject_at.values() if w == "loss" or (w == "param" and i == 2))
+             for i in range(len(counts))]
+    want = [steps - n for n in skips]
+    halved = all(scales[k - 1] == scales[k - 2] / 2 for k in inject_at)
+    all_started = started[1:] == [len(oa._units)] * (steps - 1)
+    tol = 0.0 if P <= 2 else DROP_IN_DRIFT  # as optim_overlap: sums in another order at P > 2
+    ok = diff <= tol and scales == plain and all(e == scales for e in every) and halved and \
+        counts == want and counts == [int(sb[i]["step"]) for i in sorted(sb)] and \
+        all_started and len(oa._units) > 1
+    return ok, ("%s, Inf at %s: largest difference %.2e; scales as overlap=False's: %s, on "
+                "every rank alike: %s, halved where skipped: %s (last %g); step counts %s "
+                "(want %s); %d buckets all started in the backward: %s"
+                % ("a group per parameter" if split else "one group", inject_at, diff,
+                   scales == plain, all(e == scales for e in every), halved, scales[-1],
+                   counts, want, len(oa._units), all_started))
+
+
+def optim_amp_overlap(c, steps=20):
+    """overlap=True under coconet.torch.GradScaler (the buckets started
+    during the backward pass read the scaler's scale, their found handed
+    to its update) against overlap=False, each with its own scaler: one
+    group in buckets with the loss of one rank overflowing at step 12
+    (every unit skips), and a group per parameter (both modes' units the
+    same) with also an Inf in one parameter's gradient on one rank at step
+    5 (its unit alone skips, on every rank)."""
+    cases = [_amp_overlap_case(c, False, {12: "loss"}, steps),
+             _amp_overlap_case(c, True, {5: "param", 12: "loss"}, steps)]
+    ok = all(k for k, _ in cases)
+    return ("PASS" if ok else "FAIL"), "%d steps of 2 micro-batches; %s" % (
+        steps, "; ".join(d for _, d in cases))
 
 
 def optim_refusals(c):

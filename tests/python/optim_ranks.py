@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coconet  # noqa: E402
+import coconet.torch  # noqa: E402
 import gloo_ranks  # noqa: E402
 import optim_standins as T  # noqa: E402
 from coconet.torch import optim  # noqa: E402
@@ -95,6 +96,35 @@ def overlap(rank, P, d):
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
     return "%d buckets" % len(oa._units)
+
+
+def amp_overlap(rank, P, d):
+    """A GradScaler's loop with overlap=True against overlap=False, bit for
+    bit: an Inf in one parameter's gradient on rank 0 only (its unit skips
+    on every rank; one parameter a group, so that both modes' units are
+    the same), and the loss of rank 1 only overflowing (every unit skips);
+    the scales the same on every rank and in both modes."""
+    a = T.model()
+    b = T.twin(a)
+    oa = optim.AdamW([{"params": [p]} for p in a.parameters()], lr=1e-2, overlap=True,
+                     bucket_mb=200 / 2 ** 20)
+    ob = optim.AdamW([{"params": [p]} for p in b.parameters()], lr=1e-2)
+    inject = {3: "param"} if rank == 0 else {6: "loss"}
+    scales = [T.amp_train(m, o, coconet.torch.GradScaler("cpu", init_scale=2.0 ** 8,
+                                                         growth_interval=3), 8, inject, rank)
+              for m, o in ((a, oa), (b, ob))]
+    assert scales[0] == scales[1], scales
+    every = [None] * P
+    dist.all_gather_object(every, scales[0])
+    assert all(s == scales[0] for s in every), every
+    assert scales[0][2] == scales[0][1] / 2 and scales[0][5] == scales[0][4] / 2, scales
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    sa, sb = oa.state_dict()["state"], ob.state_dict()["state"]
+    steps = [int(sa[i]["step"]) for i in sorted(sa)]
+    assert steps == [int(sb[i]["step"]) for i in sorted(sb)]
+    assert steps == [6 if i == 2 else 7 for i in range(len(steps))], steps
+    return "%d buckets; scales %s" % (len(oa._units), scales[0])
 
 
 def pgather(rank, P, d):

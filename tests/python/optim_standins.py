@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import coconet
 from coconet import _session as S
-from coconet.torch import _optim_params, _optim_step, _optim_units
+from coconet.torch import _optim_params, _optim_step, _optim_units, _step
 
 
 class _Arena:
@@ -55,6 +55,7 @@ class Bound:
     def __init__(self, fn, tensors, gscale, out=None):
         self.fn, self.t, self.scalars = fn, tensors, dict(gscale=gscale)
         self.out = dict(out or {})
+        self.own = {}  # the outputs not given to bind: one tensor each, reused by every call
 
     def _inputs(self):
         run, inputs, per_rank = self.fn.run, {}, set()
@@ -84,10 +85,17 @@ class Bound:
         inputs, per_rank = self._inputs()
         outputs, new = self.fn.run.run_cpu(inputs, with_inputs=True)
         with torch.no_grad():
-            for name, t in self.out.items():
-                a = outputs[name]
+            results = {}
+            for o in self.fn.spec.outputs:
+                if o.name not in outputs:  # an Updated input's new value: written below
+                    continue
+                t = self.out.get(o.name)
+                if t is None:
+                    t = self.own.setdefault(o.name, torch.empty(o.shape))
+                a = outputs[o.name]
                 a = a[self.fn.rank] if isinstance(a, list) else a
                 t.copy_(torch.from_numpy(np.asarray(a).reshape(-1).copy()).view(t.shape))
+                results[o.name] = t
             for s in self.fn.spec.inputs:
                 if s.kind == "scalar" or s.name not in new or s.name == "g":
                     continue
@@ -95,6 +103,7 @@ class Bound:
                 a = a[self.fn.rank] if s.name in per_rank else a
                 _put(s, self.t[s.name], np.asarray(a).reshape(-1))
         Compiled.calls += 1
+        return results  # as the real Bound: by name (the variant's found, say)
 
 
 class Compiled:
@@ -127,7 +136,7 @@ def install(setattr_):
     setattr_(_optim_params, "session",
              lambda group=None, arena_bytes=None: sess if group is None else Sess(group))
     setattr_(_optim_params, "is_open", lambda group=None: True)
-    for module in (_optim_params, _optim_units, _optim_step):
+    for module in (_optim_params, _optim_units, _optim_step, _step):
         setattr_(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
     setattr_(_optim_units, "_compile", Compiled)
     setattr_(_optim_units, "_prebuild", lambda builds, nranks, nccl_home: None)
@@ -180,3 +189,35 @@ def groups(m):
     ps = list(m.parameters())
     return [{"params": [p for p in ps if p.dim() > 1]},
             {"params": [p for p in ps if p.dim() == 1], "weight_decay": 0.0, "lr": 2e-3}]
+
+
+def amp_train(m, opt, scaler, steps, inject=None, rank=0):
+    """steps of a GradScaler's loop (scale(loss).backward(), step, update);
+    inject: {step: "loss"} makes that step's loss Inf (every gradient
+    non-finite, as an overflow does), {step: "param"} puts an Inf into the
+    gradient of parameter 2 only (a tensor hook: before the optimizer's
+    post-accumulate-grad hook sees it). The scale after each step."""
+    inject = inject or {}
+    now = {}
+
+    def with_inf(g):
+        if now.get("what") != "param":
+            return g
+        g = g.clone()
+        g.view(-1)[0] = float("inf")
+        return g
+
+    hook = list(m.parameters())[2].register_hook(with_inf)
+    scales = []
+    for step in range(1, steps + 1):
+        now["what"] = inject.get(step)
+        opt.zero_grad()
+        loss = loss_of(m, step, rank)
+        if now["what"] == "loss":
+            loss = loss * float("inf")
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    hook.remove()
+    return scales

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import coconet  # noqa: E402
+import coconet.torch as ct  # noqa: E402
 from coconet.torch import optim  # noqa: E402
 
 import gloo_ranks  # noqa: E402
@@ -70,12 +71,64 @@ def test_adam_variants_match_torch(kw):
                                   rsd["state"][i]["max_exp_avg_sq"], rtol=1e-4, atol=1e-12)
 
 
-def test_gradscaler_refused_with_overlap():
+def per_param(m):
+    return [{"params": [p]} for p in m.parameters()]
+
+
+@pytest.mark.parametrize("split,inject", [("one", {4: "loss"}), ("each", {3: "param", 6: "loss"})],
+                         ids=["one-group-overflow", "group-per-param-inf"])
+def test_gradscaler_overlap_equals_plain(split, inject):
+    """A GradScaler's loop with overlap=True (buckets stepped during the
+    backward pass, reading the scaler's scale) against overlap=False, bit
+    for bit: parameters, scales and skipped steps. Each unit skips on its
+    own gradient: an overflow of the loss skips every unit, an Inf in one
+    parameter's gradient only its unit (one parameter a group here, so
+    that the units of both modes are the same) while the others step."""
     a = model()
-    opt = optim.AdamW(a.parameters(), overlap=True)
-    train(a, opt, 1)
-    opt.grad_scale, opt.found_inf = torch.tensor(2.0), torch.tensor(0.0)  # as GradScaler does
-    with pytest.raises(coconet.CocoError, match="GradScaler with overlap=True"):
+    b = twin(a)
+    params = per_param if split == "each" else (lambda m: m.parameters())
+    oa = optim.AdamW(params(a), lr=1e-2, overlap=True, bucket_mb=200 / 2 ** 20)
+    ob = optim.AdamW(params(b), lr=1e-2)
+    sa = ct.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=3)
+    sb = ct.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=3)
+    before = [p.detach().clone() for p in a.parameters()]
+    scales = optim_standins.amp_train(a, oa, sa, 8, inject)
+    assert scales == optim_standins.amp_train(b, ob, sb, 8, inject)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    assert len(oa._units) > 2 and len(oa._launched) == 0
+    assert all(dict(u.options).get("amp") for u in oa._units)
+    skipped = sorted(inject)
+    assert all(scales[k - 1] == scales[k - 2] / 2 for k in skipped)  # halved where skipped
+    sd, sdb = oa.state_dict()["state"], ob.state_dict()["state"]  # the device's step counts
+    steps = [int(sd[i]["step"]) for i in sorted(sd)]
+    assert steps == [int(sdb[i]["step"]) for i in sorted(sdb)]
+    want = [8 - sum(1 for k in skipped if inject[k] == "loss" or i == 2) for i in range(len(steps))]
+    assert steps == want, (steps, want)
+    assert all(not torch.equal(p, q) for p, q in zip(a.parameters(), before))
+
+
+def test_gradscaler_overlap_refusals():
+    """With overlap=True: torch's own GradScaler (it gives the scale to
+    step() only, after the buckets started), unscale_ (the buckets read the
+    gradients before it), and a step scaled otherwise than the buckets of
+    its backward pass."""
+    a = model()
+    opt = optim.AdamW(a.parameters(), overlap=True, bucket_mb=200 / 2 ** 20)
+    torch_scaler = torch.amp.GradScaler("cpu")
+    opt.zero_grad()
+    torch_scaler.scale(loss_of(a, 1)).backward()
+    with pytest.raises(coconet.CocoError, match="must be coconet.torch.GradScaler"):
+        torch_scaler.step(opt)
+    scaler = ct.GradScaler("cpu")
+    with pytest.raises(coconet.CocoError, match="unscale_: the optimizer steps with overlap=True"):
+        scaler.unscale_(opt)
+    optim_standins.amp_train(a, opt, scaler, 2)
+    opt.zero_grad()
+    loss_of(a, 3).backward()  # the buckets start scaled, as the last step was
+    assert len(opt._launched) == len(opt._units)
+    with pytest.raises(coconet.CocoError, match="were scaled by a GradScaler, but this step is "
+                                                "not scaled"):
         opt.step()
 
 
@@ -309,6 +362,11 @@ def test_ranks_train_checkpoint_and_reshard(tmp_path):
 
 def test_ranks_overlap(tmp_path):
     got = ranks("overlap", 2, tmp_path)
+    assert all(g.startswith("OK") for g in got), got
+
+
+def test_ranks_gradscaler_overlap(tmp_path):
+    got = ranks("amp_overlap", 2, tmp_path)
     assert all(g.startswith("OK") for g in got), got
 
 

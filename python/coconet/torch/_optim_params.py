@@ -148,6 +148,10 @@ class _Params(torch.optim.Optimizer, _Part):
         self._side = torch.cuda.Stream(self._sess.device) if self._overlap else None
         self._pool, self._consolidated, self._flats = [], None, []
         self._norms, self._found = {}, None  # per group the clipped norm; the step's found
+        self._found_buf = None  # the device buffer _found is (made at the first scaled step)
+        # the coconet.torch.GradScaler now stepping, and (a weak reference) the last
+        # one: the buckets of the overlapped mode read its scale
+        self._stepping_scaler, self._scaler = None, None
         self._ref = weakref.ref(self)
 
     def _open_session(self):

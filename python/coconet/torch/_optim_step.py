@@ -29,8 +29,7 @@ class _Step(_Part):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._refuse_amp_overlap()
-        self._found = None
+        self._begin_amp_step()
         active = self._active()
         launched = list(self._launched)
         if self._sess.nranks > 1:
@@ -132,18 +131,28 @@ class _Step(_Part):
 
     def _before(self, u):
         """Writes the unit's device scalars on the stream: lr, t + 1,
-        GradScaler's scale and flag."""
-        u.scalars.before(self.param_groups[u.gi], getattr(self, "grad_scale", None),
-                         getattr(self, "found_inf", None))
+        GradScaler's scale (_unit_scale: a bucket started during the
+        backward pass reads the GradScaler's own)."""
+        u.scalars.before(self.param_groups[u.gi], self._unit_scale(u))
 
     def _received(self, u, result):
         """After a step: a skipped step taken back from the device's step
-        count, and its found kept for coconet.torch.GradScaler (the largest
-        of the step's units)."""
+        count, and its found kept for coconet.torch.GradScaler: the largest
+        of the step's units (those started during the backward pass
+        included), in a 0-dimensional buffer of the optimizer's, written on
+        the stream of the unit's launch (step() ends with the current
+        stream waiting for the side stream's)."""
         u.scalars.after(result)
         if isinstance(result, dict) and "found" in result:
-            f = result["found"]
-            self._found = f.clone() if self._found is None else torch.maximum(self._found, f)
+            f = result["found"].reshape(())
+            if self._found is None:
+                if self._found_buf is None:
+                    self._found_buf = torch.zeros((), dtype=torch.float32,
+                                                  device=self._sess.device)
+                self._found = self._found_buf
+                self._found.copy_(f)
+            else:
+                torch.maximum(self._found, f, out=self._found)
 
     def _sync_step(self, u):
         """The unit's host step count from the device's where its variant

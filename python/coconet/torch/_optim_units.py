@@ -120,10 +120,9 @@ class _Units(_Part):
                             "runs outside autograd")
         l2 = self.kind == "adam" and not pg.get("decoupled_weight_decay", True) \
             and float(pg["weight_decay"]) != 0.0  # no decay: both formulas are the plain one
-        amp = getattr(self, "grad_scale", None) is not None or \
-            getattr(self, "found_inf", None) is not None
         try:
-            opts = programs.step_variant(self.kind, pg, "l2" if l2 else "decoupled", amp=amp)
+            opts = programs.step_variant(self.kind, pg, "l2" if l2 else "decoupled",
+                                         amp=self._amp_given())
         except ValueError as e:
             raise CocoError("coconet.torch.optim: %s" % e) from None
         opts = tuple(sorted(opts.items()))
@@ -132,6 +131,12 @@ class _Units(_Part):
             if self._defer:
                 _program_text(self.kind, [1], "FP32", opts, ranks=self._sess.nranks)
         return opts
+
+    def _amp_given(self):
+        """Whether a GradScaler steps now (torch's GradScaler.step gives
+        grad_scale and found_inf to a step that supports AMP scaling)."""
+        return getattr(self, "grad_scale", None) is not None or \
+            getattr(self, "found_inf", None) is not None
 
     def _step_of(self, k):
         for u in self._units:

@@ -4,7 +4,10 @@ variant (coconet.programs.step_inputs' `device`: lr, the step count t,
 GradScaler's grad_scale gs and found_inf fin), refreshed before each step
 with torch operations only, so that a step captured in a CUDA graph
 replays with what they hold at replay time; and its outputs (the clipped
-gradient's norm, found).
+gradient's norm, found). fin stays 0: each step decides on its own summed
+gradient (found), not on torch's found_inf, which is this rank's check of
+its own gradients (at P > 1 the ranks' differ) and is known only after the
+backward pass (the buckets of the overlapped mode start before).
 
 The step count follows torch's fused optimizers: t + 1 before the step,
 minus found after it, on the device (a skipped step does not count, and
@@ -16,7 +19,7 @@ from typing import Any, Iterable, Optional, Union
 
 import torch
 
-from . import empty
+from . import CocoError, empty
 
 _START = dict(lr=0.0, t=0.0, gs=1.0, fin=0.0)
 
@@ -32,9 +35,9 @@ class DeviceScalars:
             t.fill_(float(step) if n == "t" else _START[n])
             self.tensors[n] = t
 
-    def before(self, pg, grad_scale=None, found_inf=None):
-        """Writes the step's values: pg's lr, t + 1, GradScaler's scale and
-        flag (1 and 0 when the step is not scaled)."""
+    def before(self, pg, grad_scale=None):
+        """Writes the step's values: pg's lr, t + 1, GradScaler's scale (1
+        when the step is not scaled); fin keeps its 0 (module doc)."""
         d = self.tensors
         if "lr" in d:
             lr = pg["lr"]
@@ -49,11 +52,6 @@ class DeviceScalars:
                 d["gs"].fill_(1.0)
             else:
                 d["gs"].copy_(grad_scale.reshape(()))
-        if "fin" in d:
-            if found_inf is None:
-                d["fin"].zero_()
-            else:
-                d["fin"].copy_(found_inf.reshape(()))
 
     def after(self, results):
         """Takes a skipped step back from the step count; results: the
@@ -106,22 +104,52 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
 
 class GradScaler(torch.amp.GradScaler):
     """torch.amp.GradScaler for coconet.torch.optim optimizers over several
-    ranks. Such a step decides whether to skip on the summed gradient, so
-    every rank skips together; but torch's GradScaler.update() halves the
-    scale after checking only this rank's own gradients, so after an Inf
-    on one rank the ranks' scales would differ. This one, after a step of
-    a coconet optimizer, writes that step's found (the same on every rank)
-    into what update() reads. Otherwise torch's GradScaler: use it in its
-    place (at one rank both agree). Each parameter group's step decides on
-    its own gradients (its program's found), where torch skips every group
-    when any has an Inf; the scale follows the largest found."""
+    ranks, or with overlap=True. Such a step decides whether to skip on the
+    summed gradient, so every rank skips together; but torch's
+    GradScaler.update() halves the scale after checking only this rank's
+    own gradients, so after an Inf on one rank the ranks' scales would
+    differ. This one, after a step of a coconet optimizer, writes that
+    step's found (the same on every rank) into what update() reads. Each
+    unit of the step (a parameter group's program, or a bucket with
+    overlap=True) decides on its own gradients (its program's found), where
+    torch skips every group when any has an Inf; the scale follows the
+    largest found. With overlap=True the buckets started during the
+    backward pass read this scaler's scale tensor when they start (the one
+    scale(loss) multiplied by): step(optimizer) tells the optimizer which
+    scaler it is, and its first step runs after its backward pass, as
+    every first overlapped step does. unscale_ is refused there (the
+    buckets have read the gradients before it). Otherwise torch's
+    GradScaler: use it in its place (at one rank without overlap both
+    agree)."""
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any,
              **kwargs: Any) -> Optional[float]:
-        out = super().step(optimizer, *args, **kwargs)
+        tell = getattr(optimizer, "_stepped_by", None) if self.is_enabled() else None
+        if tell is not None:
+            tell(self)
+        try:
+            out = super().step(optimizer, *args, **kwargs)
+        finally:
+            if tell is not None:
+                tell(None)
         found = getattr(optimizer, "_found", None)
         state = self._per_optimizer_states.get(id(optimizer), {})
         if found is not None:
             for t in state.get("found_inf_per_device", {}).values():
                 t.copy_(found.reshape(t.shape))
         return out
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if getattr(optimizer, "_overlap", False) and hasattr(optimizer, "_stepped_by"):
+            raise CocoError(
+                "coconet.torch.GradScaler.unscale_: the optimizer steps with overlap=True: its "
+                "buckets read the scaled gradients during the backward pass, before unscale_ "
+                "would rewrite them. The step unscales by itself: call scaler.step(optimizer) "
+                "without unscale_ (to clip, coconet.torch.clip_grad_norm_ clips inside the step "
+                "where each group is one program: bucket_mb=None), or use overlap=False")
+        super().unscale_(optimizer)
+
+    def _scale_tensor(self) -> Optional[torch.Tensor]:
+        """The scale tensor that scale() multiplies by and update() changes
+        in place (None before the first scale())."""
+        return self._scale

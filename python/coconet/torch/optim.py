@@ -65,11 +65,26 @@ than the last plans its units again, a collective):
     A group so clipped must be one program: refused where buckets
     (overlap=True) or different step counts cut it.
   - Under a GradScaler (coconet.torch.GradScaler at P > 1, so that the
-    ranks' scales agree) the step unscales, checks the summed gradient for
-    Inf and NaN and skips on every rank together. Each unit decides on its
-    own gradients, where torch skips every group when any has an Inf (the
-    scale follows the largest found). Refused with overlap=True: the
-    buckets stepped during the backward pass cannot read the step's scale.
+    ranks' scales agree, and with overlap=True) the step unscales, checks
+    the summed gradient for Inf and NaN and skips on every rank together.
+    Each unit (a group's program; with overlap=True, a bucket) decides on
+    its own summed gradient alone, where torch skips every group when any
+    has an Inf (torch's found_inf, this rank's check of its own gradients,
+    does not decide); the scaler's found_inf is the largest of the units'
+    found, and the scale follows torch's update from it. With overlap=True
+    the buckets started during the backward pass read the scale tensor of
+    the coconet.torch.GradScaler that stepped the optimizer last
+    (scaler.step(opt) tells the optimizer which scaler it is; the first
+    step runs after its backward pass, as every first overlapped step
+    does), and write their found into a buffer of the optimizer's that
+    scaler.step hands to update(): the parameters, scales and skipped
+    steps are overlap=False's wherever the units are the same, or an
+    overflow reaches every unit's gradient (an Inf in one bucket's
+    gradient alone skips that bucket only). Refused with overlap=True:
+    torch's own GradScaler (it gives the scale to step() only, after the
+    buckets started), scaler.unscale_(opt) (the buckets read the gradients
+    before it), and a step scaled otherwise than the buckets of its
+    backward pass (a GradScaler at some steps only, or another one).
     With a GradScaler the step count lives on the device (a skipped step
     does not count); state[p]["step"] catches up at state_dict().
   - capturable=True reads lr (a float, or a tensor that a scheduler writes
