@@ -97,9 +97,10 @@ def test_mypy_finds_no_issue(tmp_path):
         pytest.skip("mypy is not installed (pip install -r tests/requirements.txt)")
     if has("torch"):
         targets = ["-p", "coconet"]
-    else:  # coconet.torch needs torch to be checked
-        targets = [os.path.join("coconet", f) for f in sorted(os.listdir(
-            os.path.join(PYTHON_DIR, "coconet"))) if f.endswith(".py")]
+    else:  # coconet.torch needs torch to be checked; check.py imports it if it is there
+        targets = ["--ignore-missing-imports"] + [
+            os.path.join("coconet", f) for f in sorted(os.listdir(
+                os.path.join(PYTHON_DIR, "coconet"))) if f.endswith(".py")]
     r = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path)] + targets,
                        cwd=PYTHON_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
