@@ -207,5 +207,20 @@ def rank0_alone(rank, P, d):
         time.sleep(2 * float(os.environ["COCONET_OPTIM_TIMEOUT"]))
 
 
+def compiled(rank, P, d):
+    """The step compiled (aot_eager and inductor, fullgraph=True) against
+    the eager one, bit for bit (optim_compile_cases.py)."""
+    import optim_compile_cases as K
+
+    def make():
+        m = T.model()
+        return m, optim.AdamW(T.groups(m), lr=1e-2)
+    want = K.train(make, lambda m, o: K.step_apart(m, o, None), rank=rank)
+    for backend in ("aot_eager", "inductor"):
+        got = K.train(make, lambda m, o: K.step_apart(m, o, backend), rank=rank)
+        assert K.differ(want, got) == [], backend
+    return "compiled equals eager"
+
+
 if __name__ == "__main__":
     gloo_ranks.serve(globals(), T.install)

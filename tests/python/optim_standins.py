@@ -43,7 +43,7 @@ def _put(spec, value, a):
     members = value if spec.kind == "scattered" else [value]
     at = 0
     for v in members:
-        v.copy_(torch.from_numpy(a[at:at + v.numel()].copy()).view(v.shape))
+        v.data.copy_(torch.from_numpy(a[at:at + v.numel()].copy()).view(v.shape))
         at += v.numel()
 
 

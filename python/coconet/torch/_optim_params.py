@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, Optional
 import torch
 import torch.distributed as dist
 
-from . import CocoError, empty, is_open, session
+from . import CocoError, empty, is_open, ops, session
 from .. import optplan
 from ._optim_buckets import _hook
 from ._optim_part import _Part
@@ -147,12 +147,14 @@ class _Params(torch.optim.Optimizer, _Part):
         self._launcher, self._launched, self._no_sync = None, [], False
         self._side = torch.cuda.Stream(self._sess.device) if self._overlap else None
         self._pool, self._consolidated, self._flats = [], None, []
+        self._flat_params = []  # each of _flats' parameters' flat buffer, in its order
         self._norms, self._found = {}, None  # per group the clipped norm; the step's found
         self._found_buf = None  # the device buffer _found is (made at the first scaled step)
         # the coconet.torch.GradScaler now stepping, and (a weak reference) the last
         # one: the buckets of the overlapped mode read its scale
         self._stepping_scaler, self._scaler = None, None
         self._ref = weakref.ref(self)
+        self._step_key = ops.register(self)  # coconet::optimizer_step's (_optim_compile)
 
     def _open_session(self):
         if not is_open(self._pg) and not os.environ.get("COCONET_ARENA_BYTES"):
@@ -219,6 +221,7 @@ class _Params(torch.optim.Optimizer, _Part):
             flat_p, flat_g = empty([total], dtype, self._pg), empty([total], dtype, self._pg)
             flat_g.zero_()
             self._flats.append((flat_g, ks))
+            self._flat_params.append(flat_p)
             master = empty([total], torch.float32, self._pg) if dtype != torch.float32 else None
             with torch.no_grad():
                 for k, p, o in zip(ks, ps, offs):

@@ -8,6 +8,7 @@ import torch
 
 from . import empty
 from .. import programs
+from . import _optim_compile
 from ._optim_part import _Part
 from ._step import DeviceScalars
 
@@ -24,7 +25,15 @@ class _Step(_Part):
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         """Steps the parameters whose .grad is not None (those the backward
-        pass has not stepped already, overlap=True): collective."""
+        pass has not stepped already, overlap=True): collective. Traced by
+        torch.compile, one custom op that runs this same step
+        (_optim_compile)."""
+        if torch.compiler.is_compiling():
+            _optim_compile.traced_step(self, closure)
+            return None
+        return self._eager_step(closure)
+
+    def _eager_step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         loss = None
         if closure is not None:
             with torch.enable_grad():

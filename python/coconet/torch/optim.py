@@ -172,6 +172,18 @@ argument (its step is not written without the all-gather). At
 P = 1 there is nothing to gather: the fused programs run, as with overlap
 alone.
 
+Under torch.compile: step() traced by dynamo is one custom op,
+coconet::optimizer_step (_optim_compile.py), that runs this eager step
+when the graph runs: torch.compile(opt.step, fullgraph=True) has no graph
+break and steps as the eager optimizer, bit for bit (the lr, None
+gradients, overlap=True and GradScaler's tensors as at that time). Compile
+the model and opt.step apart (torch's compiled-optimizer recipe): a
+backward traced in the same graph (dynamo's trace_autograd_ops) is not
+supported. step(closure) is refused under compile (CocoError). A change of
+a 16-bit parameter made in the same graph before step() does not refresh
+its FP32 master; with overlap=True, no change of the parameters made in
+that graph is seen.
+
 Where things lie. The parameters are moved into flat buffers of the arena
 (coconet.torch.empty; param.data becomes a view of it) and each param.grad
 is a view of a second flat buffer, so autograd accumulates the gradients
