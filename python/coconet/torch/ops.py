@@ -46,8 +46,8 @@ def _target(key):
     t = _targets.get(key)
     if t is None:
         raise CocoError("coconet.torch: a traced coconet call's callable (key %d) no longer "
-                        "exists: keep the Compiled or the layer alive while its graph runs"
-                        % key)
+                        "exists: keep the Compiled, the layer or the optimizer alive while "
+                        "its graph runs" % key)
     return t
 
 
