@@ -15,11 +15,14 @@ parameters alone (--optimizer torch: torch.optim.AdamW):
   --sp              sequence parallelism (any impl but torch)
   --fused-norm      (coconet) each row-parallel projection with the LayerNorm
                     after it, in one fused collective (RowParallelLinearNorm)
+  --compile         the model (forward and backward) through torch.compile
+                    (fullgraph for coconet's layers: each pass one custom op);
+                    the optimizer's step stays eager
 
     torchrun --nproc_per_node=P examples/torch/train_tp.py --impl coconet [--sp]
         [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--small]
         [--lr 1e-4] [--warmup 20] [--words 2048] [--csv FILE.csv]
-        [--optimizer coconet|torch]
+        [--optimizer coconet|torch] [--compile]
     torchrun --nproc_per_node=P examples/torch/train_tp.py --check [--sp] [--impl ...]
 
 Prints each step's loss and time. --check trains the plain model and the
@@ -167,6 +170,8 @@ def train(args):
     twin = copy.deepcopy(plain) if args.check else None
     model = parallel(plain, heads, args)
     opt = optimizer(model, args, args.optimizer)
+    if args.compile and args.impl != "torch-async-tp":  # (that one is compiled already)
+        model = torch.compile(model, fullgraph=args.impl == "coconet")
     ref_opt = optimizer(twin, args, "torch") if twin is not None else None
     vocab = plain.wte.weight.shape[0]
     data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
@@ -175,9 +180,10 @@ def train(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     if rank == 0:
-        print("impl %s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
+        print("impl %s%s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
               % (args.impl, " + sequence parallelism" if args.sp else "",
-                 " + fused norms" if args.fused_norm else "", args.optimizer, P, args.batch,
+                 " + fused norms" if args.fused_norm else "",
+                 " (torch.compile)" if args.compile else "", args.optimizer, P, args.batch,
                  args.seq, "bf16 autocast" if amp else "fp32, no TF32",
                  "; checked against the plain model" if args.check else ""), flush=True)
     rows, worst = [], 0.0
@@ -258,6 +264,8 @@ def parse(argv=None):
                     help="AdamW of coconet.torch.optim (the default), or torch.optim.AdamW "
                          "(the default for DTensor parameters: --impl torch-dtensor and "
                          "torch-async-tp)")
+    ap.add_argument("--compile", action="store_true",
+                    help="the model through torch.compile (the step eager)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--steps", type=int, default=200)

@@ -314,3 +314,26 @@ def test_megatron_checkpoints_at_two_ranks(tmp_path):
 def test_compiled_at_two_ranks(tmp_path):
     got = ranks("compile_models", 2, tmp_path)
     assert all(g.startswith("OK") for g in got), got
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_tp_compiles_whole(sp):
+    """train_tp.py --compile: the whole tensor-parallel GPT (embeddings,
+    attention, every layer) under torch.compile(fullgraph=True), forward and
+    backward equal to the eager model's bit for bit"""
+    import copy
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples", "torch"))
+    import gpt2
+    import gpt_tp
+    torch.manual_seed(0)
+    plain = gpt2.GPT(vocab=64, ctx=16, width=32, layers=2, heads=4)
+    eager = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl="coconet", sequence_parallel=sp)
+    model = gpt_tp.TPGPT(copy.deepcopy(plain), 4, impl="coconet", sequence_parallel=sp)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    idx = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    for m in (eager, compiled):
+        torch.nn.functional.cross_entropy(m(idx).reshape(-1, 64), idx.reshape(-1)).backward()
+    for (name, a), b in zip(eager.named_parameters(), model.parameters()):
+        assert torch.equal(a.grad, b.grad), name
