@@ -346,7 +346,8 @@ int coco_run_write(coco_run *r, const char *name, int rank, const double *data, 
     }
     const Node *n = node_of(p, id);
     /* a Scalar with a value is a constant: the generated code holds it */
-    if (n->op == O_SCALAR && n->has_value && type_round(n->type, data[0]) != to[0]) {
+    if (n->op == O_SCALAR && n->has_value &&
+        type_round(n->type, data[0]) != type_round(n->type, n->value)) {
         snprintf(err, errlen,
                  "scalar '%s' is the constant %.17g in program '%s', and %.17g was given: "
                  "declare it without a value to make it an input",
