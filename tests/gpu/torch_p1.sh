@@ -1,0 +1,89 @@
+#!/bin/sh
+# tests/gpu/torch_p1.sh OUT: every coconet.torch check and figure at P = 1 in
+# one command, for a machine lent for a short time: after `make`, in the
+# background at once, tests/gpu/torch.sh (every check, RANKS=1;
+# COCONET_TORCH_COMM=1 so that its `comm` row checks the adopted
+# communicator), tests/gpu/torch_pip.sh (the install, coconet.check, the first
+# call, the compile rows) and train_tp.py --check (200 steps, with and
+# without fused norms); then, alone on the GPU, the timings:
+# bench/torch_tp_layers.py, train_dp.py (torch, coconet overlapped, coconet
+# plain) and train_tp.py (torch, torch-tp, torch-dtensor, coconet, coconet
+# --fused-norm, coconet --compile).
+#
+# OUT (a folder) gets summary.md (a line per part, the checks' failures and
+# every timing) and logs.tar.gz (every log): two files, whatever a run's
+# transfer limits. Each part has a time limit (LIMIT seconds in all for the
+# checks, 300 by default), so a cut run still leaves its summary.
+# Variables: LIMIT, STEPS (timed training steps, 30), NCCL (the library to
+# preload, default the NCCL_LIB the runtime was built with), COMMIT (recorded).
+cd "$(dirname "$0")/../.." || exit 2
+OUT=${1:?usage: tests/gpu/torch_p1.sh OUT}
+mkdir -p "$OUT" || exit 2
+case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
+LIMIT=${LIMIT:-300}
+STEPS=${STEPS:-30}
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/coconet-p1.XXXXXX") || exit 2
+SUM=$OUT/summary.md
+T0=$(date +%s)
+say() { echo "- [$(($(date +%s) - T0)) s] $*" | tee -a "$SUM"; }
+pack() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null; }
+trap 'pack; rm -rf "$LOGS"' EXIT
+
+{
+    echo "# coconet.torch at P = 1"
+    echo
+    echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1);"
+    echo "torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1);"
+    echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
+    echo
+} >"$SUM"
+make -j"$(nproc)" >"$LOGS/make.log" 2>&1 || { say "make FAILED (logs.tar.gz: make.log)"; exit 1; }
+say "make"
+NCCL=${NCCL-$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf 2>/dev/null)/libnccl.so.2}
+export COCONET_CACHE="${COCONET_CACHE:-$PWD/build/cache}"
+TR="python3 -m torch.distributed.run --standalone --nproc_per_node=1"
+
+# ---- the checks, side by side ----
+(COCONET_TORCH_COMM=1 RANKS=1 TIMEOUT=$((LIMIT - 60)) timeout "$LIMIT" \
+    sh tests/gpu/torch.sh "$LOGS/torch.md" >"$LOGS/torch.out" 2>&1
+ say "torch.sh: $(grep -c '| PASS |' "$LOGS/torch.md") PASS, $(grep -c '| FAIL |' "$LOGS/torch.md") FAIL") &
+(PYTHON=python3 RANKS=1 AHEAD=0 ONLY="compile meta export" TIMEOUT=$((LIMIT - 60)) \
+    timeout "$LIMIT" sh tests/gpu/torch_pip.sh "$LOGS/pip.md" >"$LOGS/pip.out" 2>&1
+ say "torch_pip.sh: $(grep -c '| PASS |' "$LOGS/pip.md") PASS, $(grep -c '| FAIL |' "$LOGS/pip.md") FAIL") &
+(for o in "" "--fused-norm"; do
+     # shellcheck disable=SC2086 # TR: a command and its arguments; o: an option
+     LD_PRELOAD=$NCCL timeout $((LIMIT / 2)) $TR examples/torch/train_tp.py --check --steps 200 \
+         --every 50 $o >"$LOGS/tpcheck$o.log" 2>&1
+     say "train_tp.py --check $o: exit $?; $(grep -h 'check:' "$LOGS/tpcheck$o.log")"
+ done) &
+wait
+{
+    echo
+    echo "Checks that did not pass:"
+    echo
+    grep -h '| FAIL |\|| SKIP |' "$LOGS/torch.md" "$LOGS/pip.md" 2>/dev/null | cut -c 1-400
+    echo
+    echo "Timings (alone on the GPU):"
+    echo
+} >>"$SUM"
+
+# ---- the timings, one at a time ----
+export LD_PRELOAD="$NCCL"
+timeout 120 python3 bench/torch_tp_layers.py >"$LOGS/tp_layers.txt" 2>&1
+say "bench/torch_tp_layers.py: exit $?"
+grep '^tp,' "$LOGS/tp_layers.txt" | sed 's/^/    /' >>"$SUM"
+i=0
+for o in "--optimizer torch" "--optimizer coconet" "--optimizer coconet --no-overlap"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # TR: a command and its arguments; o: options
+    timeout 90 $TR examples/torch/train_dp.py $o --steps "$STEPS" --every 10 >"$LOGS/dp$i.log" 2>&1
+    say "train_dp.py $o: exit $?; $(grep -h 'median' "$LOGS/dp$i.log")"
+done
+for o in "--impl torch" "--impl torch-tp" "--impl torch-dtensor" "--impl coconet" \
+    "--impl coconet --fused-norm" "--impl coconet --compile"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # TR: a command and its arguments; o: options
+    timeout 120 $TR examples/torch/train_tp.py $o --steps "$STEPS" --every 10 >"$LOGS/tp$i.log" 2>&1
+    say "train_tp.py $o: exit $?; $(grep -h 'median' "$LOGS/tp$i.log")"
+done
+cat "$SUM"
