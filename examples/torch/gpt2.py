@@ -18,6 +18,7 @@ noisy gradients turn last-bit differences into different runs.
 
 setup(): this process's GPU and, under torchrun, its NCCL process group;
 returns (rank, P)."""
+import csv
 import math
 import os
 
@@ -100,6 +101,14 @@ def batches(data, batch, ctx, rank, nranks, step):
     starts = torch.randint(0, len(data) - ctx - 1, (batch,), generator=g)
     w = torch.stack([data[s:s + ctx + 1] for s in starts.tolist()])
     return w[:, :-1], w[:, 1:]
+
+
+def write_csv(path, header, rows):
+    """rows (tuples in header's order) as a CSV file with that header"""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
 
 
 def setup():

@@ -201,10 +201,7 @@ def train(args):
                  torch.cuda.max_memory_allocated() / 2 ** 30 + arena,
                  torch.cuda.max_memory_allocated() / 2 ** 30, arena), flush=True)
         if args.csv:
-            with open(args.csv, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["step", "loss", "step_ms", "optimizer_ms"])
-                w.writerows(rows)
+            gpt2.write_csv(args.csv, ["step", "loss", "step_ms", "optimizer_ms"], rows)
     if dist.is_initialized():
         dist.destroy_process_group()
 

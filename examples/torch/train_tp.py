@@ -33,7 +33,6 @@ batch 4 unless given), and fails unless their losses stay within --rtol
 initial weights and batches."""
 import argparse
 import copy
-import csv
 import importlib
 import os
 import sys
@@ -220,10 +219,7 @@ def report(args, rank, rows, worst):
             print("check: largest relative difference from the plain model %.2e over %d "
                   "steps: %s" % (worst, len(rows), "PASS" if ok else "FAIL"), flush=True)
         if args.csv:
-            with open(args.csv, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["step", "loss", "step_ms", "plain_loss"])
-                w.writerows(rows)
+            gpt2.write_csv(args.csv, ["step", "loss", "step_ms", "plain_loss"], rows)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0 if ok else 1
