@@ -14,12 +14,14 @@
 # every timing) and logs.tar.gz (every log): two files, whatever a run's
 # transfer limits. Each part has a time limit (LIMIT seconds in all for the
 # checks, 300 by default), so a cut run still leaves its summary.
-# Variables: LIMIT, STEPS (timed training steps, 30), NCCL (the library to
-# preload, default the NCCL_LIB the runtime was built with), COMMIT (recorded).
+# Variables: PARTS ("checks timings" by default: either or both), LIMIT,
+# STEPS (timed training steps, 30), NCCL (the library to preload, default the
+# NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:?usage: tests/gpu/torch_p1.sh OUT}
 mkdir -p "$OUT" || exit 2
 case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
+PARTS=${PARTS:-checks timings}
 LIMIT=${LIMIT:-300}
 STEPS=${STEPS:-30}
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/coconet-p1.XXXXXX") || exit 2
@@ -44,6 +46,8 @@ export COCONET_CACHE="${COCONET_CACHE:-$PWD/build/cache}"
 TR="python3 -m torch.distributed.run --standalone --nproc_per_node=1"
 
 # ---- the checks, side by side ----
+case " $PARTS " in *" checks "*) ;; *) LIMIT=0 ;; esac
+if [ "$LIMIT" -gt 0 ]; then
 (COCONET_TORCH_COMM=1 RANKS=1 TIMEOUT=$((LIMIT - 60)) timeout "$LIMIT" \
     sh tests/gpu/torch.sh "$LOGS/torch.md" >"$LOGS/torch.out" 2>&1
  say "torch.sh: $(grep -c '| PASS |' "$LOGS/torch.md") PASS, $(grep -c '| FAIL |' "$LOGS/torch.md") FAIL") &
@@ -63,9 +67,10 @@ wait
     echo
     grep -h '| FAIL |\|| SKIP |' "$LOGS/torch.md" "$LOGS/pip.md" 2>/dev/null | cut -c 1-400
     echo
-    echo "Timings (alone on the GPU):"
-    echo
 } >>"$SUM"
+fi
+case " $PARTS " in *" timings "*) ;; *) cat "$SUM"; exit 0 ;; esac
+printf 'Timings (alone on the GPU):\n\n' >>"$SUM"
 
 # ---- the timings, one at a time ----
 export LD_PRELOAD="$NCCL"

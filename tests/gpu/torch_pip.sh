@@ -31,7 +31,7 @@ unset COCONET_HOME COCONET_LIB COCONET_CUDA_RUNTIME PYTHONPATH LD_PRELOAD
 V=$TMP/venv
 : >"$LOG"
 fail=0
-row() { echo "| $1 | $2 | $3 | $4 |" >>"$OUT"; [ "$3" = FAIL ] && fail=1; }
+row() { echo "| $1 | $2 | $3 | $4 |" >>"$OUT"; if [ "$3" = FAIL ]; then fail=1; fi; }
 {
     echo "# coconet.torch installed with pip"
     echo
