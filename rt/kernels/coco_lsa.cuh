@@ -78,12 +78,76 @@ __device__ __forceinline__ void *coco_lsa_ptr(ncclWindow_t win, size_t off, int 
         return ncclGetLsaPointer(win, off, q);
 }
 
+// How long a kernel waits for another rank at a barrier before it reports
+// and traps (the launch fails with an error, and the process can end)
+// rather than spin forever on a peer that died. The build passes
+// COCONET_TIMEOUT + 30 s where that is set (src/cuda/nvcc.c), so that the
+// host's watchdog, which names the rank, reports first; 330 s otherwise.
+#ifndef COCO_PEER_WAIT_S
+#define COCO_PEER_WAIT_S 330
+#endif
+
+__device__ __forceinline__ unsigned long long coco_globaltimer_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// NCCL's LSA barrier session with a bounded wait: arrive(), the epoch the
+// session keeps in NCCL's barrier buffer between launches and its store at
+// the end are NCCL's; wait() polls this rank's inbox slot of each peer
+// (ucInbox, the unicast layout that NCCL 2.28 and 2.29 share) for at most
+// COCO_PEER_WAIT_S. A multicast session (never made: NVLink multicast stays
+// off) and other NCCL versions keep NCCL's own wait, which has no bound.
+#if NCCL_VERSION_CODE >= 22800 && NCCL_VERSION_CODE < 23000
+#define COCO_BOUNDED_BARRIER 1
+#endif
+template <typename Coop> struct CocoBoundedBarrier : ncclLsaBarrierSession<Coop> {
+    using ncclLsaBarrierSession<Coop>::ncclLsaBarrierSession;
+#ifdef COCO_BOUNDED_BARRIER
+    __device__ __forceinline__ void wait(Coop coop, cuda::memory_order order)
+    {
+        if (this->multimem) {
+            ncclLsaBarrierSession<Coop>::wait(coop, order);
+            return;
+        }
+        const uint32_t want = this->epoch + 1;
+        const int me = this->team.rank;
+        for (int i = coop.thread_rank(); i < this->team.nRanks - 1; i += coop.size()) {
+            const int peer = i < me ? i : i + 1;
+            cuda::atomic_ref<uint32_t> inbox(*this->ucInbox(me, peer));
+            const unsigned long long t0 = coco_globaltimer_ns();
+            // reached once the epoch, which wraps, is at most half the range behind
+            for (unsigned polls = 1; (uint32_t)(inbox.load(cuda::memory_order_acquire) - want) >
+                                     0x7fffffffu;
+                 polls++) {
+                if (polls % 1024 == 0 &&
+                    coco_globaltimer_ns() - t0 > COCO_PEER_WAIT_S * 1000000000ull) {
+                    printf("coconet: rank %d block %d waited %d s at a barrier for rank %d, "
+                           "which did not arrive (dead or hung): trap\n",
+                           me, this->index, COCO_PEER_WAIT_S, peer);
+                    __trap();
+                }
+            }
+        }
+        this->epoch = want;
+        coop.sync();
+    }
+    __device__ __forceinline__ void sync(Coop coop, cuda::memory_order order)
+    {
+        this->arrive(coop, order);
+        wait(coop, order);
+    }
+#endif
+};
+
 // A fused kernel's LSA barrier over P ranks, one per block, made from the
 // device communicator dc as NCCL's session is (kernels declare
 // `CocoLsaBarrier<P> bar{ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
-// blockIdx.x};` and call bar.sync): that session itself, or for one rank
-// none (CocoNoBarrier: the stream orders the kernels; dc is zeros, never
-// read).
+// blockIdx.x};` and call bar.sync): that session with a bounded wait, or
+// for one rank none (CocoNoBarrier: the stream orders the kernels; dc is
+// zeros, never read).
 struct CocoNoBarrier {
     __device__ __forceinline__ CocoNoBarrier(ncclCoopCta, const ncclDevComm &, ncclTeam,
                                              ncclLsaBarrierHandle, uint32_t)
@@ -93,7 +157,7 @@ struct CocoNoBarrier {
 };
 
 template <int P> struct CocoLsaBarrierOf {
-    using type = ncclLsaBarrierSession<ncclCoopCta>;
+    using type = CocoBoundedBarrier<ncclCoopCta>;
 };
 
 template <> struct CocoLsaBarrierOf<1> {

@@ -58,12 +58,10 @@ __device__ __forceinline__ long coco_chunk_lo(const CocoChunks &ck, int c)
 __device__ __forceinline__ void coco_chunk_wait(const CocoChunks &ck, int c)
 {
     if (threadIdx.x == 0) {
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        const unsigned long long t0 = coco_globaltimer_ns();
         while (*(const volatile unsigned *)&ck.flag[c] == 0) {
             __nanosleep(200);
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (t - t0 > COCO_CHUNK_WAIT_NS) {
+            if (coco_globaltimer_ns() - t0 > COCO_CHUNK_WAIT_NS) {
                 printf("coconet: block %d waited 20 s for MatMul chunk %d: trap\n", blockIdx.x, c);
                 __trap();
             }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,6 +40,21 @@ void argv_add(Argv *a, const char *fmt, ...)
     a->used += (size_t)n + 1;
 }
 
+/* The seconds a kernel waits for a peer at a barrier before it traps
+ * (COCO_PEER_WAIT_S, rt/kernels/coco_lsa.cuh): COCONET_TIMEOUT + 30, so
+ * that the host's watchdog, which names the rank, reports first; 0 where
+ * COCONET_TIMEOUT is unset or not a positive number (the header's default,
+ * for the default timeout). Part of the build's command, so of its cache key. */
+static long peer_wait_s(void)
+{
+    const char *env = getenv("COCONET_TIMEOUT");
+    char *end;
+    double t = env && *env ? strtod(env, &end) : 0;
+    if (!env || !*env || *end || !(t > 0) || t > 1e7)
+        return 0;
+    return (long)ceil(t) + 30;
+}
+
 /* nvcc, then the options every compilation of generated code takes up to
  * the architecture and the include paths (mode: "-shared" or "-c"). The NCCL
  * include directory is named only when it is not one the compiler searches
@@ -56,6 +72,9 @@ static void nvcc_compile_flags(const CudaToolchain *t, const char *home, const c
     argv_add(a, "-std=c++17");
     argv_add(a, "-I%s/include", home);
     argv_add(a, "-I%s/rt/kernels", home);
+    long wait = peer_wait_s();
+    if (wait > 0)
+        argv_add(a, "-DCOCO_PEER_WAIT_S=%ld", wait);
     if (t->nccl_include[0] && strcmp(t->nccl_include, "/usr/include") &&
         strcmp(t->nccl_include, "/usr/local/include"))
         argv_add(a, "-I%s", t->nccl_include);

@@ -119,6 +119,32 @@ static void test_nvcc_argv(void)
           "the link: nvcc -shared of the parts' objects and the libraries");
     o = has_arg(&a, "-o");
     check(o && !strcmp(a.argv[o], "k.so.tmp"), "the link: -o names the temporary");
+    /* a kernel's longest wait for a peer: COCONET_TIMEOUT + 30 s, rounded up */
+    const char *saved = getenv("COCONET_TIMEOUT");
+    char keep[64] = "";
+    if (saved)
+        snprintf(keep, sizeof keep, "%s", saved);
+    const struct { const char *env, *want; } waits[] = {
+        {NULL, NULL}, {"120", "-DCOCO_PEER_WAIT_S=150"}, {"0.5", "-DCOCO_PEER_WAIT_S=31"},
+        {"0", NULL}, {"-3", NULL}, {"ten", NULL}, {"5s", NULL}};
+    for (size_t i = 0; i < sizeof waits / sizeof *waits; i++) {
+        if (waits[i].env)
+            setenv("COCONET_TIMEOUT", waits[i].env, 1);
+        else
+            unsetenv("COCONET_TIMEOUT");
+        cuda_nvcc_compile_argv(&t, "/h", "p0.cu", "p0.o", &a);
+        int d = 0;
+        for (int k = 0; k < a.argc; k++)
+            d = !strncmp(a.argv[k], "-DCOCO_PEER_WAIT_S=", 19) ? k : d;
+        char what[128];
+        snprintf(what, sizeof what, "COCONET_TIMEOUT=%s: %s", waits[i].env ? waits[i].env : "(unset)",
+                 waits[i].want ? waits[i].want : "the header's default");
+        check(waits[i].want ? d && !strcmp(a.argv[d], waits[i].want) : !d, what);
+    }
+    if (saved)
+        setenv("COCONET_TIMEOUT", keep, 1);
+    else
+        unsetenv("COCONET_TIMEOUT");
     group_end("nvcc command");
 }
 
