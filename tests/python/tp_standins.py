@@ -92,5 +92,6 @@ def install(setattr_):
     setattr_(tp, "in_arena", lambda t, group=None: True)
     setattr_(tp, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
     tp._compiled.clear()
+    tp._bound.clear()
     Compiled.built = []
     return sess

@@ -88,6 +88,7 @@ Init = Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "RowParallelLinearNorm"]
 
 _compiled: Dict[tuple, Any] = {}  # (program text, schedule, group) -> the Compiled, shared by every layer
+_bound: Dict[tuple, Any] = {}  # everything _Layer._fn's choice reads -> the Compiled at its sizes
 
 
 def _program(text, name, schedule, sizes, group):
@@ -150,12 +151,19 @@ class _Layer(torch.nn.Module):
 
     def _fn(self, direction, text, tokens):
         """The program `text` bound to `tokens` tokens, under this layer's
-        schedule (None: the default for its kind and direction)."""
-        sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
-        L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
-        name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel, text,
-                                          self.schedule, self.ranks)
-        return _program(text, name, schedule, sizes, self.group)
+        schedule (None: the default for its kind and direction); looked up
+        once per distinct call (_bound), since every call of a layer asks."""
+        key = (text, direction, tokens, self.kind, self.in_features, self.out_features,
+               self.sequence_parallel, self.schedule, self.ranks,
+               id(self.group) if self.group is not None else None)
+        fn = _bound.get(key)
+        if fn is None:
+            sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
+            L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
+            name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel,
+                                              text, self.schedule, self.ranks)
+            fn = _bound[key] = _program(text, name, schedule, sizes, self.group)
+        return fn
 
     def _staged(self, fn, args):
         """args with the tensors a one-kernel collective reads in the peers'
