@@ -7,6 +7,7 @@ in and out; models of the layers under torch.compile(fullgraph=True) with
 no graph break, equal to eager runs bit for bit (tp_compile_cases.py).
 Skipped without torch."""
 
+import copy
 import sys
 
 import pytest
@@ -50,6 +51,26 @@ def test_train_tp_with_coconet_optimizer_at_one_rank(monkeypatch, sp, fused_norm
     """examples/torch/train_tp.py's coconet AdamW against torch's"""
     O.install(monkeypatch.setattr)
     assert C.train(0, 1, sp, fused_norm) <= 1e-5
+
+
+def test_a_deep_copy_is_its_own_layer():
+    """copy.deepcopy (an EMA or a reference model): the copy has its own
+    parameters and key, shares the session, and its traced calls find it"""
+    import gc
+    from coconet.torch import ops
+    layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT)
+    twin = copy.deepcopy(layer)
+    assert twin._key != layer._key and ops._target(twin._key) is twin
+    assert twin.sess is layer.sess and twin.weight is not layer.weight
+    x = torch.randn(4, 2, C.CPU.IN)
+    assert torch.equal(twin(x), layer(x))
+    with torch.no_grad():
+        twin.weight.add_(1.0)
+    assert not torch.equal(twin(x), layer(x))
+    compiled = torch.compile(twin, backend="aot_eager", fullgraph=True)
+    del layer
+    gc.collect()
+    assert torch.equal(compiled(x), twin(x))
 
 
 def test_one_build_per_program_over_token_counts():

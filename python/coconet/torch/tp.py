@@ -61,6 +61,7 @@ checkpointing the recomputation reuses the forward's seed; torch.export
 holds the ops. Keep the layers alive while a graph calling them runs.
 Checked on the CPU reference (backends eager, aot_eager and inductor;
 autocast; P = 1 and 2)."""
+import copy
 import functools
 import math
 import os
@@ -140,6 +141,23 @@ class _Layer(torch.nn.Module):
         self.schedule = schedule  # None: each program's default (tp_layout)
         self._stage = {}  # input name -> an arena buffer (P > 1, tensors outside it)
         self._key = _ops.register(self)  # tp_ops' handle on it (traced calls)
+
+    def __deepcopy__(self, memo):
+        """A copy with its own parameters, buffers and key (a traced call
+        of the copy finds the copy, not this layer), sharing the session and
+        the group, which are handles rather than values; its arena staging
+        buffers are made at its own calls."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            if name in ("sess", "group"):
+                new.__dict__[name] = value
+            elif name == "_stage":
+                new.__dict__[name] = {}
+            else:
+                new.__dict__[name] = copy.deepcopy(value, memo)
+        new._key = _ops.register(new)
+        return new
 
     @property
     def rank(self):
