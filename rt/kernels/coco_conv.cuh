@@ -1,6 +1,8 @@
-// coco_conv.cuh: Conv2D as an implicit GEMM, included by coco_device.cuh
-// (whose element types, COCO_FP16 ... COCO_FP64, it uses; coco_conv2d there
-// calls coco_conv_igemm and falls back to the direct kernel).
+// coco_conv.cuh: Conv2D, included after coco_device.cuh (whose element
+// types, COCO_FP16 ... COCO_FP64, and loads it uses) by the generated code of
+// the programs that have a Conv2D alone (src/gen/emit_cuda.c): its kernel
+// instances took most of every other program's first build. coco_conv2d,
+// at the end, calls coco_conv_igemm and falls back to the direct kernel.
 //
 // y [N,K,OH,OW] = x [N,C,H,W] (*) w [K,C,R,S] is the matrix product
 //   A [M = N*OH*OW][CRS = C*R*S]  A[m][(c*R + r)*S + s] = x[n][c][oh*stride - pad + r]
@@ -31,6 +33,8 @@
 // sums on tensor cores are grouped differently: within an ulp of the result
 // type almost always, always within the GPU check's tolerance.
 #pragma once
+
+#include "coco_device.cuh"
 
 #include <mma.h>
 
@@ -598,4 +602,53 @@ static inline int coco_conv_igemm(cudaStream_t st, const void *x, const void *w,
         break;
     }
     return 1;
+}
+
+// ---- Conv2D: the direct kernel and the entry point ----
+// The direct kernel: one thread per output, accumulated in order c, r, s as
+// the CPU does (its FP32 and FP64 results are the CPU's bit for bit). Slow:
+// coco_conv2d uses it only where the implicit GEMM above does not
+// apply (indices beyond 32 bits, FP16/BF16 built for a GPU before sm_80).
+static __global__ void coco_conv2d_kernel(const void *x, const void *w, void *y, int t, long N,
+                                          long C, long H, long W, long K, long R, long S, long OH,
+                                          long OW, int stride, int pad)
+{
+    long n = N * K * OH * OW;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n;
+         e += (long)gridDim.x * blockDim.x) {
+        long ow = e % OW, oh = (e / OW) % OH, k = (e / (OW * OH)) % K, img = e / (OW * OH * K);
+        double dacc = 0;
+        float facc = 0;
+        for (long c = 0; c < C; c++)
+            for (long r = 0; r < R; r++)
+                for (long s = 0; s < S; s++) {
+                    long ih = oh * stride - pad + r, iw = ow * stride - pad + s;
+                    if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                        continue;
+                    double a = coco_ld(x, ((img * C + c) * H + ih) * W + iw, t);
+                    double b = coco_ld(w, ((k * C + c) * R + r) * S + s, t);
+                    if (t == COCO_FP64)
+                        dacc = __dadd_rn(dacc, __dmul_rn(a, b));
+                    else
+                        facc = __fadd_rn(facc, __fmul_rn((float)a, (float)b));
+                }
+        coco_st(y, e, t, coco_round(t == COCO_FP64 ? dacc : (double)facc, t));
+    }
+}
+
+// Conv2D of x [N,C,H,W] by w [K,C,R,S] into y [N,K,OH,OW] on ctx's stream:
+// an implicit GEMM (coco_conv.cuh), else the direct kernel.
+static inline int coco_conv2d(coco_cuda_ctx *ctx, int line, const void *x, const void *w, void *y,
+                              int t, long N, long C, long H, long W, long K, long R, long S,
+                              long OH, long OW, int stride, int pad)
+{
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    long n = N * K * OH * OW;
+    if (n <= 0)
+        return 0;
+    if (!coco_conv_igemm(st, x, w, y, t, N, C, H, W, K, R, S, OH, OW, stride, pad, -1))
+        coco_conv2d_kernel<<<coco_grid(n), 256, 0, st>>>(x, w, y, t, N, C, H, W, K, R, S, OH,
+                                                         OW, stride, pad);
+    COCO_LAUNCHED(ctx, "Conv2D", line);
+    return 0;
 }

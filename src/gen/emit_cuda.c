@@ -1122,6 +1122,15 @@ static void emit_output_alias(Program **variants, int n, FILE *o)
     fprintf(o, "-2};\n}\n\n");
 }
 
+/* Does a node of p compute a Conv2D (its source then includes coco_conv.cuh)? */
+static int has_conv(const Program *p)
+{
+    for (int i = 0; i < p->nnode; i++)
+        if (p->node[i].op == O_CONV2D && !p->node[i].dead)
+            return 1;
+    return 0;
+}
+
 /* The source of variants[0..n) (variants[0]: the program), each emitted as
  * lowered[i] (cuda_compile's lowering of it). */
 void emit_cuda(Program **variants, Program **lowered, int n, FILE *o)
@@ -1133,6 +1142,8 @@ void emit_cuda(Program **variants, Program **lowered, int n, FILE *o)
             COCONET_VERSION, p->exec_name, p->file, n, n == 1 ? "" : "s");
     if (emit_has_member_norm(p))
         fputs("#include \"coco_members.cuh\"\n\n", o);
+    if (has_conv(p)) /* its kernel instances: most of a build's time, where unused */
+        fputs("#include \"coco_conv.cuh\"\n\n", o);
     /* the parts a build may compile apart (cuda_build_parts): each variant,
      * then the tables */
     for (int i = 0; i < n; i++) {

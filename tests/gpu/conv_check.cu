@@ -37,7 +37,7 @@
 #include <string.h>
 #include <vector>
 
-#include "coco_device.cuh"
+#include "coco_conv.cuh"
 
 // A failed CUDA call (coco_check.cuh): FILE:LINE: CALL: WHY on `to`, exit status 2
 static void ck_failed(FILE *to, const char *call, const char *file, int line, const char *why)
