@@ -1031,17 +1031,10 @@ def _amp_steps(c, m, o, scaler, steps, inject):
     Inf into the gradient of m[2].weight (a tensor hook, before the
     optimizer's post-accumulate-grad hook). The scale after each step, and
     how many units each backward pass started."""
+    import optim_standins
     torch = c["torch"]
     now = {}
-
-    def with_inf(g):
-        if now.get("what") != "param":
-            return g
-        g = g.clone()
-        g.view(-1)[0] = float("inf")
-        return g
-
-    hook = m[2].weight.register_hook(with_inf)
+    hook = optim_standins.inf_hook(m[2].weight, now)
     scales, started = [], []
     for step in range(1, steps + 1):
         o.zero_grad(set_to_none=False)

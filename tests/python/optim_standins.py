@@ -191,6 +191,19 @@ def groups(m):
             {"params": [p for p in ps if p.dim() == 1], "weight_decay": 0.0, "lr": 2e-3}]
 
 
+def inf_hook(param, now):
+    """A tensor hook on param that puts an Inf into its gradient while
+    now["what"] == "param" (it runs before the optimizer's
+    post-accumulate-grad hook sees the gradient); its handle."""
+    def with_inf(g):
+        if now.get("what") != "param":
+            return g
+        g = g.clone()
+        g.view(-1)[0] = float("inf")
+        return g
+    return param.register_hook(with_inf)
+
+
 def amp_train(m, opt, scaler, steps, inject=None, rank=0):
     """steps of a GradScaler's loop (scale(loss).backward(), step, update);
     inject: {step: "loss"} makes that step's loss Inf (every gradient
@@ -199,15 +212,7 @@ def amp_train(m, opt, scaler, steps, inject=None, rank=0):
     post-accumulate-grad hook sees it). The scale after each step."""
     inject = inject or {}
     now = {}
-
-    def with_inf(g):
-        if now.get("what") != "param":
-            return g
-        g = g.clone()
-        g.view(-1)[0] = float("inf")
-        return g
-
-    hook = list(m.parameters())[2].register_hook(with_inf)
+    hook = inf_hook(list(m.parameters())[2], now)
     scales = []
     for step in range(1, steps + 1):
         now["what"] = inject.get(step)
