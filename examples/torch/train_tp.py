@@ -168,13 +168,16 @@ def train(args):
     plain, heads = plain_model(args)
     twin = copy.deepcopy(plain) if args.check else None
     model = parallel(plain, heads, args)
+    amp = args.amp == "bf16" and not args.check
+    if args.impl == "coconet":  # the programs a step calls, built together ahead of it
+        from coconet.torch import tp
+        tp.prebuild(model, args.batch * args.seq, dtype=torch.bfloat16 if amp else None)
     opt = optimizer(model, args, args.optimizer)
     if args.compile and args.impl != "torch-async-tp":  # (that one is compiled already)
         model = torch.compile(model, fullgraph=args.impl == "coconet")
     ref_opt = optimizer(twin, args, "torch") if twin is not None else None
     vocab = plain.wte.weight.shape[0]
     data = gpt2.corpus(args.tokens, vocab, seed=args.seed, words=args.words or None)
-    amp = args.amp == "bf16" and not args.check
     if not amp:  # FP32 throughout: no TF32 rounding of the MatMuls' inputs
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False

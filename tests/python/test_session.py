@@ -8,8 +8,12 @@ to build against; and the programs of coconet.torch's optimizers and layer
 
 The torch-side tests need a GPU: tests/gpu/torch.sh."""
 import ctypes
+import glob
+import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -144,6 +148,30 @@ def test_build_errors():
     os.environ.setdefault("COCONET_CACHE", "/tmp/coconet-test-cache-%d" % os.getuid())
     with pytest.raises(coconet.CocoError, match="coconet tune"):
         S.build(p, "tuned")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="no nvcc when built")
+def test_build_one_child(tmp_path, monkeypatch):
+    """coconet._build_one, coconet.torch.tp.prebuild's child: builds a
+    program into the cache where the process's own first build finds it,
+    and names a program it cannot build"""
+    from coconet import tp_programs
+    path = programs.write(tp_programs.row_parallel("forward", "FP32", False, True),
+                          "row_forward", str(tmp_path))
+    for k, v in (("COCONET_CACHE", str(tmp_path / "cache")), ("COCONET_CUDA_ARCH", "sm_80"),
+                 ("COCONET_HOME", ROOT)):
+        monkeypatch.setenv(k, v)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    sizes = {"T": 8, "H": 16, "F": 32}
+    cmd = [sys.executable, "-m", "coconet._build_one", path, "program", json.dumps(sizes), "1"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    built = glob.glob(str(tmp_path / "cache" / "*.so"))
+    assert len(built) == 1
+    assert S.build(coconet.load(path, sizes=sizes, ranks=1), "program").so == built[0]
+    bad = subprocess.run(cmd[:4] + ["nope"] + cmd[5:], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode == 1 and "no schedule named 'nope'" in bad.stderr, bad.stderr
 
 
 # ---- the session on the stand-in runtime ----

@@ -73,6 +73,30 @@ def test_a_deep_copy_is_its_own_layer():
     assert torch.equal(compiled(x), twin(x))
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_prebuild_builds_what_a_step_calls(monkeypatch, sp):
+    """tp.prebuild asks for the programs a training step calls, and binds
+    them: the step then builds and binds nothing more"""
+    asked = []
+    monkeypatch.setattr(tp, "_build_programs", lambda todo, jobs: asked.extend(todo))
+    col = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=sp)
+    row = tp.RowParallelLinear(C.CPU.OUT, C.CPU.IN, sequence_parallel=sp)
+    norm = tp.RowParallelLinearNorm(C.CPU.OUT, C.CPU.IN, sequence_parallel=sp)
+    model = torch.nn.ModuleList([col, row, norm])
+    s, b = 4, 2
+    assert tp.prebuild(model, s * b) == 6  # 3 layers, forward and backward
+    assert sorted((path, sch) for path, sch, *_ in asked) == sorted(T.Compiled.built)
+    built, bound = list(T.Compiled.built), len(tp._bound)
+    x = torch.randn(s, b, C.CPU.IN, requires_grad=True)
+    h = col(x)
+    out, z = norm(h, row(h))
+    (out.sum() + z.sum()).backward()
+    assert T.Compiled.built == built and len(tp._bound) == bound
+    assert tp.prebuild(model, s * b) == 0 and len(asked) == 6
+    model.eval()
+    assert tp.prebuild(model, 2 * s * b) == 3  # forward only
+
+
 def test_one_build_per_program_over_token_counts():
     layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
     for s in (4, 8, 12):

@@ -65,6 +65,7 @@ cuda.conf) when the versions agree, else against headers next to the
 loaded library (prefix/include with nccl_device.h, as NVIDIA's wheel ships
 them), else it stops and says how to rebuild coconet against the loaded
 NCCL."""
+import contextlib
 import fcntl
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -268,18 +269,25 @@ def _cache_dir():
                                                                "coconet")
 
 
-def _build_locked(prog, schedule, nccl_home):
-    """S.build under a lock file in the cache: the first rank of a machine
-    builds, the others then find the object in the cache (no collective
-    waits on nvcc's minutes)."""
+@contextlib.contextmanager
+def _build_lock():
+    """A lock file in the cache held while building: the first rank of a
+    machine builds, the others then find the objects in the cache (no
+    collective waits on nvcc's minutes)."""
     d = _cache_dir()
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "torch-build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return S.build(prog, schedule, nccl_home=nccl_home)
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build_locked(prog, schedule, nccl_home):
+    """S.build under _build_lock."""
+    with _build_lock():
+        return S.build(prog, schedule, nccl_home=nccl_home)
 
 
 class Compiled:

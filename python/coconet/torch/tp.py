@@ -28,6 +28,10 @@ gradients of both outputs whole on every rank (as the next
 ColumnParallelLinear gives them, reduced) and runs the norm's backward on
 every token.
 
+prebuild(model, tokens, dtype=None) builds the programs a step of the
+model's layers calls, several nvcc at once, so that the first step finds
+them in the cache rather than building them one after another.
+
 Types: the parameters' dtype, or autocast's (FP16 or BF16) when autocast is
 on for the device: inputs and parameters are cast to it, gradients flow
 back to the parameters' own dtype. Dropout follows Megatron's RNG tracker
@@ -63,15 +67,20 @@ Checked on the CPU reference (backends eager, aot_eager and inductor;
 autocast; P = 1 and 2)."""
 import copy
 import functools
+import json
 import math
 import os
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, \
     TypeVar
 
 import torch
 import torch.distributed as dist
 
-from . import CocoError, TORCH_TYPES, TYPE_NAMES, _cache_dir, compile as _compile, empty, in_arena, session
+from . import CocoError, TORCH_TYPES, TYPE_NAMES, _build_lock, _cache_dir, empty, in_arena, \
+    session
+from . import compile as _compile
 from . import ops as _ops
 from . import tp_ops as _tp_ops
 from .. import programs
@@ -86,7 +95,7 @@ Layer = TypeVar("Layer", bound="_LinearLayer")
 # init=: (weight, bias) whole, as from_full takes them, instead of drawn.
 Init = Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]
 
-__all__ = ["ColumnParallelLinear", "RowParallelLinear", "RowParallelLinearNorm"]
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "RowParallelLinearNorm", "prebuild"]
 
 _compiled: Dict[tuple, Any] = {}  # (program text, schedule, group) -> the Compiled, shared by every layer
 _bound: Dict[tuple, Any] = {}  # everything _Layer._fn's choice reads -> the Compiled at its sizes
@@ -167,21 +176,36 @@ class _Layer(torch.nn.Module):
     def ranks(self):
         return self.sess.nranks
 
+    def _bound_key(self, direction, text, tokens):
+        """Everything _choice reads: _bound's key"""
+        return (text, direction, tokens, self.kind, self.in_features, self.out_features,
+                self.sequence_parallel, self.schedule, self.ranks,
+                id(self.group) if self.group is not None else None)
+
+    def _choice(self, direction, text, tokens):
+        """The program's name, schedule and sizes for a call on `tokens`
+        tokens (refused, saying why, where the layer cannot take them)."""
+        sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
+        L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
+        name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel, text,
+                                          self.schedule, self.ranks)
+        return name, schedule, sizes
+
     def _fn(self, direction, text, tokens):
         """The program `text` bound to `tokens` tokens, under this layer's
         schedule (None: the default for its kind and direction); looked up
         once per distinct call (_bound), since every call of a layer asks."""
-        key = (text, direction, tokens, self.kind, self.in_features, self.out_features,
-               self.sequence_parallel, self.schedule, self.ranks,
-               id(self.group) if self.group is not None else None)
+        key = self._bound_key(direction, text, tokens)
         fn = _bound.get(key)
         if fn is None:
-            sizes = L.program_sizes(self.kind, tokens, self.in_features, self.out_features)
-            L.check_sizes(self.kind, sizes, self.ranks, self.sequence_parallel)
-            name, schedule = L.program_choice(self.kind, direction, self.sequence_parallel,
-                                              text, self.schedule, self.ranks)
+            name, schedule, sizes = self._choice(direction, text, tokens)
             fn = _bound[key] = _program(text, name, schedule, sizes, self.group)
         return fn
+
+    def _calls(self, tokens, dtype, backward):
+        """(direction, program text) of each program a step of this layer
+        on `tokens` tokens in `dtype` calls (prebuild)."""
+        raise NotImplementedError
 
     def _staged(self, fn, args):
         """args with the tensors a one-kernel collective reads in the peers'
@@ -309,6 +333,11 @@ class _LinearLayer(_Layer):
                 sd[name] = t.clone()
         return out
 
+    def _calls(self, tokens, dtype, backward):
+        name = _type_name(dtype)
+        return [(d, _text(self._write, d, name, self.sequence_parallel, self.bias is not None))
+                for d in (("forward", "backward") if backward else ("forward",))]
+
     def _cast(self, x):
         """x, weight and bias in the call's type (autocast's, if on)."""
         dt = _compute_dtype(x)
@@ -358,7 +387,7 @@ class _Column(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2, w, b, layer):
         tokens = x2.shape[0] * (layer.ranks if layer.sequence_parallel else 1)
-        out = _linear_forward(ctx, tp_programs.column_parallel, x2, w, b, layer, tokens)
+        out = _linear_forward(ctx, layer._write, x2, w, b, layer, tokens)
         ctx.save_for_backward(out.get("g", x2), w)  # dW reads the gathered input
         return out["y"]
 
@@ -387,6 +416,7 @@ class ColumnParallelLinear(_LinearLayer):
     ranks: weight [out/P, in], bias [out/P]; the output is this rank's
     features (gather_output: all of them). See the module's documentation."""
     kind = "column"
+    _write = staticmethod(tp_programs.column_parallel)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  gather_output: bool = False, sequence_parallel: bool = False,
@@ -422,7 +452,7 @@ class ColumnParallelLinear(_LinearLayer):
 class _Row(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2, w, b, layer):
-        out = _linear_forward(ctx, tp_programs.row_parallel, x2, w, b, layer, x2.shape[0])
+        out = _linear_forward(ctx, layer._write, x2, w, b, layer, x2.shape[0])
         ctx.save_for_backward(x2, w)
         return out["y"]
 
@@ -452,6 +482,7 @@ class RowParallelLinear(_LinearLayer):
     here); the output is whole, or this rank's tokens (the first dimension
     sliced) with sequence parallelism. See the module's documentation."""
     kind = "row"
+    _write = staticmethod(tp_programs.row_parallel)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  input_is_parallel: bool = True, sequence_parallel: bool = False,
@@ -565,6 +596,11 @@ class RowParallelLinearNorm(_Layer):
         return _text(tp_programs.norm_after_row_parallel, direction, dtype, self.norm, p_drop,
                      self.eps)
 
+    def _calls(self, tokens, dtype, backward):
+        name, p = _type_name(dtype), self.p_drop if self.training else 0.0
+        return [(d, self._text(d, name, p))
+                for d in (("forward", "backward") if backward else ("forward",))]
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
         k = self.in_features // self.ranks
@@ -593,3 +629,68 @@ class RowParallelLinearNorm(_Layer):
     def extra_repr(self) -> str:
         return "in_features=%d, out_features=%d, norm=%s, p_drop=%g, sequence_parallel=%s" % (
             self.in_features, self.out_features, self.norm, self.p_drop, self.sequence_parallel)
+
+
+# ---- building ahead ----
+
+def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] = None,
+             backward: Optional[bool] = None, jobs: Optional[int] = None) -> int:
+    """Builds ahead, `jobs` at a time (default: the cores, at most 16), the
+    programs that the tp layers of `model` call on a step of `tokens`
+    tokens (sequence x batch, whole: before sequence parallelism slices
+    them) in `dtype` (default: each layer's weights' type; give autocast's
+    type where the step runs under autocast), their backward too where
+    `backward` (default: model.training). Their first calls then find them
+    built, instead of building one after another. Every rank may call it:
+    the first rank of a machine builds, the others find the objects in the
+    cache. Returns how many of the model's calls it prepared."""
+    if backward is None:
+        backward = model.training
+    # _bound key -> (layer, direction, text, tokens)
+    plan: Dict[tuple, Tuple[Any, str, str, int]] = {}
+    for layer in model.modules():
+        if isinstance(layer, _Layer):
+            dt = dtype or layer.weight.dtype
+            for direction, text in layer._calls(int(tokens), dt, backward):
+                key = layer._bound_key(direction, text, int(tokens))
+                if key not in _bound:
+                    plan.setdefault(key, (layer, direction, text, int(tokens)))
+    todo, seen = [], set()
+    for layer, direction, text, t in plan.values():
+        name, schedule, sizes = layer._choice(direction, text, t)
+        built = (text, schedule, id(layer.group) if layer.group is not None else None)
+        if built in _compiled or built in seen:
+            continue
+        seen.add(built)
+        path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
+        todo.append((path, schedule, sizes, layer.ranks, getattr(layer.sess, "nccl_home", None)))
+    if todo:
+        with _build_lock():
+            _build_programs(todo, jobs or min(16, os.cpu_count() or 1))
+    for layer, direction, text, t in plan.values():
+        layer._fn(direction, text, t)
+    return len(plan)
+
+
+def _build_programs(todo, jobs):
+    """Builds each (path, schedule, sizes, ranks, nccl_home) of todo into
+    the cache, `jobs` child processes at a time (coconet._build_one);
+    raises CocoError naming the programs that could not be built."""
+    import coconet  # the children import it from where this process does
+    where = os.path.dirname(os.path.dirname(os.path.abspath(coconet.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [where] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    waiting, running, failed = list(todo), [], []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            path, schedule, sizes, ranks, nccl_home = waiting.pop(0)
+            cmd = [sys.executable, "-m", "coconet._build_one", path, schedule,
+                   json.dumps(sizes), str(ranks), nccl_home or ""]
+            running.append(subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env))
+        done = running.pop(0)
+        _, err = done.communicate()
+        if done.returncode:
+            failed.append(err.strip() or "exit status %d" % done.returncode)
+    if failed:
+        raise CocoError("coconet.torch.tp.prebuild: %d of %d programs could not be built:\n%s"
+                        % (len(failed), len(todo), "\n".join(failed)))
