@@ -14,7 +14,8 @@
 # every timing) and logs.tar.gz (every log): two files, whatever a run's
 # transfer limits. Each part has a time limit (LIMIT seconds in all for the
 # checks, 300 by default), so a cut run still leaves its summary.
-# Variables: PARTS ("checks timings" by default: either or both), LIMIT,
+# Variables: PARTS ("checks timings" by default: either or both), ONLY
+# (torch.sh's checks, as it takes them: all by default), LIMIT,
 # STEPS (timed training steps, 30), NCCL (the library to preload, default the
 # NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/../.." || exit 2
