@@ -68,7 +68,7 @@ NCCL."""
 import contextlib
 import fcntl
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -325,7 +325,9 @@ class Compiled:
         self._warm = False
         self._warned = False
         self._outputs = None  # made in the arena at the first call that needs them
-        self._out_specs: Optional[List[S.InputSpec]] = None  # _output_tensor's, made once
+        # the outputs as _matches reads arguments (out=): _output_tensor's
+        self._out_specs = [S.InputSpec(o.name, "tensor", o.type, o.shape, ())
+                           for o in self.spec.outputs]
         self._key = _ops.register(self)  # coconet::call's handle on it
 
     def at(self, sizes: Mapping[str, int]) -> "Compiled":
@@ -436,9 +438,6 @@ class Compiled:
         call's own in the arena (made at the first call that needs it)."""
         if out is not None and o.name in out:
             t = out[o.name]
-            if self._out_specs is None:  # the outputs as _matches reads arguments, made once
-                self._out_specs = [S.InputSpec(x.name, "tensor", x.type, x.shape, ())
-                                   for x in self.spec.outputs]
             spec = self._out_specs[k]
             if isinstance(t, torch.Tensor) and self._matches(spec, t):
                 return t

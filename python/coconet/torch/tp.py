@@ -101,14 +101,27 @@ _compiled: Dict[tuple, Any] = {}  # (program text, schedule, group) -> the Compi
 _bound: Dict[tuple, Any] = {}  # everything _Layer._fn's choice reads -> the Compiled at its sizes
 
 
+def _compiled_key(text, schedule, group):
+    return (text, schedule, id(group) if group is not None else None)
+
+
+def _write_program(text, name):
+    """The program's file in the cache (named by its text)."""
+    return programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
+
+
 def _program(text, name, schedule, sizes, group):
     """The compiled program of `text` (built once, bound to sizes per call)."""
-    key = (text, schedule, id(group) if group is not None else None)
+    key = _compiled_key(text, schedule, group)
     c = _compiled.get(key)
     if c is None:
-        path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
-        c = _compiled[key] = _compile(path, schedule=schedule, sizes=sizes, group=group)
+        c = _compiled[key] = _compile(_write_program(text, name), schedule=schedule,
+                                      sizes=sizes, group=group)
     return c.at(sizes)
+
+
+def _directions(backward):
+    return ("forward", "backward") if backward else ("forward",)
 
 
 @functools.lru_cache(maxsize=None)
@@ -336,7 +349,7 @@ class _LinearLayer(_Layer):
     def _calls(self, tokens, dtype, backward):
         name = _type_name(dtype)
         return [(d, _text(self._write, d, name, self.sequence_parallel, self.bias is not None))
-                for d in (("forward", "backward") if backward else ("forward",))]
+                for d in _directions(backward)]
 
     def _cast(self, x):
         """x, weight and bias in the call's type (autocast's, if on)."""
@@ -596,10 +609,13 @@ class RowParallelLinearNorm(_Layer):
         return _text(tp_programs.norm_after_row_parallel, direction, dtype, self.norm, p_drop,
                      self.eps)
 
+    def _active_p(self):
+        """Dropout's probability in this mode (none in eval)"""
+        return self.p_drop if self.training else 0.0
+
     def _calls(self, tokens, dtype, backward):
-        name, p = _type_name(dtype), self.p_drop if self.training else 0.0
-        return [(d, self._text(d, name, p))
-                for d in (("forward", "backward") if backward else ("forward",))]
+        name, p = _type_name(dtype), self._active_p()
+        return [(d, self._text(d, name, p)) for d in _directions(backward)]
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -611,7 +627,7 @@ class RowParallelLinearNorm(_Layer):
         dt = _compute_dtype(x)
         _type_name(dt)
         lead = list(x.shape[:-1])
-        p = self.p_drop if self.training else 0.0
+        p = self._active_p()
         beta = self.norm_bias.to(dt) if self.norm_bias is not None else None
         args = (x.to(dt).reshape(-1, k).contiguous(), self.weight.to(dt), self.bias.to(dt),
                 residual.to(dt).reshape(-1, self.out_features).contiguous(),
@@ -658,12 +674,12 @@ def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] =
     todo, seen = [], set()
     for layer, direction, text, t in plan.values():
         name, schedule, sizes = layer._choice(direction, text, t)
-        built = (text, schedule, id(layer.group) if layer.group is not None else None)
+        built = _compiled_key(text, schedule, layer.group)
         if built in _compiled or built in seen:
             continue
         seen.add(built)
-        path = programs.write(text, name, os.path.join(_cache_dir(), "torch-programs"))
-        todo.append((path, schedule, sizes, layer.ranks, getattr(layer.sess, "nccl_home", None)))
+        todo.append((_write_program(text, name), schedule, sizes, layer.ranks,
+                     getattr(layer.sess, "nccl_home", None)))
     if todo:
         with _build_lock():
             _build_programs(todo, jobs or min(16, os.cpu_count() or 1))

@@ -77,8 +77,13 @@ def _has(layer, name):
     return True
 
 
+def _names(layer, direction):
+    """The names of the layer's results for a pass, in order"""
+    return [n for n in OUTPUTS[(layer.kind, direction)] if _has(layer, n)]
+
+
 def _results(layer, direction, got):
-    return [got[n] for n in OUTPUTS[(layer.kind, direction)] if _has(layer, n)]
+    return [got[n] for n in _names(layer, direction)]
 
 
 # ---- the real passes ----
@@ -109,7 +114,7 @@ def _backward(layer, a, p_drop):
     column = layer.kind == "column"
     kept = "g" if column else "x"
     ctx = _Ctx(layer, (a[kept], a["w"]))
-    ctx.write = tp.tp_programs.column_parallel if column else tp.tp_programs.row_parallel
+    ctx.write = layer._write
     ctx.has_bias = layer.bias is not None
     fn = tp._Column if column else tp._Row
     return dict(zip(("dx", "dw", "db"), fn.backward(ctx, a["dy"])))
@@ -166,8 +171,7 @@ def _tp_pass_fake(key, direction, names, tensors, p_drop):
 def _tp_pass_setup(ctx, inputs, output):
     key, direction, names, tensors, p_drop = inputs
     layer = _ops._target(key)
-    a, got = dict(zip(names.split(","), tensors)), dict(
-        zip([n for n in OUTPUTS[(layer.kind, direction)] if _has(layer, n)], output))
+    a, got = dict(zip(names.split(","), tensors)), dict(zip(_names(layer, direction), output))
     ctx.key, ctx.direction, ctx.names, ctx.p_drop = key, direction, names, p_drop
     if direction != "forward":
         return
@@ -194,7 +198,7 @@ def _tp_pass_backward(ctx, grads):
         kept = "g" if layer.kind == "column" else "x"
         got = torch.ops.coconet.tp_pass(ctx.key, "backward", "dy,%s,w" % kept,
                                         [grads[0], saved[0], saved[1]], ctx.p_drop)
-    named = dict(zip([n for n in OUTPUTS[(layer.kind, "backward")] if _has(layer, n)], got))
+    named = dict(zip(_names(layer, "backward"), got))
     wanted = {"x": "dx", "w": "dw", "b": "db", "r": "dr", "gamma": "dgamma", "beta": "dbeta"}
     return None, None, None, [named.get(wanted.get(n)) for n in ctx.names.split(",")], None
 
