@@ -78,7 +78,8 @@ Checks, each a line "RESULT|name|PASS or FAIL or SKIP|detail" from rank 0:
                         nccl_path=True) within 1e-3 of the same call on arena
                         tensors, and torch's own all_reduce right after it;
                         SKIP naming why where the session opened its own
-                        (as it does unless COCONET_TORCH_COMM=1);
+                        (with COCONET_TORCH_COMM=0, or PyTorch's NCCL
+                        another library than the runtime's);
   watchdog              (P = 1) a call queued behind a 5 s kernel, with a 1 s
                         limit: the Python loop waiting on it raises Stalled
                         naming rank 0 and the call within 3 s;

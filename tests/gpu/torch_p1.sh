@@ -1,10 +1,11 @@
 #!/bin/sh
 # tests/gpu/torch_p1.sh OUT: every coconet.torch check and figure at P = 1 in
 # one command, for a machine lent for a short time: after `make`, in the
-# background at once, tests/gpu/torch.sh (every check, RANKS=1;
-# COCONET_TORCH_COMM=1 so that its `comm` row checks the adopted
-# communicator), tests/gpu/torch_pip.sh (the install, coconet.check, the first
-# call, the compile rows) and train_tp.py --check (200 steps, with and
+# background at once, tests/gpu/torch.sh (every check, RANKS=1, NCCL
+# preloaded), tests/gpu/torch_pip.sh (the install, coconet.check, the first
+# call, then PIP_ONLY's checks: by default `comm`, where the runtime built
+# against PyTorch's NCCL adopts its communicator, and the compile, meta and
+# export rows) and train_tp.py --check (200 steps, with and
 # without fused norms); then, alone on the GPU, the timings:
 # bench/torch_tp_layers.py, train_dp.py (torch, coconet overlapped, coconet
 # plain) and train_tp.py (torch, torch-tp, torch-dtensor, coconet, coconet
@@ -15,7 +16,7 @@
 # transfer limits. Each part has a time limit (LIMIT seconds in all for the
 # checks, 300 by default), so a cut run still leaves its summary.
 # Variables: PARTS ("checks timings" by default: either or both), ONLY
-# (torch.sh's checks, as it takes them: all by default), LIMIT,
+# (torch.sh's checks, as it takes them: all by default), PIP_ONLY, LIMIT,
 # STEPS (timed training steps, 30), NCCL (the library to preload, default the
 # NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/../.." || exit 2
@@ -49,10 +50,10 @@ TR="python3 -m torch.distributed.run --standalone --nproc_per_node=1"
 # ---- the checks, side by side ----
 case " $PARTS " in *" checks "*) ;; *) LIMIT=0 ;; esac
 if [ "$LIMIT" -gt 0 ]; then
-(COCONET_TORCH_COMM=1 RANKS=1 TIMEOUT=$((LIMIT - 60)) timeout "$LIMIT" \
+(RANKS=1 TIMEOUT=$((LIMIT - 60)) timeout "$LIMIT" \
     sh tests/gpu/torch.sh "$LOGS/torch.md" >"$LOGS/torch.out" 2>&1
  say "torch.sh: $(grep -c '| PASS |' "$LOGS/torch.md") PASS, $(grep -c '| FAIL |' "$LOGS/torch.md") FAIL") &
-(PYTHON=python3 RANKS=1 AHEAD=0 ONLY="compile meta export" TIMEOUT=$((LIMIT - 60)) \
+(PYTHON=python3 RANKS=1 AHEAD=0 ONLY="${PIP_ONLY:-comm compile meta export}" TIMEOUT=$((LIMIT - 60)) \
     timeout "$LIMIT" sh tests/gpu/torch_pip.sh "$LOGS/pip.md" >"$LOGS/pip.out" 2>&1
  say "torch_pip.sh: $(grep -c '| PASS |' "$LOGS/pip.md") PASS, $(grep -c '| FAIL |' "$LOGS/pip.md") FAIL") &
 (for o in "" "--fused-norm"; do

@@ -43,7 +43,7 @@ class Group:
 def nccl_group(monkeypatch):
     """torch.distributed initialised with an NCCL group whose communicator
     is at 0xc0c0, PyTorch's NCCL the runtime's, one rank (no all-reduce)."""
-    monkeypatch.setenv("COCONET_TORCH_COMM", "1")
+    monkeypatch.setenv("COCONET_TORCH_COMM", "1")  # not 0: adopt
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
     monkeypatch.setattr(_comm, "same_library", lambda runtime: None)
@@ -57,15 +57,16 @@ def test_torch_communicator_adopted(nccl_group):
     assert what == "PyTorch's ProcessGroupNCCL communicator (rank 1 of 2)"
 
 
-@pytest.mark.parametrize("value", [None, "0"])
-def test_switched_off(nccl_group, monkeypatch, value):
-    """Opt-in: unset or 0, the session opens its own"""
-    if value is None:
-        monkeypatch.delenv("COCONET_TORCH_COMM")
-    else:
-        monkeypatch.setenv("COCONET_TORCH_COMM", value)
+def test_adopted_by_default(nccl_group, monkeypatch):
+    monkeypatch.delenv("COCONET_TORCH_COMM")
+    assert _comm.world_comm(nccl_group, DEV, None, 0, 1)[0] == 0xc0c0
+
+
+def test_switched_off(nccl_group, monkeypatch):
+    """COCONET_TORCH_COMM=0: the session opens its own"""
+    monkeypatch.setenv("COCONET_TORCH_COMM", "0")
     assert _comm.world_comm(nccl_group, DEV, None, 0, 1) == \
-        (0, "PyTorch's communicator is adopted with COCONET_TORCH_COMM=1")
+        (0, "COCONET_TORCH_COMM=0 asks for the session's own")
 
 
 def test_not_nccl(nccl_group, monkeypatch):

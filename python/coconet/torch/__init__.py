@@ -8,8 +8,8 @@
     f(g=g, p=p, m=m, v=v, lr=1e-3, t=1.0)                  # p, m, v updated in place
 
 One session per process group: its NCCL WORLD is PyTorch's own
-communicator where COCONET_TORCH_COMM=1 asks for it, the group is PyTorch's
-NCCL one, PyTorch exposes it and both call one NCCL library
+communicator where the group is PyTorch's NCCL one (and COCONET_TORCH_COMM
+is not 0), PyTorch exposes it and both call one NCCL library
 (coconet.torch._comm; session(group).world says which), else coconet's own (rank 0's NCCL unique id broadcast with
 torch.distributed); the GROUP and window communicators, cuBLASLt, and the
 arena, a symmetric NCCL window from which ct.empty hands out tensors

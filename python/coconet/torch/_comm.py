@@ -10,9 +10,9 @@ version), the session adopts that communicator as WORLD and opens no
 second one; PyTorch keeps owning it (the session never destroys it).
 Otherwise the session opens its own from rank 0's unique id, as before,
 and the reason is logged (DEBUG on the coconet.torch logger), as is the
-choice. Adopting is asked for with COCONET_TORCH_COMM=1; by default the
-session opens its own (the adoption has not yet run on GPUs, where an
-adopted WORLD also carries the split GROUP and window communicators).
+choice. COCONET_TORCH_COMM=0 asks the session to open its own always
+(a way around a fault in adoption; an adopted WORLD also carries the
+GROUP and window communicators split from it).
 
 Every rank of the group must decide alike (a rank opening its own
 communicator waits for all the others): the ranks agree on the choice
@@ -108,8 +108,8 @@ def world_comm(group: Any, device: torch.device, runtime: Any, rank: int,
     """(the address of PyTorch's ncclComm_t for the session to adopt as
     WORLD, what it is), or (0, why the session opens its own). Collective
     where the group is PyTorch's NCCL one (see the module's documentation)."""
-    if os.environ.get("COCONET_TORCH_COMM", "") != "1":
-        return 0, "PyTorch's communicator is adopted with COCONET_TORCH_COMM=1"
+    if os.environ.get("COCONET_TORCH_COMM", "") == "0":
+        return 0, "COCONET_TORCH_COMM=0 asks for the session's own"
     backend, why = _nccl_backend(group, device)
     if backend is None:
         return 0, why or ""
