@@ -5,7 +5,8 @@ GPT(vocab, ctx, width, layers, heads): token and position embeddings, pre-
 LayerNorm blocks (causal self-attention through
 F.scaled_dot_product_attention, a 4x GELU MLP), a final LayerNorm and an
 output head tied to the token embedding: GPT-2 small's layout, 124M
-parameters at its sizes (50257, 1024, 768, 12, 12).
+parameters at its sizes (50257, 1024, 768, 12, 12); SIZES names the sizes
+the training scripts' --model takes.
 
 corpus(n, vocab, seed, words): n tokens generated deterministically (no
 download): a seeded random first-order Markov chain over `words` tokens of
@@ -28,6 +29,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 GPT2_SMALL = dict(vocab=50257, ctx=1024, width=768, layers=12, heads=12)
+# The training scripts' --model sizes. gpt-1.5b: 1.55B parameters with 16
+# heads of 96 (GPT-2 XL's 25 heads of 64 divide by no tensor-parallel size).
+SIZES = {
+    "gpt2": GPT2_SMALL,
+    "gpt2-medium": dict(GPT2_SMALL, width=1024, layers=24, heads=16),
+    "gpt-1.5b": dict(GPT2_SMALL, width=1536, layers=52, heads=16),
+    "tiny": dict(GPT2_SMALL, width=256, layers=4, heads=4),  # quick runs
+}
 
 
 class Block(nn.Module):

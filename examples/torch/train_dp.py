@@ -18,9 +18,20 @@ corpus, with coconet's fused optimizer or PyTorch's:
   --optimizer torch-foreach DDP + AdamW(foreach=True): the same optimizer as
                             `torch` with other roundings, a control for how far
                             two correct runs' loss curves drift apart
+  --optimizer torch-zero    DDP + ZeroRedundancyOptimizer(AdamW(fused=True)):
+                            1/P of the state, each rank steps its part after
+                            the backward and broadcasts it (its overlap_with_ddp
+                            is not offered: its functional AdamW ignores the
+                            learning rate's schedule and skips the first steps)
+  --optimizer torch-fsdp2   FSDP2 fully_shard on each block and the model,
+                            reshard_after_forward=False (ZeRO-2: gradients
+                            reduce-scattered in the backward, parameters
+                            gathered once a step) + AdamW(fused=True) on the
+                            shards
 
     torchrun --nproc_per_node=P examples/torch/train_dp.py --optimizer coconet \\
-        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--csv FILE.csv]
+        [--model gpt2|gpt2-medium|gpt-1.5b] [--steps 200] [--batch 8] [--seq 1024]
+        [--amp bf16|none] [--csv FILE.csv]
         [--warmup 20] [--words 2048] [--lr 1e-4] [--beta2 0.95] [--accum K]
         [--no-overlap] [--bucket-mb MB] [--overlap-param-gather]
     python3 examples/torch/train_dp.py --compare A.csv B.csv   (the loss curves)
@@ -86,26 +97,45 @@ class TorchLAMB(torch.optim.Optimizer):
                 p.sub_(pg["lr"] * ratio * u)
 
 
+def model_config(args):
+    """gpt2.GPT's sizes for --model (--small: tiny)."""
+    return dict(gpt2.SIZES["tiny" if args.small else args.model], ctx=max(args.seq, 1024))
+
+
 def build(args, P):
+    """(the model, what runs its forward: DDP, FSDP2 or the model, the
+    optimizer), from --seed's weights on this process's GPU."""
     torch.manual_seed(args.seed)
-    cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
-    if args.small:
-        cfg.update(width=256, layers=4, heads=4)
-    model = gpt2.GPT(**cfg).cuda()
+    return wrap(gpt2.GPT(**model_config(args)).cuda(), args, P)
+
+
+def wrap(model, args, P):
+    """(model, net, opt) for --optimizer (the module's documentation)."""
     lamb = args.optimizer.endswith("lamb")
+    kw = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
     if args.optimizer.startswith("coconet"):
         from coconet.torch import optim
-        kw = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd,
-                  overlap=not args.no_overlap)
+        kw["overlap"] = not args.no_overlap
         if lamb:
             opt = optim.LAMB(model.parameters(), **kw)
         else:
             opt = optim.AdamW(model.parameters(), bucket_mb=args.bucket_mb,
                               overlap_param_gather=args.overlap_param_gather, **kw)
         return model, model, opt
+    if args.optimizer == "torch-fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        # ZeRO-2: each block's parameters gathered once a step and kept from
+        # the forward to the backward, gradients reduce-scattered in the backward
+        for block in model.h:
+            fully_shard(block, reshard_after_forward=False)
+        fully_shard(model, reshard_after_forward=False)
+        return model, model, torch.optim.AdamW(model.parameters(), fused=True, **kw)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if P > 1 else model
+    if args.optimizer == "torch-zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return model, ddp, ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=torch.optim.AdamW, fused=True, **kw)
     fused = args.optimizer != "torch-foreach"  # the control: the same AdamW, other roundings
-    kw = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.wd)
     opt = (TorchLAMB(model.parameters(), **kw) if lamb else
            torch.optim.AdamW(model.parameters(), fused=fused, foreach=not fused, **kw))
     return model, ddp, opt
@@ -126,7 +156,18 @@ def no_sync(opt, net, last):
         return contextlib.nullcontext()
     if hasattr(opt, "no_sync"):
         return opt.no_sync()
+    if hasattr(net, "set_requires_gradient_sync"):  # FSDP2
+        return _fsdp_no_sync(net)
     return net.no_sync() if hasattr(net, "no_sync") else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(net):
+    net.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        net.set_requires_gradient_sync(True)
 
 
 def load(args, data, rank, P, step):
@@ -163,8 +204,8 @@ def train(args):
         torch.backends.cudnn.allow_tf32 = False
     nparam = sum(p.numel() for p in model.parameters())
     if rank == 0:
-        print("model: %d parameters; optimizer %s; P = %d, micro-batch %d x %d tokens, %s"
-              % (nparam, args.optimizer, P, args.batch, args.seq,
+        print("model: %s, %d parameters; optimizer %s; P = %d, micro-batch %d x %d tokens, %s"
+              % ("tiny" if args.small else args.model, nparam, args.optimizer, P, args.batch, args.seq,
                  "bf16 autocast" if amp else "fp32, no TF32"), flush=True)
     rows = []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
@@ -258,7 +299,11 @@ def compare(a, b):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--optimizer", default="coconet",
-                    choices=["coconet", "torch", "torch-foreach", "coconet-lamb", "torch-lamb"])
+                    choices=["coconet", "torch", "torch-foreach", "torch-zero", "torch-fsdp2",
+                             "coconet-lamb", "torch-lamb"])
+    ap.add_argument("--model", default="gpt2", choices=sorted(gpt2.SIZES),
+                    help="the model's sizes (gpt2.SIZES: gpt2 124M, gpt2-medium 355M, "
+                         "gpt-1.5b)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
@@ -274,7 +319,7 @@ if __name__ == "__main__":
                     help="tokens of the vocabulary the corpus uses (0: all; gpt2.corpus)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
-    ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model (quick runs)")
+    ap.add_argument("--small", action="store_true", help="--model tiny: 4 layers, 256 wide")
     ap.add_argument("--csv", help="CSV of step, loss, step_ms, optimizer_ms (rank 0)")
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches a step (gradient accumulation)")
@@ -288,6 +333,8 @@ if __name__ == "__main__":
     ap.add_argument("--max-batch", action="store_true")
     ap.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"))
     a = ap.parse_args()
+    if a.optimizer in ("torch-zero", "torch-fsdp2") and "WORLD_SIZE" not in os.environ:
+        ap.error("--optimizer %s needs torchrun (its process group), at P = 1 too" % a.optimizer)
     if a.compare:
         sys.exit(compare(*a.compare))
     max_batch(a) if a.max_batch else train(a)

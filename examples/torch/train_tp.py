@@ -20,7 +20,7 @@ parameters alone (--optimizer torch: torch.optim.AdamW):
                     the optimizer's step stays eager
 
     torchrun --nproc_per_node=P examples/torch/train_tp.py --impl coconet [--sp]
-        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--small]
+        [--steps 200] [--batch 8] [--seq 1024] [--amp bf16|none] [--model M] [--small]
         [--lr 1e-4] [--warmup 20] [--words 2048] [--csv FILE.csv]
         [--optimizer coconet|torch] [--compile]
     torchrun --nproc_per_node=P examples/torch/train_tp.py --check [--sp] [--impl ...]
@@ -54,9 +54,7 @@ import gpt_tp  # noqa: E402
 
 def plain_model(args):
     torch.manual_seed(args.seed)
-    cfg = dict(gpt2.GPT2_SMALL, ctx=max(args.seq, 1024))
-    if args.small:
-        cfg.update(width=256, layers=4, heads=4)
+    cfg = dict(gpt2.SIZES["tiny" if args.small else args.model], ctx=max(args.seq, 1024))
     return gpt2.GPT(**cfg).cuda(), cfg["heads"]
 
 
@@ -182,8 +180,8 @@ def train(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     if rank == 0:
-        print("impl %s%s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
-              % (args.impl, " + sequence parallelism" if args.sp else "",
+        print("model %s; impl %s%s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
+              % ("tiny" if args.small else args.model, args.impl, " + sequence parallelism" if args.sp else "",
                  " + fused norms" if args.fused_norm else "",
                  " (torch.compile)" if args.compile else "", args.optimizer, P, args.batch,
                  args.seq, "bf16 autocast" if amp else "fp32, no TF32",
@@ -279,7 +277,10 @@ def parse(argv=None):
     ap.add_argument("--words", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
-    ap.add_argument("--small", action="store_true", help="a 4-layer 256-wide model")
+    ap.add_argument("--model", default="gpt2", choices=sorted(gpt2.SIZES),
+                    help="the model's sizes (gpt2.SIZES: gpt2 124M, gpt2-medium 355M, "
+                         "gpt-1.5b)")
+    ap.add_argument("--small", action="store_true", help="--model tiny: 4 layers, 256 wide")
     ap.add_argument("--csv", help="CSV of step, loss, step_ms, plain_loss (rank 0)")
     args = ap.parse_args(argv)
     if args.batch is None:
