@@ -7,9 +7,10 @@
 # against PyTorch's NCCL adopts its communicator, and the compile, meta and
 # export rows) and train_tp.py --check (200 steps, with and
 # without fused norms); then, alone on the GPU, the timings:
-# bench/torch_tp_layers.py, train_dp.py (torch, coconet overlapped, coconet
-# plain) and train_tp.py (torch, torch-tp, torch-dtensor, coconet, coconet
-# --fused-norm, coconet --compile).
+# bench/torch_tp_layers.py, bench/torch_sp_boundary.py (B = 8, BF16),
+# train_dp.py (torch, coconet overlapped, coconet plain, torch-zero,
+# torch-fsdp2) and train_tp.py (torch, torch-tp, torch-dtensor, coconet,
+# coconet --fused-norm, coconet --compile).
 #
 # OUT (a folder) gets summary.md (a line per part, the checks' failures and
 # every timing) and logs.tar.gz (every log): two files, whatever a run's
@@ -79,8 +80,14 @@ export LD_PRELOAD="$NCCL"
 timeout 120 python3 bench/torch_tp_layers.py >"$LOGS/tp_layers.txt" 2>&1
 say "bench/torch_tp_layers.py: exit $?"
 grep '^tp,' "$LOGS/tp_layers.txt" | sed 's/^/    /' >>"$SUM"
+# shellcheck disable=SC2086 # TR: a command and its arguments
+timeout 240 $TR bench/torch_sp_boundary.py --out "$LOGS/sp_boundary.txt" --batch 8 \
+    --dtypes bf16 --iters 10 >"$LOGS/sp_boundary.log" 2>&1
+say "bench/torch_sp_boundary.py: exit $?"
+sed 's/^/    /' "$LOGS/sp_boundary.txt" >>"$SUM" 2>/dev/null
 i=0
-for o in "--optimizer torch" "--optimizer coconet" "--optimizer coconet --no-overlap"; do
+for o in "--optimizer torch" "--optimizer coconet" "--optimizer coconet --no-overlap" \
+    "--optimizer torch-zero" "--optimizer torch-fsdp2"; do
     i=$((i + 1))
     # shellcheck disable=SC2086 # TR: a command and its arguments; o: options
     timeout 90 $TR examples/torch/train_dp.py $o --steps "$STEPS" --every 10 >"$LOGS/dp$i.log" 2>&1
