@@ -3,9 +3,10 @@
 # torch, or alone), after `make` has built build/libcoconet.so and
 # build/libcoconet_cuda.so, with python3, torch and torchrun there.
 #
-# For each P in RANKS (default "1 2"): builds every program the checks use
-# into the cache, in parallel (torch_check.py --build-only; not when ONLY
-# picks some checks), then runs
+# For each P in RANKS (default "1 2"): builds the programs the checks use
+# into the cache, in parallel (torch_check.py --build-only; where ONLY picks
+# some checks, the examples', the tp layers' or the others' as it names
+# them), then runs
 # tests/gpu/torch_check.py under `torchrun --nproc_per_node=P`: every
 # example under every schedule against run_cpu, the argument errors,
 # coconet.torch.optim.Adam/LAMB (FP32, and Adam with BF16 parameters)
@@ -62,10 +63,10 @@ fail=0
 : >"$LOG"
 
 for P in $RANKS; do
-    if [ -z "$ONLY" ]; then  # a subset builds only the programs it calls, as it calls them
-        echo "== P = $P: building" | tee -a "$LOG"
-        python3 tests/gpu/torch_check.py --build-only --ranks "$P" --jobs "$JOBS" >>"$LOG" 2>&1
-    fi
+    echo "== P = $P: building" | tee -a "$LOG"
+    # shellcheck disable=SC2086 # ONLY: a list of expressions
+    python3 tests/gpu/torch_check.py --build-only --ranks "$P" --jobs "$JOBS" \
+        ${ONLY:+--only $ONLY} >>"$LOG" 2>&1
     echo "== P = $P: torchrun" | tee -a "$LOG"
     # shellcheck disable=SC2086 # ONLY: a list of expressions
     # shellcheck disable=SC2086 # TORCHRUN: a command and its arguments

@@ -162,7 +162,7 @@ DROP_IN_COUNTS = [[64 * 256, 256 * 256, 2560], [256] * 4 + [10], [64 * 256, 256 
                   [256] * 4, [2560, 10], [64 * 256, 256, 256, 256, 256, 2560, 10], [256 * 256]]
 
 
-def torch_programs(cache, ranks):
+def torch_programs(cache, ranks, tp_types=None):
     """(path, schedule) of the programs coconet.torch writes for these checks."""
     from coconet import programs
     d = os.path.join(cache, "torch-programs")
@@ -181,15 +181,15 @@ def torch_programs(cache, ranks):
             for t, res, sch in (("FP32", True, "fused"), ("FP32", False, "fused"),
                                 ("FP16", True, "paper"))]
     import torch_optstep
-    return out + tp_layer_programs(d, ranks) + torch_optstep.programs_to_build(cache)
+    return out + tp_layer_programs(d, ranks, tp_types) + torch_optstep.programs_to_build(cache)
 
 
 TP_TYPES = (("FP32", True), ("BF16", False), ("FP16", False))  # (type, every option)
 
 
-def tp_layer_programs(d, ranks):
+def tp_layer_programs(d, ranks, types=None):
     """(path, schedule) of coconet.torch.tp's programs in the tp checks at
-    `ranks` ranks."""
+    `ranks` ranks (of the tp:TYPE checks of `types`: all by default)."""
     try:
         import tp_cases
     except ImportError as e:  # torch missing: the checks will say so
@@ -197,21 +197,36 @@ def tp_layer_programs(d, ranks):
         return []
     from coconet import programs
     return [(programs.write(text, name, d), sch)
-            for t, full in TP_TYPES for name, sch, text in tp_cases.texts(t, full, ranks)]
+            for t, full in TP_TYPES if types is None or t in types
+            for name, sch, text in tp_cases.texts(t, full, ranks)]
 
 
-def build_all(ranks, jobs):
+def build_all(ranks, jobs, only=()):
     """Every example variant, and the programs of the optimizer and layer
-    checks, built into the cache, `jobs` at a time."""
+    checks, built into the cache, `jobs` at a time; with `only` (the
+    checks' expressions, as main_torch takes them) those of the example
+    variants and tp:TYPE checks it names, and the others' where one of its
+    expressions names neither."""
     from concurrent.futures import ProcessPoolExecutor
-    work = []
+
+    def named(name):
+        return not only or any(re.search(o, name) for o in only)
+    work, names = [], []
     for path in EXAMPLES:
-        prog, names = variants(path, ranks)
-        if prog is not None:
-            work += [(path, ranks, v) for v in names]
+        prog, variants_ = variants(path, ranks)
+        for v in variants_ if prog is not None else []:
+            names.append("example:%s:%s" % (os.path.basename(path), v))
+            if named(names[-1]):
+                work.append((path, ranks, v))
+    types = [t for t, _ in TP_TYPES if named("tp:" + t)]
+    names += ["tp:" + t for t, _ in TP_TYPES]
     cache = os.environ.get("COCONET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                              "coconet")
-    work += [(path, ranks, v) for path, v in torch_programs(cache, ranks)]
+    d = os.path.join(cache, "torch-programs")
+    others = not only or any(not any(re.search(o, n) for n in names) for o in only)
+    progs = (torch_programs(cache, ranks, types) if others else
+             tp_layer_programs(d, ranks, types))
+    work += [(path, ranks, v) for path, v in progs]
     with ProcessPoolExecutor(jobs) as ex:
         for (path, _, v), r in zip(work, ex.map(_build_one, work)):
             print("build %s %s: %s" % (os.path.basename(path), v, r), flush=True)
@@ -228,6 +243,10 @@ def _build_one(item):
 # ---------------------------------------------------------------- under torchrun
 
 def main_torch(only):
+    import faulthandler
+    import signal
+    # killed by a time limit (torchrun passes SIGTERM on): every thread's stack first
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     import torch
     import torch.distributed as dist
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -1640,6 +1659,6 @@ if __name__ == "__main__":
     ap.add_argument("--only", nargs="*", default=[])
     a = ap.parse_args()
     if a.build_only:
-        build_all(a.ranks, a.jobs)
+        build_all(a.ranks, a.jobs, a.only)
         sys.exit(0)
     sys.exit(main_torch(a.only))
