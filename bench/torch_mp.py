@@ -87,6 +87,7 @@ class Bench:
             self.dev = torch.device("cpu")
             dist.init_process_group("gloo", timeout=timeout)
         self.out = open(args.out, "a") if self.rank == 0 else None
+        self.name = "torch_mp"  # the script, in the rows it prints
 
     def sync(self):
         if self.cuda:
@@ -136,7 +137,7 @@ class Bench:
         fields = [layer, b, s, h, k, self.size, g, dtype, variant, value, check, note]
         self.out.write("|".join(str(f) for f in fields) + "\n")
         self.out.flush()
-        print(f"torch_mp: {layer} B={b} {dtype} {variant}: {value} ms", flush=True)
+        print(f"{self.name}: {layer} B={b} {dtype} {variant}: {value} ms", flush=True)
 
     def agree(self, ok):
         """Whether every rank says ok (a MIN over the ranks)."""

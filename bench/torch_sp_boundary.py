@@ -253,6 +253,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("torch_sp_boundary.py: torch sees no CUDA device")
     bench = Bench(a)
+    bench.name = "torch_sp_boundary"
     for b in a.batch:
         T, K = b * a.seq, a.ratio * a.hidden
         if T % bench.size or K % bench.size:

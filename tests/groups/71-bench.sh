@@ -60,7 +60,8 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     else bad "bench/plot_roofline.py: got '$got', expected '$want'"; fi
     note=
     grep -q 'plot_fig10.py not checked' "$TMP/mp.out" && note="plot_fig10.py skipped: no matplotlib"
-    for py in bench/torch_mp.py bench/torch_rows.py; do
+    for py in bench/torch_mp.py bench/torch_rows.py bench/torch_sp_boundary.py \
+        bench/torch_tp_layers.py; do
         if "$PYTHON" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
             "$py" 2>"$TMP/err"; then ok; else bad "$py: $(tail -n 1 "$TMP/err")"; fi
     done
