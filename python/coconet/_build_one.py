@@ -2,8 +2,8 @@
 builds one program (the .coco file PATH at SIZES, a JSON object, for RANKS
 ranks, under SCHEDULE) into the cache, as coconet.torch's first call of it
 would. Exit status 0, or 1 with the error on stderr. A child of
-coconet.torch.tp.prebuild, which runs several at once (nvcc compiles one
-program on one core); it needs neither torch nor a GPU."""
+coconet.torch._build.build_parallel, which runs several at once (nvcc
+compiles one program on one core); it needs neither torch nor a GPU."""
 import json
 import sys
 

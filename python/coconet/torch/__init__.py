@@ -65,8 +65,6 @@ cuda.conf) when the versions agree, else against headers next to the
 loaded library (prefix/include with nccl_device.h, as NVIDIA's wheel ships
 them), else it stops and says how to rebuild coconet against the loaded
 NCCL."""
-import contextlib
-import fcntl
 import os
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
@@ -258,36 +256,8 @@ def in_arena(t: torch.Tensor, group: "Optional[ProcessGroup]" = None) -> bool:
     return g.session.in_arena(t.data_ptr(), t.numel() * t.element_size())
 
 
-# ---- building: one rank of a machine at a time ----
-
-def _cache_dir():
-    c = os.environ.get("COCONET_CACHE")
-    if c:
-        return c
-    x = os.environ.get("XDG_CACHE_HOME")
-    return os.path.join(x, "coconet") if x else os.path.join(os.path.expanduser("~"), ".cache",
-                                                               "coconet")
-
-
-@contextlib.contextmanager
-def _build_lock():
-    """A lock file in the cache held while building: the first rank of a
-    machine builds, the others then find the objects in the cache (no
-    collective waits on nvcc's minutes)."""
-    d = _cache_dir()
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "torch-build.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _build_locked(prog, schedule, nccl_home):
-    """S.build under _build_lock."""
-    with _build_lock():
-        return S.build(prog, schedule, nccl_home=nccl_home)
+# building: one rank of a machine at a time (coconet.torch._build)
+from ._build import build_locked as _build_locked  # noqa: E402
 
 
 class Compiled:

@@ -6,7 +6,8 @@ import os
 
 import torch
 
-from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty
+from . import CocoError, TYPE_NAMES, compile as _compile, empty
+from ._build import build_lock, build_parallel, cache_dir as _cache_dir
 from .. import optplan, programs
 from ._optim_part import _Part
 
@@ -46,44 +47,17 @@ def _program_text(kind, counts, dtype, options, ranks=None):
 _RS_SCHEDULE = "paper"
 
 
-
-_BUILD_ONE = ("import sys, coconet; from coconet import _session as S; "
-              "S.build(coconet.load(sys.argv[1], ranks=int(sys.argv[2])), sys.argv[3], "
-              "nccl_home=sys.argv[4] or None)")
-
-
 def _prebuild(builds, nranks, nccl_home):
     """Builds the programs of `builds` ((path, schedule) pairs) into the
-    cache, several nvcc at a time (child processes), before each is
-    compiled in turn (then a cache hit): the buckets of a model are as many
-    programs. Under the cache's build lock, so that one rank of a machine
-    builds and the others wait."""
-    import fcntl
-    import subprocess
-    import sys
+    cache, several nvcc at a time, before each is compiled in turn (then a
+    cache hit): the buckets of a model are as many programs. A program that
+    could not be built fails again, with its message, when compiled."""
     if len(builds) < 2:
         return
-    d = _cache_dir()
-    os.makedirs(d, exist_ok=True)
     jobs = max(1, min(len(builds), (os.cpu_count() or 2) // 2))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
-        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    with open(os.path.join(d, "torch-build.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            running = []
-            for path, schedule in builds:
-                if len(running) >= jobs:
-                    running.pop(0).wait()
-                running.append(subprocess.Popen(
-                    [sys.executable, "-c", _BUILD_ONE, path, str(nranks), schedule,
-                     nccl_home or ""], env=env, stdout=subprocess.DEVNULL))
-            for p in running:
-                p.wait()  # a failed build fails again, with its message, in compile
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
+    with build_lock():
+        build_parallel([(path, schedule, {}, nranks, nccl_home) for path, schedule in builds],
+                       jobs)
 
 
 class _Unit:

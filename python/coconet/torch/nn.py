@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 
-from . import CocoError, TYPE_NAMES, _cache_dir, compile as _compile, empty, \
+from . import CocoError, TYPE_NAMES, compile as _compile, empty, \
     in_arena, session, to_arena
 from . import ops as _ops
+from ._build import cache_dir as _cache_dir
 from .. import programs
 
 if TYPE_CHECKING:

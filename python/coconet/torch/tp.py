@@ -67,20 +67,18 @@ Checked on the CPU reference (backends eager, aot_eager and inductor;
 autocast; P = 1 and 2)."""
 import copy
 import functools
-import json
 import math
 import os
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, \
     TypeVar
 
 import torch
 import torch.distributed as dist
 
-from . import CocoError, TORCH_TYPES, TYPE_NAMES, _build_lock, _cache_dir, empty, in_arena, \
+from . import CocoError, TORCH_TYPES, TYPE_NAMES, empty, in_arena, \
     session
 from . import compile as _compile
+from ._build import build_lock, build_parallel, cache_dir as _cache_dir
 from . import ops as _ops
 from . import tp_ops as _tp_ops
 from .. import programs
@@ -681,7 +679,7 @@ def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] =
         todo.append((_write_program(text, name), schedule, sizes, layer.ranks,
                      getattr(layer.sess, "nccl_home", None)))
     if todo:
-        with _build_lock():
+        with build_lock():
             _build_programs(todo, jobs or min(16, os.cpu_count() or 1))
     for layer, direction, text, t in plan.values():
         layer._fn(direction, text, t)
@@ -690,23 +688,9 @@ def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] =
 
 def _build_programs(todo, jobs):
     """Builds each (path, schedule, sizes, ranks, nccl_home) of todo into
-    the cache, `jobs` child processes at a time (coconet._build_one);
-    raises CocoError naming the programs that could not be built."""
-    import coconet  # the children import it from where this process does
-    where = os.path.dirname(os.path.dirname(os.path.abspath(coconet.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [where] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-    waiting, running, failed = list(todo), [], []
-    while waiting or running:
-        while waiting and len(running) < jobs:
-            path, schedule, sizes, ranks, nccl_home = waiting.pop(0)
-            cmd = [sys.executable, "-m", "coconet._build_one", path, schedule,
-                   json.dumps(sizes), str(ranks), nccl_home or ""]
-            running.append(subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env))
-        done = running.pop(0)
-        _, err = done.communicate()
-        if done.returncode:
-            failed.append(err.strip() or "exit status %d" % done.returncode)
+    the cache, `jobs` at a time; raises CocoError naming the programs that
+    could not be built."""
+    failed = build_parallel(todo, jobs)
     if failed:
         raise CocoError("coconet.torch.tp.prebuild: %d of %d programs could not be built:\n%s"
                         % (len(failed), len(todo), "\n".join(failed)))
