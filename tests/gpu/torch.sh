@@ -55,7 +55,7 @@ fail=0
     echo "Made by tests/gpu/torch.sh on $(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname):"
     echo "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';' -);"
     echo "torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1),"
-    echo "LD_PRELOAD=${PRELOAD:-(none: PyTorch's NCCL)}; commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
+    echo "LD_PRELOAD=${PRELOAD:-"(none: PyTorch's NCCL)"}; commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
     echo
     echo "| P | check | result | detail |"
     echo "|---|---|---|---|"
