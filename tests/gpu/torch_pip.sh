@@ -46,7 +46,7 @@ row() { echo "| $1 | $2 | $3 | $4 |" >>"$OUT"; if [ "$3" = FAIL ]; then fail=1; 
 site=$($PYTHON -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') ||
     { row - install FAIL "$PYTHON has no torch"; cat "$OUT"; exit 1; }
 $PYTHON -m venv --without-pip "$V" >>"$LOG" 2>&1
-echo "$site" >"$($V/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch_env.pth"
+echo "$site" >"$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch_env.pth"
 mkdir "$TMP/src"
 tar -cf - --exclude=build --exclude=.git . | tar -xf - -C "$TMP/src"
 start=$(date +%s)
@@ -63,7 +63,7 @@ else
     row - coconet.check FAIL "$(grep -A 1 MISSING "$TMP/check" | tr -s ' ' | paste -sd ';' -)"
 fi
 cat "$TMP/check" >>"$LOG"
-COCONET_CACHE=$TMP/first-cache "$V/bin/python" -c '
+if COCONET_CACHE=$TMP/first-cache "$V/bin/python" -c '
 import time, torch
 from coconet.torch.nn import RowParallelLinear
 layer = RowParallelLinear(1024, 1024, p_drop=0.0, residual=False, dtype=torch.float16)
@@ -73,8 +73,11 @@ for _ in range(2):
     t0 = time.perf_counter(); layer(x); torch.cuda.synchronize()
     ms.append((time.perf_counter() - t0) * 1e3)
 print("first call %.0f ms (its program built), the next %.2f ms" % tuple(ms))
-' >"$TMP/first" 2>&1 && row 1 "first call" PASS "$(tail -n 1 "$TMP/first")" ||
+' >"$TMP/first" 2>&1; then
+    row 1 "first call" PASS "$(tail -n 1 "$TMP/first")"
+else
     row 1 "first call" FAIL "$(tail -n 1 "$TMP/first")"
+fi
 cat "$TMP/first" >>"$LOG"
 export COCONET_CHECK_INSTALLED=1
 for P in $RANKS; do
