@@ -30,6 +30,7 @@
 # Variables: P (GPUs, 2), PARTS ("dp batch tp check sp"), DP_MODELS ("gpt2
 # gpt-1.5b"), TP_MODELS ("gpt2-medium gpt-1.5b"), STEPS (timed steps, 30),
 # BATCH (the micro-batch of the dp and tp runs, 8, of 1024 tokens),
+# SP_ARGS (torch_sp_boundary.py's options, as "--hidden 8192 --seq 4096"),
 # RUN_TIMEOUT (seconds of one run, 300), NCCL (the library to preload:
 # default the NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/.." || exit 2
@@ -111,7 +112,8 @@ if has check; then
     done
 fi
 if has sp; then
-    run bench/torch_sp_boundary.py "sp_boundary" --out "$LOGS/sp_boundary.txt"
+    # shellcheck disable=SC2086 # SP_ARGS: options
+    run bench/torch_sp_boundary.py "sp_boundary" --out "$LOGS/sp_boundary.txt" $SP_ARGS
     sed 's/^/    /' "$LOGS/sp_boundary.txt" >>"$SUM" 2>/dev/null
 fi
 cat "$SUM"
