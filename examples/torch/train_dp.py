@@ -205,8 +205,8 @@ def train(args):
     nparam = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print("model: %s, %d parameters; optimizer %s; P = %d, micro-batch %d x %d tokens, %s"
-              % ("tiny" if args.small else args.model, nparam, args.optimizer, P, args.batch, args.seq,
-                 "bf16 autocast" if amp else "fp32, no TF32"), flush=True)
+              % ("tiny" if args.small else args.model, nparam, args.optimizer, P, args.batch,
+                 args.seq, "bf16 autocast" if amp else "fp32, no TF32"), flush=True)
     rows = []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     coconet = args.optimizer.startswith("coconet")

@@ -181,7 +181,8 @@ def train(args):
         torch.backends.cudnn.allow_tf32 = False
     if rank == 0:
         print("model %s; impl %s%s%s%s, %s AdamW, P = %d, micro-batch %d x %d tokens, %s%s"
-              % ("tiny" if args.small else args.model, args.impl, " + sequence parallelism" if args.sp else "",
+              % ("tiny" if args.small else args.model,
+                 args.impl, " + sequence parallelism" if args.sp else "",
                  " + fused norms" if args.fused_norm else "",
                  " (torch.compile)" if args.compile else "", args.optimizer, P, args.batch,
                  args.seq, "bf16 autocast" if amp else "fp32, no TF32",
