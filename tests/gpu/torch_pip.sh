@@ -6,8 +6,8 @@
 # wheel, pip and setuptools: a .pth file, no network), timed; then the time
 # of a first call (a RowParallelLinear's forward: its program built by nvcc
 # into an empty cache) and the median of the next five; then, from outside
-# the checkout and with no COCONET_HOME, COCONET_LIB, COCONET_CUDA_RUNTIME, PYTHONPATH or LD_PRELOAD:
-# `python -m coconet.check`, then tests/gpu/torch_check.py on the installed
+# the checkout and with no COCONET_HOME, COCONET_LIB, COCONET_CUDA_RUNTIME,
+# PYTHONPATH or LD_PRELOAD: `python -m coconet.check`, then tests/gpu/torch_check.py on the installed
 # package (COCONET_CHECK_INSTALLED=1): its builds (--build-only, timed),
 # then every check (or ONLY's) under torchrun for each P in RANKS (1).
 # The table goes to OUT (markdown), with the install's and the builds'
