@@ -34,9 +34,6 @@
 # RUN_TIMEOUT (seconds of one run, 300), NCCL (the library to preload:
 # default the NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/.." || exit 2
-OUT=${1:?usage: bench/training.sh OUT}
-mkdir -p "$OUT" || exit 2
-case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
 P=${P:-2}
 PARTS=${PARTS:-dp batch tp check sp}
 DP_MODELS=${DP_MODELS:-gpt2 gpt-1.5b}
@@ -44,24 +41,9 @@ TP_MODELS=${TP_MODELS:-gpt2-medium gpt-1.5b}
 STEPS=${STEPS:-30}
 BATCH=${BATCH:-8}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
-LOGS=$(mktemp -d "${TMPDIR:-/tmp}/coconet-training.XXXXXX") || exit 2
-SUM=$OUT/summary.md
-T0=$(date +%s)
-say() { echo "- [$(($(date +%s) - T0)) s] $*" | tee -a "$SUM"; }
-trap 'tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null; rm -rf "$LOGS"' EXIT
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export COCONET_CACHE="${COCONET_CACHE:-$PWD/build/cache}"
-
-{
-    echo "# Training at P = $P"
-    echo
-    echo "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';' -);"
-    echo "torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1);"
-    echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
-    echo
-} >"$SUM"
-make -j"$(nproc)" >"$LOGS/make.log" 2>&1 || { say "make FAILED (logs.tar.gz: make.log)"; exit 1; }
-NCCL=${NCCL-$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf 2>/dev/null)/libnccl.so.2}
+. bench/run_log.sh
+run_log_start "${1:?usage: bench/training.sh OUT}" training "Training at P = $P"
 export LD_PRELOAD="$NCCL"
 i=0
 

@@ -21,31 +21,11 @@
 # STEPS (timed training steps, 30), NCCL (the library to preload, default the
 # NCCL_LIB the runtime was built with), COMMIT (recorded).
 cd "$(dirname "$0")/../.." || exit 2
-OUT=${1:?usage: tests/gpu/torch_p1.sh OUT}
-mkdir -p "$OUT" || exit 2
-case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
 PARTS=${PARTS:-checks timings}
 LIMIT=${LIMIT:-300}
 STEPS=${STEPS:-30}
-LOGS=$(mktemp -d "${TMPDIR:-/tmp}/coconet-p1.XXXXXX") || exit 2
-SUM=$OUT/summary.md
-T0=$(date +%s)
-say() { echo "- [$(($(date +%s) - T0)) s] $*" | tee -a "$SUM"; }
-pack() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null; }
-trap 'pack; rm -rf "$LOGS"' EXIT
-
-{
-    echo "# coconet.torch at P = 1"
-    echo
-    echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1);"
-    echo "torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1);"
-    echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}."
-    echo
-} >"$SUM"
-make -j"$(nproc)" >"$LOGS/make.log" 2>&1 || { say "make FAILED (logs.tar.gz: make.log)"; exit 1; }
-say "make"
-NCCL=${NCCL-$(sed -n 's/^NCCL_LIB=//p' build/cuda.conf 2>/dev/null)/libnccl.so.2}
-export COCONET_CACHE="${COCONET_CACHE:-$PWD/build/cache}"
+. bench/run_log.sh
+run_log_start "${1:?usage: tests/gpu/torch_p1.sh OUT}" p1 "coconet.torch at P = 1"
 TR="python3 -m torch.distributed.run --standalone --nproc_per_node=1"
 
 # ---- the checks, side by side ----
