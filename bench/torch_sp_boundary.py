@@ -74,6 +74,14 @@ class Weights:
         self.ln_w, self.ln_b = 1 + r(H, scale=0.1), r(H, scale=0.1)
         self.w2, self.b2 = r(K, H, scale=H ** -0.5), r(K, scale=0.1)
 
+    def layer_norm(self):
+        """torch's LayerNorm of the boundary's norm weights."""
+        ln = nn.LayerNorm(self.w1.shape[0], device=self.w1.device, dtype=self.w1.dtype)
+        with torch.no_grad():
+            ln.weight.copy_(self.ln_w)
+            ln.bias.copy_(self.ln_b)
+        return ln
+
 
 class Megatron(nn.Module):
     """forward(x [T, K/P], residual [T/P, H]) -> [T, K/P]"""
@@ -81,10 +89,7 @@ class Megatron(nn.Module):
     def __init__(self, w, p):
         super().__init__()
         self.row = gpt_tp.TorchRow(w.w1, w.b1, True, None)
-        self.ln = nn.LayerNorm(w.w1.shape[0], device=w.w1.device, dtype=w.w1.dtype)
-        with torch.no_grad():
-            self.ln.weight.copy_(w.ln_w)
-            self.ln.bias.copy_(w.ln_b)
+        self.ln = w.layer_norm()
         self.col = gpt_tp.TorchColumn(w.w2, w.b2, True, None)
         self.p = p
 
@@ -100,11 +105,9 @@ class Plain(nn.Module):
         super().__init__()
         H, K = w.w1.shape
         kw = dict(device=w.w1.device, dtype=w.w1.dtype)
-        self.proj, self.ln, self.fc = nn.Linear(K, H, **kw), nn.LayerNorm(H, **kw), \
-            nn.Linear(H, K, **kw)
+        self.proj, self.ln, self.fc = nn.Linear(K, H, **kw), w.layer_norm(), nn.Linear(H, K, **kw)
         with torch.no_grad():
             for dst, src in ((self.proj.weight, w.w1), (self.proj.bias, w.b1),
-                             (self.ln.weight, w.ln_w), (self.ln.bias, w.ln_b),
                              (self.fc.weight, w.w2), (self.fc.bias, w.b2)):
                 dst.copy_(src)
         self.p = p
@@ -150,10 +153,7 @@ class Coconet(nn.Module):
                 w.w1, w.b1, w.ln_w, w.ln_b, norm="layernorm", p_drop=p, sequence_parallel=True)
         else:
             self.row = tp.RowParallelLinear.from_full(w.w1, w.b1, sequence_parallel=True)
-            self.ln = nn.LayerNorm(w.w1.shape[0], device=w.w1.device, dtype=w.w1.dtype)
-            with torch.no_grad():
-                self.ln.weight.copy_(w.ln_w)
-                self.ln.bias.copy_(w.ln_b)
+            self.ln = w.layer_norm()
         # fused: the norm's output whole on every rank; else each rank's tokens
         self.col = tp.ColumnParallelLinear.from_full(w.w2, w.b2, sequence_parallel=not fused)
 

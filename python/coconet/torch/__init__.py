@@ -75,6 +75,7 @@ from .. import CocoError, load
 from .. import _log
 from .. import _session as S
 from . import _comm
+from ._build import build_locked as _build_locked  # one rank of a machine at a time
 from . import ops as _ops
 from .watch import Stalled, Watchdog  # noqa: F401 (Watchdog: tests, tools)
 
@@ -254,10 +255,6 @@ def in_arena(t: torch.Tensor, group: "Optional[ProcessGroup]" = None) -> bool:
     """Does t's storage lie in the arena of this group's session?"""
     g = session(group)
     return g.session.in_arena(t.data_ptr(), t.numel() * t.element_size())
-
-
-# building: one rank of a machine at a time (coconet.torch._build)
-from ._build import build_locked as _build_locked  # noqa: E402
 
 
 class Compiled:
