@@ -18,7 +18,6 @@ environment's own)."""
 import glob
 import importlib.util
 import os
-import re
 import shutil
 import site
 import subprocess
@@ -38,14 +37,17 @@ def say(text):
     print("coconet: " + text, file=sys.stderr)
 
 
-def nccl_version(include_dir):
-    """NCCL_VERSION_CODE of the nccl.h in include_dir, or None."""
-    try:
-        with open(os.path.join(include_dir, "nccl.h")) as f:
-            m = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", f.read())
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
+def _load_nccl_header():
+    """coconet/_nccl_header.py, loaded by its path (the package is not
+    installed yet): the one parser of nccl.h's version, shared with it."""
+    spec = importlib.util.spec_from_file_location(
+        "coconet_nccl_header", os.path.join(HERE, "coconet", "_nccl_header.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nccl_version = _load_nccl_header().version  # NCCL_VERSION_CODE of include_dir's nccl.h, or None
 
 
 def find_nvcc():

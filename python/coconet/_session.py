@@ -23,11 +23,10 @@ import collections
 import ctypes
 import math
 import os
-import re
 import struct
 
 from . import CocoError, _err_buf, _raise, _ERRLEN
-from . import _log
+from . import _log, _nccl_header
 from ._lib import ON_BUILD, CocoCudaBuild, lib
 
 TYPE_BYTES = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8}
@@ -287,15 +286,6 @@ def window_args(so, variant):
 
 # ---- which NCCL ----
 
-def _header_version(include_dir):
-    try:
-        with open(os.path.join(include_dir, "nccl.h")) as f:
-            m = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", f.read())
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
-
-
 def _runtime_conf(runtime_path):
     conf = {}
     try:
@@ -324,13 +314,13 @@ def nccl_setup(runtime_path, loaded):
     its path even when another was loaded first (LD_PRELOAD), so both are
     mapped, and the calls bind to the first."""
     conf = _runtime_conf(runtime_path)
-    built = _header_version(conf.get("NCCL_INCLUDE", ""))
+    built = _nccl_header.version(conf.get("NCCL_INCLUDE", ""))
     if loaded is None or built == loaded[1]:
         return None
     path, version = loaded
     prefix = os.path.dirname(os.path.dirname(path))
     inc = os.path.join(prefix, "include")
-    if _header_version(inc) == version and os.path.exists(os.path.join(inc, "nccl_device.h")):
+    if _nccl_header.version(inc) == version and os.path.exists(os.path.join(inc, "nccl_device.h")):
         return prefix
     raise CocoError(
         "coconet: this process loaded NCCL %s (%s), but the coconet runtime %s was built "

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from . import _session as S
+from . import _nccl_header, _session as S
 
 FIX_INSTALL = "pip install --no-build-isolation --force-reinstall ./python (in a checkout)"
 
@@ -116,7 +116,7 @@ def check_runtime(r):
 def check_nccl(r, rt, conf):
     """The headers' NCCL against the loaded one; True when they agree."""
     inc = conf.get("NCCL_INCLUDE", "")
-    built = S._header_version(inc)
+    built = _nccl_header.version(inc)
     r.found("NCCL headers", "%s (%s)" % (S._v(built) if built else "unknown", inc or "?"))
     loaded = rt.nccl() if rt else None
     if loaded is None:
