@@ -106,6 +106,7 @@ example() {
 for l in $LAYERS; do
     [ -f "$(example "$l")" ] || die "unknown layer '$l' in LAYERS: no $(example "$l")"
 done
+# shellcheck disable=SC2015 # die when either test fails
 [ "$P" -ge 2 ] && [ $((P % PIPE_GROUPS)) -eq 0 ] || die "P = $P: needs an even P >= 2 (2 pipeline groups)"
 for tool in make nvidia-smi python3 timeout awk sed; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is not installed (or not on PATH)"
@@ -145,6 +146,7 @@ make -j16 coconet build/libcoconet_cuda.so build/cuda.conf >"$W/build.log" 2>&1 
     tail -n 30 "$W/build.log" >&2
     die "make failed (the whole log: $OUT/build.log)"
 }
+# shellcheck disable=SC2015 # when either is missing
 [ -x ./coconet ] && [ -f build/libcoconet_cuda.so ] || {
     cp "$W/build.log" "$OUT/build.log"
     die "make built no ./coconet or build/libcoconet_cuda.so (nvcc or NCCL missing? see $OUT/build.log)"
@@ -168,6 +170,7 @@ HEADER=$W/header.txt
     echo "commit: $commit"
     nvidia-smi -L
     echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
+    # shellcheck disable=SC2015 # the CUDA_HOME nvcc where PATH's is missing or fails
     echo "nvcc: $( (command -v nvcc >/dev/null && nvcc --version || "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version) | tail -n 1)"
     echo "NCCL (coconet's, $nccl_h): ${nccl:-not read}"
     if [ "$TORCH" = 1 ] && [ "$BUILD_ONLY" != 1 ]; then
@@ -200,6 +203,7 @@ for l in $LAYERS; do
         f=$(program "$l" "$d")
         if [ "$d" = bf16 ]; then
             sed 's/\bFP16\b/BF16/g' "$(example "$l")" >"$f"
+            # shellcheck disable=SC2015 # die when either check fails
             grep -q BF16 "$f" && ! grep -q '\bFP16\b' "$f" || die "$f: FP16 not rewritten BF16"
         fi
         # shellcheck disable=SC2046 # the option's words
@@ -252,16 +256,17 @@ built() {
 }
 for l in $LAYERS; do
     for d in $DTYPES; do
+        # shellcheck disable=SC2046 # the sizes, one a word
         set -- $(sizes "$l")
-        # shellcheck disable=SC2046 # the options' words
+        # shellcheck disable=SC2046,SC2086 # the options' words; COCONET, a command
         timeout "$BUILD_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") --all-schedules \
             --backend cuda --ranks "$P" $(group_args "$l") --build-only >"$W/runs/build-$l-$d.txt" 2>&1 &
         pids="$pids $!:$l-$d"
         n=$((n + 1))
         if [ -n "$OL_CHUNKS" ] && chunked "$l"; then # its own source: the one schedule
-            # shellcheck disable=SC2046 # the options' words
+            # shellcheck disable=SC2046,SC2086 # the options' words; COCONET, a command
             timeout "$BUILD_TIMEOUT" $COCONET run "$(program "$l" "$d")" $(defs "$l" "$1") \
-                --all-schedules --schedule $OL --backend cuda --ranks "$P" --build-only \
+                --all-schedules --schedule "$OL" --backend cuda --ranks "$P" --build-only \
                 >"$W/runs/build-$l-$d-ol.txt" 2>&1 &
             pids="$pids $!:$l-$d-ol"
             n=$((n + 1))
@@ -332,6 +337,7 @@ for d in $DTYPES; do
                 $(group_args "$l") --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
             say "$COCONET $*"
             # the table from stdout alone: no stderr line inside it
+            # shellcheck disable=SC2086 # COCONET, a command
             timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" >"$W/run.out" 2>"$W/run.err"
             rc=$?
             { echo "==== $COCONET $*"; cat "$W/run.out"; echo "---- stderr"; cat "$W/run.err"
@@ -352,9 +358,10 @@ for d in $DTYPES; do
             for c in $OL_CHUNKS; do
                 case $broken in *" $l-$d-ol "*) continue ;; esac
                 # shellcheck disable=SC2046 # the options' words
-                set -- run "$f" $(defs "$l" "$b") --all-schedules --schedule $OL --backend cuda \
+                set -- run "$f" $(defs "$l" "$b") --all-schedules --schedule "$OL" --backend cuda \
                     --ranks "$P" --iters "$ITERS" --reference "$REFERENCE" --timeout "$limit"
                 say "COCONET_OVERLAP_CHUNKS=$c $COCONET $*"
+                # shellcheck disable=SC2086 # COCONET, a command
                 COCONET_OVERLAP_CHUNKS=$c timeout -k 20 "$RUN_TIMEOUT" $COCONET "$@" \
                     >"$W/run.out" 2>"$W/run.err"
                 rc=$?

@@ -10,6 +10,7 @@
 # commit (COMMIT, else git's); then `make` (on failure said, and exit 1),
 # COCONET_CACHE (default build/cache) and NCCL (default the NCCL_LIB the
 # runtime was built with, its libnccl.so.2) set.
+# shellcheck shell=sh
 
 say() { echo "- [$(($(date +%s) - T0)) s] $*" | tee -a "$SUM"; }
 

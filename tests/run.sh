@@ -37,7 +37,9 @@
 #             offline, and `python -m coconet.check` there;
 #   layers    the compiler's files include and call one way (tests/layers.py);
 #   paths     every repository path a comment or a document names exists
-#             (tests/paths.py).
+#             (tests/paths.py);
+#   shell     every tracked shell script (*.sh, .ci/run) passes shellcheck
+#             (skipped where shellcheck is not installed; .ci/run installs it).
 # Each group file says more at its top. `ONLY="errors unit" sh tests/run.sh`
 # runs the groups named (a new group: a file tests/groups/NN-name.sh whose
 # checks call `group name`, then `ok` or `bad MESSAGE` per check, then
@@ -59,6 +61,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/coconet-test.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT INT TERM
 pass=0
 fail=0
+# shellcheck disable=SC2034 # a group's counter (oracle)
 skip=0
 
 ok() { pass=$((pass + 1)); }
@@ -75,6 +78,7 @@ group_end() {
 # to $TMP/err; sets $rc and, for a hang or a crash, $why.
 coco() {
     if [ -n "${ulimit_v:-}" ]; then
+        # shellcheck disable=SC3045 # dash, bash and busybox sh all have ulimit -v
         (ulimit -v "$ulimit_v" && exec timeout 60 $COCONET "$@") >"$TMP/out" 2>"$TMP/err"
     else
         timeout 60 $COCONET "$@" >"$TMP/out" 2>"$TMP/err"
@@ -108,6 +112,7 @@ lanes() {
     lane=0
     while [ $lane -lt "$TEST_JOBS" ]; do
         mkdir -p "$lane_dir/$lane"
+        # shellcheck disable=SC2030 # the lane's own TMP, claims and ncase
         (
             TMP=$lane_dir/$lane claims=$lane_dir/claims ncase=0
             for lane_c in $lane_counts; do eval "$lane_c=0"; done
@@ -128,10 +133,12 @@ lanes() {
     done
     rm -rf "$lane_dir"
 }
+# shellcheck disable=SC2031 # a lane's claims and ncase
 mine() { ncase=$((ncase + 1)); mkdir "$claims/$ncase" 2>/dev/null; }
 
 # run_schedules FILE ARGS...: one check; adds the schedules run to $nsched.
 nsched=0
+# shellcheck disable=SC2031 # in a lane, the lane's TMP
 run_schedules() {
     f=$1; shift
     coco run "$f" --all-schedules "$@"

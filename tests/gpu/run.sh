@@ -624,6 +624,7 @@ part_torch() {
 # P beyond the GPUs of this machine cannot run: left out, and said so
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 # CUDA_VISIBLE_DEVICES, where set, names the GPUs coconet's ranks may see
+# shellcheck disable=SC2031 # the caller's (faults.sh sets its own in a subshell)
 if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
     seen=$(printf '%s\n' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
     [ "$seen" -lt "${ngpu:-0}" ] && ngpu=$seen

@@ -1,5 +1,6 @@
 # ---- unit tests ----
 # (the binaries run on every core at once: lanes in tests/run.sh)
+# shellcheck shell=sh # sourced by tests/run.sh
 group unit
 unit_cases() {
     for t in build/tests/*; do

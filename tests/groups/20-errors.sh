@@ -11,6 +11,7 @@
 #   // status: N            optional: the exit status (default 1; 2: a bad
 #                           command line, such as a bad -D)
 # Without "line" or "noline", stderr must start with "FILE:LINE:COL: error: ".
+# shellcheck shell=sh # sourced by tests/run.sh
 check_error() {
     f=$1
     head -n 6 "$f" >"$TMP/head"
@@ -30,9 +31,10 @@ check_error() {
     # shellcheck disable=SC2086 # args are words
     coco "${cmd:-check}" "$f" $args
     set +f
+    # shellcheck disable=SC2034 # read by coco (tests/run.sh)
     ulimit_v=
     if [ -n "$why" ]; then bad "$f: coconet ${cmd:-check} $why: $(err1)"; return; fi
-    if [ $rc -ne "${status:-1}" ]; then bad "$f: exit status $rc, expected ${status:-1} ($(err1))"; return; fi
+    if [ "$rc" -ne "${status:-1}" ]; then bad "$f: exit status $rc, expected ${status:-1} ($(err1))"; return; fi
     if ! grep -F -q -- "$expect" "$TMP/err"; then
         bad "$f: expected '$expect', got: $(err1)"; return
     fi
@@ -83,7 +85,7 @@ done
 # status 1 and leaves no manifest (an earlier one is removed), no .tmp file
 # and no partial .f64 file
 mkdir -p "$TMP/dump" && echo stale >"$TMP/dump/manifest.txt"
-(trap '' XFSZ; ulimit -f 2 && exec timeout 60 $COCONET run examples/adam.coco --dump "$TMP/dump") \
+(trap '' XFSZ; ulimit -f 2 && exec timeout 60 "$COCONET" run examples/adam.coco --dump "$TMP/dump") \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
 partial=$(find "$TMP/dump" -name '*.tmp' -o -name '*.f64' -size +2k | head -n 1)

@@ -15,6 +15,7 @@
 # linear in the ranks), and `coconet schedules` of chained layers (the
 # enumeration). The 4n programs are about 1 MB; the whole group takes a few
 # seconds.
+# shellcheck shell=sh # sourced by tests/run.sh
 group scaling
 
 # scaling_expr N: one expression of N terms
@@ -86,7 +87,7 @@ scaling_fused() {
 # in this shell, not in a subshell, which has no children.
 elapsed_ms() {
     times >"$TMP/times0"
-    timeout 20 $COCONET "$@" >/dev/null 2>"$TMP/err" || return 1
+    timeout 20 "$COCONET" "$@" >/dev/null 2>"$TMP/err" || return 1
     times >"$TMP/times1"
     echo $(($(cpu_ms "$TMP/times1") - $(cpu_ms "$TMP/times0")))
 }

@@ -9,6 +9,7 @@
 # is one line end, so that messages give the right line and column.
 # --dump DIR: a place that cannot be written is refused before the run.
 # print: a sum of 200000 terms is printed (not by recursion) and reads back.
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group front
 
 # front_refused WHAT EXPECT ARGS...: `coconet ARGS` exits 1 with EXPECT in
@@ -17,7 +18,7 @@ front_refused() {
     what=$1; expect=$2; shift 2
     coco "$@"
     if [ -n "$why" ]; then bad "front $what: $why: $(err1)"
-    elif [ $rc -ne 1 ]; then bad "front $what: exit status $rc, expected 1 ($(err1))"
+    elif [ "$rc" -ne 1 ]; then bad "front $what: exit status $rc, expected 1 ($(err1))"
     elif ! head -n 1 "$TMP/err" | grep -F -q -- "$expect"; then
         bad "front $what: expected '$expect', got: $(err1)"
     else ok; fi
@@ -28,7 +29,7 @@ front_usage() {
     what=$1; expect=$2; shift 2
     coco "$@"
     if [ -n "$why" ]; then bad "front $what: $why: $(err1)"
-    elif [ $rc -ne 2 ]; then bad "front $what: exit status $rc, expected 2 ($(err1))"
+    elif [ "$rc" -ne 2 ]; then bad "front $what: exit status $rc, expected 2 ($(err1))"
     elif ! head -n 1 "$TMP/err" | grep -F -q -- "$expect"; then
         bad "front $what: expected '$expect', got: $(err1)"
     else ok; fi
@@ -37,7 +38,7 @@ front_usage() {
 front_accepted() {
     what=$1; shift
     coco "$@"
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "front $what: ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "front $what: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 }
 
@@ -76,11 +77,11 @@ awk 'BEGIN { print "Tensor x(FP32, [4], Replicated, WORLD);"
              printf "Var y = x"; for (i = 1; i < 200000; i++) printf " + x"; print ";"
              print "Execute f({x}, {y});" }' >"$TMP/long_sum.coco"
 coco print "$TMP/long_sum.coco"
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "front print of a sum of 200000 terms: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "front print of a sum of 200000 terms: ${why:-exit status $rc}: $(err1)"
 else
     mv "$TMP/out" "$TMP/long_sum_printed.coco"
     coco print "$TMP/long_sum_printed.coco"
-    if [ $rc -eq 0 ] && cmp -s "$TMP/out" "$TMP/long_sum_printed.coco"; then ok
+    if [ "$rc" -eq 0 ] && cmp -s "$TMP/out" "$TMP/long_sum_printed.coco"; then ok
     else bad "front print of a sum of 200000 terms does not print to itself: ${why:-$(err1)}"; fi
 fi
 

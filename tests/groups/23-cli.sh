@@ -1,5 +1,6 @@
 # ---- cli: the coconet command as a newcomer meets it ----
 # `coconet help` prints the help as --help does.
+# shellcheck shell=sh # sourced by tests/run.sh
 group cli
 
 # cli_status WHAT STATUS EXPECT ARGS...: `coconet ARGS` exits STATUS with
@@ -10,7 +11,7 @@ cli_status() {
     out=$TMP/err
     [ "$status" -eq 0 ] && out=$TMP/out
     if [ -n "$why" ]; then bad "cli $what: $why: $(err1)"
-    elif [ $rc -ne "$status" ]; then bad "cli $what: exit status $rc, expected $status ($(err1))"
+    elif [ "$rc" -ne "$status" ]; then bad "cli $what: exit status $rc, expected $status ($(err1))"
     elif ! grep -F -q -- "$expect" "$out"; then
         bad "cli $what: expected '$expect', got: $(head -n 1 "$out" | cut -c 1-300)"
     else ok; fi

@@ -1,5 +1,6 @@
 # ---- oracle: examples (and extra programs) against numpy ----
 # (the cases, program x P, run on every core: lanes in tests/run.sh)
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group oracle
 if ! $PYTHON -c "import numpy" 2>/dev/null; then
     # (a Debian python refuses pip installs unless told to: PEP 668)
@@ -20,16 +21,16 @@ oracle_cases() {
         for P in 1 2 3 4 8; do
             mine || continue
             coco check "$f" --ranks "$P"
-            if [ $rc -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
+            if [ "$rc" -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
                 skip=$((skip + 1)); continue
             fi
-            if [ -n "$why" ] || [ $rc -ne 0 ]; then
+            if [ -n "$why" ] || [ "$rc" -ne 0 ]; then
                 bad "$f --ranks $P: check failed ${why:-with status $rc}: $(err1)"; continue
             fi
             for seed in 1 20240611; do
                 dir=$TMP/oracle/$name.p$P.s$seed
                 coco run "$f" --ranks "$P" --seed "$seed" --dump "$dir"
-                if [ -n "$why" ] || [ $rc -ne 0 ]; then
+                if [ -n "$why" ] || [ "$rc" -ne 0 ]; then
                     bad "$f --ranks $P --seed $seed: run ${why:-exited with status $rc}: $(err1)"
                     echo "  reproduce: ./coconet run $f --ranks $P --seed $seed"; continue
                 fi

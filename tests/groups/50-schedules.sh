@@ -3,6 +3,7 @@
 # when a schedule's outputs or Updated state differ from the program's beyond
 # rounding (judged against an FP64 evaluation: see coco_run_compare).
 # Then generated programs at the enumeration's limits (below).
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group schedules
 nsched=0
 sskip=0
@@ -10,7 +11,7 @@ for f in examples/*.coco tests/oracle/programs/*.coco; do
     [ -f "$f" ] || continue
     for P in 1 2 3 4 8; do
         coco check "$f" --ranks "$P"
-        if [ $rc -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
+        if [ "$rc" -eq 1 ] && grep -q -e 'divisible' -e 'does not divide' -e 'is not a rank of' "$TMP/err"; then
             sskip=$((sskip + 1)); continue
         fi
         run_schedules "$f" --ranks "$P"
@@ -38,7 +39,7 @@ conv_chain() {
 conv_chain 75 >"$TMP/conv75.coco"
 coco schedules "$TMP/conv75.coco"
 long=$(awk 'BEGIN { for (i = 0; i < 75; i++) printf "%sConv-C", i ? "-" : ""; print "" }')
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 75 convolutions: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of 75 convolutions: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -x -- "Schedule $(echo "$long" | tr - _) {  // $long" "$TMP/out"; then
     bad "schedules of 75 convolutions: no schedule named $long: $(sed -n 2p "$TMP/out" | cut -c 1-200)"
 else ok; fi
@@ -54,7 +55,7 @@ fanout() {
 fanout 100 >"$TMP/fanout100.coco"
 coco schedules "$TMP/fanout100.coco"
 all=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf ", u%d", i }')
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 100 readers: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of 100 readers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -x -- "  reorder(ag_s$all, AGReorder);" "$TMP/out"; then
     bad "schedules of 100 readers: no reorder of all 100: $(grep -m 1 reorder "$TMP/out" | cut -c 1-200)"
 else ok; fi
@@ -63,7 +64,7 @@ chained_layers 80 >"$TMP/layers80.coco"
 chained_layers 20 >"$TMP/layers20.coco"
 cap_note="note: the enumeration stopped at its cap of 4000 schedules"
 coco schedules "$TMP/layers80.coco"
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 80 layers: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of 80 layers: ${why:-exit status $rc}: $(err1)"
 elif [ "$(grep -c '^Schedule ' "$TMP/out")" -ne 4000 ]; then
     bad "schedules of 80 layers: $(grep -c '^Schedule ' "$TMP/out") schedules, expected the cap, 4000"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "schedules of 80 layers: no note of the cap: $(err1)"
@@ -72,7 +73,7 @@ run_schedules "$TMP/layers80.coco" --ranks 2
 if ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "run --all-schedules of 80 layers: no note of the cap: $(err1)"
 else ok; fi
 coco tune "$TMP/layers20.coco" --plan
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "tune --plan of 20 layers: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F -- "$cap_note" "$TMP/err"; then bad "tune --plan of 20 layers: no note of the cap: $(err1)"
 else ok; fi
 # five AllReduces, each split and fused or not: schedules of up to 15
@@ -82,7 +83,7 @@ awk 'BEGIN { for (i = 1; i <= 5; i++) {
         printf "Var y%d = AllReduce(\"+\", x%d);\n", i, i }
     print "Execute f({x1,x2,x3,x4,x5}, {y1,y2,y3,y4,y5});" }' >"$TMP/deep.coco"
 coco schedules "$TMP/deep.coco"
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of 5 AllReduces: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of 5 AllReduces: ${why:-exit status $rc}: $(err1)"
 elif ! grep -q -F "note: the enumeration tried schedules of at most 10 statements" "$TMP/err"; then
     bad "schedules of 5 AllReduces: no note of the depth: $(err1)"
 else ok; fi
@@ -105,7 +106,7 @@ sgd_cast VAR >"$TMP/cast_var.coco"
 coco schedules "$TMP/cast_var.coco"
 sed 1d "$TMP/out" >"$TMP/cast_var.list"
 coco schedules "$TMP/cast_inline.coco"
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of a Cast in an AllReduce: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of a Cast in an AllReduce: ${why:-exit status $rc}: $(err1)"
 elif ! sed 1d "$TMP/out" | cmp -s - "$TMP/cast_var.list"; then
     bad "schedules of a Cast in an AllReduce differ from those of the Cast in a Var: $(sed 1d "$TMP/out" | diff - "$TMP/cast_var.list" | sed -n 2p)"
 elif ! grep -q -F -x "  fuse(rs_avg, ag_p1, AllReduceFuse);" "$TMP/out"; then
@@ -133,7 +134,7 @@ boundary() {
 boundary >"$TMP/boundary.coco"
 coco schedules "$TMP/boundary.coco"
 for name in 'MM-RS-C-ol(AG,MM)-C' 'ol(MM,RS)-C-ol(AG,MM)-C' 'ol(MM,fuse(RS-C-AG))-MM-C'; do
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules of a layer boundary: ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules of a layer boundary: ${why:-exit status $rc}: $(err1)"
     elif ! grep -q -F -- "// $name" "$TMP/out"; then
         bad "schedules of a layer boundary: no $name: $(grep -c '^Schedule ' "$TMP/out") schedules"
     else ok; fi
@@ -144,7 +145,7 @@ run_schedules "$TMP/boundary.coco" --ranks 4
 # gradients of examples/transformer_sp_backward.coco have)
 for f in examples/*.coco; do
     coco schedules "$f"
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "schedules $f: ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "schedules $f: ${why:-exit status $rc}: $(err1)"
     elif grep -E '// .*(\(,|,\)|,,|\(\))' "$TMP/out" >"$TMP/nameless"; then
         bad "schedules $f: an item without a name: $(head -n 1 "$TMP/nameless")"
     else ok; fi

@@ -8,6 +8,7 @@
 # src/cpu/exec_fast.c; eval_on_ranks_parallel, src/cpu/exec.c), the last
 # rank's shorter than the others'. The cases (program x P x N) run on every
 # core (lanes in tests/run.sh), the largest N first.
+# shellcheck shell=sh # sourced by tests/run.sh
 group ragged
 ragged_cases() {
     for N in 524309 1001 1 2 3 5; do
@@ -36,7 +37,7 @@ ragged_cases() {
 ragged_big_layer_cases() {
     for c in "examples/transformer_sp.coco 8" "examples/transformer_sp_backward.coco 3"; do
         mine || continue
-        run_schedules ${c% *} -D S=10925 --ranks "${c#* }"
+        run_schedules "${c% *}" -D S=10925 --ranks "${c#* }"
     done
 }
 ragged_layer_cases() {

@@ -4,6 +4,7 @@
 # FUZZ_UNEVEN (100) programs of gen.py --uneven: sizes no rank count need
 # divide. The programs are written by one gen.py process each, then run on
 # every core (lanes in tests/run.sh).
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group fuzz
 # fuzz_one DIR SEED GEN_OPTION: one generated program with all its schedules
 fuzz_one() {
@@ -14,7 +15,7 @@ fuzz_one() {
     # shellcheck disable=SC2086 # args are words
     coco run "$f" --all-schedules $args
     set +f
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then
         bad "fuzz seed $2${3:+ ($3)}: ${why:-exit status $rc}: $(grep -m 1 -e WRONG -e error "$TMP/out" "$TMP/err" | cut -c 1-200)"
         echo "  reproduce: $PYTHON tests/fuzz/gen.py ${3:+$3 }$2 > /tmp/fuzz.coco && ./coconet run /tmp/fuzz.coco --all-schedules $args"
         return
@@ -23,11 +24,11 @@ fuzz_one() {
     ok
 }
 fuzz_cases() {
-    for seed in $(seq 1 ${FUZZ_PROGRAMS:-200}); do
+    for seed in $(seq 1 "${FUZZ_PROGRAMS:-200}"); do
         mine || continue
         fuzz_one "$fuzz_src" "$seed" ""
     done
-    for seed in $(seq 1 ${FUZZ_UNEVEN:-100}); do
+    for seed in $(seq 1 "${FUZZ_UNEVEN:-100}"); do
         mine || continue
         fuzz_one "$fuzz_src/uneven" "$seed" --uneven
     done

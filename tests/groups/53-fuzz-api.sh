@@ -6,6 +6,7 @@
 # file of examples/, bench/ and tests/ (a settings byte for 4 ranks, then the
 # text). A finding fails the group; its input is kept in build/fuzz/findings/
 # (minimise it with -minimize_crash=1 and commit it to tests/fuzz/crashers/).
+# shellcheck shell=sh # sourced by tests/run.sh
 group fuzz-api
 fuzzer=build/fuzz/fuzz_api
 if [ ! -x "$fuzzer" ]; then

@@ -7,6 +7,7 @@
 # object in the build cache, and never to another program text, P or
 # machine; the command line's refusals. The
 # parts are unit-tested in tests/unit/test_tune.c (group unit).
+# shellcheck shell=sh # sourced by tests/run.sh
 group tune
 tune_cache=$TMP/tune-cache
 COCONET_CACHE=$tune_cache
@@ -18,14 +19,14 @@ fixture=tests/tune/adam_p4.times
 tune_expect() {
     out=$TMP/out
     [ "${3:-}" = err ] && out=$TMP/err
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "tune: $1: ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "tune: $1: ${why:-exit status $rc}: $(err1)"
     elif grep -E -q -- "$2" "$out"; then ok
     else bad "tune: $1: no line matches '$2'"; sed -n '1,12p' "$out" | sed 's/^/  /'; fi
 }
 
 # tune_refused WHAT STATUS MESSAGE: the last call exited STATUS, saying MESSAGE
 tune_refused() {
-    if [ -n "$why" ] || [ $rc -ne "$2" ]; then
+    if [ -n "$why" ] || [ "$rc" -ne "$2" ]; then
         bad "tune: $1: ${why:-exit status $rc}, expected $2: $(err1)"
     elif grep -F -q -- "$3" "$TMP/err"; then ok
     else bad "tune: $1: expected '$3', got: $(err1)"; fi
@@ -40,6 +41,7 @@ tune_refused() {
 # layers' ol(MM,RS)-C-AG
 for c in "adam 4 19 59" "adam 1 19 24" "lamb 4 18 56" "lamb 1 18 18" "self_attention 4 18 81" \
          "mlp 4 17 76" "mlp 1 17 19" "adam_scattered 1 19 19" "pipeline 4 27 51"; do
+    # shellcheck disable=SC2086 # the case's words
     set -- $c
     coco tune "examples/$1.coco" --ranks "$2" --plan
     tune_expect "$1 at P = $2" ", $2 ranks?: $3 variants, $4 candidates;"
@@ -146,7 +148,7 @@ tune_expect "run --schedule tuned, its row" "^paper +(bitwise|rounding) "
 tune_expect "run --schedule tuned, its knobs" "COCONET_FUSED=nccl matters on GPUs only" err
 rm -rf "$TMP/tune-gen"
 coco gen examples/adam.coco --ranks 4 -D N=16777216 --schedule tuned -o "$TMP/tune-gen"
-if [ $rc -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"
+if [ "$rc" -ne 0 ]; then bad "tune: gen --schedule tuned: exit $rc: $(err1)"
 elif grep -q 'coco_run__fuse_RS_Opt_AG_4' "$TMP/tune-gen/adam.h" 2>/dev/null; then ok
 else bad "tune: gen --schedule tuned at 2^24: no entry point fuse_RS_Opt_AG_4"; fi
 

@@ -1,6 +1,7 @@
 # ---- sanitizers: the examples, their schedules and refusals under ASan/UBSan;
 # `gen` of every refused program (tests/errors/*.coco) leaks nothing ----
 # (the files run on every core: lanes in tests/run.sh)
+# shellcheck shell=sh # sourced by tests/run.sh
 group sanitize
 sanitize_cases() {
     for f in examples/*.coco tests/errors/sched_*.coco tests/errors/shape_*.coco "$asan_src"/*.coco; do

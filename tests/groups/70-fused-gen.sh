@@ -9,6 +9,8 @@
 # schedule fused, or a ReduceScatter whose only reader is an AllGather, is
 # generated as a FusedAllReduce with no computation
 # (src/gen/lower_collectives.c).
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
+# shellcheck disable=SC2012 # ls of the files coconet gen wrote, plainly named
 group fused-gen
 fused_kinds() {
     awk '/^\/\/ =+ .*: .* =+$/ { v = $4 }
@@ -55,6 +57,7 @@ for c in "examples/adam.coco 4 paper|0, 1, -1 | 0, -1" "examples/adam.coco 4 pro
     "examples/self_attention.coco 4 paper|-1 | 0, -1" "examples/self_attention.coco 4 MM_AR_C|-1 | -1" \
     "examples/pipeline.coco 4 AR_fuse_C_P2P|-1 | 0, -1" "examples/pipeline.coco 4 paper|-1 | -1" \
     "tests/gpu/scattered_inline.coco 4 program|0, 1, -1 | -1"; do
+    # shellcheck disable=SC2086 # FILE RANKS VARIANT
     set -- ${c%%|*}
     want=${c#*|}
     got=$(window_args "$1" "$2" "$3")
@@ -74,7 +77,7 @@ else bad "mlp: $runs entry points, $wi and $wo window lists"; fi
 for f in examples/self_attention.coco examples/mlp.coco; do
     rm -rf "$TMP/fused"
     coco gen "$f" -o "$TMP/fused" --all-schedules --ranks 4
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     ws_rules "$(ls "$TMP"/fused/*.cu | head -n 1)" "$f"
 done
 for x in tests/gen/fused/*.expect; do
@@ -86,7 +89,7 @@ for x in tests/gen/fused/*.expect; do
     # shellcheck disable=SC2086 # args are words
     coco gen "$f" -o "$TMP/fused" $args
     set +f
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f ($x): ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f ($x): ${why:-exit status $rc}: $(err1)"; continue; fi
     cu=$(ls "$TMP"/fused/*.cu | head -n 1)
     got=$(fused_kinds "$cu" | paste -sd, -)
     if [ "$got" = "$want" ]; then ok; else bad "fused kernels of $f ($x): got '$got', expected '$want'"; fi
@@ -233,7 +236,7 @@ rm -rf "$TMP/fused"
 # from all but the last group, receives into all but the first (which copies
 # its input), and nothing wraps around.
 coco gen examples/pipeline_linear.coco -o "$TMP/linear" --all-schedules
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen examples/pipeline_linear.coco: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen examples/pipeline_linear.coco: ${why:-exit status $rc}: $(err1)"
 else
     cu=$(ls "$TMP"/linear/*.cu | head -n 1)
     sends=$(grep -c '^    { /\* line [0-9]*: fused Send ' "$cu")
@@ -263,7 +266,7 @@ got=""
 for f in examples/self_attention.coco examples/mlp.coco; do
     name=$(basename "$f" .coco)
     coco gen "$f" -o "$TMP/ovl" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     cu=$(ls "$TMP"/ovl/*.cu | head -n 1)
     got="$got$(awk -v n="$name" '/^\/\/ =+ .*: .* =+$/ { v = $4 } /chunk by chunk, overlapped/ { print n, v }' "$cu")
 "
@@ -329,7 +332,7 @@ for f in examples/self_attention.coco examples/mlp.coco examples/pipeline_linear
     name=$(basename "$f" .coco)
     rm -rf "$TMP/ovb"
     coco gen "$f" -o "$TMP/ovb" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     cu=$(ls "$TMP"/ovb/*.cu | head -n 1)
     got="$got$(block_kinds "$name" "$cu")
 "
@@ -364,7 +367,7 @@ else bad "MatMuls by a collective's blocks (tests/gen/overlap_blocks.expect): go
 # chunk and the row kernel takes each chunk's rows after its flag.
 rm -rf "$TMP/rows"
 coco gen tests/gpu/rows_overlap.coco -o "$TMP/rows" --all-schedules
-if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen tests/gpu/rows_overlap.coco: ${why:-exit status $rc}: $(err1)"
+if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen tests/gpu/rows_overlap.coco: ${why:-exit status $rc}: $(err1)"
 else
     cu=$TMP/rows/ol_rows.cu
     awk '/^\/\/ =+ .*: .* =+$/ { on = $4 == "ol_rows" } on' "$TMP/rows/rows_overlap.cu" >"$cu"
@@ -387,7 +390,7 @@ rm -rf "$TMP/rows"
 for f in examples/self_attention.coco examples/mlp.coco examples/lamb.coco; do
     rm -rf "$TMP/lin"
     coco gen "$f" -o "$TMP/lin" --ranks 1 --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     cu=$(ls "$TMP"/lin/*.cu | head -n 1)
     coords=$(awk '/^template <int V, int LIN>$/ { t = 1; next } t && /^__global__ void v[0-9]+_k[0-9]+\(/ { k = 1 }
                   { t = 0 } k && /coco_coords\(it, i0, c\)/ { n++; k = 0 }

@@ -6,11 +6,12 @@
 # after the GPUs (bench/mp_rows.awk, mp_merge.py, plot_fig10.py where
 # matplotlib is installed) give the expected rows, ratios, summary and SVG
 # (tests/bench/check_mp.py).
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group bench
 for f in bench/*.coco; do
     case $f in bench/bert_*) continue ;; esac # BERT-large's size: in group scattered, smaller
     coco run "$f" --ranks 4 --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "run $f --all-schedules: ${why:-exit status $rc}: $(err1)"
     else ok; fi
 done
 for sh in bench/fused.sh bench/scattered.sh bench/mp.sh bench/rows.sh; do
@@ -27,7 +28,7 @@ for f in "$TMP"/rows/*.coco; do
     [ -f "$f" ] || continue
     n=$((n + 1))
     coco run "$f" --ranks 1 --schedule fused
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "bench/rows.sh's $(basename "$f"): ${why:-exit status $rc}: $(err1)"
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "bench/rows.sh's $(basename "$f"): ${why:-exit status $rc}: $(err1)"
     elif ! grep -q '^fused  *bitwise ' "$TMP/out"; then bad "bench/rows.sh's $(basename "$f"): fused not bitwise"
     else ok; fi
 done

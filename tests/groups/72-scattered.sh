@@ -11,13 +11,14 @@
 # variants that repeat another but for their names, as in cuda-gen
 # (tests/gen/unique_variants.py). The cases (the two nvcc builds first, then
 # each program x P) run on every core: lanes in tests/run.sh.
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group scattered
 # scattered_nvcc FILE P DIR: `coconet gen` of FILE into DIR, then DIR's
 # variants compiled for P ranks alone (COCO_ONLY_P) into DIR/generated.o;
 # status 0 when that object was made (else a FAIL line is printed)
 scattered_nvcc() {
     coco gen "$1" -o "$3" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $1: ${why:-exit status $rc}: $(err1)"; return 1; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $1: ${why:-exit status $rc}: $(err1)"; return 1; fi
     if command -v "$PYTHON" >/dev/null 2>&1; then
         "$PYTHON" tests/gen/unique_variants.py unique.cu "$3" >"$TMP/nvcc.out" 2>&1
     else cp "$3"/*.cu "$TMP/unique.cu" && mv "$TMP/unique.cu" "$3/"; fi &&
@@ -52,10 +53,10 @@ scattered_cases() {
         for P in 2 4; do
             mine || continue
             coco run "$f" --ranks "$P" --all-schedules "$@"
-            if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "scattered $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
+            if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "scattered $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
             sed -n '1,/^time /p' "$TMP/out" | grep -v '^time ' >"$TMP/scat.sum"
             coco run "$TMP/twin.coco" --ranks "$P" --all-schedules "$@"
-            if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "scattered twin of $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
+            if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "scattered twin of $f --ranks $P: ${why:-exit status $rc}: $(err1)"; continue; fi
             sed -n '1,/^time /p' "$TMP/out" | grep -v '^time ' >"$TMP/twin.sum"
             if cmp -s "$TMP/scat.sum" "$TMP/twin.sum"; then ok; else
                 bad "scattered $f --ranks $P: differs from its contiguous twin:"; diff "$TMP/scat.sum" "$TMP/twin.sum" | head -n 6

@@ -1,5 +1,6 @@
 # ---- CUDA code generation: every example x all schedules compiles ----
 # Only where nvcc is installed; object code only (no GPU is needed).
+# shellcheck shell=sh disable=SC2154 # sourced by tests/run.sh, whose coco sets rc
 group cuda-gen
 mkdir -p "$TMP/gen"
 for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb_scattered.coco \
@@ -12,7 +13,7 @@ for f in examples/*.coco tests/gpu/norms.coco tests/gpu/send.coco tests/gpu/lamb
     name=$(basename "$f" .coco)
     dir=$TMP/gen/$name
     coco gen "$f" -o "$dir" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f: ${why:-exit status $rc}: $(err1)"; continue; fi
     # one workspace layout on every rank (offsets in the symmetric window)
     if ! command -v "$PYTHON" >/dev/null 2>&1; then :
     elif "$PYTHON" tests/gen/workspace.py "$dir"/*.cu >"$TMP/ws.out" 2>&1; then ok
@@ -28,7 +29,7 @@ for f in tests/gpu/overlap_blocks.coco tests/gpu/overlap_blocks_t.coco; do
     for p in 2 8; do
         rm -rf "$TMP/gen-p$p"
         coco gen "$f" -o "$TMP/gen-p$p" --all-schedules --ranks "$p"
-        if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen $f at P = $p: ${why:-exit status $rc}: $(err1)"
+        if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen $f at P = $p: ${why:-exit status $rc}: $(err1)"
         elif cmp -s "$TMP/gen-p$p/$name.cu" "$TMP/gen/$name/$name.cu"; then ok
         else bad "gen $f: the code at P = $p differs from P = 4's"; fi
         rm -rf "$TMP/gen-p$p"
@@ -49,7 +50,7 @@ done
 #    and ptxas takes that PTX
 if command -v nvcc >/dev/null 2>&1; then
     coco gen bench/allreduce_fused.coco -o "$TMP/gen/allreduce_fused" --all-schedules
-    if [ -n "$why" ] || [ $rc -ne 0 ]; then bad "gen bench/allreduce_fused.coco: ${why:-exit status $rc}: $(err1)"; fi
+    if [ -n "$why" ] || [ "$rc" -ne 0 ]; then bad "gen bench/allreduce_fused.coco: ${why:-exit status $rc}: $(err1)"; fi
     ptx_names="allreduce_fused adam_scattered lamb_scattered lamb"
     command -v "$PYTHON" >/dev/null 2>&1 || ptx_names=
     for dir in "$TMP"/gen/*/; do
@@ -58,12 +59,13 @@ if command -v nvcc >/dev/null 2>&1; then
             echo "$dir"
         fi
     done >"$TMP/gen.dirs"
+    # shellcheck disable=SC2013,SC2046 # a list of directories, one a word
     if [ -z "$ptx_names" ]; then # no $PYTHON: every variant
         for dir in $(cat "$TMP/gen.dirs"); do cp "$dir"/*.cu "$TMP/unique.cu" && mv "$TMP/unique.cu" "$dir/"; done
-    # shellcheck disable=SC2046 # a list of directories
     elif ! "$PYTHON" tests/gen/unique_variants.py unique.cu $(cat "$TMP/gen.dirs") >"$TMP/unique.out" 2>&1; then
         bad "tests/gen/unique_variants.py:"; head -n 5 "$TMP/unique.out" | sed 's/^/  /'
     fi
+    # shellcheck disable=SC2013,SC2016 # directories, one a word; sh -c's $0 and $1
     for dir in $(cat "$TMP/gen.dirs"); do
         [ -f "$dir/unique.cu" ] || continue
         [ -f "$dir/source" ] && echo "$(wc -c <"$dir/unique.cu") obj $dir"
@@ -92,19 +94,19 @@ if command -v nvcc >/dev/null 2>&1; then
     done
     # the overlapped MatMul's chunk count (rt/kernels/coco_overlap.cuh), run
     # on the host against a generated folder's headers (tests/gen/overlap_chunks.cu)
-    # shellcheck disable=SC1091 # written by make
-    ( . build/cuda.conf && "$NVCC" -std=c++17 -I"$TMP/gen/mlp" -I"$NCCL_INCLUDE" -L"$NCCL_LIB" \
+    # shellcheck disable=SC1091,SC2086 # written by make; NCCL_LINK's words
+    if ( . build/cuda.conf && "$NVCC" -std=c++17 -I"$TMP/gen/mlp" -I"$NCCL_INCLUDE" -L"$NCCL_LIB" \
         tests/gen/overlap_chunks.cu -o "$TMP/overlap_chunks" -Xlinker -rpath="$NCCL_LIB" \
-        -lcublasLt $NCCL_LINK && "$TMP/overlap_chunks" ) >"$TMP/chunks.out" 2>&1
-    if [ $? -eq 0 ]; then ok
+        -lcublasLt $NCCL_LINK && "$TMP/overlap_chunks" ) >"$TMP/chunks.out" 2>&1; then ok
     else bad "the overlapped MatMul's chunk count:"; head -n 10 "$TMP/chunks.out" | sed 's/^/  /'; fi
     # a source's variants compiled apart, at once, and linked into one object
     # (src/cuda/build_parts.c): tests/gpu/host.coco's two variants as two
     # parts (PTX for compute_90: no ptxas), every symbol once, no part left
     # behind; then a part that does not compile, named with its log
     cache=$TMP/parts-cache
+    # shellcheck disable=SC2010,SC2012 # ls of the build cache, plainly named
     if COCONET_CACHE=$cache COCONET_CUDA_ARCH=compute_90 COCONET_BUILD_JOBS=2 timeout 300 \
-        $COCONET run tests/gpu/host.coco --backend cuda --ranks 1 --build-only >"$TMP/parts.out" 2>&1; then
+        "$COCONET" run tests/gpu/host.coco --backend cuda --ranks 1 --build-only >"$TMP/parts.out" 2>&1; then
         so=$(ls "$cache"/*.so | head -n 1)
         syms=$(nm -D --defined-only "$so" | awk '$3 ~ /^coco_/ { print $3 }' | sort | paste -sd' ' -)
         want="coco_l2_clear coco_lsa_close coco_lsa_open coco_nccl_version coco_output_alias"
@@ -119,7 +121,7 @@ if command -v nvcc >/dev/null 2>&1; then
     awk '{ print } $0 == "// @coconet part: a variant" && ++n == 2 { print "#error a part that does not compile" }' \
         "$TMP/parts-src/host.cu" >"$TMP/parts-bad.cu"
     if COCONET_CACHE=$cache COCONET_CUDA_ARCH=compute_90 COCONET_BUILD_JOBS=2 timeout 300 \
-        $COCONET run tests/gpu/host.coco --backend cuda --ranks 1 --build-only \
+        "$COCONET" run tests/gpu/host.coco --backend cuda --ranks 1 --build-only \
         --cuda-source "$TMP/parts-bad.cu" >"$TMP/parts.out" 2>&1; then
         bad "a part with an #error built"
     elif grep -q 'nvcc failed building part [01] of 2' "$TMP/parts.out" &&

@@ -9,6 +9,7 @@
 # coconet.torch's optimizer and layer programs against NumPy's formulas;
 # the public API's type hints, and mypy over the package where mypy is
 # installed (tests/requirements.txt has it; without it that test skips).
+# shellcheck shell=sh # sourced by tests/run.sh
 group python
 if ! $PYTHON -c 'import numpy, pytest, mypy' 2>/dev/null; then
     $PYTHON -m pip install --quiet -r tests/requirements.txt >"$TMP/pip.out" 2>&1 ||
@@ -20,6 +21,7 @@ if ! $PYTHON -c 'import numpy, pytest' 2>/dev/null; then
 elif [ ! -f build/libcoconet.so ]; then
     bad "python: build/libcoconet.so was not built (make build/libcoconet.so)"
 else
+    # shellcheck disable=SC2086 # $PYTHON's words, as on the lines above
     PYTHONPATH=python COCONET_LIB=build/libcoconet.so timeout 600 $PYTHON -m pytest -q -p no:cacheprovider \
         tests/python >"$TMP/pytest.out" 2>&1
     rc=$?

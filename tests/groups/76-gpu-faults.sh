@@ -4,13 +4,14 @@
 # every row must pass (status 1, the rank named first, nothing left), and
 # so must the normal run after them. Needs nvcc for host.cu, as the
 # launcher's unit test does.
+# shellcheck shell=sh # sourced by tests/run.sh
 group gpu-faults
 if [ ! -f build/fake/libfake_rt.so ] || [ ! -f build/cuda.conf ]; then
     group_end "skipped: no build/fake/libfake_rt.so or no nvcc"
 else
     COCONET_CUDA_RUNTIME=$PWD/build/fake/libfake_rt.so COCONET_TEST_GPUS=8 COCONET_CUDA_ARCH=sm_80 COCONET_HOME=$PWD \
         COCONET_CACHE=$TMP/faults-cache FAULT_FILE=tests/gpu/host.coco \
-        FAULT_ARGS="--cuda-source tests/gpu/host.cu --schedule fused" FAULT_FUSED=fused FAULT_SEND= \
+        FAULT_ARGS="--cuda-source tests/gpu/host.cu --schedule fused" FAULT_FUSED=fused FAULT_SEND='' \
         FAULT_CASES=die RANKS="1 3" PARTS=faults timeout 600 sh tests/gpu/run.sh "$TMP/faults.md" \
         >"$TMP/faults.out" 2>&1
     rc=$?

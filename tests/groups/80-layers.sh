@@ -4,6 +4,7 @@
 # below (core, front, sched, cpu, api, gen, cuda, tune, main), and no two files may use
 # each other. The check is also shown to fail: on a copy of the sources where
 # the front end includes the CUDA header, and on objects that call each other.
+# shellcheck shell=sh # sourced by tests/run.sh
 group layers
 if command -v "$PYTHON" >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
     if "$PYTHON" tests/layers.py build >"$TMP/layers.out" 2>&1; then ok

@@ -6,6 +6,7 @@
 # tree whose one document names a stale path and a stale link beside names
 # that are not paths (a glob, a variable's expansion, a placeholder, a path
 # at a commit), which must pass.
+# shellcheck shell=sh # sourced by tests/run.sh
 group paths
 if command -v "$PYTHON" >/dev/null 2>&1; then
     if "$PYTHON" tests/paths.py >"$TMP/paths.out" 2>&1; then ok
@@ -29,6 +30,7 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     # what is a path and what is not
     rm -rf "$TMP/small" && mkdir -p "$TMP/small/doc" "$TMP/small/src/gen"
     : >"$TMP/small/src/gen/emit_lsa.c"
+    # shellcheck disable=SC2016 # a literal $TMP, part of the document
     printf '%s\n' "The generator: \`$psrc/gen/emit_lsa.c\`, gen/emit_lsa.c, [it]($pup/$psrc/gen/)." \
         "Stale: $psrc/emit_lsa.c:46 and [a result]($pup/bench/results/old.md)." \
         'Not paths: tests/errors/*.coco, $TMP/x.c, DIR/NAME.cu, 3c9b549:bench/results/old.md, build/x/y.c.' \
