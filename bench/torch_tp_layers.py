@@ -76,29 +76,15 @@ def norm_cases(T, H, dtype):
             "torch.compile": lambda: compiled(x, r).backward(gy)}
 
 
-def prebuild(dtype_name, jobs):
+def prebuild(T, H, dtype, jobs):
     """The layers' programs built into the cache ahead, `jobs` at a time
-    (a layer builds its programs one by one at its first calls)."""
-    from concurrent.futures import ProcessPoolExecutor
-    from coconet import programs, tp_layout as L, tp_programs as P
-    from coconet.torch import _cache_dir
-    work = []
-    for d in P.DIRECTIONS:
-        for kind, text in (("column", P.column_parallel(d, dtype_name, False, True)),
-                           ("row", P.row_parallel(d, dtype_name, False, True)),
-                           ("norm", P.norm_after_row_parallel(d, dtype_name, "layernorm", 0.0,
-                                                              1e-5))):
-            name, schedule = L.program_choice(kind, d, False, text, ranks=1)
-            work.append((programs.write(text, name, os.path.join(_cache_dir(), "torch-programs")),
-                         schedule))
-    with ProcessPoolExecutor(jobs) as ex:
-        list(ex.map(_build, work))
-
-
-def _build(item):
-    import coconet
-    from coconet import _session as S
-    return S.build(coconet.load(item[0], ranks=1), item[1]).so
+    (tp.prebuild; a layer would build its programs one by one at its first
+    calls)."""
+    from coconet.torch import tp
+    layers = torch.nn.Sequential(
+        tp.ColumnParallelLinear(H, 4 * H, dtype=dtype), tp.RowParallelLinear(4 * H, H, dtype=dtype),
+        tp.RowParallelLinearNorm(4 * H, H, norm="layernorm", p_drop=0.0, dtype=dtype))
+    tp.prebuild(layers, T, jobs=jobs)
 
 
 def host_profile(fn, label, iters):
@@ -139,7 +125,7 @@ def main():
     a = ap.parse_args()
     torch.cuda.set_device(0)
     T, H, dtype = a.tokens, a.width, torch.bfloat16
-    prebuild("BF16", a.jobs)
+    prebuild(T, H, dtype, a.jobs)
     for case, make in (("mlp", mlp_cases), ("norm", norm_cases)):
         for impl, fn in make(T, H, dtype).items():
             gpu = timed(fn, a.iters)
