@@ -167,10 +167,11 @@ def train(args):
     twin = copy.deepcopy(plain) if args.check else None
     model = parallel(plain, heads, args)
     amp = args.amp == "bf16" and not args.check
+    opt = optimizer(model, args, args.optimizer)
     if args.impl == "coconet":  # the programs a step calls, built together ahead of it
         from coconet.torch import tp
-        tp.prebuild(model, args.batch * args.seq, dtype=torch.bfloat16 if amp else None)
-    opt = optimizer(model, args, args.optimizer)
+        tp.prebuild(model, args.batch * args.seq, dtype=torch.bfloat16 if amp else None,
+                    optimizer=opt if args.optimizer == "coconet" else None)
     if args.compile and args.impl != "torch-async-tp":  # (that one is compiled already)
         model = torch.compile(model, fullgraph=args.impl == "coconet")
     ref_opt = optimizer(twin, args, "torch") if twin is not None else None

@@ -113,6 +113,7 @@ class Compiled:
     def __init__(self, path, schedule="program", group=None):
         sess = Sess(group)
         self.rank, self.nranks, self.group = sess.rank, sess.nranks, group
+        self.path, self.schedule = path, schedule
         self.program = coconet.load(path, ranks=self.nranks)
         self.run = self.program if schedule == "program" else self.program.schedule(schedule)
         self.spec = S.VariantSpec(self.program, schedule, self.rank)

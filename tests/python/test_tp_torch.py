@@ -97,6 +97,35 @@ def test_prebuild_builds_what_a_step_calls(monkeypatch, sp):
     assert tp.prebuild(model, 2 * s * b) == 3  # forward only
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_prebuild_builds_the_optimizers_first_step(monkeypatch, overlap):
+    """tp.prebuild(optimizer=) asks for the programs of the optimizer's
+    first step with the layers' own: that step compiles those and no other.
+    Overlapped, the buckets follow the gradients' order: nothing is asked
+    for before a backward pass has shown it."""
+    from coconet.torch import optim
+    O.install(monkeypatch.setattr)
+    asked = []
+    monkeypatch.setattr(tp, "_build_programs", lambda todo, jobs: asked.extend(todo))
+    col = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT)
+    row = tp.RowParallelLinear(C.CPU.OUT, C.CPU.IN)
+    model = torch.nn.Sequential(col, row)
+    opt = optim.AdamW(model.parameters(), lr=1e-3, overlap=overlap, bucket_mb=1e-4)
+    assert tp.prebuild(model, 8, optimizer=opt) == 4
+    steps = sorted((path, schedule) for path, schedule, sizes, *_ in asked if sizes == {})
+    assert len(steps) == (0 if overlap else 1)
+    model(torch.randn(4, 2, C.CPU.IN)).sum().backward()
+    if overlap:  # the order seen: several buckets' programs
+        asked.clear()
+        tp.prebuild(model, 8, optimizer=opt)
+        steps = sorted((path, schedule) for path, schedule, *_ in asked)
+        assert len(steps) > 1
+    opt.step()
+    assert sorted({(c.path, c.schedule) for c in O.Compiled.built}) == steps
+    with pytest.raises(CocoError, match="not a coconet.torch.optim optimizer"):
+        tp.prebuild(model, 8, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
 def test_one_build_per_program_over_token_counts():
     layer = tp.ColumnParallelLinear(C.CPU.IN, C.CPU.OUT, sequence_parallel=True)
     for s in (4, 8, 12):

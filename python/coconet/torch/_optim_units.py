@@ -125,16 +125,8 @@ class _Units(_Part):
         for u in self._units:
             self._sync_step(u)
         self._to_arena(active)
-        members = [optplan.Member(k, self._groups_of[k], self._step_of(k),
-                                  TYPE_NAMES[self._params[k].dtype],
-                                  self._params[k].numel() * self._params[k].element_size())
-                   for k in active]
-        # overlapped: members in the backward's order (the buckets'); else in key
-        # order, so that a group's program is the same from run to run
-        order = optplan.full_order(self._order, active) if self._overlap else sorted(active)
-        want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
+        want, opts = self._wanted(active, keep)
         self._check_whole_groups(want)
-        opts = [self._options(pg) for pg in self.param_groups]
         new = self._matching(want, opts)
         for u in self._units:
             if not any(u is n for n in new):
@@ -149,6 +141,35 @@ class _Units(_Part):
         self._launcher = optplan.Launcher([u.ident for u in self._units]) \
             if self._overlap else None
         self._unit_of = {k: u for u in self._units for k in u.keys}
+
+    def _wanted(self, active, keep):
+        """The units a step over the keys `active` is made of (keep: those
+        started in the backward pass already), and each group's program
+        options (_options)."""
+        members = [optplan.Member(k, self._groups_of[k], self._step_of(k),
+                                  TYPE_NAMES[self._params[k].dtype],
+                                  self._params[k].numel() * self._params[k].element_size())
+                   for k in active]
+        # overlapped: members in the backward's order (the buckets'); else in key
+        # order, so that a group's program is the same from run to run
+        order = optplan.full_order(self._order, active) if self._overlap else sorted(active)
+        want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
+        return want, [self._options(pg) for pg in self.param_groups]
+
+    def _builds_ahead(self):
+        """(path, schedule) of each program that the next step would compile
+        anew if every parameter that requires a gradient has one, written
+        into the cache for coconet.torch.tp.prebuild to build with the
+        layers' programs. Planned as that step plans, with the settings of
+        now (no GradScaler's variant: a step that plans otherwise builds
+        what it lacks then). None with overlap=True before a backward pass
+        has shown the order of the gradients, which cuts the buckets."""
+        if self._overlap and not self._order:
+            return []
+        active = [k for k, p in enumerate(self._params) if p.requires_grad]
+        want, opts = self._wanted(active, [])
+        return sorted({b for ident, unit in zip(want, self._matching(want, opts)) if unit is None
+                       for b in self._program_paths(ident, opts[ident.gi])})
 
     def _plan_stale(self, active, launched):
         if not self._units and active:

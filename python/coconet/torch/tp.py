@@ -28,9 +28,10 @@ gradients of both outputs whole on every rank (as the next
 ColumnParallelLinear gives them, reduced) and runs the norm's backward on
 every token.
 
-prebuild(model, tokens, dtype=None) builds the programs a step of the
-model's layers calls, several nvcc at once, so that the first step finds
-them in the cache rather than building them one after another.
+prebuild(model, tokens, dtype=None, optimizer=None) builds the programs a
+step of the model's layers calls (and the optimizer's step, given a
+coconet.torch.optim one), several nvcc at once, so that the first step
+finds them in the cache rather than building them one after another.
 
 Types: the parameters' dtype, or autocast's (FP16 or BF16) when autocast is
 on for the device: inputs and parameters are cast to it, gradients flow
@@ -648,16 +649,23 @@ class RowParallelLinearNorm(_Layer):
 # ---- building ahead ----
 
 def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] = None,
-             backward: Optional[bool] = None, jobs: Optional[int] = None) -> int:
+             backward: Optional[bool] = None, jobs: Optional[int] = None,
+             optimizer: Optional[torch.optim.Optimizer] = None) -> int:
     """Builds ahead, `jobs` at a time (default: the cores, at most 16), the
     programs that the tp layers of `model` call on a step of `tokens`
     tokens (sequence x batch, whole: before sequence parallelism slices
     them) in `dtype` (default: each layer's weights' type; give autocast's
     type where the step runs under autocast), their backward too where
-    `backward` (default: model.training). Their first calls then find them
-    built, instead of building one after another. Every rank may call it:
-    the first rank of a machine builds, the others find the objects in the
-    cache. Returns how many of the model's calls it prepared."""
+    `backward` (default: model.training), and with them those of the first
+    step of `optimizer` (a coconet.torch.optim optimizer: its step over
+    every parameter that requires a gradient). Their first calls then find
+    them built, instead of building one after another. Every rank may call
+    it: the first rank of a machine builds, the others find the objects in
+    the cache. Returns how many of the model's calls it prepared."""
+    steps_ahead = getattr(optimizer, "_builds_ahead", None)
+    if optimizer is not None and steps_ahead is None:
+        raise CocoError("coconet.torch.tp.prebuild: optimizer=%s is not a coconet.torch.optim "
+                        "optimizer (whose programs it would build)" % type(optimizer).__name__)
     if backward is None:
         backward = model.training
     # _bound key -> (layer, direction, text, tokens)
@@ -678,6 +686,10 @@ def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] =
         seen.add(built)
         todo.append((_write_program(text, name), schedule, sizes, layer.ranks,
                      getattr(layer.sess, "nccl_home", None)))
+    if steps_ahead is not None:
+        sess = getattr(optimizer, "_sess")  # its data-parallel group's session
+        todo += [(path, schedule, {}, sess.nranks, getattr(sess, "nccl_home", None))
+                 for path, schedule in steps_ahead()]
     if todo:
         with build_lock():
             _build_programs(todo, jobs or min(16, os.cpu_count() or 1))
