@@ -188,9 +188,11 @@ int coco_run_summary(coco_run *r, const char *name, coco_summary *s);
  * whose bits differ is still right when its distance to the exact value is
  * at most the largest of: 4 |ref - exact| (the program's own error there),
  * 2 x the program's worst error over the whole value, and 4 + 2P ulps of its
- * type at the value's scale (its largest exact magnitude), P the ranks. A
- * schedule that regroups a sum may round differently, but no worse than the
- * program itself does. */
+ * type at the value's scale (its largest exact magnitude), P the ranks; or,
+ * failing those, 4 x the spread of the exact program run again rounding
+ * every operation upward and downward (made once, kept in `exact`; NaN is
+ * right where that rounding decides NaN). A schedule that regroups a sum may
+ * round differently, but no worse than the program itself does. */
 typedef struct {
     int compared;       /* values compared */
     long elements;

@@ -394,6 +394,8 @@ void coco_run_free(coco_run *r)
     if (!r)
         return;
     exec_free(r->exec);
+    coco_run_free(r->directed[0]);
+    coco_run_free(r->directed[1]);
     free(r);
 }
 

@@ -69,6 +69,11 @@ double value_bytes(const Program *p, const Node *n, int rank); /* exec_alloc's s
 struct coco_run {
     Program *prog;
     Exec *exec;
+    /* an exact run's program run again with every operation rounded upward
+     * and downward ([0], [1]), made by coco_run_compare the first time an
+     * element is outside within_tolerance's terms; tried once */
+    struct coco_run *directed[2];
+    int directed_tried;
 };
 
 /* ---- buffers.c: the executor's values, a buffer per (node, rank) ---- */
@@ -128,6 +133,9 @@ double type_ulp(Type t, double v);          /* spacing of t's values near |v| */
  * exact evaluation (node xid); *scale gets the largest finite |exact|. */
 double value_error(Exec *e, int id, Exec *x64, int xid, double *scale);
 int within_tolerance(Type t, double ref, double got, double exact, const Tolerance *tol);
+/* Is got right as far as rounding anywhere in the program can move the
+ * exact value (up, down: the FP64 evaluation rounded upward, downward)? */
+int within_directed(double got, double exact, double up, double down);
 
 
 #endif

@@ -3,7 +3,9 @@
  * backend's check of GPU results (cuda_rank.c): an element is judged by its
  * distance to an FP64 evaluation of the program (program_exact), against
  * what rounding in the value's own type can explain. value_error looks at
- * large values by element ranges over threads. */
+ * large values by element ranges over threads. within_directed is the
+ * schedule comparison's last word on an element the rule refuses: how far
+ * rounding anywhere in the program moves the FP64 evaluation itself. */
 #include "cpu/cpu.h"
 
 #include <math.h>
@@ -96,4 +98,36 @@ int within_tolerance(Type t, double ref, double got, double exact, const Toleran
     double allowed = fmax(fmax(4 * fabs(ref - exact), 2 * tol->worst),
                           (4 + 2 * tol->nranks) * type_ulp(t, tol->scale));
     return fabs(got - exact) <= fmax(allowed, tol->slack);
+}
+
+/* The FP64 evaluation of an FP64 program is the program itself: within_
+ * tolerance then bounds a schedule's regrouped sums by ulps at the value's
+ * scale alone, which operations after the sum can amplify (a difference
+ * times 55 under a square root). Evaluated with every operation rounded
+ * upward and then downward, the program shows how far rounding moves each
+ * element: got is right within 4 x that spread (over exact, up and down) of
+ * the exact value. Where rounding decides whether the element is NaN (one of
+ * up, down and exact NaN and another not: an argument at the edge of Sqrt's
+ * or Log's domain), a NaN is right, and so is a value within 4 x the
+ * magnitude of the finite ones. An infinity is never met by this rule. */
+int within_directed(double got, double exact, double up, double down)
+{
+    const double v[3] = {exact, up, down};
+    int edge = isnan(up) != isnan(exact) || isnan(down) != isnan(exact);
+    if (isnan(got))
+        return isnan(exact) || edge;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < 3; i++)
+        if (isfinite(v[i])) {
+            lo = fmin(lo, v[i]);
+            hi = fmax(hi, v[i]);
+        }
+    if (!(lo <= hi) || isinf(exact) || isinf(got))
+        return 0; /* no finite evaluation to measure by, or an infinity */
+    double spread = hi - lo;
+    if (edge) {
+        double mid = (lo + hi) / 2;
+        return fabs(got - mid) <= 4 * fmax(spread, fabs(mid));
+    }
+    return fabs(got - exact) <= 4 * spread;
 }

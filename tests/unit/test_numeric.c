@@ -531,6 +531,26 @@ static void test_exec_run(void)
     program_free(p);
 }
 
+/* ---- tolerance.c: the directed-rounding rule ---- */
+
+static void test_within_directed(void)
+{
+    /* exact 1, the directed runs 1 +- 1e-14: up to 4 x their spread (2e-14) */
+    check(within_directed(1 + 7e-14, 1, 1 + 1e-14, 1 - 1e-14), "within 4 x the spread");
+    check(!within_directed(1 + 9e-14, 1, 1 + 1e-14, 1 - 1e-14), "beyond 4 x the spread");
+    check(!within_directed(1 + 1e-15, 1, 1, 1), "no spread: only the exact value");
+    /* both runs on one side: the spread counts the exact value too */
+    check(within_directed(1 + 3e-14, 1, 1 + 1e-14, 1 + 1e-14), "one-sided spread");
+    /* at a domain edge (Sqrt of about 0), rounding decides NaN */
+    check(within_directed(NAN, 1e-8, NAN, 2e-8), "NaN where a directed run is NaN");
+    check(within_directed(1.5e-8, NAN, 1e-8, NAN), "a value where exact is NaN, one run not");
+    check(!within_directed(1e-6, NAN, 1e-8, NAN), "at the edge, far beyond the finite run");
+    check(!within_directed(NAN, 1e-8, 2e-8, 0.5e-8), "NaN where no evaluation is");
+    check(!within_directed(1.0, NAN, NAN, NAN), "a value where every evaluation is NaN");
+    check(!within_directed(INFINITY, 1, 1 + 1e-14, 1 - 1e-14), "an infinity for a finite value");
+    check(!within_directed(1, INFINITY, 1, 1), "a finite value for an infinity");
+}
+
 int main(void)
 {
     test_half_known();
@@ -558,5 +578,7 @@ int main(void)
     test_update();
     test_exec_run();
     group_end("executor");
+    test_within_directed();
+    group_end("tolerance");
     return total_fail != 0;
 }
