@@ -9,8 +9,8 @@
 # without fused norms); then, alone on the GPU, the timings:
 # bench/torch_tp_layers.py, bench/torch_sp_boundary.py (B = 8, BF16),
 # train_dp.py (torch, coconet overlapped, coconet plain, torch-zero,
-# torch-fsdp2) and train_tp.py (torch, torch-tp, torch-dtensor, coconet,
-# coconet --fused-norm, coconet --compile).
+# torch-fsdp2) and train_tp.py (torch, torch --compile, torch-tp,
+# torch-dtensor, coconet, coconet --fused-norm, coconet --compile).
 #
 # OUT (a folder) gets summary.md (a line per part, the checks' failures and
 # every timing) and logs.tar.gz (every log): two files, whatever a run's
@@ -73,8 +73,8 @@ for o in "--optimizer torch" "--optimizer coconet" "--optimizer coconet --no-ove
     timeout 90 $TR examples/torch/train_dp.py $o --steps "$STEPS" --every 10 >"$LOGS/dp$i.log" 2>&1
     say "train_dp.py $o: exit $?; $(grep -h 'median' "$LOGS/dp$i.log")"
 done
-for o in "--impl torch" "--impl torch-tp" "--impl torch-dtensor" "--impl coconet" \
-    "--impl coconet --fused-norm" "--impl coconet --compile"; do
+for o in "--impl torch" "--impl torch --compile" "--impl torch-tp" "--impl torch-dtensor" \
+    "--impl coconet" "--impl coconet --fused-norm" "--impl coconet --compile"; do
     i=$((i + 1))
     # shellcheck disable=SC2086 # TR: a command and its arguments; o: options
     timeout 120 $TR examples/torch/train_tp.py $o --steps "$STEPS" --every 10 >"$LOGS/tp$i.log" 2>&1
