@@ -140,7 +140,7 @@ def install(setattr_):
     for module in (_optim_params, _optim_units, _optim_step, _step):
         setattr_(module, "empty", lambda shape, dtype, group=None: torch.empty(shape, dtype=dtype))
     setattr_(_optim_units, "_compile", Compiled)
-    setattr_(_optim_units, "_prebuild", lambda builds, nranks, nccl_home: None)
+    setattr_(_optim_units, "_prebuild", lambda builds: None)
     setattr_(torch.cuda, "Stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "current_stream", lambda *a, **k: _Stream())
     setattr_(torch.cuda, "stream", lambda s: contextlib.nullcontext())

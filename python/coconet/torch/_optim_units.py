@@ -47,17 +47,16 @@ def _program_text(kind, counts, dtype, options, ranks=None):
 _RS_SCHEDULE = "paper"
 
 
-def _prebuild(builds, nranks, nccl_home):
-    """Builds the programs of `builds` ((path, schedule) pairs) into the
-    cache, several nvcc at a time, before each is compiled in turn (then a
-    cache hit): the buckets of a model are as many programs. A program that
-    could not be built fails again, with its message, when compiled."""
+def _prebuild(builds):
+    """Builds the programs of `builds` (coconet.torch._build's Builds) into
+    the cache, several nvcc at a time, before each is compiled in turn (then
+    a cache hit): the buckets of a model are as many programs. A program
+    that could not be built fails again, with its message, when compiled."""
     if len(builds) < 2:
         return
     jobs = max(1, min(len(builds), (os.cpu_count() or 2) // 2))
     with build_lock():
-        build_parallel([(path, schedule, {}, nranks, nccl_home) for path, schedule in builds],
-                       jobs)
+        build_parallel(builds, jobs)
 
 
 class _Unit:
@@ -133,8 +132,7 @@ class _Units(_Part):
                 self._dissolve(u)
         paths = {ident: self._program_paths(ident, opts[ident.gi])
                  for ident, n in zip(want, new) if n is None}
-        _prebuild(sorted({b for builds in paths.values() for b in builds}), self._sess.nranks,
-                  getattr(self._sess, "nccl_home", None))
+        _prebuild(self._builds({b for builds in paths.values() for b in builds}))
         self._units = [n if n is not None else self._make_unit(ident, opts[ident.gi],
                                                                paths[ident])
                        for ident, n in zip(want, new)]
@@ -156,11 +154,17 @@ class _Units(_Part):
         want = optplan.plan_units(members, order, self._cap, keep=[u.ident for u in keep])
         return want, [self._options(pg) for pg in self.param_groups]
 
+    def _builds(self, paths):
+        """(path, schedule) pairs as Builds (coconet.torch._build) on this
+        optimizer's session, in path order."""
+        home = getattr(self._sess, "nccl_home", None)
+        return [(path, schedule, {}, self._sess.nranks, home) for path, schedule in sorted(paths)]
+
     def _builds_ahead(self):
-        """(path, schedule) of each program that the next step would compile
-        anew if every parameter that requires a gradient has one, written
-        into the cache for coconet.torch.tp.prebuild to build with the
-        layers' programs. Planned as that step plans, with the settings of
+        """The Builds of each program that the next step would compile anew
+        if every parameter that requires a gradient has one, written into
+        the cache for coconet.torch.tp.prebuild to build with the layers'
+        programs. Planned as that step plans, with the settings of
         now (no GradScaler's variant: a step that plans otherwise builds
         what it lacks then). None with overlap=True before a backward pass
         has shown the order of the gradients, which cuts the buckets."""
@@ -168,8 +172,8 @@ class _Units(_Part):
             return []
         active = [k for k, p in enumerate(self._params) if p.requires_grad]
         want, opts = self._wanted(active, [])
-        return sorted({b for ident, unit in zip(want, self._matching(want, opts)) if unit is None
-                       for b in self._program_paths(ident, opts[ident.gi])})
+        return self._builds({b for ident, unit in zip(want, self._matching(want, opts))
+                             if unit is None for b in self._program_paths(ident, opts[ident.gi])})
 
     def _plan_stale(self, active, launched):
         if not self._units and active:

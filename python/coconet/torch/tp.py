@@ -687,9 +687,7 @@ def prebuild(model: torch.nn.Module, tokens: int, dtype: Optional[torch.dtype] =
         todo.append((_write_program(text, name), schedule, sizes, layer.ranks,
                      getattr(layer.sess, "nccl_home", None)))
     if steps_ahead is not None:
-        sess = getattr(optimizer, "_sess")  # its data-parallel group's session
-        todo += [(path, schedule, {}, sess.nranks, getattr(sess, "nccl_home", None))
-                 for path, schedule in steps_ahead()]
+        todo += steps_ahead()
     if todo:
         with build_lock():
             _build_programs(todo, jobs or min(16, os.cpu_count() or 1))
